@@ -1,0 +1,30 @@
+#!lua
+-- ack: the jobs are done; delete them. Fenced: only the holder of the current
+-- lease (the token its claim returned) can ack.
+-- KEYS: the eight topic keys. ARGV: pairs id, token (1..1000 pairs).
+-- Returns one integer per pair: 1 acked, 0 refused (the lease expired and the
+-- job was reclaimed, re-delivered, cancelled or replaced).
+
+local n = #ARGV / 2
+if n < 1 or n > 1000 or #ARGV % 2 ~= 0 then
+  return invalid('ack expects 1 to 1000 pairs of id, token')
+end
+local ids = {}
+for i = 1, n do ids[i] = ARGV[2 * i - 1] end
+local leased = redis.call('ZMSCORE', K_RUNNING, unpack(ids))
+local recs = redis.call('HMGET', K_JOBS, unpack(ids))
+local out, done = {}, {}
+for i = 1, n do
+  if leased[i] and token_of(recs[i]) == tonumber(ARGV[2 * i]) then
+    done[#done + 1] = ids[i]
+    out[i] = 1
+  else
+    out[i] = 0
+  end
+end
+if #done > 0 then
+  variadic('ZREM', K_RUNNING, done)
+  variadic('HDEL', K_JOBS, done)
+  redis.call('HINCRBY', K_STATS, 'done', #done)
+end
+return out

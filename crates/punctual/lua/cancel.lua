@@ -1,0 +1,14 @@
+#!lua
+-- cancel: remove a job in any state, with its record.
+-- KEYS: the eight topic keys. ARGV[1] id.
+-- Returns the state it was in ("pool", "ready", "running", "dead"), or nil
+-- when no such job is live. A worker still running a cancelled job cannot ack
+-- or fail it afterwards (its lease is gone).
+
+local id = ARGV[1]
+local st = state_of(id)
+local had = redis.call('HDEL', K_JOBS, id)
+if st then redis.call('ZREM', STATE_KEY[st], id) end
+if not st and had == 0 then return false end
+redis.call('HINCRBY', K_STATS, 'cancelled', 1)
+return st or 'orphan'

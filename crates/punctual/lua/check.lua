@@ -1,0 +1,34 @@
+#!lua flags=no-writes
+-- check: verify the one-state invariant for some ids, atomically per call.
+-- KEYS: the eight topic keys. ARGV: the ids to check (1..1000), typically a
+-- page of an HSCAN of jobs or a ZSCAN of a set.
+-- Returns a flat array id, problem for every id that breaks the invariant:
+--   "in pool,ready" (more than one set), "no record (in running)",
+--   "record in no set", "unreadable record".
+-- An id in no set and without a record is fine: it finished meanwhile.
+
+if #ARGV < 1 or #ARGV > 1000 then return invalid('check expects 1 to 1000 ids') end
+local out = {}
+for _, id in ipairs(ARGV) do
+  local sets = {}
+  if redis.call('ZSCORE', K_POOL, id) then sets[#sets + 1] = 'pool' end
+  if redis.call('ZSCORE', K_READY, id) then sets[#sets + 1] = 'ready' end
+  if redis.call('ZSCORE', K_RUNNING, id) then sets[#sets + 1] = 'running' end
+  if redis.call('ZSCORE', K_DEAD, id) then sets[#sets + 1] = 'dead' end
+  local rec = redis.call('HGET', K_JOBS, id)
+  local problem = nil
+  if #sets > 1 then
+    problem = 'in ' .. table.concat(sets, ',')
+  elseif #sets == 1 and not rec then
+    problem = 'no record (in ' .. sets[1] .. ')'
+  elseif #sets == 0 and rec then
+    problem = 'record in no set'
+  elseif rec and not decode(rec) then
+    problem = 'unreadable record'
+  end
+  if problem then
+    out[#out + 1] = id
+    out[#out + 1] = problem
+  end
+end
+return out

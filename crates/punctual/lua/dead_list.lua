@@ -1,0 +1,27 @@
+#!lua flags=no-writes
+-- dead_list: a page of dead jobs, most recent death first.
+-- KEYS: the eight topic keys. ARGV[1] offset, ARGV[2] count (1..1000).
+-- Returns a flat array, six entries per job:
+--   id, died ms, attempts, created ms, last error, payload
+
+local offset, count = tonumber(ARGV[1]), tonumber(ARGV[2])
+if not offset or offset < 0 or not count or count < 1 or count > 1000 then
+  return invalid('dead list expects an offset and a count of 1 to 1000')
+end
+local page = redis.call('ZRANGE', K_DEAD, offset, offset + count - 1, 'REV', 'WITHSCORES')
+if #page == 0 then return {} end
+local ids = {}
+for i = 1, #page, 2 do ids[#ids + 1] = page[i] end
+local recs = redis.call('HMGET', K_JOBS, unpack(ids))
+local out = {}
+for i, id in ipairs(ids) do
+  local r = decode(recs[i]) or { attempts = 0, created = 0, err = 'record missing or unreadable', payload = '' }
+  local n = #out
+  out[n + 1] = id
+  out[n + 2] = page[2 * i]
+  out[n + 3] = r.attempts
+  out[n + 4] = r.created
+  out[n + 5] = r.err
+  out[n + 6] = r.payload
+end
+return out

@@ -1,0 +1,119 @@
+#!lua
+-- enqueue: add jobs to a topic, one or a batch, atomically.
+-- KEYS: the eight topic keys (see lib.lua).
+-- ARGV[1] max payload bytes, ARGV[2] replace live ids (1) or report them as
+-- duplicates (0), ARGV[3] n, then n groups of five:
+--   id ("" = generate), payload, when ("d<ms>" delay or "a<ms>" epoch ms),
+--   max attempts ("" = topic default), backoff ladder ("" = topic default,
+--   else ms values separated by commas).
+-- Returns: a flat array id1, status1, id2, status2 ... where status is
+-- 1 created, 0 duplicate (nothing changed), 2 replaced.
+-- Errors: "PUNCTUAL_INVALID <reason>" and nothing is written, when any job of
+-- the batch is invalid.
+
+local max_payload = tonumber(ARGV[1])
+local replace = ARGV[2] == '1'
+local n = tonumber(ARGV[3])
+if not max_payload or not n or n < 1 or n > 1000 or #ARGV ~= 3 + 5 * n then
+  return invalid('enqueue expects 1 to 1000 jobs of five arguments each')
+end
+
+local now = now_ms()
+local dues = {}
+local generate = 0
+for i = 1, n do
+  local b = 3 + 5 * (i - 1)
+  local id, payload, when, max, backoff = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5]
+  if id == '' then
+    generate = generate + 1
+  elseif #id > 200 then
+    return invalid('job ' .. i .. ': id is ' .. #id .. ' bytes, over the 200-byte limit')
+  end
+  if #payload > max_payload then
+    return invalid('job ' .. i .. ': payload is ' .. #payload .. ' bytes, over the ' .. max_payload .. '-byte limit')
+  end
+  local due, why = due_of(when, now)
+  if not due then return invalid('job ' .. i .. ': ' .. why) end
+  if not string.match(max, '^%d*$') or max == '0' then
+    return invalid('job ' .. i .. ': max attempts must be a positive integer')
+  end
+  if not string.match(backoff, '^[%d,]*$') then
+    return invalid('job ' .. i .. ': backoff must be ms values separated by commas')
+  end
+  dues[i] = due
+end
+
+-- Generated ids: 9 base-36 digits of the server time, then 6 of a per-topic
+-- sequence, so they sort by creation time and never collide within a topic.
+local seq = 0
+if generate > 0 then seq = redis.call('INCRBY', K_SEQ, generate) - generate end
+local stamp = b36(now, 9)
+
+local out, records, to_pool, to_ready = {}, {}, {}, {}
+local seen = {}
+local created, dup = 0, 0
+local pool_min = nil
+for i = 1, n do
+  local b = 3 + 5 * (i - 1)
+  local id = ARGV[b + 1]
+  if id == '' then
+    seq = seq + 1
+    id = stamp .. b36(seq % 2176782336, 6)
+  end
+  local status = 1
+  local token = 0
+  if seen[id] then
+    -- The same id twice in one batch: the first one wins, even with replace.
+    status = 0
+  elseif redis.call('HEXISTS', K_JOBS, id) == 1 then
+    if replace then
+      status = 2
+      token = token_of(redis.call('HGET', K_JOBS, id)) or 0
+      local st = state_of(id)
+      if st then redis.call('ZREM', STATE_KEY[st], id) end
+    else
+      status = 0
+    end
+  end
+  if status ~= 0 then
+    seen[id] = true
+    local due = dues[i]
+    -- A replaced job keeps its lease token, so a worker still holding the
+    -- old delivery can never ack the new one (claims only increase it).
+    records[#records + 1] = id
+    records[#records + 1] = encode({
+      attempts = 0, max = tonumber(ARGV[b + 4]), token = token, due = due, created = now,
+      backoff = ARGV[b + 5], err = '', payload = ARGV[b + 2],
+    })
+    if due <= now then
+      to_ready[#to_ready + 1] = due
+      to_ready[#to_ready + 1] = id
+    else
+      to_pool[#to_pool + 1] = due
+      to_pool[#to_pool + 1] = id
+      if not pool_min or due < pool_min then pool_min = due end
+    end
+    created = created + 1
+  else
+    dup = dup + 1
+  end
+  out[#out + 1] = id
+  out[#out + 1] = status
+end
+
+if created > 0 then
+  local old_min = nil
+  if pool_min then old_min = earliest(K_POOL) end
+  variadic('HSET', K_JOBS, records)
+  if #to_pool > 0 then
+    variadic('ZADD', K_POOL, to_pool)
+    if not old_min or pool_min < old_min then redis.call('PUBLISH', K_POOL, pool_min) end
+  end
+  if #to_ready > 0 then
+    variadic('ZADD', K_READY, to_ready)
+    redis.call('PUBLISH', K_READY, '')
+  end
+  redis.call('HINCRBY', K_STATS, 'enqueued', created)
+end
+if dup > 0 then redis.call('HINCRBY', K_STATS, 'duplicates', dup) end
+return out

@@ -1,0 +1,27 @@
+#!lua
+-- extend: push the lease deadline of running jobs to now + lease. Fenced.
+-- KEYS: the eight topic keys. ARGV[1] lease ms, then pairs id, token.
+-- Returns one integer per pair: 1 extended, 0 the lease is lost (stop work).
+
+local lease = tonumber(ARGV[1])
+local n = (#ARGV - 1) / 2
+if not lease or lease < 1 or n < 1 or n > 1000 or (#ARGV - 1) % 2 ~= 0 then
+  return invalid('extend expects a lease and 1 to 1000 pairs of id, token')
+end
+local ids = {}
+for i = 1, n do ids[i] = ARGV[2 * i] end
+local leased = redis.call('ZMSCORE', K_RUNNING, unpack(ids))
+local recs = redis.call('HMGET', K_JOBS, unpack(ids))
+local deadline = now_ms() + lease
+local out, leases = {}, {}
+for i = 1, n do
+  if leased[i] and token_of(recs[i]) == tonumber(ARGV[2 * i + 1]) then
+    leases[#leases + 1] = deadline
+    leases[#leases + 1] = ids[i]
+    out[i] = 1
+  else
+    out[i] = 0
+  end
+end
+if #leases > 0 then variadic('ZADD', K_RUNNING, leases) end
+return out

@@ -1,0 +1,51 @@
+#!lua
+-- fail: the attempt failed. Retry after a backoff, or move to dead when the
+-- failure is permanent or the attempts are used up. Fenced like ack.
+-- KEYS: the eight topic keys.
+-- ARGV[1] id, ARGV[2] token, ARGV[3] error text (kept as the last error),
+-- ARGV[4] retry delay in ms ("" = the backoff ladder), ARGV[5] "1" permanent.
+-- Returns {"retry", due ms} | {"dead", time ms} | {"stale", 0}.
+
+local id, token, err = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local delay = ARGV[4]
+local permanent = ARGV[5] == '1'
+if delay ~= '' and not string.match(delay, '^%d+$') then
+  return invalid('fail expects a retry delay in ms or ""')
+end
+if #err > 4096 then err = string.sub(err, -4096) end
+
+if not redis.call('ZSCORE', K_RUNNING, id) then return { 'stale', 0 } end
+local r = decode(redis.call('HGET', K_JOBS, id))
+if not r then
+  -- A lease without a record: drop the lease, there is nothing to retry.
+  redis.call('ZREM', K_RUNNING, id)
+  return { 'stale', 0 }
+end
+if r.token ~= token then return { 'stale', 0 } end
+
+local now = now_ms()
+local topic_max, topic_backoff = topic_defaults()
+r.err = err
+if permanent or r.attempts >= max_attempts(r, topic_max) then
+  redis.call('ZADD', K_DEAD, now, id)
+  redis.call('HSET', K_JOBS, id, encode(r))
+  redis.call('ZREM', K_RUNNING, id)
+  redis.call('HINCRBY', K_STATS, 'dead', 1)
+  return { 'dead', now }
+end
+local wait
+if delay == '' then wait = backoff_ms(r, topic_backoff, r.attempts) else wait = tonumber(delay) end
+if wait > MAX_DELAY_MS then wait = MAX_DELAY_MS end
+r.due = now + wait
+redis.call('HSET', K_JOBS, id, encode(r))
+if wait == 0 then
+  redis.call('ZADD', K_READY, r.due, id)
+  redis.call('PUBLISH', K_READY, '')
+else
+  local old_min = earliest(K_POOL)
+  redis.call('ZADD', K_POOL, r.due, id)
+  if not old_min or r.due < old_min then redis.call('PUBLISH', K_POOL, r.due) end
+end
+redis.call('ZREM', K_RUNNING, id)
+redis.call('HINCRBY', K_STATS, 'retried', 1)
+return { 'retry', r.due }

@@ -1,0 +1,23 @@
+#!lua flags=no-writes
+-- get: one job by id.
+-- KEYS: the eight topic keys. ARGV[1] id.
+-- Returns nil when no such job is live, else
+--   {state, score, attempts, max attempts, token, due ms, created ms,
+--    backoff, last error, payload, now ms}
+-- where state is pool, ready, running, dead (or "orphan": a record in no set,
+-- which punctual check reports) and score is the due time (pool, ready), the
+-- lease deadline (running) or the time of death (dead).
+
+local id = ARGV[1]
+local rec = redis.call('HGET', K_JOBS, id)
+local st, score = state_of(id)
+if not rec and not st then return false end
+local r = decode(rec)
+if not r then
+  return { st or 'orphan', score or 0, 0, 0, 0, 0, 0, '', 'record missing or unreadable', rec or '', now_ms() }
+end
+local topic_max = topic_defaults()
+return {
+  st or 'orphan', score or 0, r.attempts, max_attempts(r, topic_max), r.token, r.due,
+  r.created, r.backoff, r.err, r.payload, now_ms(),
+}

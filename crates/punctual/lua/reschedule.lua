@@ -1,0 +1,29 @@
+#!lua
+-- reschedule: give a waiting job (pool or ready) a new due time.
+-- KEYS: the eight topic keys. ARGV[1] id, ARGV[2] when ("d<ms>" or "a<ms>").
+-- Returns {state before, new due ms}; {"running", 0} or {"dead", 0} and no
+-- change for a job that is running or dead (use dead replay); nil when no such
+-- job is live.
+
+local id = ARGV[1]
+local now = now_ms()
+local due, why = due_of(ARGV[2], now)
+if not due then return invalid(why) end
+local st = state_of(id)
+if not st then return false end
+if st == 'running' or st == 'dead' then return { st, 0 } end
+local r = decode(redis.call('HGET', K_JOBS, id))
+if not r then return invalid('the record of "' .. id .. '" cannot be read; run punctual check') end
+r.due = due
+redis.call('HSET', K_JOBS, id, encode(r))
+if due <= now then
+  redis.call('ZADD', K_READY, due, id)
+  if st ~= 'ready' then redis.call('ZREM', K_POOL, id) end
+  redis.call('PUBLISH', K_READY, '')
+else
+  local old_min = earliest(K_POOL)
+  redis.call('ZADD', K_POOL, due, id)
+  if st ~= 'pool' then redis.call('ZREM', K_READY, id) end
+  if not old_min or due < old_min then redis.call('PUBLISH', K_POOL, due) end
+end
+return { st, due }

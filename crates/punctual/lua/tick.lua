@@ -1,0 +1,100 @@
+#!lua
+-- tick: the scheduler's one call. First reclaim expired leases (back to pool
+-- with backoff, or dead when the attempts are used up), then promote due jobs
+-- from pool to ready, at most `batch` of each per call.
+-- KEYS: the eight topic keys.
+-- ARGV[1] promote batch (1..1000), ARGV[2] max ready (promote is refused while
+-- ready holds this many), ARGV[3] reclaim batch (1..1000).
+-- Returns {promoted, reclaimed, dead, refused (0/1), more (0/1),
+--          ms until the next pool due time (-1: pool empty),
+--          ms until the next lease deadline (-1: nothing running)}.
+-- `more` is 1 when a batch limit was hit and another tick should follow now.
+
+local batch = tonumber(ARGV[1])
+local max_ready = tonumber(ARGV[2])
+local rbatch = tonumber(ARGV[3])
+if not batch or batch < 1 or batch > 1000 or not max_ready or not rbatch or rbatch < 1 or rbatch > 1000 then
+  return invalid('tick expects batches of 1 to 1000 and a max ready')
+end
+local now = now_ms()
+local more = 0
+
+-- Reclaim: leases whose deadline has passed.
+local expired = redis.call('ZRANGE', K_RUNNING, '-inf', now, 'BYSCORE', 'LIMIT', 0, rbatch)
+local reclaimed, died = 0, 0
+if #expired > 0 then
+  if #expired == rbatch then more = 1 end
+  local recs = redis.call('HMGET', K_JOBS, unpack(expired))
+  local topic_max, topic_backoff = topic_defaults()
+  local records, to_pool, to_ready, to_dead = {}, {}, {}, {}
+  for i, id in ipairs(expired) do
+    local r = decode(recs[i])
+    if r then
+      r.err = 'lease expired during attempt ' .. r.attempts .. ' (the worker died, stalled or lost Redis)'
+      records[#records + 1] = id
+      if r.attempts >= max_attempts(r, topic_max) then
+        to_dead[#to_dead + 1] = now
+        to_dead[#to_dead + 1] = id
+        died = died + 1
+      else
+        r.due = now + backoff_ms(r, topic_backoff, r.attempts)
+        if r.due <= now then
+          to_ready[#to_ready + 1] = r.due
+          to_ready[#to_ready + 1] = id
+        else
+          to_pool[#to_pool + 1] = r.due
+          to_pool[#to_pool + 1] = id
+        end
+        reclaimed = reclaimed + 1
+      end
+      records[#records + 1] = encode(r)
+    elseif recs[i] then
+      to_dead[#to_dead + 1] = now
+      to_dead[#to_dead + 1] = id
+      died = died + 1
+    end
+    -- A lease whose record vanished is simply dropped (counted as an orphan).
+  end
+  if #to_pool > 0 then variadic('ZADD', K_POOL, to_pool) end
+  if #to_ready > 0 then variadic('ZADD', K_READY, to_ready) end
+  if #to_dead > 0 then variadic('ZADD', K_DEAD, to_dead) end
+  if #records > 0 then variadic('HSET', K_JOBS, records) end
+  variadic('ZREM', K_RUNNING, expired)
+  local orphans = #expired - reclaimed - died
+  if reclaimed > 0 then redis.call('HINCRBY', K_STATS, 'reclaimed', reclaimed) end
+  if died > 0 then redis.call('HINCRBY', K_STATS, 'dead', died) end
+  if orphans > 0 then redis.call('HINCRBY', K_STATS, 'orphans', orphans) end
+  if #to_ready > 0 then redis.call('PUBLISH', K_READY, '') end
+end
+
+-- Promote: pool -> ready for due jobs, bounded by batch and max ready.
+local promoted, refused = 0, 0
+local room = max_ready - redis.call('ZCARD', K_READY)
+if room <= 0 then
+  refused = 1
+else
+  local n = batch
+  if room < n then n = room end
+  local due = redis.call('ZRANGE', K_POOL, '-inf', now, 'BYSCORE', 'LIMIT', 0, n, 'WITHSCORES')
+  if #due > 0 then
+    local ids, moves = {}, {}
+    for i = 1, #due, 2 do
+      ids[#ids + 1] = due[i]
+      moves[#moves + 1] = due[i + 1]
+      moves[#moves + 1] = due[i]
+    end
+    variadic('ZADD', K_READY, moves)
+    variadic('ZREM', K_POOL, ids)
+    promoted = #ids
+    redis.call('HINCRBY', K_STATS, 'promoted', promoted)
+    redis.call('PUBLISH', K_READY, '')
+    if promoted == n then more = 1 end
+  end
+end
+
+local next_due, next_lease = -1, -1
+local e = earliest(K_POOL)
+if e then next_due = math.max(0, e - now) end
+e = earliest(K_RUNNING)
+if e then next_lease = math.max(0, e - now) end
+return { promoted, reclaimed, died, refused, more, next_due, next_lease }

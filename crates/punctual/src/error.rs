@@ -1,0 +1,91 @@
+//! The library's one error type.
+
+use std::fmt;
+
+/// What went wrong, in classes a caller can act on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// Bad input (topic, id, payload, delay, option). Nothing was written.
+    InvalidInput,
+    /// Redis could not be reached, timed out, or refused the command (for
+    /// example OOM under `maxmemory`). The operation may be retried.
+    Redis,
+    /// Redis answered something punctual did not expect: a script of another
+    /// version, or keys written by something else.
+    Protocol,
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ErrorKind::InvalidInput => "invalid input",
+            ErrorKind::Redis => "redis",
+            ErrorKind::Protocol => "protocol",
+        })
+    }
+}
+
+/// An error from punctual.
+///
+/// ```
+/// let err = punctual::Job::new("x").id("").validate().unwrap_err();
+/// assert_eq!(err.kind(), punctual::ErrorKind::InvalidInput);
+/// assert!(!err.is_retryable());
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Bad input; the message says what was wrong and what to do.
+    #[error("{0}")]
+    Invalid(String),
+    /// A Redis error.
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    /// An unexpected reply.
+    #[error("unexpected reply from Redis to {op}: {detail}")]
+    Protocol {
+        /// The operation that got the reply.
+        op: &'static str,
+        /// What was wrong with it.
+        detail: String,
+    },
+}
+
+impl Error {
+    /// The class of this error.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Invalid(_) => ErrorKind::InvalidInput,
+            Error::Redis(_) => ErrorKind::Redis,
+            Error::Protocol { .. } => ErrorKind::Protocol,
+        }
+    }
+
+    /// Whether the same call may succeed later (Redis down, busy, OOM).
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Error::Redis(_))
+    }
+
+    pub(crate) fn invalid(msg: impl Into<String>) -> Self {
+        Error::Invalid(msg.into())
+    }
+
+    pub(crate) fn protocol(op: &'static str, detail: impl Into<String>) -> Self {
+        Error::Protocol {
+            op,
+            detail: detail.into(),
+        }
+    }
+
+    /// Turns a script's `PUNCTUAL_INVALID` reply into [`Error::Invalid`].
+    pub(crate) fn from_redis(err: redis::RedisError) -> Self {
+        if err.code() == Some("PUNCTUAL_INVALID") {
+            return Error::Invalid(err.detail().unwrap_or("invalid input").to_string());
+        }
+        Error::Redis(err)
+    }
+}
+
+/// The result type of punctual.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,355 @@
+//! What producers send and what readers get back.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::keys::validate_id;
+
+/// Ten years: a longer delay is refused as a mistake.
+pub const MAX_DELAY: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
+/// When a job is due.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum When {
+    /// Due as soon as it is enqueued.
+    #[default]
+    Now,
+    /// Due this long after Redis receives it (measured by Redis `TIME`).
+    Delay(Duration),
+    /// Due at this wall-clock time (compared with Redis `TIME`). A time in the
+    /// past means due now.
+    At(SystemTime),
+}
+
+impl When {
+    /// The script's encoding: `d<ms>` or `a<epoch ms>`.
+    pub(crate) fn encode(&self) -> Result<String> {
+        match *self {
+            When::Now => Ok("d0".into()),
+            When::Delay(d) => {
+                if d > MAX_DELAY {
+                    return Err(Error::invalid(format!(
+                        "invalid delay {}s: delays are at most ten years",
+                        d.as_secs()
+                    )));
+                }
+                Ok(format!("d{}", d.as_millis()))
+            }
+            When::At(t) => {
+                let ms = t.duration_since(UNIX_EPOCH).map_err(|_| {
+                    Error::invalid("invalid due time: before 1970; give a time after the epoch")
+                })?;
+                Ok(format!("a{}", ms.as_millis()))
+            }
+        }
+    }
+}
+
+/// A job to enqueue: a payload and options, built with chained calls.
+///
+/// ```
+/// use std::time::Duration;
+/// let job = punctual::Job::new(r#"{"order": 10086}"#)
+///     .id("order:10086")
+///     .delay(Duration::from_secs(30 * 60))
+///     .max_attempts(3);
+/// assert!(job.validate().is_ok());
+/// ```
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub(crate) payload: Vec<u8>,
+    pub(crate) when: When,
+    pub(crate) id: Option<String>,
+    pub(crate) max_attempts: Option<u32>,
+    pub(crate) backoff: Option<Vec<Duration>>,
+}
+
+impl Job {
+    /// A job with this payload, due now, with a generated id.
+    pub fn new(payload: impl Into<Vec<u8>>) -> Self {
+        Job {
+            payload: payload.into(),
+            when: When::Now,
+            id: None,
+            max_attempts: None,
+            backoff: None,
+        }
+    }
+
+    /// A job whose payload is `value` as JSON.
+    ///
+    /// ```
+    /// let job = punctual::Job::json(&serde_json::json!({"order": 1})).unwrap();
+    /// assert_eq!(job.payload(), br#"{"order":1}"#);
+    /// ```
+    pub fn json<T: Serialize + ?Sized>(value: &T) -> Result<Self> {
+        serde_json::to_vec(value)
+            .map(Job::new)
+            .map_err(|e| Error::invalid(format!("payload is not serializable as JSON: {e}")))
+    }
+
+    /// Due `delay` from now (Redis's now).
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.when = When::Delay(delay);
+        self
+    }
+
+    /// Due at `at`, compared with Redis's clock.
+    pub fn at(mut self, at: SystemTime) -> Self {
+        self.when = When::At(at);
+        self
+    }
+
+    /// Due as `when` says.
+    pub fn when(mut self, when: When) -> Self {
+        self.when = when;
+        self
+    }
+
+    /// Use this id instead of a generated one. While a job with this id is
+    /// live in the topic, enqueueing it again is a duplicate (or replaces it,
+    /// with [`crate::EnqueueOptions::replace`]).
+    pub fn id(mut self, id: impl Into<String>) -> Self {
+        self.id = Some(id.into());
+        self
+    }
+
+    /// How many deliveries before the job goes to dead (default: the topic's
+    /// setting, else 6).
+    pub fn max_attempts(mut self, n: u32) -> Self {
+        self.max_attempts = Some(n);
+        self
+    }
+
+    /// Delays before retries: the n-th failure waits `ladder[n-1]` (the last
+    /// step repeats). Default: the topic's ladder, else 0s, 5s, 30s, 2m, 10m, 30m.
+    pub fn backoff(mut self, ladder: Vec<Duration>) -> Self {
+        self.backoff = Some(ladder);
+        self
+    }
+
+    /// The payload.
+    pub fn payload(&self) -> &[u8] {
+        &self.payload
+    }
+
+    /// Checks everything that can be checked without Redis (the payload
+    /// limit is checked by [`crate::Queue`], which knows it).
+    pub fn validate(&self) -> Result<()> {
+        if let Some(id) = &self.id {
+            validate_id(id)?;
+        }
+        if self.max_attempts == Some(0) {
+            return Err(Error::invalid("max attempts must be at least 1"));
+        }
+        if let Some(ladder) = &self.backoff {
+            if let Some(step) = ladder.iter().find(|d| **d > MAX_DELAY) {
+                return Err(Error::invalid(format!(
+                    "invalid backoff step {}s: steps are at most ten years",
+                    step.as_secs()
+                )));
+            }
+        }
+        self.when.encode().map(drop)
+    }
+
+    pub(crate) fn backoff_arg(&self) -> String {
+        self.backoff
+            .as_ref()
+            .map(|l| {
+                l.iter()
+                    .map(|d| d.as_millis().to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// Options of one enqueue call.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct EnqueueOptions {
+    /// Replace a live job with the same id instead of reporting a duplicate.
+    pub replace: bool,
+}
+
+impl EnqueueOptions {
+    /// Replace live jobs with the same id.
+    ///
+    /// ```
+    /// assert!(punctual::EnqueueOptions::default().replace(true).replace);
+    /// ```
+    pub fn replace(mut self, yes: bool) -> Self {
+        self.replace = yes;
+        self
+    }
+}
+
+/// What enqueue did with one job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum EnqueueStatus {
+    /// Added.
+    Created,
+    /// A job with this id was live already; nothing changed.
+    Duplicate,
+    /// A live job with this id was replaced.
+    Replaced,
+}
+
+/// The result of enqueueing one job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Enqueued {
+    /// The job's id, given or generated.
+    pub id: String,
+    /// What happened.
+    pub status: EnqueueStatus,
+}
+
+impl Enqueued {
+    /// Whether the id was live already and nothing changed.
+    pub fn is_duplicate(&self) -> bool {
+        self.status == EnqueueStatus::Duplicate
+    }
+}
+
+/// Where a job is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum State {
+    /// Waiting for its due time.
+    Pool,
+    /// Due, waiting for a worker.
+    Ready,
+    /// Leased by a worker.
+    Running,
+    /// In the dead-letter set.
+    Dead,
+    /// A record in no set: a broken invariant that `check` reports.
+    Orphan,
+}
+
+impl State {
+    pub(crate) fn parse(s: &str) -> Option<State> {
+        Some(match s {
+            "pool" => State::Pool,
+            "ready" => State::Ready,
+            "running" => State::Running,
+            "dead" => State::Dead,
+            "orphan" => State::Orphan,
+            _ => return None,
+        })
+    }
+
+    /// The lowercase name.
+    ///
+    /// ```
+    /// assert_eq!(punctual::State::Pool.as_str(), "pool");
+    /// ```
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            State::Pool => "pool",
+            State::Ready => "ready",
+            State::Running => "running",
+            State::Dead => "dead",
+            State::Orphan => "orphan",
+        }
+    }
+}
+
+impl std::fmt::Display for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A job as stored, from [`crate::Queue::get`] or the dead list.
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
+pub struct JobInfo {
+    /// The id.
+    pub id: String,
+    /// Where it is.
+    pub state: State,
+    /// Deliveries so far (attempts count at claim time).
+    pub attempts: u32,
+    /// Deliveries allowed before dead.
+    pub max_attempts: u32,
+    /// Due time, epoch ms (Redis clock).
+    pub due_ms: i64,
+    /// Creation time, epoch ms (Redis clock).
+    pub created_ms: i64,
+    /// Lease deadline (running) or time of death (dead), epoch ms.
+    pub state_since_ms: Option<i64>,
+    /// The last error, if an attempt failed.
+    pub last_error: Option<String>,
+    /// The payload.
+    #[serde(serialize_with = "ser_payload")]
+    pub payload: Vec<u8>,
+    /// Redis's clock when this was read, epoch ms.
+    pub now_ms: i64,
+}
+
+fn ser_payload<S: serde::Serializer>(p: &[u8], s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_str(&String::from_utf8_lossy(p))
+}
+
+/// Sizes and counters of a topic.
+#[derive(Debug, Clone, Default, Serialize)]
+#[non_exhaustive]
+pub struct TopicStats {
+    /// The topic.
+    pub topic: String,
+    /// Jobs waiting for their due time.
+    pub pool: u64,
+    /// Due jobs waiting for a worker.
+    pub ready: u64,
+    /// Leased jobs.
+    pub running: u64,
+    /// Dead jobs.
+    pub dead: u64,
+    /// Whether workers are told not to claim.
+    pub paused: bool,
+    /// Milliseconds until the next due job, if any.
+    pub next_due_in_ms: Option<i64>,
+    /// Milliseconds the oldest ready job has waited, if any.
+    pub oldest_ready_ms: Option<i64>,
+    /// Counters since the topic began: enqueued, duplicates, claimed, done,
+    /// retried, dead, reclaimed, promoted, cancelled, replayed, purged, orphans.
+    pub counters: std::collections::BTreeMap<String, u64>,
+}
+
+/// One broken invariant found by [`crate::Queue::check`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Violation {
+    /// The topic.
+    pub topic: String,
+    /// The job id.
+    pub id: String,
+    /// What is wrong, e.g. `in pool,ready` or `no record (in running)`.
+    pub problem: String,
+}
+
+/// Which dead jobs to replay or purge.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum DeadSelector {
+    /// These ids.
+    Ids(Vec<String>),
+    /// The oldest n.
+    Oldest(usize),
+    /// All of them (purge only; replays all in batches).
+    All,
+}
+
+pub(crate) fn epoch_ms(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,110 @@
+//! Key names and the validation of names that go into them.
+
+use crate::error::{Error, Result};
+
+/// Longest topic name, in bytes.
+pub const MAX_TOPIC_LEN: usize = 100;
+/// Longest job id, in bytes.
+pub const MAX_ID_LEN: usize = 200;
+
+/// Checks a topic name: 1 to 100 bytes, no braces (they would break the hash
+/// tag), no `#` (reserved for partitions), no whitespace or control characters.
+///
+/// ```
+/// assert!(punctual::validate_topic("orders").is_ok());
+/// let err = punctual::validate_topic("a{b}").unwrap_err();
+/// assert_eq!(err.to_string(), r#"invalid topic "a{b}": topic names may not contain braces"#);
+/// ```
+pub fn validate_topic(topic: &str) -> Result<()> {
+    let bad = |why: &str| Err(Error::invalid(format!("invalid topic {topic:?}: {why}")));
+    if topic.is_empty() {
+        return bad("topic names may not be empty");
+    }
+    if topic.len() > MAX_TOPIC_LEN {
+        return bad(&format!("topic names are at most {MAX_TOPIC_LEN} bytes"));
+    }
+    if topic.contains(['{', '}']) {
+        return bad("topic names may not contain braces");
+    }
+    if topic.contains('#') {
+        return bad("'#' is reserved for partitions");
+    }
+    if topic.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return bad("topic names may not contain spaces or control characters");
+    }
+    Ok(())
+}
+
+/// Checks a job id: 1 to 200 bytes, no control characters.
+///
+/// ```
+/// assert!(punctual::validate_id("order:10086").is_ok());
+/// assert!(punctual::validate_id("").is_err());
+/// ```
+pub fn validate_id(id: &str) -> Result<()> {
+    if id.is_empty() {
+        return Err(Error::invalid(
+            "invalid id \"\": ids may not be empty (leave the id out to have one generated)",
+        ));
+    }
+    if id.len() > MAX_ID_LEN {
+        return Err(Error::invalid(format!(
+            "invalid id: {} bytes, ids are at most {MAX_ID_LEN} bytes",
+            id.len()
+        )));
+    }
+    if id.chars().any(char::is_control) {
+        return Err(Error::invalid(format!(
+            "invalid id {id:?}: ids may not contain control characters"
+        )));
+    }
+    Ok(())
+}
+
+/// The eight keys of one topic, in the order every script takes them.
+#[derive(Debug, Clone)]
+pub(crate) struct TopicKeys {
+    pub keys: [String; 8],
+}
+
+impl TopicKeys {
+    pub fn new(prefix: &str, topic: &str) -> Self {
+        let k = |name: &str| format!("{prefix}:{{{topic}}}:{name}");
+        TopicKeys {
+            keys: [
+                k("pool"),
+                k("ready"),
+                k("running"),
+                k("dead"),
+                k("jobs"),
+                k("meta"),
+                k("stats"),
+                k("seq"),
+            ],
+        }
+    }
+
+    pub fn pool(&self) -> &str {
+        &self.keys[0]
+    }
+    pub fn ready(&self) -> &str {
+        &self.keys[1]
+    }
+    pub fn running(&self) -> &str {
+        &self.keys[2]
+    }
+    pub fn dead(&self) -> &str {
+        &self.keys[3]
+    }
+    pub fn jobs(&self) -> &str {
+        &self.keys[4]
+    }
+    pub fn meta(&self) -> &str {
+        &self.keys[5]
+    }
+}
+
+/// The one global key: the set of known topics.
+pub(crate) fn topics_key(prefix: &str) -> String {
+    format!("{prefix}:topics")
+}

@@ -1,0 +1,27 @@
+//! punctual: a delay queue on Redis. Run each job at its due time, at least
+//! once, never early, and never lose one.
+//!
+//! - [`Queue`] enqueues, inspects and administers jobs.
+//! - [`Worker`] runs handlers for claimed jobs, extending their leases.
+//! - [`Scheduler`] promotes due jobs and reclaims expired leases.
+//!
+//! All state changes are Lua scripts that run atomically inside Redis and take
+//! every time from Redis `TIME`; see `docs/PROTOCOL.md`.
+
+mod error;
+mod job;
+mod keys;
+mod queue;
+mod reply;
+mod scripts;
+
+pub use error::{Error, ErrorKind, Result};
+pub use job::{
+    DeadSelector, EnqueueOptions, EnqueueStatus, Enqueued, Job, JobInfo, State, TopicStats,
+    Violation, When, MAX_DELAY,
+};
+pub use keys::{validate_id, validate_topic, MAX_ID_LEN, MAX_TOPIC_LEN};
+pub use queue::{
+    Delivery, Failed, Queue, QueueBuilder, Tick, DEFAULT_MAX_PAYLOAD, DEFAULT_PREFIX, MAX_BATCH,
+};
+pub use scripts::{script_names, script_source};

@@ -1,0 +1,828 @@
+//! `Queue`: the connection to Redis and every operation on topics.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::stream::{self, StreamExt, TryStreamExt};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Script, Value};
+
+use crate::error::{Error, Result};
+use crate::job::{
+    DeadSelector, EnqueueOptions, EnqueueStatus, Enqueued, Job, JobInfo, State, TopicStats,
+    Violation, When,
+};
+use crate::keys::{topics_key, validate_id, validate_topic, TopicKeys};
+use crate::reply::Reply;
+use crate::scripts::SCRIPTS;
+
+/// Default largest payload: 64 KiB.
+pub const DEFAULT_MAX_PAYLOAD: usize = 64 * 1024;
+/// Default key prefix.
+pub const DEFAULT_PREFIX: &str = "punctual";
+/// Most jobs one script call handles; larger batches are split.
+pub const MAX_BATCH: usize = 1000;
+
+/// Settings of a [`Queue`], built with [`Queue::builder`].
+#[derive(Debug, Clone)]
+pub struct QueueBuilder {
+    url: String,
+    prefix: String,
+    max_payload: usize,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+}
+
+impl QueueBuilder {
+    /// Key prefix (default `punctual`).
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Largest payload accepted, in bytes (default 64 KiB).
+    pub fn max_payload(mut self, bytes: usize) -> Self {
+        self.max_payload = bytes;
+        self
+    }
+
+    /// How long to wait for a TCP connection (default 2 s).
+    pub fn connect_timeout(mut self, t: Duration) -> Self {
+        self.connect_timeout = t;
+        self
+    }
+
+    /// How long to wait for a reply before the call fails (default 10 s).
+    pub fn response_timeout(mut self, t: Duration) -> Self {
+        self.response_timeout = t;
+        self
+    }
+
+    /// Connects. Fails if Redis does not answer.
+    pub async fn connect(self) -> Result<Queue> {
+        if self.prefix.is_empty() || self.prefix.contains(['{', '}']) {
+            return Err(Error::invalid(format!(
+                "invalid prefix {:?}: prefixes must be non-empty and may not contain braces",
+                self.prefix
+            )));
+        }
+        let client = redis::Client::open(self.url.as_str()).map_err(|e| {
+            Error::invalid(format!(
+                "invalid Redis URL {:?}: {e} (expected redis://[user:password@]host:port[/db] or rediss://...)",
+                redact(&self.url)
+            ))
+        })?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_response_timeout(Some(self.response_timeout))
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_secs(1));
+        let conn = ConnectionManager::new_with_config(client.clone(), config)
+            .await
+            .map_err(Error::Redis)?;
+        Ok(Queue {
+            inner: Arc::new(Inner {
+                conn,
+                client,
+                url: self.url,
+                prefix: self.prefix,
+                max_payload: self.max_payload,
+                registered: Mutex::new(HashSet::new()),
+            }),
+        })
+    }
+}
+
+/// Removes a password from a URL before it is printed.
+pub(crate) fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let auth = &url[s + 3..at];
+            match auth.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..s + 3], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
+/// A handle on punctual's data in one Redis. Cheap to clone; clones share
+/// one multiplexed connection that reconnects by itself.
+///
+/// ```no_run
+/// # async fn demo() -> punctual::Result<()> {
+/// use std::time::Duration;
+/// let queue = punctual::Queue::connect("redis://127.0.0.1:6379").await?;
+/// let job = punctual::Job::new("close order 10086").delay(Duration::from_secs(1800));
+/// let enqueued = queue.enqueue("orders", job).await?;
+/// println!("{} {:?}", enqueued.id, enqueued.status);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Queue {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    conn: ConnectionManager,
+    client: redis::Client,
+    url: String,
+    prefix: String,
+    max_payload: usize,
+    registered: Mutex<HashSet<String>>,
+}
+
+impl std::fmt::Debug for Queue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Queue")
+            .field("url", &redact(&self.inner.url))
+            .field("prefix", &self.inner.prefix)
+            .finish()
+    }
+}
+
+/// A job handed out by [`Queue::claim`]: leased to the caller until its lease
+/// deadline, which [`Queue::extend`] pushes back. Ack or fail it with its
+/// `token`; a stale token (the lease expired and the job was re-delivered)
+/// is refused.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Delivery {
+    /// The topic.
+    pub topic: String,
+    /// The job id.
+    pub id: String,
+    /// The lease token (fencing): unique per claim within the topic.
+    pub token: i64,
+    /// Which delivery this is: 1 on the first.
+    pub attempt: u32,
+    /// Deliveries allowed before the job goes to dead.
+    pub max_attempts: u32,
+    /// When the job was due, epoch ms (Redis clock).
+    pub due_ms: i64,
+    /// When the job was created, epoch ms (Redis clock).
+    pub created_ms: i64,
+    /// The payload.
+    pub payload: Vec<u8>,
+}
+
+impl Delivery {
+    /// The payload parsed as JSON.
+    pub fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T> {
+        serde_json::from_slice(&self.payload)
+            .map_err(|e| Error::invalid(format!("payload of job {:?} is not the expected JSON: {e}", self.id)))
+    }
+}
+
+/// What one scheduler tick did ([`Queue::tick`]).
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct Tick {
+    /// Jobs moved from pool to ready.
+    pub promoted: u64,
+    /// Expired leases moved back to pool (or ready) for another attempt.
+    pub reclaimed: u64,
+    /// Expired leases whose attempts were used up, moved to dead.
+    pub dead: u64,
+    /// Promotion was refused because ready holds `max_ready` jobs.
+    pub refused: bool,
+    /// A batch limit was hit: tick again now.
+    pub more: bool,
+    /// Time until the next due job in pool, by Redis's clock.
+    pub next_due: Option<Duration>,
+    /// Time until the next lease deadline, by Redis's clock.
+    pub next_lease: Option<Duration>,
+}
+
+/// What [`Queue::fail`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Failed {
+    /// Back in pool (or ready), to be retried.
+    Retry,
+    /// Moved to dead: permanent failure or attempts used up.
+    Dead,
+    /// Refused: the lease is no longer this caller's.
+    Stale,
+}
+
+impl Queue {
+    /// Settings for a connection to `url` (`redis://`, `rediss://`, with
+    /// `user:password@` when needed).
+    pub fn builder(url: impl Into<String>) -> QueueBuilder {
+        QueueBuilder {
+            url: url.into(),
+            prefix: DEFAULT_PREFIX.into(),
+            max_payload: DEFAULT_MAX_PAYLOAD,
+            connect_timeout: Duration::from_secs(2),
+            response_timeout: Duration::from_secs(10),
+        }
+    }
+
+    /// Connects with default settings.
+    pub async fn connect(url: impl Into<String>) -> Result<Queue> {
+        Queue::builder(url).connect().await
+    }
+
+    /// The key prefix.
+    pub fn prefix(&self) -> &str {
+        &self.inner.prefix
+    }
+
+    /// The largest payload accepted, in bytes.
+    pub fn max_payload(&self) -> usize {
+        self.inner.max_payload
+    }
+
+    /// The Redis URL with any password hidden.
+    pub fn url_redacted(&self) -> String {
+        redact(&self.inner.url)
+    }
+
+    pub(crate) fn client(&self) -> &redis::Client {
+        &self.inner.client
+    }
+
+    pub(crate) fn keys(&self, topic: &str) -> TopicKeys {
+        TopicKeys::new(&self.inner.prefix, topic)
+    }
+
+    /// Runs a script of one topic; `args` fills ARGV.
+    async fn run(
+        &self,
+        script: &Script,
+        topic: &str,
+        args: impl FnOnce(&mut redis::ScriptInvocation<'_>),
+    ) -> Result<Value> {
+        let keys = self.keys(topic);
+        let mut inv = script.prepare_invoke();
+        for k in &keys.keys {
+            inv.key(k);
+        }
+        args(&mut inv);
+        let mut conn = self.inner.conn.clone();
+        inv.invoke_async(&mut conn).await.map_err(Error::from_redis)
+    }
+
+    /// Runs a plain command.
+    pub(crate) async fn cmd<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
+        let mut conn = self.inner.conn.clone();
+        cmd.query_async(&mut conn).await.map_err(Error::Redis)
+    }
+
+    /// Adds the topic to the set of known topics, once per process.
+    async fn register(&self, topic: &str) -> Result<()> {
+        if self.inner.registered.lock().unwrap().contains(topic) {
+            return Ok(());
+        }
+        let key = topics_key(&self.inner.prefix);
+        self.cmd::<i64>(redis::cmd("SADD").arg(&key).arg(topic))
+            .await?;
+        self.inner
+            .registered
+            .lock()
+            .unwrap()
+            .insert(topic.to_string());
+        Ok(())
+    }
+
+    /// Enqueues one job.
+    pub async fn enqueue(&self, topic: &str, job: Job) -> Result<Enqueued> {
+        let mut out = self
+            .enqueue_with(topic, vec![job], &EnqueueOptions::default())
+            .await?;
+        Ok(out.remove(0))
+    }
+
+    /// Enqueues a batch: one script call per 1,000 jobs, pipelined. Every job
+    /// is validated before anything is written.
+    pub async fn enqueue_batch(&self, topic: &str, jobs: Vec<Job>) -> Result<Vec<Enqueued>> {
+        self.enqueue_with(topic, jobs, &EnqueueOptions::default())
+            .await
+    }
+
+    /// Enqueues a batch with options (e.g. replace live ids).
+    pub async fn enqueue_with(
+        &self,
+        topic: &str,
+        jobs: Vec<Job>,
+        opts: &EnqueueOptions,
+    ) -> Result<Vec<Enqueued>> {
+        validate_topic(topic)?;
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut encoded = Vec::with_capacity(jobs.len());
+        for (i, job) in jobs.iter().enumerate() {
+            let which = || {
+                if jobs.len() == 1 {
+                    String::new()
+                } else {
+                    format!("job {}: ", i + 1)
+                }
+            };
+            job.validate()
+                .map_err(|e| Error::invalid(format!("{}{e}", which())))?;
+            if job.payload.len() > self.inner.max_payload {
+                return Err(Error::invalid(format!(
+                    "{}payload is {} bytes, over the {}-byte limit (raise max_payload or store the data elsewhere and enqueue a reference)",
+                    which(),
+                    job.payload.len(),
+                    self.inner.max_payload
+                )));
+            }
+            encoded.push(job.when.encode()?);
+        }
+        self.register(topic).await?;
+        let replace = if opts.replace { "1" } else { "0" };
+        let chunks: Vec<(usize, usize)> = (0..jobs.len())
+            .step_by(MAX_BATCH)
+            .map(|s| (s, (s + MAX_BATCH).min(jobs.len())))
+            .collect();
+        let results: Vec<Vec<Enqueued>> = stream::iter(chunks)
+            .map(|(s, e)| {
+                let jobs = &jobs[s..e];
+                let encoded = &encoded[s..e];
+                async move {
+                    let v = self
+                        .run(&SCRIPTS.enqueue, topic, |inv| {
+                            inv.arg(self.inner.max_payload).arg(replace).arg(jobs.len());
+                            for (job, when) in jobs.iter().zip(encoded) {
+                                inv.arg(job.id.as_deref().unwrap_or(""))
+                                    .arg(&job.payload[..])
+                                    .arg(when)
+                                    .arg(job.max_attempts.map(|m| m.to_string()).unwrap_or_default())
+                                    .arg(job.backoff_arg());
+                            }
+                        })
+                        .await?;
+                    let mut r = Reply::new("enqueue", v)?;
+                    let mut out = Vec::with_capacity(jobs.len());
+                    while !r.is_empty() {
+                        let id = r.string()?;
+                        let status = match r.int()? {
+                            0 => EnqueueStatus::Duplicate,
+                            2 => EnqueueStatus::Replaced,
+                            _ => EnqueueStatus::Created,
+                        };
+                        out.push(Enqueued { id, status });
+                    }
+                    Ok::<_, Error>(out)
+                }
+            })
+            .buffered(8)
+            .try_collect()
+            .await?;
+        Ok(results.into_iter().flatten().collect())
+    }
+
+    /// One job by id, or `None` when no such job is live.
+    pub async fn get(&self, topic: &str, id: &str) -> Result<Option<JobInfo>> {
+        validate_topic(topic)?;
+        validate_id(id)?;
+        let v = self.run(&SCRIPTS.get, topic, |inv| {
+            inv.arg(id);
+        })
+        .await?;
+        if v == Value::Nil {
+            return Ok(None);
+        }
+        let mut r = Reply::new("get", v)?;
+        let state_name = r.string()?;
+        let state = State::parse(&state_name)
+            .ok_or_else(|| Error::protocol("get", format!("unknown state {state_name:?}")))?;
+        let score = r.int()?;
+        let attempts = r.int()? as u32;
+        let max_attempts = r.int()? as u32;
+        let _token = r.int()?;
+        let due_ms = r.int()?;
+        let created_ms = r.int()?;
+        let _backoff = r.string()?;
+        let err = r.string()?;
+        let payload = r.bytes()?;
+        let now_ms = r.int()?;
+        Ok(Some(JobInfo {
+            id: id.to_string(),
+            state,
+            attempts,
+            max_attempts,
+            due_ms,
+            created_ms,
+            state_since_ms: matches!(state, State::Running | State::Dead).then_some(score),
+            last_error: (!err.is_empty()).then_some(err),
+            payload,
+            now_ms,
+        }))
+    }
+
+    /// Cancels a job in any state. Returns the state it was in, or `None`
+    /// when no such job was live.
+    pub async fn cancel(&self, topic: &str, id: &str) -> Result<Option<State>> {
+        validate_topic(topic)?;
+        validate_id(id)?;
+        let v = self.run(&SCRIPTS.cancel, topic, |inv| {
+            inv.arg(id);
+        })
+        .await?;
+        match v {
+            Value::Nil => Ok(None),
+            v => {
+                let s: String = redis::from_redis_value(v)
+                    .map_err(|e| Error::protocol("cancel", e.to_string()))?;
+                Ok(State::parse(&s))
+            }
+        }
+    }
+
+    /// Gives a waiting job (pool or ready) a new due time. Returns the state
+    /// it was in; a running or dead job is left alone and its state returned
+    /// (replay a dead job instead); `None` when no such job is live.
+    pub async fn reschedule(&self, topic: &str, id: &str, when: When) -> Result<Option<State>> {
+        validate_topic(topic)?;
+        validate_id(id)?;
+        let when = when.encode()?;
+        let v = self.run(&SCRIPTS.reschedule, topic, |inv| {
+            inv.arg(id).arg(&when);
+        })
+        .await?;
+        if v == Value::Nil {
+            return Ok(None);
+        }
+        let mut r = Reply::new("reschedule", v)?;
+        let s = r.string()?;
+        Ok(State::parse(&s))
+    }
+
+    /// Sizes and counters of a topic.
+    pub async fn stats(&self, topic: &str) -> Result<TopicStats> {
+        validate_topic(topic)?;
+        let v = self.run(&SCRIPTS.stats, topic, |_| {}).await?;
+        let mut r = Reply::new("stats", v)?;
+        let (pool, ready, running, dead) = (r.int()?, r.int()?, r.int()?, r.int()?);
+        let paused = r.int()? == 1;
+        let next = r.int()?;
+        let oldest = r.int()?;
+        let mut c = r.array()?;
+        let mut counters = BTreeMap::new();
+        while !c.is_empty() {
+            let name = c.string()?;
+            counters.insert(name, c.int()?.max(0) as u64);
+        }
+        Ok(TopicStats {
+            topic: topic.to_string(),
+            pool: pool as u64,
+            ready: ready as u64,
+            running: running as u64,
+            dead: dead as u64,
+            paused,
+            next_due_in_ms: (next >= 0).then_some(next),
+            oldest_ready_ms: (oldest >= 0).then_some(oldest),
+            counters,
+        })
+    }
+
+    /// The known topics (every topic that was ever enqueued to), sorted.
+    pub async fn topics(&self) -> Result<Vec<String>> {
+        let mut t: Vec<String> = self
+            .cmd(redis::cmd("SMEMBERS").arg(topics_key(&self.inner.prefix)))
+            .await?;
+        t.sort();
+        Ok(t)
+    }
+
+    /// A page of dead jobs, most recent death first.
+    pub async fn dead_list(&self, topic: &str, offset: usize, count: usize) -> Result<Vec<JobInfo>> {
+        validate_topic(topic)?;
+        if count == 0 || count > MAX_BATCH {
+            return Err(Error::invalid("dead list pages hold 1 to 1000 jobs"));
+        }
+        let v = self.run(&SCRIPTS.dead_list, topic, |inv| {
+            inv.arg(offset).arg(count);
+        })
+        .await?;
+        let mut r = Reply::new("dead_list", v)?;
+        let mut out = Vec::new();
+        while !r.is_empty() {
+            let id = r.string()?;
+            let died = r.int()?;
+            let attempts = r.int()? as u32;
+            let created_ms = r.int()?;
+            let err = r.string()?;
+            let payload = r.bytes()?;
+            out.push(JobInfo {
+                id,
+                state: State::Dead,
+                attempts,
+                max_attempts: 0,
+                due_ms: died,
+                created_ms,
+                state_since_ms: Some(died),
+                last_error: (!err.is_empty()).then_some(err),
+                payload,
+                now_ms: 0,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Moves dead jobs back to ready, due now, attempts reset. Returns the
+    /// ids replayed.
+    pub async fn dead_replay(&self, topic: &str, which: DeadSelector) -> Result<Vec<String>> {
+        self.dead_op(&SCRIPTS.dead_replay, "dead_replay", topic, which, |v| {
+            let ids: Vec<String> = redis::from_redis_value(v)
+                .map_err(|e| Error::protocol("dead_replay", e.to_string()))?;
+            Ok((ids.len(), ids))
+        })
+        .await
+        .map(|(_, ids)| ids)
+    }
+
+    /// Deletes dead jobs. Returns how many.
+    pub async fn dead_purge(&self, topic: &str, which: DeadSelector) -> Result<usize> {
+        self.dead_op(&SCRIPTS.dead_purge, "dead_purge", topic, which, |v| {
+            let n: i64 = redis::from_redis_value(v)
+                .map_err(|e| Error::protocol("dead_purge", e.to_string()))?;
+            Ok((n as usize, Vec::new()))
+        })
+        .await
+        .map(|(n, _)| n)
+    }
+
+    async fn dead_op(
+        &self,
+        script: &Script,
+        op: &'static str,
+        topic: &str,
+        which: DeadSelector,
+        read: impl Fn(Value) -> Result<(usize, Vec<String>)>,
+    ) -> Result<(usize, Vec<String>)> {
+        validate_topic(topic)?;
+        let (mut total, mut all) = (0, Vec::new());
+        match which {
+            DeadSelector::Ids(ids) => {
+                for id in &ids {
+                    validate_id(id)?;
+                }
+                for chunk in ids.chunks(MAX_BATCH) {
+                    let v = self
+                        .run(script, topic, |inv| {
+                            inv.arg("ids").arg(chunk);
+                        })
+                        .await?;
+                    let (n, ids) = read(v)?;
+                    total += n;
+                    all.extend(ids);
+                }
+            }
+            DeadSelector::Oldest(_) | DeadSelector::All => {
+                let mut left = match which {
+                    DeadSelector::Oldest(n) => n,
+                    _ => usize::MAX,
+                };
+                while left > 0 {
+                    let n = left.min(MAX_BATCH);
+                    let v = self
+                        .run(script, topic, |inv| {
+                            inv.arg("oldest").arg(n);
+                        })
+                        .await?;
+                    let (done, ids) = read(v)?;
+                    total += done;
+                    all.extend(ids);
+                    if done == 0 {
+                        break;
+                    }
+                    left = left.saturating_sub(done);
+                }
+            }
+        }
+        let _ = op;
+        Ok((total, all))
+    }
+
+    /// Verifies the one-state invariant on a live topic: every job id is in
+    /// exactly one of pool, ready, running, dead, and has a record exactly
+    /// then. Scans in pages; each page is checked atomically, so jobs moving
+    /// meanwhile are never reported falsely.
+    pub async fn check(&self, topic: &str) -> Result<Vec<Violation>> {
+        validate_topic(topic)?;
+        let keys = self.keys(topic);
+        let mut found: BTreeMap<String, String> = BTreeMap::new();
+        let scans = [
+            ("HSCAN", keys.jobs().to_string()),
+            ("ZSCAN", keys.pool().to_string()),
+            ("ZSCAN", keys.ready().to_string()),
+            ("ZSCAN", keys.running().to_string()),
+            ("ZSCAN", keys.dead().to_string()),
+        ];
+        for (scan, key) in &scans {
+            let mut cursor: u64 = 0;
+            loop {
+                let (next, items): (u64, Vec<Vec<u8>>) = self
+                    .cmd(redis::cmd(scan).arg(key).arg(cursor).arg("COUNT").arg(500))
+                    .await?;
+                // Both scans return member, value pairs: keep the members.
+                let ids: Vec<&[u8]> = items.iter().step_by(2).map(|v| &v[..]).collect();
+                for page in ids.chunks(MAX_BATCH) {
+                    let v = self
+                        .run(&SCRIPTS.check, topic, |inv| {
+                            inv.arg(page);
+                        })
+                        .await?;
+                    let mut r = Reply::new("check", v)?;
+                    while !r.is_empty() {
+                        let id = r.string()?;
+                        let problem = r.string()?;
+                        found.insert(id, problem);
+                    }
+                }
+                cursor = next;
+                if cursor == 0 {
+                    break;
+                }
+            }
+        }
+        Ok(found
+            .into_iter()
+            .map(|(id, problem)| Violation {
+                topic: topic.to_string(),
+                id,
+                problem,
+            })
+            .collect())
+    }
+
+    /// Stops workers from claiming jobs of this topic (jobs still become due).
+    pub async fn pause(&self, topic: &str) -> Result<()> {
+        validate_topic(topic)?;
+        let keys = self.keys(topic);
+        self.cmd::<i64>(redis::cmd("HSET").arg(keys.meta()).arg("paused").arg("1"))
+            .await?;
+        Ok(())
+    }
+
+    /// Lets workers claim from this topic again, and wakes them.
+    pub async fn resume(&self, topic: &str) -> Result<()> {
+        validate_topic(topic)?;
+        let keys = self.keys(topic);
+        self.cmd::<i64>(redis::cmd("HDEL").arg(keys.meta()).arg("paused"))
+            .await?;
+        self.cmd::<i64>(redis::cmd("PUBLISH").arg(keys.ready()).arg(""))
+            .await?;
+        Ok(())
+    }
+
+    /// Stores a topic's defaults in Redis (its `meta` hash), where every
+    /// script reads them: max attempts and the backoff ladder for jobs that
+    /// do not carry their own. `None` restores the built-in default.
+    pub async fn set_topic_defaults(
+        &self,
+        topic: &str,
+        max_attempts: Option<u32>,
+        backoff: Option<&[Duration]>,
+    ) -> Result<()> {
+        validate_topic(topic)?;
+        if max_attempts == Some(0) {
+            return Err(Error::invalid("max attempts must be at least 1"));
+        }
+        let keys = self.keys(topic);
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        match max_attempts {
+            Some(m) => pipe.cmd("HSET").arg(keys.meta()).arg("max_attempts").arg(m),
+            None => pipe.cmd("HDEL").arg(keys.meta()).arg("max_attempts"),
+        };
+        match backoff {
+            Some(l) if !l.is_empty() => {
+                let s = l
+                    .iter()
+                    .map(|d| d.as_millis().to_string())
+                    .collect::<Vec<_>>()
+                    .join(",");
+                pipe.cmd("HSET").arg(keys.meta()).arg("backoff").arg(s)
+            }
+            _ => pipe.cmd("HDEL").arg(keys.meta()).arg("backoff"),
+        };
+        pipe.cmd("SADD").arg(topics_key(&self.inner.prefix)).arg(topic);
+        let mut conn = self.inner.conn.clone();
+        pipe.query_async::<()>(&mut conn)
+            .await
+            .map_err(Error::Redis)?;
+        Ok(())
+    }
+
+    // ---- the runtime's operations -------------------------------------
+
+    /// Pops up to `k` ready jobs and leases them for `lease`, counting the
+    /// attempt. Most callers use [`crate::Worker`] instead.
+    pub async fn claim(&self, topic: &str, k: usize, lease: Duration) -> Result<Vec<Delivery>> {
+        let v = self.run(&SCRIPTS.claim, topic, |inv| {
+            inv.arg(k.clamp(1, MAX_BATCH)).arg(lease.as_millis().max(1) as u64);
+        })
+        .await?;
+        let mut r = Reply::new("claim", v)?;
+        let mut out = Vec::with_capacity(r.len() / 7);
+        while !r.is_empty() {
+            out.push(Delivery {
+                topic: topic.to_string(),
+                id: r.string()?,
+                token: r.int()?,
+                attempt: r.int()? as u32,
+                max_attempts: r.int()? as u32,
+                due_ms: r.int()?,
+                created_ms: r.int()?,
+                payload: r.bytes()?,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Acks (id, token) pairs: the jobs are done and deleted. Returns one
+    /// flag per pair: acked, or refused because the lease is no longer held.
+    pub async fn ack(&self, topic: &str, done: &[(String, i64)]) -> Result<Vec<bool>> {
+        let mut flags = Vec::with_capacity(done.len());
+        for chunk in done.chunks(MAX_BATCH) {
+            let v = self.run(&SCRIPTS.ack, topic, |inv| {
+                for (id, token) in chunk {
+                    inv.arg(id).arg(token);
+                }
+            })
+            .await?;
+            let f: Vec<i64> = redis::from_redis_value(v)
+                .map_err(|e| Error::protocol("ack", e.to_string()))?;
+            flags.extend(f.into_iter().map(|x| x == 1));
+        }
+        Ok(flags)
+    }
+
+    /// Fails an attempt: retry after `retry_after` (or the backoff ladder),
+    /// or dead when `permanent` or the attempts are used up. Fenced by `token`.
+    pub async fn fail(
+        &self,
+        topic: &str,
+        id: &str,
+        token: i64,
+        error: &str,
+        retry_after: Option<Duration>,
+        permanent: bool,
+    ) -> Result<Failed> {
+        let v = self.run(&SCRIPTS.fail, topic, |inv| {
+            inv.arg(id)
+                .arg(token)
+                .arg(error)
+                .arg(retry_after.map(|d| d.as_millis().to_string()).unwrap_or_default())
+                .arg(if permanent { "1" } else { "0" });
+        })
+        .await?;
+        let mut r = Reply::new("fail", v)?;
+        Ok(match r.string()?.as_str() {
+            "retry" => Failed::Retry,
+            "dead" => Failed::Dead,
+            _ => Failed::Stale,
+        })
+    }
+
+    /// Extends leases to now + `lease`; returns one flag per pair: extended,
+    /// or lost (stop working on that job: it was reclaimed or cancelled).
+    pub async fn extend(&self, topic: &str, held: &[(String, i64)], lease: Duration) -> Result<Vec<bool>> {
+        let mut flags = Vec::with_capacity(held.len());
+        for chunk in held.chunks(MAX_BATCH) {
+            let v = self.run(&SCRIPTS.extend, topic, |inv| {
+                inv.arg(lease.as_millis().max(1) as u64);
+                for (id, token) in chunk {
+                    inv.arg(id).arg(token);
+                }
+            })
+            .await?;
+            let f: Vec<i64> = redis::from_redis_value(v)
+                .map_err(|e| Error::protocol("extend", e.to_string()))?;
+            flags.extend(f.into_iter().map(|x| x == 1));
+        }
+        Ok(flags)
+    }
+
+    /// One scheduler step: reclaim expired leases, then promote due jobs, at
+    /// most a batch of each. Most callers use [`crate::Scheduler`] instead.
+    pub async fn tick(&self, topic: &str, batch: usize, max_ready: usize, reclaim_batch: usize) -> Result<Tick> {
+        let v = self.run(&SCRIPTS.tick, topic, |inv| {
+            inv.arg(batch.clamp(1, MAX_BATCH))
+                .arg(max_ready.max(1))
+                .arg(reclaim_batch.clamp(1, MAX_BATCH));
+        })
+        .await?;
+        let mut r = Reply::new("tick", v)?;
+        let ms = |v: i64| (v >= 0).then(|| Duration::from_millis(v as u64));
+        Ok(Tick {
+            promoted: r.int()? as u64,
+            reclaimed: r.int()? as u64,
+            dead: r.int()? as u64,
+            refused: r.int()? == 1,
+            more: r.int()? == 1,
+            next_due: ms(r.int()?),
+            next_lease: ms(r.int()?),
+        })
+    }
+
+}
