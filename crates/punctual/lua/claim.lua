@@ -3,9 +3,9 @@
 -- that dies after the claim leaves a lease to reclaim, never a lost job.
 -- Counts the attempt now (attempts count at claim time).
 -- KEYS: the eight topic keys. ARGV[1] k (1..1000), ARGV[2] lease in ms.
--- Returns a flat array, seven entries per job:
---   id, token, attempt, max attempts, due ms, created ms, payload
--- and nothing when the topic is paused or ready is empty. A ready id whose
+-- Returns a flat array: the server time of the claim in microseconds, then
+-- seven entries per job: id, token, attempt, max attempts, due ms, created ms,
+-- payload. An empty array when the topic is paused or ready is empty. A ready id whose
 -- record vanished (eviction, restore) is dropped and counted as "orphans"; one
 -- whose record cannot be read is moved to dead.
 
@@ -19,7 +19,9 @@ if redis.call('HGET', K_META, 'paused') == '1' then return {} end
 local popped = redis.call('ZPOPMIN', K_READY, k)
 if #popped == 0 then return {} end
 
-local now = now_ms()
+local t = redis.call('TIME')
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = math.floor(now_us / 1000)
 local deadline = now + lease
 local ids = {}
 for i = 1, #popped, 2 do ids[#ids + 1] = popped[i] end
@@ -27,7 +29,7 @@ local recs = redis.call('HMGET', K_JOBS, unpack(ids))
 local topic_max = topic_defaults()
 local first = redis.call('INCRBY', K_SEQ, #ids) - #ids
 
-local out, records, leases = {}, {}, {}
+local out, records, leases = { now_us }, {}, {}
 local orphans = 0
 for i, id in ipairs(ids) do
   local r = decode(recs[i])

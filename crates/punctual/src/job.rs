@@ -347,9 +347,3 @@ pub enum DeadSelector {
     /// All of them (purge only; replays all in batches).
     All,
 }
-
-pub(crate) fn epoch_ms(t: SystemTime) -> i64 {
-    t.duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}

@@ -13,7 +13,10 @@ mod job;
 mod keys;
 mod queue;
 mod reply;
+mod scheduler;
 mod scripts;
+mod wake;
+mod worker;
 
 pub use error::{Error, ErrorKind, Result};
 pub use job::{
@@ -24,4 +27,6 @@ pub use keys::{validate_id, validate_topic, MAX_ID_LEN, MAX_TOPIC_LEN};
 pub use queue::{
     Delivery, Failed, Queue, QueueBuilder, Tick, DEFAULT_MAX_PAYLOAD, DEFAULT_PREFIX, MAX_BATCH,
 };
+pub use scheduler::{Scheduler, SchedulerConfig};
 pub use scripts::{script_names, script_source};
+pub use worker::{Outcome, Worker, WorkerConfig};

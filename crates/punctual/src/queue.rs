@@ -166,9 +166,21 @@ pub struct Delivery {
     pub created_ms: i64,
     /// The payload.
     pub payload: Vec<u8>,
+    /// Redis's clock at the claim, epoch microseconds: the job started no
+    /// earlier than this, and this is never before `due_ms`.
+    pub claimed_us: i64,
+    /// When the claim's reply arrived, on this process's monotonic clock.
+    pub received: std::time::Instant,
 }
 
 impl Delivery {
+    /// How late the job is now: time since its due time, measured on Redis's
+    /// clock at the claim plus the local time since (no cross-host skew).
+    pub fn lateness(&self) -> Duration {
+        let at_claim = (self.claimed_us - self.due_ms * 1000).max(0) as u64;
+        Duration::from_micros(at_claim) + self.received.elapsed()
+    }
+
     /// The payload parsed as JSON.
     pub fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T> {
         serde_json::from_slice(&self.payload)
@@ -722,7 +734,12 @@ impl Queue {
             inv.arg(k.clamp(1, MAX_BATCH)).arg(lease.as_millis().max(1) as u64);
         })
         .await?;
+        let received = std::time::Instant::now();
         let mut r = Reply::new("claim", v)?;
+        if r.is_empty() {
+            return Ok(Vec::new());
+        }
+        let claimed_us = r.int()?;
         let mut out = Vec::with_capacity(r.len() / 7);
         while !r.is_empty() {
             out.push(Delivery {
@@ -734,6 +751,8 @@ impl Queue {
                 due_ms: r.int()?,
                 created_ms: r.int()?,
                 payload: r.bytes()?,
+                claimed_us,
+                received,
             });
         }
         Ok(out)

@@ -1,0 +1,191 @@
+//! The scheduler: per topic, promote due jobs and reclaim expired leases,
+//! sleeping until the next due time or lease deadline, woken early when an
+//! earlier job arrives. Any number may run at once: each tick is one atomic
+//! script, so two schedulers never move a job twice.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{Error, Result};
+use crate::keys::validate_topic;
+use crate::queue::{Queue, MAX_BATCH};
+
+/// Settings of a [`Scheduler`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct SchedulerConfig {
+    /// Most jobs promoted per tick (default 200, at most 1,000).
+    pub promote_batch: usize,
+    /// Most expired leases reclaimed per tick (default 200, at most 1,000).
+    pub reclaim_batch: usize,
+    /// Promotion pauses while ready holds this many jobs (default 100,000).
+    pub max_ready: usize,
+    /// Longest sleep between ticks when nothing is due (default 10 s): a
+    /// safety net, since wake-ups cover new jobs.
+    pub max_sleep: Duration,
+    /// Sleep after a refused promotion (ready full) (default 50 ms).
+    pub refused_backoff: Duration,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig {
+            promote_batch: 200,
+            reclaim_batch: 200,
+            max_ready: 100_000,
+            max_sleep: Duration::from_secs(10),
+            refused_backoff: Duration::from_millis(50),
+        }
+    }
+}
+
+impl SchedulerConfig {
+    /// Promote batch.
+    pub fn promote_batch(mut self, n: usize) -> Self {
+        self.promote_batch = n;
+        self
+    }
+    /// Reclaim batch.
+    pub fn reclaim_batch(mut self, n: usize) -> Self {
+        self.reclaim_batch = n;
+        self
+    }
+    /// Ready backlog limit.
+    pub fn max_ready(mut self, n: usize) -> Self {
+        self.max_ready = n;
+        self
+    }
+    /// Longest idle sleep.
+    pub fn max_sleep(mut self, d: Duration) -> Self {
+        self.max_sleep = d;
+        self
+    }
+}
+
+/// Promotes and reclaims for a set of topics.
+///
+/// ```no_run
+/// # async fn demo() -> punctual::Result<()> {
+/// let queue = punctual::Queue::connect("redis://127.0.0.1:6379").await?;
+/// punctual::Scheduler::new(queue, punctual::SchedulerConfig::default())
+///     .topic("orders")
+///     .run(async { tokio::signal::ctrl_c().await.ok(); })
+///     .await
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct Scheduler {
+    queue: Queue,
+    config: SchedulerConfig,
+    topics: Vec<String>,
+}
+
+impl Scheduler {
+    /// A scheduler for no topics yet.
+    pub fn new(queue: Queue, config: SchedulerConfig) -> Self {
+        Scheduler {
+            queue,
+            config,
+            topics: Vec::new(),
+        }
+    }
+
+    /// Adds a topic.
+    pub fn topic(mut self, topic: impl Into<String>) -> Self {
+        self.topics.push(topic.into());
+        self
+    }
+
+    /// Runs until `shutdown` completes.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<()> {
+        if self.topics.is_empty() {
+            return Err(Error::invalid("a scheduler needs at least one topic"));
+        }
+        for t in &self.topics {
+            validate_topic(t)?;
+        }
+        if self.config.promote_batch == 0 || self.config.promote_batch > MAX_BATCH {
+            return Err(Error::invalid("the promote batch must be 1 to 1000"));
+        }
+        if self.config.reclaim_batch == 0 || self.config.reclaim_batch > MAX_BATCH {
+            return Err(Error::invalid("the reclaim batch must be 1 to 1000"));
+        }
+        let stop = CancellationToken::new();
+        let mut channels = HashMap::new();
+        let mut tasks = Vec::new();
+        for topic in self.topics {
+            let notify = Arc::new(Notify::new());
+            channels.insert(self.queue.keys(&topic).pool().to_string(), notify.clone());
+            tasks.push(tokio::spawn(run_topic(
+                self.queue.clone(),
+                self.config.clone(),
+                topic,
+                notify,
+                stop.clone(),
+            )));
+        }
+        let listener = crate::wake::listen(self.queue.client().clone(), channels, stop.clone());
+        shutdown.await;
+        stop.cancel();
+        for t in tasks {
+            let _ = t.await;
+        }
+        let _ = listener.await;
+        Ok(())
+    }
+}
+
+async fn run_topic(
+    queue: Queue,
+    config: SchedulerConfig,
+    topic: String,
+    notify: Arc<Notify>,
+    stop: CancellationToken,
+) {
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        if stop.is_cancelled() {
+            return;
+        }
+        let wait = match queue
+            .tick(&topic, config.promote_batch, config.max_ready, config.reclaim_batch)
+            .await
+        {
+            Ok(t) => {
+                backoff = Duration::from_millis(50);
+                if t.reclaimed > 0 || t.dead > 0 {
+                    tracing::info!(topic = %topic, reclaimed = t.reclaimed, dead = t.dead, "reclaimed expired leases");
+                }
+                if t.more {
+                    tokio::task::yield_now().await;
+                    continue;
+                }
+                let mut wait = config.max_sleep;
+                for d in [t.next_due, t.next_lease].into_iter().flatten() {
+                    wait = wait.min(d);
+                }
+                if t.refused {
+                    tracing::debug!(topic = %topic, "ready is full (max_ready); promotion waits");
+                    wait = wait.min(config.refused_backoff);
+                }
+                wait
+            }
+            Err(e) => {
+                tracing::warn!(topic = %topic, error = %e, "scheduler tick failed; retrying in {backoff:?}");
+                let b = backoff;
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+                b
+            }
+        };
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = notify.notified() => {}
+            _ = tokio::time::sleep(wait) => {}
+        }
+    }
+}

@@ -1,0 +1,78 @@
+//! Wake-ups over Redis pub/sub: scripts publish on the channel named after
+//! the pool key ("an earlier job arrived") or the ready key ("jobs are
+//! ready"); listeners turn messages into `Notify` permits.
+//!
+//! A message can be lost only while the subscription is down; after every
+//! (re)subscribe all waiters are notified, so they look for work themselves.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+/// Subscribes to `channels` until `stop`, notifying the mapped `Notify` on
+/// every message. Reconnects with backoff.
+pub(crate) fn listen(
+    client: redis::Client,
+    channels: HashMap<String, Arc<Notify>>,
+    stop: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            if stop.is_cancelled() {
+                return;
+            }
+            match subscribe(&client, &channels).await {
+                Ok(pubsub) => {
+                    backoff = Duration::from_millis(100);
+                    // Anything published while we were away is lost: look now.
+                    for n in channels.values() {
+                        n.notify_one();
+                    }
+                    let mut messages = pubsub.into_on_message();
+                    loop {
+                        tokio::select! {
+                            _ = stop.cancelled() => return,
+                            msg = messages.next() => match msg {
+                                Some(msg) => {
+                                    if let Some(n) = channels.get(msg.get_channel_name()) {
+                                        n.notify_one();
+                                    }
+                                }
+                                None => {
+                                    tracing::warn!("wake-up subscription lost; reconnecting");
+                                    break;
+                                }
+                            },
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot subscribe for wake-ups; retrying in {backoff:?}");
+                }
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(backoff) => {}
+            }
+            backoff = (backoff * 2).min(Duration::from_secs(2));
+        }
+    })
+}
+
+async fn subscribe(
+    client: &redis::Client,
+    channels: &HashMap<String, Arc<Notify>>,
+) -> redis::RedisResult<redis::aio::PubSub> {
+    let mut pubsub = tokio::time::timeout(Duration::from_secs(5), client.get_async_pubsub())
+        .await
+        .map_err(|_| redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut)))??;
+    for ch in channels.keys() {
+        pubsub.subscribe(ch).await?;
+    }
+    Ok(pubsub)
+}

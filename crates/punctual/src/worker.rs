@@ -1,0 +1,557 @@
+//! The worker runtime: one fetcher claims in batches and hands jobs to
+//! `concurrency` slots; a keeper extends the leases of running jobs; a
+//! settler acks and fails in batches. Idle, the fetcher blocks on a wake-up.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use tokio::sync::{mpsc, Notify, Semaphore};
+use tokio::task::AbortHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{Error, Result};
+use crate::keys::validate_topic;
+use crate::queue::{Delivery, Failed, Queue, MAX_BATCH};
+
+/// What a handler says about one delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// Done: the job is acked and deleted.
+    Done,
+    /// Try again after `after` (or the backoff ladder), unless the attempts
+    /// are used up, then dead.
+    Retry {
+        /// Kept as the job's last error.
+        error: String,
+        /// Wait this long instead of the ladder's step.
+        after: Option<Duration>,
+    },
+    /// Do not try again: straight to dead.
+    Permanent {
+        /// Kept as the job's last error.
+        error: String,
+    },
+}
+
+impl Outcome {
+    /// Retry with the backoff ladder.
+    ///
+    /// ```
+    /// let o = punctual::Outcome::retry("upstream 503");
+    /// assert!(matches!(o, punctual::Outcome::Retry { after: None, .. }));
+    /// ```
+    pub fn retry(error: impl Into<String>) -> Self {
+        Outcome::Retry {
+            error: error.into(),
+            after: None,
+        }
+    }
+
+    /// Retry after `after`.
+    pub fn retry_after(error: impl Into<String>, after: Duration) -> Self {
+        Outcome::Retry {
+            error: error.into(),
+            after: Some(after),
+        }
+    }
+
+    /// Permanent failure: to dead now.
+    pub fn permanent(error: impl Into<String>) -> Self {
+        Outcome::Permanent {
+            error: error.into(),
+        }
+    }
+}
+
+impl<E: std::fmt::Display> From<std::result::Result<(), E>> for Outcome {
+    /// `Ok` is done, `Err` a retry with the error's text.
+    fn from(r: std::result::Result<(), E>) -> Self {
+        match r {
+            Ok(()) => Outcome::Done,
+            Err(e) => Outcome::retry(e.to_string()),
+        }
+    }
+}
+
+type HandlerFn = Arc<dyn Fn(Delivery) -> BoxFuture<'static, Outcome> + Send + Sync>;
+
+/// Settings of a [`Worker`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct WorkerConfig {
+    /// Jobs run at once in this process (default 16).
+    pub concurrency: usize,
+    /// Lease length; extended every third of it while a handler runs
+    /// (default 30 s).
+    pub lease: Duration,
+    /// Most jobs one claim takes (default: `concurrency`, at most 1,000).
+    pub claim_batch: usize,
+    /// Safety net: with no wake-up, look for work this often anyway
+    /// (default 10 s). Wake-ups make this matter only after lost messages.
+    pub idle_check: Duration,
+    /// Handler timeout for topics registered without one (default 30 s).
+    pub timeout: Duration,
+    /// After shutdown starts, how long to wait for running handlers and
+    /// their acks before giving up on them (their leases will expire and the
+    /// jobs be re-delivered) (default 30 s).
+    pub shutdown_timeout: Duration,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        WorkerConfig {
+            concurrency: 16,
+            lease: Duration::from_secs(30),
+            claim_batch: 0,
+            idle_check: Duration::from_secs(10),
+            timeout: Duration::from_secs(30),
+            shutdown_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl WorkerConfig {
+    /// Jobs at once.
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.concurrency = n;
+        self
+    }
+    /// Lease length.
+    pub fn lease(mut self, d: Duration) -> Self {
+        self.lease = d;
+        self
+    }
+    /// Claim batch size.
+    pub fn claim_batch(mut self, n: usize) -> Self {
+        self.claim_batch = n;
+        self
+    }
+    /// Safety-net poll interval.
+    pub fn idle_check(mut self, d: Duration) -> Self {
+        self.idle_check = d;
+        self
+    }
+    /// Default handler timeout.
+    pub fn timeout(mut self, d: Duration) -> Self {
+        self.timeout = d;
+        self
+    }
+    /// Shutdown grace period.
+    pub fn shutdown_timeout(mut self, d: Duration) -> Self {
+        self.shutdown_timeout = d;
+        self
+    }
+}
+
+struct TopicEntry {
+    name: String,
+    handler: HandlerFn,
+    timeout: Duration,
+}
+
+/// Runs handlers for jobs of some topics.
+///
+/// ```no_run
+/// # async fn demo() -> punctual::Result<()> {
+/// use punctual::{Outcome, Queue, Worker, WorkerConfig};
+/// let queue = Queue::connect("redis://127.0.0.1:6379").await?;
+/// Worker::new(queue, WorkerConfig::default().concurrency(8))
+///     .handle("orders", |job| async move {
+///         println!("closing order {}", String::from_utf8_lossy(&job.payload));
+///         Outcome::Done
+///     })
+///     .run(async { tokio::signal::ctrl_c().await.ok(); })
+///     .await
+/// # }
+/// ```
+pub struct Worker {
+    queue: Queue,
+    config: WorkerConfig,
+    topics: Vec<TopicEntry>,
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("config", &self.config)
+            .field("topics", &self.topics.iter().map(|t| &t.name).collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+struct Settle {
+    topic: usize,
+    id: String,
+    token: i64,
+    outcome: Outcome,
+}
+
+struct Shared {
+    queue: Queue,
+    config: WorkerConfig,
+    topics: Vec<TopicEntry>,
+    /// Jobs leased by this process, until their ack or fail is recorded.
+    inflight: Mutex<HashMap<(usize, String), (i64, AbortHandle)>>,
+}
+
+impl Worker {
+    /// A worker with no handlers yet.
+    pub fn new(queue: Queue, config: WorkerConfig) -> Self {
+        Worker {
+            queue,
+            config,
+            topics: Vec::new(),
+        }
+    }
+
+    /// Runs `handler` for jobs of `topic`, with the default timeout.
+    pub fn handle<F, Fut>(self, topic: impl Into<String>, handler: F) -> Self
+    where
+        F: Fn(Delivery) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Outcome> + Send + 'static,
+    {
+        let timeout = self.config.timeout;
+        self.handle_with_timeout(topic, timeout, handler)
+    }
+
+    /// Runs `handler` for jobs of `topic`; a run longer than `timeout` is
+    /// stopped and retried.
+    pub fn handle_with_timeout<F, Fut>(mut self, topic: impl Into<String>, timeout: Duration, handler: F) -> Self
+    where
+        F: Fn(Delivery) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Outcome> + Send + 'static,
+    {
+        let handler: HandlerFn = Arc::new(move |d| handler(d).boxed());
+        self.topics.push(TopicEntry {
+            name: topic.into(),
+            handler,
+            timeout,
+        });
+        self
+    }
+
+    /// Runs until `shutdown` completes, then stops claiming, lets running
+    /// handlers finish (up to `shutdown_timeout`), records their outcomes and
+    /// returns.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<()> {
+        if self.topics.is_empty() {
+            return Err(Error::invalid("a worker needs at least one topic with a handler"));
+        }
+        for t in &self.topics {
+            validate_topic(&t.name)?;
+        }
+        if self.config.concurrency == 0 {
+            return Err(Error::invalid("concurrency must be at least 1"));
+        }
+        if self.config.lease < Duration::from_millis(30) {
+            return Err(Error::invalid("the lease must be at least 30 ms"));
+        }
+        let concurrency = self.config.concurrency;
+        let shared = Arc::new(Shared {
+            queue: self.queue,
+            config: self.config,
+            topics: self.topics,
+            inflight: Mutex::new(HashMap::new()),
+        });
+        let notify = Arc::new(Notify::new());
+        let channels = shared
+            .topics
+            .iter()
+            .map(|t| (shared.queue.keys(&t.name).ready().to_string(), notify.clone()))
+            .collect();
+        let stop_fetch = CancellationToken::new();
+        let stop_rest = CancellationToken::new();
+        let listener = crate::wake::listen(shared.queue.client().clone(), channels, stop_rest.clone());
+        let slots = Arc::new(Semaphore::new(concurrency));
+        let (settle_tx, settle_rx) = mpsc::unbounded_channel();
+        let settler = tokio::spawn(settle_loop(shared.clone(), settle_rx));
+        let keeper = tokio::spawn(keep_leases(shared.clone(), stop_rest.clone()));
+        let fetcher = tokio::spawn(fetch_loop(
+            shared.clone(),
+            slots.clone(),
+            notify,
+            settle_tx,
+            stop_fetch.clone(),
+        ));
+
+        shutdown.await;
+        tracing::info!("worker stopping: no new claims; waiting for running jobs");
+        stop_fetch.cancel();
+        let drained = async {
+            let _ = fetcher.await;
+            // Every slot free means every handler finished and queued its outcome.
+            let _ = slots.acquire_many(concurrency as u32).await;
+            // The fetcher and slots dropped their senders: the settler drains and ends.
+            let _ = settler.await;
+        };
+        if tokio::time::timeout(shared.config.shutdown_timeout, drained).await.is_err() {
+            let left = shared.inflight.lock().unwrap().len();
+            tracing::warn!(
+                jobs = left,
+                "shutdown timeout: giving up on running jobs; their leases will expire and they will be re-delivered"
+            );
+            for (_, (_, h)) in shared.inflight.lock().unwrap().drain() {
+                h.abort();
+            }
+        }
+        stop_rest.cancel();
+        let _ = keeper.await;
+        let _ = listener.await;
+        Ok(())
+    }
+}
+
+async fn fetch_loop(
+    shared: Arc<Shared>,
+    slots: Arc<Semaphore>,
+    notify: Arc<Notify>,
+    settle: mpsc::UnboundedSender<Settle>,
+    stop: CancellationToken,
+) {
+    let batch = match shared.config.claim_batch {
+        0 => shared.config.concurrency,
+        n => n,
+    }
+    .clamp(1, MAX_BATCH);
+    let mut next_topic = 0;
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        // Wait for one free slot, then take as many more as are free.
+        let first = tokio::select! {
+            _ = stop.cancelled() => return,
+            p = slots.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
+        };
+        let mut permits = vec![first];
+        while permits.len() < batch {
+            match slots.clone().try_acquire_owned() {
+                Ok(p) => permits.push(p),
+                Err(_) => break,
+            }
+        }
+        let mut failed = false;
+        let n_topics = shared.topics.len();
+        for i in 0..n_topics {
+            if permits.is_empty() || stop.is_cancelled() {
+                break;
+            }
+            let ti = (next_topic + i) % n_topics;
+            let topic = &shared.topics[ti];
+            match shared.queue.claim(&topic.name, permits.len(), shared.config.lease).await {
+                Ok(jobs) => {
+                    for job in jobs {
+                        let permit = permits.pop().expect("claimed no more than the free slots");
+                        spawn_slot(&shared, ti, job, permit, settle.clone());
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(topic = %topic.name, error = %e, "claim failed; retrying in {backoff:?}");
+                    failed = true;
+                }
+            }
+        }
+        next_topic = (next_topic + 1) % n_topics;
+        let starved = !permits.is_empty();
+        drop(permits);
+        if failed {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(backoff) => {}
+            }
+            backoff = (backoff * 2).min(Duration::from_secs(2));
+            continue;
+        }
+        backoff = Duration::from_millis(50);
+        if starved {
+            // Nothing more to claim: sleep until a wake-up (or the safety net).
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = notify.notified() => {}
+                _ = tokio::time::sleep(shared.config.idle_check) => {}
+            }
+        }
+    }
+}
+
+fn spawn_slot(
+    shared: &Arc<Shared>,
+    ti: usize,
+    job: Delivery,
+    permit: tokio::sync::OwnedSemaphorePermit,
+    settle: mpsc::UnboundedSender<Settle>,
+) {
+    let topic = &shared.topics[ti];
+    let (id, token) = (job.id.clone(), job.token);
+    let timeout = topic.timeout;
+    let run = AssertUnwindSafe((topic.handler)(job)).catch_unwind();
+    let handle = tokio::spawn(run);
+    shared
+        .inflight
+        .lock()
+        .unwrap()
+        .insert((ti, id.clone()), (token, handle.abort_handle()));
+    tokio::spawn(async move {
+        let _permit = permit;
+        let abort = handle.abort_handle();
+        let outcome = match tokio::time::timeout(timeout, handle).await {
+            Ok(Ok(Ok(outcome))) => outcome,
+            Ok(Ok(Err(panic))) => Outcome::retry(format!("handler panicked: {}", panic_message(&panic))),
+            // Aborted: the lease was lost (the keeper already forgot the job).
+            Ok(Err(_)) => return,
+            Err(_) => {
+                abort.abort();
+                Outcome::retry(format!("handler timed out after {}", humanize(timeout)))
+            }
+        };
+        let _ = settle.send(Settle {
+            topic: ti,
+            id,
+            token,
+            outcome,
+        });
+    });
+}
+
+fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        s.to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic".into()
+    }
+}
+
+pub(crate) fn humanize(d: Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{}ms", d.as_millis())
+    }
+}
+
+/// Records outcomes: acks in batches per topic, fails one by one (all
+/// concurrently). A Redis error is retried; meanwhile the keeper keeps the
+/// leases alive, so an outcome is never lost to a short outage.
+async fn settle_loop(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Settle>) {
+    while let Some(first) = rx.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(s) => batch.push(s),
+                Err(_) => break,
+            }
+        }
+        let mut acks: HashMap<usize, Vec<(String, i64)>> = HashMap::new();
+        let mut fails = Vec::new();
+        for s in batch {
+            match s.outcome {
+                Outcome::Done => acks.entry(s.topic).or_default().push((s.id, s.token)),
+                _ => fails.push(s),
+            }
+        }
+        let ack_calls = acks.into_iter().map(|(ti, pairs)| {
+            let shared = shared.clone();
+            async move {
+                let topic = &shared.topics[ti].name;
+                let flags = retry_forever(|| shared.queue.ack(topic, &pairs)).await;
+                for ((id, token), ok) in pairs.into_iter().zip(flags) {
+                    if !ok {
+                        tracing::warn!(topic = %topic, id = %id, "ack refused: the lease was lost and the job re-delivered or cancelled");
+                    }
+                    forget(&shared, ti, &id, token);
+                }
+            }
+        });
+        let fail_calls = fails.into_iter().map(|s| {
+            let shared = shared.clone();
+            async move {
+                let topic = &shared.topics[s.topic].name;
+                let (error, after, permanent) = match &s.outcome {
+                    Outcome::Retry { error, after } => (error.as_str(), *after, false),
+                    Outcome::Permanent { error } => (error.as_str(), None, true),
+                    Outcome::Done => unreachable!("done outcomes are acked"),
+                };
+                let r = retry_forever(|| shared.queue.fail(topic, &s.id, s.token, error, after, permanent)).await;
+                match r {
+                    Failed::Retry => tracing::info!(topic = %topic, id = %s.id, error, "job failed; will retry"),
+                    Failed::Dead => tracing::warn!(topic = %topic, id = %s.id, error, "job failed; moved to dead"),
+                    Failed::Stale => tracing::warn!(topic = %topic, id = %s.id, "fail refused: the lease was lost"),
+                }
+                forget(&shared, s.topic, &s.id, s.token);
+            }
+        });
+        futures::future::join(
+            futures::future::join_all(ack_calls),
+            futures::future::join_all(fail_calls),
+        )
+        .await;
+    }
+}
+
+async fn retry_forever<T, F, Fut>(mut call: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        match call().await {
+            Ok(v) => return v,
+            Err(e) => {
+                tracing::warn!(error = %e, "recording a job outcome failed; retrying in {backoff:?}");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+            }
+        }
+    }
+}
+
+fn forget(shared: &Shared, ti: usize, id: &str, token: i64) {
+    let mut inflight = shared.inflight.lock().unwrap();
+    if inflight.get(&(ti, id.to_string())).is_some_and(|(t, _)| *t == token) {
+        inflight.remove(&(ti, id.to_string()));
+    }
+}
+
+/// Extends the leases of every job this process holds, every third of the
+/// lease; stops the handler of a job whose lease was lost.
+async fn keep_leases(shared: Arc<Shared>, stop: CancellationToken) {
+    let every = shared.config.lease / 3;
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(every) => {}
+        }
+        let mut by_topic: HashMap<usize, Vec<(String, i64)>> = HashMap::new();
+        for ((ti, id), (token, _)) in shared.inflight.lock().unwrap().iter() {
+            by_topic.entry(*ti).or_default().push((id.clone(), *token));
+        }
+        for (ti, held) in by_topic {
+            let topic = &shared.topics[ti].name;
+            match shared.queue.extend(topic, &held, shared.config.lease).await {
+                Ok(flags) => {
+                    for ((id, token), ok) in held.into_iter().zip(flags) {
+                        if ok {
+                            continue;
+                        }
+                        let mut inflight = shared.inflight.lock().unwrap();
+                        let key = (ti, id);
+                        if inflight.get(&key).is_some_and(|(t, _)| *t == token) {
+                            if let Some((_, h)) = inflight.remove(&key) {
+                                h.abort();
+                            }
+                            tracing::warn!(topic = %topic, id = %key.1, "lease lost (expired or cancelled); stopped its handler");
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!(topic = %topic, error = %e, "lease extension failed; will retry"),
+            }
+        }
+    }
+}
