@@ -1,1 +1,128 @@
-fn main(){}
+//! `punctual`: the command-line program of the punctual delay queue.
+//!
+//! - `cli`: the command line (clap derive); `--help` is the user's manual.
+//! - `context`: global options and the connection to Redis.
+//! - `admin/`: the admin commands (push, get, stats, dead, check, ...).
+//! - `input` / `output`: parsing durations and times; printing tables,
+//!   times and JSON.
+//! - `exit`: the exit codes and the one-line error report.
+
+use std::process::ExitCode;
+
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches};
+use tracing_subscriber::EnvFilter;
+
+mod admin;
+mod cli;
+mod context;
+mod demo;
+mod exit;
+mod input;
+mod output;
+mod serve;
+
+use cli::{Cli, Command};
+use context::Ctx;
+
+fn main() -> ExitCode {
+    let matches = Cli::command().get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    // Global options given on the command line or in the environment win
+    // over a config file; their defaults do not.
+    let explicit = |id: &str| {
+        matches!(
+            matches.value_source(id),
+            Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+        )
+    };
+    let service = cli.command.is_service();
+    // `serve` reads its config first: the log format may be set there.
+    let serve_config = match &cli.command {
+        Command::Serve(args) => {
+            let redis = explicit("redis_url").then(|| cli.global.redis_url.clone());
+            let prefix = explicit("prefix").then(|| cli.global.prefix.clone());
+            match serve::cmd::load(args, redis, prefix) {
+                Ok(cfg) => Some(cfg),
+                Err(err) => {
+                    eprintln!("{}", exit::report(&err));
+                    return exit::classify(&err).into();
+                }
+            }
+        }
+        _ => None,
+    };
+    let json_logs = match &serve_config {
+        Some(cfg) => cfg.log_format == "json",
+        None => std::env::var(serve::supervisor::LOG_FORMAT_ENV).is_ok_and(|f| f == "json"),
+    };
+    init_tracing(cli.command.default_log_level(), json_logs);
+    let runtime = if service {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    };
+    let runtime = match runtime {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("punctual: error: cannot start the async runtime: {e}");
+            return exit::Code::Unexpected.into();
+        }
+    };
+    let ctx = Ctx { global: cli.global };
+    let run = async {
+        match (cli.command, serve_config) {
+            (Command::Serve(_), Some(cfg)) => serve::cmd::serve(cfg).await,
+            (command, _) => dispatch(&ctx, command).await,
+        }
+    };
+    match runtime.block_on(run) {
+        Ok(()) => exit::Code::Ok.into(),
+        Err(err) => {
+            eprintln!("{}", exit::report(&err));
+            exit::classify(&err).into()
+        }
+    }
+}
+
+/// Logs to stderr, filtered by `PUNCTUAL_LOG` (e.g. `debug`,
+/// `punctual=trace`), else at `default` level; JSON lines when asked.
+fn init_tracing(default: &str, json: bool) {
+    let filter =
+        EnvFilter::try_from_env("PUNCTUAL_LOG").unwrap_or_else(|_| EnvFilter::new(default));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        builder.json().with_current_span(true).init();
+    } else {
+        builder.init();
+    }
+}
+
+/// Runs one command.
+async fn dispatch(ctx: &Ctx, command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Push(a) => admin::push::run(ctx, a).await,
+        Command::Get(a) => admin::job::get(ctx, a).await,
+        Command::Cancel(a) => admin::job::cancel(ctx, a).await,
+        Command::Reschedule(a) => admin::job::reschedule(ctx, a).await,
+        Command::Stats(a) => admin::stats::stats(ctx, a).await,
+        Command::Topics => admin::stats::topics(ctx).await,
+        Command::Dead(c) => admin::dead::run(ctx, c).await,
+        Command::Check(a) => admin::check::run(ctx, a).await,
+        Command::Script(a) => admin::script::run(ctx, a),
+        Command::Serve(_) => unreachable!("serve is run by main with its config"),
+        Command::Demo(a) => demo::run(&ctx.global.redis_url, a).await,
+        Command::Worker(a) => serve::cmd::worker(a).await,
+        Command::Scheduler(a) => serve::cmd::scheduler(a).await,
+        Command::DemoHandler => demo::handler(),
+    }
+}

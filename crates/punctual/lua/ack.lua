@@ -13,9 +13,10 @@ local ids = {}
 for i = 1, n do ids[i] = ARGV[2 * i - 1] end
 local leased = redis.call('ZMSCORE', K_RUNNING, unpack(ids))
 local recs = redis.call('HMGET', K_JOBS, unpack(ids))
-local out, done = {}, {}
+local out, done, seen = {}, {}, {}
 for i = 1, n do
-  if leased[i] and token_of(recs[i]) == tonumber(ARGV[2 * i]) then
+  if leased[i] and not seen[ids[i]] and token_of(recs[i]) == tonumber(ARGV[2 * i]) then
+    seen[ids[i]] = true
     done[#done + 1] = ids[i]
     out[i] = 1
   else

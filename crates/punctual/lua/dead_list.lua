@@ -1,8 +1,9 @@
 #!lua flags=no-writes
 -- dead_list: a page of dead jobs, most recent death first.
 -- KEYS: the eight topic keys. ARGV[1] offset, ARGV[2] count (1..1000).
--- Returns a flat array, six entries per job:
---   id, died ms, attempts, created ms, last error, payload
+-- Returns a flat array, eight entries per job:
+--   id, died ms, attempts, max attempts, due ms (of the last attempt),
+--   created ms, last error, payload
 
 local offset, count = tonumber(ARGV[1]), tonumber(ARGV[2])
 if not offset or offset < 0 or not count or count < 1 or count > 1000 then
@@ -13,15 +14,19 @@ if #page == 0 then return {} end
 local ids = {}
 for i = 1, #page, 2 do ids[#ids + 1] = page[i] end
 local recs = redis.call('HMGET', K_JOBS, unpack(ids))
+local topic_max = topic_defaults()
 local out = {}
 for i, id in ipairs(ids) do
-  local r = decode(recs[i]) or { attempts = 0, created = 0, err = 'record missing or unreadable', payload = '' }
+  local r = decode(recs[i])
+    or { attempts = 0, due = 0, created = 0, err = 'record missing or unreadable', payload = '' }
   local n = #out
   out[n + 1] = id
   out[n + 2] = page[2 * i]
   out[n + 3] = r.attempts
-  out[n + 4] = r.created
-  out[n + 5] = r.err
-  out[n + 6] = r.payload
+  out[n + 4] = max_attempts(r, topic_max)
+  out[n + 5] = r.due
+  out[n + 6] = r.created
+  out[n + 7] = r.err
+  out[n + 8] = r.payload
 end
 return out

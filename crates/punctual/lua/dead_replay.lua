@@ -14,6 +14,7 @@ elseif mode == 'oldest' then
   local n = tonumber(ARGV[2])
   if not n or n < 1 or n > 1000 then return invalid('replay expects 1 to 1000 jobs') end
   ids = redis.call('ZRANGE', K_DEAD, 0, n - 1)
+  if #ids == 0 then return {} end
 else
   return invalid('replay expects "ids" or "oldest"')
 end

@@ -34,11 +34,16 @@ for i = 1, n do
   end
   local due, why = due_of(when, now)
   if not due then return invalid('job ' .. i .. ': ' .. why) end
-  if not string.match(max, '^%d*$') or max == '0' then
+  if not string.match(max, '^%d*$') or #max > 10 or (max ~= '' and tonumber(max) < 1) then
     return invalid('job ' .. i .. ': max attempts must be a positive integer')
   end
   if not string.match(backoff, '^[%d,]*$') then
     return invalid('job ' .. i .. ': backoff must be ms values separated by commas')
+  end
+  for step in string.gmatch(backoff, '%d+') do
+    if #step > 12 or tonumber(step) > MAX_DELAY_MS then
+      return invalid('job ' .. i .. ': backoff steps are at most ten years')
+    end
   end
   dues[i] = due
 end

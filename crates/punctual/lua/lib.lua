@@ -104,6 +104,8 @@ local function backoff_ms(r, topic_backoff, attempts)
   local i = attempts
   if i < 1 then i = 1 end
   if i > #steps then i = #steps end
+  -- A ladder written by hand may hold absurd steps: cap them like delays.
+  if steps[i] > MAX_DELAY_MS then return MAX_DELAY_MS end
   return steps[i]
 end
 

@@ -29,4 +29,4 @@ pub use queue::{
 };
 pub use scheduler::{Scheduler, SchedulerConfig};
 pub use scripts::{script_names, script_source};
-pub use worker::{Outcome, Worker, WorkerConfig};
+pub use worker::{Outcome, Stopped, Worker, WorkerConfig};

@@ -174,17 +174,27 @@ pub struct Delivery {
 }
 
 impl Delivery {
-    /// How late the job is now: time since its due time, measured on Redis's
-    /// clock at the claim plus the local time since (no cross-host skew).
+    /// How late the job is now, in microseconds: Redis's clock at the claim
+    /// minus the due time, plus the local time since the claim's reply (no
+    /// cross-host skew). Negative would mean an early start; the claim script
+    /// never hands out a job before its due time.
+    pub fn lateness_us(&self) -> i64 {
+        self.claimed_us - self.due_ms * 1000 + self.received.elapsed().as_micros() as i64
+    }
+
+    /// [`Delivery::lateness_us`] as a duration (0 if it were negative).
     pub fn lateness(&self) -> Duration {
-        let at_claim = (self.claimed_us - self.due_ms * 1000).max(0) as u64;
-        Duration::from_micros(at_claim) + self.received.elapsed()
+        Duration::from_micros(self.lateness_us().max(0) as u64)
     }
 
     /// The payload parsed as JSON.
     pub fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T> {
-        serde_json::from_slice(&self.payload)
-            .map_err(|e| Error::invalid(format!("payload of job {:?} is not the expected JSON: {e}", self.id)))
+        serde_json::from_slice(&self.payload).map_err(|e| {
+            Error::invalid(format!(
+                "payload of job {:?} is not the expected JSON: {e}",
+                self.id
+            ))
+        })
     }
 }
 
@@ -365,7 +375,9 @@ impl Queue {
                                 inv.arg(job.id.as_deref().unwrap_or(""))
                                     .arg(&job.payload[..])
                                     .arg(when)
-                                    .arg(job.max_attempts.map(|m| m.to_string()).unwrap_or_default())
+                                    .arg(
+                                        job.max_attempts.map(|m| m.to_string()).unwrap_or_default(),
+                                    )
                                     .arg(job.backoff_arg());
                             }
                         })
@@ -394,10 +406,11 @@ impl Queue {
     pub async fn get(&self, topic: &str, id: &str) -> Result<Option<JobInfo>> {
         validate_topic(topic)?;
         validate_id(id)?;
-        let v = self.run(&SCRIPTS.get, topic, |inv| {
-            inv.arg(id);
-        })
-        .await?;
+        let v = self
+            .run(&SCRIPTS.get, topic, |inv| {
+                inv.arg(id);
+            })
+            .await?;
         if v == Value::Nil {
             return Ok(None);
         }
@@ -434,10 +447,11 @@ impl Queue {
     pub async fn cancel(&self, topic: &str, id: &str) -> Result<Option<State>> {
         validate_topic(topic)?;
         validate_id(id)?;
-        let v = self.run(&SCRIPTS.cancel, topic, |inv| {
-            inv.arg(id);
-        })
-        .await?;
+        let v = self
+            .run(&SCRIPTS.cancel, topic, |inv| {
+                inv.arg(id);
+            })
+            .await?;
         match v {
             Value::Nil => Ok(None),
             v => {
@@ -455,10 +469,11 @@ impl Queue {
         validate_topic(topic)?;
         validate_id(id)?;
         let when = when.encode()?;
-        let v = self.run(&SCRIPTS.reschedule, topic, |inv| {
-            inv.arg(id).arg(&when);
-        })
-        .await?;
+        let v = self
+            .run(&SCRIPTS.reschedule, topic, |inv| {
+                inv.arg(id).arg(&when);
+            })
+            .await?;
         if v == Value::Nil {
             return Ok(None);
         }
@@ -505,21 +520,29 @@ impl Queue {
     }
 
     /// A page of dead jobs, most recent death first.
-    pub async fn dead_list(&self, topic: &str, offset: usize, count: usize) -> Result<Vec<JobInfo>> {
+    pub async fn dead_list(
+        &self,
+        topic: &str,
+        offset: usize,
+        count: usize,
+    ) -> Result<Vec<JobInfo>> {
         validate_topic(topic)?;
         if count == 0 || count > MAX_BATCH {
             return Err(Error::invalid("dead list pages hold 1 to 1000 jobs"));
         }
-        let v = self.run(&SCRIPTS.dead_list, topic, |inv| {
-            inv.arg(offset).arg(count);
-        })
-        .await?;
+        let v = self
+            .run(&SCRIPTS.dead_list, topic, |inv| {
+                inv.arg(offset).arg(count);
+            })
+            .await?;
         let mut r = Reply::new("dead_list", v)?;
         let mut out = Vec::new();
         while !r.is_empty() {
             let id = r.string()?;
             let died = r.int()?;
             let attempts = r.int()? as u32;
+            let max_attempts = r.int()? as u32;
+            let due_ms = r.int()?;
             let created_ms = r.int()?;
             let err = r.string()?;
             let payload = r.bytes()?;
@@ -527,8 +550,8 @@ impl Queue {
                 id,
                 state: State::Dead,
                 attempts,
-                max_attempts: 0,
-                due_ms: died,
+                max_attempts,
+                due_ms,
                 created_ms,
                 state_since_ms: Some(died),
                 last_error: (!err.is_empty()).then_some(err),
@@ -699,6 +722,16 @@ impl Queue {
         if max_attempts == Some(0) {
             return Err(Error::invalid("max attempts must be at least 1"));
         }
+        if let Some(step) = backoff
+            .into_iter()
+            .flatten()
+            .find(|d| **d > crate::job::MAX_DELAY)
+        {
+            return Err(Error::invalid(format!(
+                "invalid backoff step {}s: steps are at most ten years",
+                step.as_secs()
+            )));
+        }
         let keys = self.keys(topic);
         let mut pipe = redis::pipe();
         pipe.atomic();
@@ -717,7 +750,9 @@ impl Queue {
             }
             _ => pipe.cmd("HDEL").arg(keys.meta()).arg("backoff"),
         };
-        pipe.cmd("SADD").arg(topics_key(&self.inner.prefix)).arg(topic);
+        pipe.cmd("SADD")
+            .arg(topics_key(&self.inner.prefix))
+            .arg(topic);
         let mut conn = self.inner.conn.clone();
         pipe.query_async::<()>(&mut conn)
             .await
@@ -730,10 +765,12 @@ impl Queue {
     /// Pops up to `k` ready jobs and leases them for `lease`, counting the
     /// attempt. Most callers use [`crate::Worker`] instead.
     pub async fn claim(&self, topic: &str, k: usize, lease: Duration) -> Result<Vec<Delivery>> {
-        let v = self.run(&SCRIPTS.claim, topic, |inv| {
-            inv.arg(k.clamp(1, MAX_BATCH)).arg(lease.as_millis().max(1) as u64);
-        })
-        .await?;
+        let v = self
+            .run(&SCRIPTS.claim, topic, |inv| {
+                inv.arg(k.clamp(1, MAX_BATCH))
+                    .arg(lease.as_millis().max(1) as u64);
+            })
+            .await?;
         let received = std::time::Instant::now();
         let mut r = Reply::new("claim", v)?;
         if r.is_empty() {
@@ -763,14 +800,15 @@ impl Queue {
     pub async fn ack(&self, topic: &str, done: &[(String, i64)]) -> Result<Vec<bool>> {
         let mut flags = Vec::with_capacity(done.len());
         for chunk in done.chunks(MAX_BATCH) {
-            let v = self.run(&SCRIPTS.ack, topic, |inv| {
-                for (id, token) in chunk {
-                    inv.arg(id).arg(token);
-                }
-            })
-            .await?;
-            let f: Vec<i64> = redis::from_redis_value(v)
-                .map_err(|e| Error::protocol("ack", e.to_string()))?;
+            let v = self
+                .run(&SCRIPTS.ack, topic, |inv| {
+                    for (id, token) in chunk {
+                        inv.arg(id).arg(token);
+                    }
+                })
+                .await?;
+            let f: Vec<i64> =
+                redis::from_redis_value(v).map_err(|e| Error::protocol("ack", e.to_string()))?;
             flags.extend(f.into_iter().map(|x| x == 1));
         }
         Ok(flags)
@@ -787,14 +825,19 @@ impl Queue {
         retry_after: Option<Duration>,
         permanent: bool,
     ) -> Result<Failed> {
-        let v = self.run(&SCRIPTS.fail, topic, |inv| {
-            inv.arg(id)
-                .arg(token)
-                .arg(error)
-                .arg(retry_after.map(|d| d.as_millis().to_string()).unwrap_or_default())
-                .arg(if permanent { "1" } else { "0" });
-        })
-        .await?;
+        let v = self
+            .run(&SCRIPTS.fail, topic, |inv| {
+                inv.arg(id)
+                    .arg(token)
+                    .arg(error)
+                    .arg(
+                        retry_after
+                            .map(|d| d.as_millis().to_string())
+                            .unwrap_or_default(),
+                    )
+                    .arg(if permanent { "1" } else { "0" });
+            })
+            .await?;
         let mut r = Reply::new("fail", v)?;
         Ok(match r.string()?.as_str() {
             "retry" => Failed::Retry,
@@ -805,18 +848,24 @@ impl Queue {
 
     /// Extends leases to now + `lease`; returns one flag per pair: extended,
     /// or lost (stop working on that job: it was reclaimed or cancelled).
-    pub async fn extend(&self, topic: &str, held: &[(String, i64)], lease: Duration) -> Result<Vec<bool>> {
+    pub async fn extend(
+        &self,
+        topic: &str,
+        held: &[(String, i64)],
+        lease: Duration,
+    ) -> Result<Vec<bool>> {
         let mut flags = Vec::with_capacity(held.len());
         for chunk in held.chunks(MAX_BATCH) {
-            let v = self.run(&SCRIPTS.extend, topic, |inv| {
-                inv.arg(lease.as_millis().max(1) as u64);
-                for (id, token) in chunk {
-                    inv.arg(id).arg(token);
-                }
-            })
-            .await?;
-            let f: Vec<i64> = redis::from_redis_value(v)
-                .map_err(|e| Error::protocol("extend", e.to_string()))?;
+            let v = self
+                .run(&SCRIPTS.extend, topic, |inv| {
+                    inv.arg(lease.as_millis().max(1) as u64);
+                    for (id, token) in chunk {
+                        inv.arg(id).arg(token);
+                    }
+                })
+                .await?;
+            let f: Vec<i64> =
+                redis::from_redis_value(v).map_err(|e| Error::protocol("extend", e.to_string()))?;
             flags.extend(f.into_iter().map(|x| x == 1));
         }
         Ok(flags)
@@ -824,13 +873,20 @@ impl Queue {
 
     /// One scheduler step: reclaim expired leases, then promote due jobs, at
     /// most a batch of each. Most callers use [`crate::Scheduler`] instead.
-    pub async fn tick(&self, topic: &str, batch: usize, max_ready: usize, reclaim_batch: usize) -> Result<Tick> {
-        let v = self.run(&SCRIPTS.tick, topic, |inv| {
-            inv.arg(batch.clamp(1, MAX_BATCH))
-                .arg(max_ready.max(1))
-                .arg(reclaim_batch.clamp(1, MAX_BATCH));
-        })
-        .await?;
+    pub async fn tick(
+        &self,
+        topic: &str,
+        batch: usize,
+        max_ready: usize,
+        reclaim_batch: usize,
+    ) -> Result<Tick> {
+        let v = self
+            .run(&SCRIPTS.tick, topic, |inv| {
+                inv.arg(batch.clamp(1, MAX_BATCH))
+                    .arg(max_ready.max(1))
+                    .arg(reclaim_batch.clamp(1, MAX_BATCH));
+            })
+            .await?;
         let mut r = Reply::new("tick", v)?;
         let ms = |v: i64| (v >= 0).then(|| Duration::from_millis(v as u64));
         Ok(Tick {
@@ -843,5 +899,4 @@ impl Queue {
             next_lease: ms(r.int()?),
         })
     }
-
 }

@@ -15,7 +15,12 @@ impl Reply {
         let items = match v {
             Value::Array(items) | Value::Set(items) => items,
             Value::Nil => Vec::new(),
-            other => return Err(Error::protocol(op, format!("expected an array, got {other:?}"))),
+            other => {
+                return Err(Error::protocol(
+                    op,
+                    format!("expected an array, got {other:?}"),
+                ))
+            }
         };
         Ok(Reply {
             op,
@@ -45,7 +50,10 @@ impl Reply {
                 .and_then(|s| s.parse().ok())
                 .ok_or_else(|| Error::protocol(self.op, "expected an integer")),
             Value::Nil => Ok(0),
-            other => Err(Error::protocol(self.op, format!("expected an integer, got {other:?}"))),
+            other => Err(Error::protocol(
+                self.op,
+                format!("expected an integer, got {other:?}"),
+            )),
         }
     }
 
@@ -55,7 +63,10 @@ impl Reply {
             Value::SimpleString(s) => Ok(s.into_bytes()),
             Value::Int(i) => Ok(i.to_string().into_bytes()),
             Value::Nil => Ok(Vec::new()),
-            other => Err(Error::protocol(self.op, format!("expected a string, got {other:?}"))),
+            other => Err(Error::protocol(
+                self.op,
+                format!("expected a string, got {other:?}"),
+            )),
         }
     }
 

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::error::{Error, Result};
 use crate::keys::validate_topic;
@@ -121,13 +122,16 @@ impl Scheduler {
         for topic in self.topics {
             let notify = Arc::new(Notify::new());
             channels.insert(self.queue.keys(&topic).pool().to_string(), notify.clone());
-            tasks.push(tokio::spawn(run_topic(
-                self.queue.clone(),
-                self.config.clone(),
-                topic,
-                notify,
-                stop.clone(),
-            )));
+            tasks.push(tokio::spawn(
+                run_topic(
+                    self.queue.clone(),
+                    self.config.clone(),
+                    topic,
+                    notify,
+                    stop.clone(),
+                )
+                .in_current_span(),
+            ));
         }
         let listener = crate::wake::listen(self.queue.client().clone(), channels, stop.clone());
         shutdown.await;
@@ -153,7 +157,12 @@ async fn run_topic(
             return;
         }
         let wait = match queue
-            .tick(&topic, config.promote_batch, config.max_ready, config.reclaim_batch)
+            .tick(
+                &topic,
+                config.promote_batch,
+                config.max_ready,
+                config.reclaim_batch,
+            )
             .await
         {
             Ok(t) => {

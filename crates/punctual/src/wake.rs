@@ -20,48 +20,52 @@ pub(crate) fn listen(
     channels: HashMap<String, Arc<Notify>>,
     stop: CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut backoff = Duration::from_millis(100);
-        loop {
-            if stop.is_cancelled() {
-                return;
-            }
-            match subscribe(&client, &channels).await {
-                Ok(pubsub) => {
-                    backoff = Duration::from_millis(100);
-                    // Anything published while we were away is lost: look now.
-                    for n in channels.values() {
-                        n.notify_one();
-                    }
-                    let mut messages = pubsub.into_on_message();
-                    loop {
-                        tokio::select! {
-                            _ = stop.cancelled() => return,
-                            msg = messages.next() => match msg {
-                                Some(msg) => {
-                                    if let Some(n) = channels.get(msg.get_channel_name()) {
-                                        n.notify_one();
+    let span = tracing::Span::current();
+    tokio::spawn(tracing::Instrument::instrument(
+        async move {
+            let mut backoff = Duration::from_millis(100);
+            loop {
+                if stop.is_cancelled() {
+                    return;
+                }
+                match subscribe(&client, &channels).await {
+                    Ok(pubsub) => {
+                        backoff = Duration::from_millis(100);
+                        // Anything published while we were away is lost: look now.
+                        for n in channels.values() {
+                            n.notify_one();
+                        }
+                        let mut messages = pubsub.into_on_message();
+                        loop {
+                            tokio::select! {
+                                _ = stop.cancelled() => return,
+                                msg = messages.next() => match msg {
+                                    Some(msg) => {
+                                        if let Some(n) = channels.get(msg.get_channel_name()) {
+                                            n.notify_one();
+                                        }
                                     }
-                                }
-                                None => {
-                                    tracing::warn!("wake-up subscription lost; reconnecting");
-                                    break;
-                                }
-                            },
+                                    None => {
+                                        tracing::warn!("wake-up subscription lost; reconnecting");
+                                        break;
+                                    }
+                                },
+                            }
                         }
                     }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot subscribe for wake-ups; retrying in {backoff:?}");
+                    }
                 }
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot subscribe for wake-ups; retrying in {backoff:?}");
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(backoff) => {}
                 }
+                backoff = (backoff * 2).min(Duration::from_secs(2));
             }
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(backoff) => {}
-            }
-            backoff = (backoff * 2).min(Duration::from_secs(2));
-        }
-    })
+        },
+        span,
+    ))
 }
 
 async fn subscribe(
@@ -70,7 +74,9 @@ async fn subscribe(
 ) -> redis::RedisResult<redis::aio::PubSub> {
     let mut pubsub = tokio::time::timeout(Duration::from_secs(5), client.get_async_pubsub())
         .await
-        .map_err(|_| redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut)))??;
+        .map_err(|_| {
+            redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut))
+        })??;
     for ch in channels.keys() {
         pubsub.subscribe(ch).await?;
     }

@@ -13,6 +13,7 @@ use futures::FutureExt;
 use tokio::sync::{mpsc, Notify, Semaphore};
 use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::error::{Error, Result};
 use crate::keys::validate_topic;
@@ -167,8 +168,8 @@ struct TopicEntry {
 ///         Outcome::Done
 ///     })
 ///     .run(async { tokio::signal::ctrl_c().await.ok(); })
-///     .await
-/// # }
+///     .await?;
+/// # Ok(()) }
 /// ```
 pub struct Worker {
     queue: Queue,
@@ -180,7 +181,10 @@ impl std::fmt::Debug for Worker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Worker")
             .field("config", &self.config)
-            .field("topics", &self.topics.iter().map(|t| &t.name).collect::<Vec<_>>())
+            .field(
+                "topics",
+                &self.topics.iter().map(|t| &t.name).collect::<Vec<_>>(),
+            )
             .finish()
     }
 }
@@ -222,7 +226,12 @@ impl Worker {
 
     /// Runs `handler` for jobs of `topic`; a run longer than `timeout` is
     /// stopped and retried.
-    pub fn handle_with_timeout<F, Fut>(mut self, topic: impl Into<String>, timeout: Duration, handler: F) -> Self
+    pub fn handle_with_timeout<F, Fut>(
+        mut self,
+        topic: impl Into<String>,
+        timeout: Duration,
+        handler: F,
+    ) -> Self
     where
         F: Fn(Delivery) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Outcome> + Send + 'static,
@@ -238,10 +247,12 @@ impl Worker {
 
     /// Runs until `shutdown` completes, then stops claiming, lets running
     /// handlers finish (up to `shutdown_timeout`), records their outcomes and
-    /// returns.
-    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<()> {
+    /// returns how many jobs it had to abandon (0 after a clean drain).
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<Stopped> {
         if self.topics.is_empty() {
-            return Err(Error::invalid("a worker needs at least one topic with a handler"));
+            return Err(Error::invalid(
+                "a worker needs at least one topic with a handler",
+            ));
         }
         for t in &self.topics {
             validate_topic(&t.name)?;
@@ -263,22 +274,31 @@ impl Worker {
         let channels = shared
             .topics
             .iter()
-            .map(|t| (shared.queue.keys(&t.name).ready().to_string(), notify.clone()))
+            .map(|t| {
+                (
+                    shared.queue.keys(&t.name).ready().to_string(),
+                    notify.clone(),
+                )
+            })
             .collect();
         let stop_fetch = CancellationToken::new();
         let stop_rest = CancellationToken::new();
-        let listener = crate::wake::listen(shared.queue.client().clone(), channels, stop_rest.clone());
+        let listener =
+            crate::wake::listen(shared.queue.client().clone(), channels, stop_rest.clone());
         let slots = Arc::new(Semaphore::new(concurrency));
         let (settle_tx, settle_rx) = mpsc::unbounded_channel();
-        let settler = tokio::spawn(settle_loop(shared.clone(), settle_rx));
-        let keeper = tokio::spawn(keep_leases(shared.clone(), stop_rest.clone()));
-        let fetcher = tokio::spawn(fetch_loop(
-            shared.clone(),
-            slots.clone(),
-            notify,
-            settle_tx,
-            stop_fetch.clone(),
-        ));
+        let settler = tokio::spawn(settle_loop(shared.clone(), settle_rx).in_current_span());
+        let keeper = tokio::spawn(keep_leases(shared.clone(), stop_rest.clone()).in_current_span());
+        let fetcher = tokio::spawn(
+            fetch_loop(
+                shared.clone(),
+                slots.clone(),
+                notify,
+                settle_tx,
+                stop_fetch.clone(),
+            )
+            .in_current_span(),
+        );
 
         shutdown.await;
         tracing::info!("worker stopping: no new claims; waiting for running jobs");
@@ -290,8 +310,13 @@ impl Worker {
             // The fetcher and slots dropped their senders: the settler drains and ends.
             let _ = settler.await;
         };
-        if tokio::time::timeout(shared.config.shutdown_timeout, drained).await.is_err() {
+        let mut abandoned = 0;
+        if tokio::time::timeout(shared.config.shutdown_timeout, drained)
+            .await
+            .is_err()
+        {
             let left = shared.inflight.lock().unwrap().len();
+            abandoned = left;
             tracing::warn!(
                 jobs = left,
                 "shutdown timeout: giving up on running jobs; their leases will expire and they will be re-delivered"
@@ -303,8 +328,17 @@ impl Worker {
         stop_rest.cancel();
         let _ = keeper.await;
         let _ = listener.await;
-        Ok(())
+        Ok(Stopped { abandoned })
     }
+}
+
+/// How a [`Worker`] stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stopped {
+    /// Jobs still running at the shutdown timeout, stopped unfinished: their
+    /// leases expire and they are delivered again.
+    pub abandoned: usize,
 }
 
 async fn fetch_loop(
@@ -342,7 +376,11 @@ async fn fetch_loop(
             }
             let ti = (next_topic + i) % n_topics;
             let topic = &shared.topics[ti];
-            match shared.queue.claim(&topic.name, permits.len(), shared.config.lease).await {
+            match shared
+                .queue
+                .claim(&topic.name, permits.len(), shared.config.lease)
+                .await
+            {
                 Ok(jobs) => {
                     for job in jobs {
                         let permit = permits.pop().expect("claimed no more than the free slots");
@@ -389,18 +427,20 @@ fn spawn_slot(
     let (id, token) = (job.id.clone(), job.token);
     let timeout = topic.timeout;
     let run = AssertUnwindSafe((topic.handler)(job)).catch_unwind();
-    let handle = tokio::spawn(run);
+    let handle = tokio::spawn(run.in_current_span());
     shared
         .inflight
         .lock()
         .unwrap()
         .insert((ti, id.clone()), (token, handle.abort_handle()));
-    tokio::spawn(async move {
+    let slot = async move {
         let _permit = permit;
         let abort = handle.abort_handle();
         let outcome = match tokio::time::timeout(timeout, handle).await {
             Ok(Ok(Ok(outcome))) => outcome,
-            Ok(Ok(Err(panic))) => Outcome::retry(format!("handler panicked: {}", panic_message(&panic))),
+            Ok(Ok(Err(panic))) => {
+                Outcome::retry(format!("handler panicked: {}", panic_message(&panic)))
+            }
             // Aborted: the lease was lost (the keeper already forgot the job).
             Ok(Err(_)) => return,
             Err(_) => {
@@ -414,7 +454,8 @@ fn spawn_slot(
             token,
             outcome,
         });
-    });
+    };
+    tokio::spawn(slot.in_current_span());
 }
 
 fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
@@ -514,7 +555,10 @@ where
 
 fn forget(shared: &Shared, ti: usize, id: &str, token: i64) {
     let mut inflight = shared.inflight.lock().unwrap();
-    if inflight.get(&(ti, id.to_string())).is_some_and(|(t, _)| *t == token) {
+    if inflight
+        .get(&(ti, id.to_string()))
+        .is_some_and(|(t, _)| *t == token)
+    {
         inflight.remove(&(ti, id.to_string()));
     }
 }
@@ -550,7 +594,9 @@ async fn keep_leases(shared: Arc<Shared>, stop: CancellationToken) {
                         }
                     }
                 }
-                Err(e) => tracing::warn!(topic = %topic, error = %e, "lease extension failed; will retry"),
+                Err(e) => {
+                    tracing::warn!(topic = %topic, error = %e, "lease extension failed; will retry")
+                }
             }
         }
     }

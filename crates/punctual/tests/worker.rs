@@ -21,7 +21,10 @@ where
 {
     let deadline = Instant::now() + timeout;
     while !cond().await {
-        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for: {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for: {what}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -31,7 +34,11 @@ fn fast_scheduler() -> SchedulerConfig {
 }
 
 /// Runs a scheduler for `topics` until the token is cancelled.
-fn spawn_scheduler(queue: &Queue, topics: &[&str], stop: &CancellationToken) -> tokio::task::JoinHandle<()> {
+fn spawn_scheduler(
+    queue: &Queue,
+    topics: &[&str],
+    stop: &CancellationToken,
+) -> tokio::task::JoinHandle<()> {
     let mut s = Scheduler::new(queue.clone(), fast_scheduler());
     for t in topics {
         s = s.topic(*t);
@@ -54,36 +61,65 @@ async fn never_early_and_each_job_once_over_random_delays() {
     let jobs: Vec<Job> = (0..n)
         .map(|i| Job::new(format!("{i}")).delay(Duration::from_millis(rng.random_range(0..2000))))
         .collect();
-    let ids: Vec<String> = q.enqueue_batch("t", jobs).await.unwrap().into_iter().map(|e| e.id).collect();
+    let ids: Vec<String> = q
+        .enqueue_batch("t", jobs)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.id)
+        .collect();
 
     let seen: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
     let early: Arc<Mutex<Vec<String>>> = Arc::default();
     let stop = CancellationToken::new();
     let sched = spawn_scheduler(&q, &["t"], &stop);
     let (seen2, early2) = (seen.clone(), early.clone());
-    let worker = Worker::new(q.clone(), WorkerConfig::default().concurrency(32).lease(Duration::from_secs(10)))
-        .handle("t", move |d| {
-            let (seen, early) = (seen2.clone(), early2.clone());
-            async move {
-                // The claim's Redis time is before this handler started.
-                if d.claimed_us < d.due_ms * 1000 {
-                    early.lock().unwrap().push(format!("{} claimed {}us due {}ms", d.id, d.claimed_us, d.due_ms));
-                }
-                *seen.lock().unwrap().entry(d.id.clone()).or_default() += 1;
-                Outcome::Done
+    let worker = Worker::new(
+        q.clone(),
+        WorkerConfig::default()
+            .concurrency(32)
+            .lease(Duration::from_secs(10)),
+    )
+    .handle("t", move |d| {
+        let (seen, early) = (seen2.clone(), early2.clone());
+        async move {
+            // The claim's Redis time is before this handler started.
+            if d.claimed_us < d.due_ms * 1000 {
+                early.lock().unwrap().push(format!(
+                    "{} claimed {}us due {}ms",
+                    d.id, d.claimed_us, d.due_ms
+                ));
             }
-        });
+            *seen.lock().unwrap().entry(d.id.clone()).or_default() += 1;
+            Outcome::Done
+        }
+    });
     let w = tokio::spawn(worker.run(stop.clone().cancelled_owned()));
-    eventually(Duration::from_secs(30), "all jobs handled", || async { seen.lock().unwrap().len() == n }).await;
-    eventually(Duration::from_secs(10), "all acked", || async { total_live(&q, "t").await == 0 }).await;
+    eventually(Duration::from_secs(30), "all jobs handled", || async {
+        seen.lock().unwrap().len() == n
+    })
+    .await;
+    eventually(Duration::from_secs(10), "all acked", || async {
+        total_live(&q, "t").await == 0
+    })
+    .await;
     stop.cancel();
     w.await.unwrap().unwrap();
     sched.await.unwrap();
 
-    assert!(early.lock().unwrap().is_empty(), "early starts: {:?}", early.lock().unwrap());
-    let seen = seen.lock().unwrap();
+    assert!(
+        early.lock().unwrap().is_empty(),
+        "early starts: {:?}",
+        early.lock().unwrap()
+    );
+    let seen = seen.lock().unwrap().clone();
     for id in &ids {
-        assert_eq!(seen.get(id), Some(&1), "job {id} handled {:?} times", seen.get(id));
+        assert_eq!(
+            seen.get(id),
+            Some(&1),
+            "job {id} handled {:?} times",
+            seen.get(id)
+        );
     }
     assert!(q.check("t").await.unwrap().is_empty());
 }
@@ -93,38 +129,63 @@ async fn handler_outcomes_timeout_panic_permanent_and_retry_after() {
     let server = RedisServer::start();
     let q = Queue::connect(server.url()).await.unwrap();
     let zero = vec![Duration::ZERO];
-    q.enqueue("t", Job::new("panic").id("panic").max_attempts(2).backoff(zero.clone())).await.unwrap();
-    q.enqueue("t", Job::new("hang").id("hang").max_attempts(2).backoff(zero.clone())).await.unwrap();
-    q.enqueue("t", Job::new("perm").id("perm").max_attempts(5)).await.unwrap();
-    q.enqueue("t", Job::new("flaky").id("flaky").max_attempts(5)).await.unwrap();
+    q.enqueue(
+        "t",
+        Job::new("panic")
+            .id("panic")
+            .max_attempts(2)
+            .backoff(zero.clone()),
+    )
+    .await
+    .unwrap();
+    q.enqueue(
+        "t",
+        Job::new("hang")
+            .id("hang")
+            .max_attempts(2)
+            .backoff(zero.clone()),
+    )
+    .await
+    .unwrap();
+    q.enqueue("t", Job::new("perm").id("perm").max_attempts(5))
+        .await
+        .unwrap();
+    q.enqueue("t", Job::new("flaky").id("flaky").max_attempts(5))
+        .await
+        .unwrap();
 
     let calls: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
     let stop = CancellationToken::new();
     let sched = spawn_scheduler(&q, &["t"], &stop);
     let calls2 = calls.clone();
-    let worker = Worker::new(q.clone(), WorkerConfig::default().concurrency(4).lease(Duration::from_secs(5)))
-        .handle_with_timeout("t", Duration::from_millis(300), move |d| {
-            let calls = calls2.clone();
-            async move {
-                let n = {
-                    let mut c = calls.lock().unwrap();
-                    let e = c.entry(d.id.clone()).or_default();
-                    *e += 1;
-                    *e
-                };
-                match d.id.as_str() {
-                    "panic" => panic!("boom {n}"),
-                    "hang" => {
-                        tokio::time::sleep(Duration::from_secs(3600)).await;
-                        Outcome::Done
-                    }
-                    "perm" => Outcome::permanent("bad payload"),
-                    // Fails once, asking for a 200 ms wait, then succeeds.
-                    _ if n == 1 => Outcome::retry_after("busy", Duration::from_millis(200)),
-                    _ => Outcome::Done,
+    let worker = Worker::new(
+        q.clone(),
+        WorkerConfig::default()
+            .concurrency(4)
+            .lease(Duration::from_secs(5)),
+    )
+    .handle_with_timeout("t", Duration::from_millis(300), move |d| {
+        let calls = calls2.clone();
+        async move {
+            let n = {
+                let mut c = calls.lock().unwrap();
+                let e = c.entry(d.id.clone()).or_default();
+                *e += 1;
+                *e
+            };
+            match d.id.as_str() {
+                "panic" => panic!("boom {n}"),
+                "hang" => {
+                    tokio::time::sleep(Duration::from_secs(3600)).await;
+                    Outcome::Done
                 }
+                "perm" => Outcome::permanent("bad payload"),
+                // Fails once, asking for a 200 ms wait, then succeeds.
+                _ if n == 1 => Outcome::retry_after("busy", Duration::from_millis(200)),
+                _ => Outcome::Done,
             }
-        });
+        }
+    });
     let w = tokio::spawn(worker.run(stop.clone().cancelled_owned()));
     eventually(Duration::from_secs(20), "outcomes recorded", || async {
         let s = q.stats("t").await.unwrap();
@@ -136,42 +197,62 @@ async fn handler_outcomes_timeout_panic_permanent_and_retry_after() {
     sched.await.unwrap();
 
     let calls = calls.lock().unwrap().clone();
-    assert_eq!(calls["panic"], 2, "a panicking handler is retried up to max attempts");
-    assert_eq!(calls["hang"], 2, "a hanging handler is timed out and retried");
+    assert_eq!(
+        calls["panic"], 2,
+        "a panicking handler is retried up to max attempts"
+    );
+    assert_eq!(
+        calls["hang"], 2,
+        "a hanging handler is timed out and retried"
+    );
     assert_eq!(calls["perm"], 1, "a permanent failure is not retried");
     assert_eq!(calls["flaky"], 2);
     let p = q.get("t", "panic").await.unwrap().unwrap();
     assert_eq!(p.state, State::Dead);
     assert!(p.last_error.unwrap().contains("handler panicked: boom 2"));
     let h = q.get("t", "hang").await.unwrap().unwrap();
-    assert!(h.last_error.unwrap().contains("timed out"), "timeout is the last error");
+    assert!(
+        h.last_error.unwrap().contains("timed out"),
+        "timeout is the last error"
+    );
     let perm = q.get("t", "perm").await.unwrap().unwrap();
     assert_eq!((perm.state, perm.attempts), (State::Dead, 1));
-    assert!(q.get("t", "flaky").await.unwrap().is_none(), "flaky is done and deleted");
+    assert!(
+        q.get("t", "flaky").await.unwrap().is_none(),
+        "flaky is done and deleted"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leases_are_extended_while_a_long_handler_runs() {
     let server = RedisServer::start();
     let q = Queue::connect(server.url()).await.unwrap();
-    q.enqueue("t", Job::new("x").id("long").backoff(vec![Duration::ZERO])).await.unwrap();
+    q.enqueue("t", Job::new("x").id("long").backoff(vec![Duration::ZERO]))
+        .await
+        .unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
     let stop = CancellationToken::new();
     let sched = spawn_scheduler(&q, &["t"], &stop);
     let c2 = calls.clone();
     // The handler runs for five leases; without extension it would be
     // reclaimed and delivered again.
-    let worker = Worker::new(q.clone(), WorkerConfig::default().lease(Duration::from_millis(300)))
-        .handle_with_timeout("t", Duration::from_secs(10), move |_| {
-            let c = c2.clone();
-            async move {
-                c.fetch_add(1, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(1500)).await;
-                Outcome::Done
-            }
-        });
+    let worker = Worker::new(
+        q.clone(),
+        WorkerConfig::default().lease(Duration::from_millis(300)),
+    )
+    .handle_with_timeout("t", Duration::from_secs(10), move |_| {
+        let c = c2.clone();
+        async move {
+            c.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            Outcome::Done
+        }
+    });
     let w = tokio::spawn(worker.run(stop.clone().cancelled_owned()));
-    eventually(Duration::from_secs(10), "long job done", || async { total_live(&q, "t").await == 0 }).await;
+    eventually(Duration::from_secs(10), "long job done", || async {
+        total_live(&q, "t").await == 0
+    })
+    .await;
     stop.cancel();
     w.await.unwrap().unwrap();
     sched.await.unwrap();
@@ -193,19 +274,28 @@ async fn cancelling_a_running_job_stops_its_handler() {
     let dropped = Arc::new(AtomicUsize::new(0));
     let d2 = dropped.clone();
     let stop = CancellationToken::new();
-    let worker = Worker::new(q.clone(), WorkerConfig::default().lease(Duration::from_millis(300)))
-        .handle_with_timeout("t", Duration::from_secs(60), move |_| {
-            let flag = Flag(d2.clone());
-            async move {
-                tokio::time::sleep(Duration::from_secs(60)).await;
-                drop(flag);
-                Outcome::Done
-            }
-        });
+    let worker = Worker::new(
+        q.clone(),
+        WorkerConfig::default().lease(Duration::from_millis(300)),
+    )
+    .handle_with_timeout("t", Duration::from_secs(60), move |_| {
+        let flag = Flag(d2.clone());
+        async move {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            drop(flag);
+            Outcome::Done
+        }
+    });
     let w = tokio::spawn(worker.run(stop.clone().cancelled_owned()));
-    eventually(Duration::from_secs(5), "job running", || async { q.stats("t").await.unwrap().running == 1 }).await;
+    eventually(Duration::from_secs(5), "job running", || async {
+        q.stats("t").await.unwrap().running == 1
+    })
+    .await;
     assert_eq!(q.cancel("t", "c").await.unwrap(), Some(State::Running));
-    eventually(Duration::from_secs(5), "handler stopped", || async { dropped.load(Ordering::SeqCst) == 1 }).await;
+    eventually(Duration::from_secs(5), "handler stopped", || async {
+        dropped.load(Ordering::SeqCst) == 1
+    })
+    .await;
     stop.cancel();
     w.await.unwrap().unwrap();
     assert_eq!(total_live(&q, "t").await, 0);
@@ -221,8 +311,8 @@ async fn graceful_shutdown_finishes_running_jobs() {
     let finished = Arc::new(AtomicUsize::new(0));
     let (s2, f2) = (started.clone(), finished.clone());
     let stop = CancellationToken::new();
-    let worker = Worker::new(q.clone(), WorkerConfig::default().concurrency(8))
-        .handle("t", move |_| {
+    let worker =
+        Worker::new(q.clone(), WorkerConfig::default().concurrency(8)).handle("t", move |_| {
             let (s, f) = (s2.clone(), f2.clone());
             async move {
                 s.fetch_add(1, Ordering::SeqCst);
@@ -232,10 +322,17 @@ async fn graceful_shutdown_finishes_running_jobs() {
             }
         });
     let w = tokio::spawn(worker.run(stop.clone().cancelled_owned()));
-    eventually(Duration::from_secs(5), "all started", || async { started.load(Ordering::SeqCst) == 8 }).await;
+    eventually(Duration::from_secs(5), "all started", || async {
+        started.load(Ordering::SeqCst) == 8
+    })
+    .await;
     stop.cancel();
     w.await.unwrap().unwrap();
-    assert_eq!(finished.load(Ordering::SeqCst), 8, "run returned only after the handlers finished");
+    assert_eq!(
+        finished.load(Ordering::SeqCst),
+        8,
+        "run returned only after the handlers finished"
+    );
     assert_eq!(total_live(&q, "t").await, 0, "and their acks were recorded");
 }
 
@@ -251,8 +348,8 @@ async fn idle_worker_and_scheduler_do_not_poll() {
     });
     let handled = Arc::new(AtomicUsize::new(0));
     let h2 = handled.clone();
-    let worker = Worker::new(q.clone(), WorkerConfig::default().concurrency(64))
-        .handle("t", move |_| {
+    let worker =
+        Worker::new(q.clone(), WorkerConfig::default().concurrency(64)).handle("t", move |_| {
             let h = h2.clone();
             async move {
                 h.fetch_add(1, Ordering::SeqCst);
@@ -261,8 +358,13 @@ async fn idle_worker_and_scheduler_do_not_poll() {
         });
     let w = tokio::spawn(worker.run(stop.clone().cancelled_owned()));
     // Let both settle, then count the commands Redis runs in 2 s of idleness.
-    q.enqueue("t", Job::new("warm-up").delay(Duration::from_millis(100))).await.unwrap();
-    eventually(Duration::from_secs(5), "warm-up job handled", || async { handled.load(Ordering::SeqCst) == 1 }).await;
+    q.enqueue("t", Job::new("warm-up").delay(Duration::from_millis(100)))
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(5), "warm-up job handled", || async {
+        handled.load(Ordering::SeqCst) == 1
+    })
+    .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let count = || {
         let info = server.cli(&["INFO", "stats"]).unwrap();
@@ -275,10 +377,19 @@ async fn idle_worker_and_scheduler_do_not_poll() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let after = count();
     // Two INFO calls are counted; a 50 ms poller would add about 40 per topic.
-    assert!(after - before <= 6, "idle consumers ran {} commands in 2 s", after - before);
+    assert!(
+        after - before <= 6,
+        "idle consumers ran {} commands in 2 s",
+        after - before
+    );
     // And they still wake at once for new work.
-    q.enqueue("t", Job::new("late").delay(Duration::from_millis(200))).await.unwrap();
-    eventually(Duration::from_secs(3), "woken for a new job", || async { handled.load(Ordering::SeqCst) == 2 }).await;
+    q.enqueue("t", Job::new("late").delay(Duration::from_millis(200)))
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(3), "woken for a new job", || async {
+        handled.load(Ordering::SeqCst) == 2
+    })
+    .await;
     stop.cancel();
     w.await.unwrap().unwrap();
     sched.await.unwrap().unwrap();
@@ -294,33 +405,50 @@ const CHILD_ENV: &str = "PUNCTUAL_TEST_CHILD";
 /// soon as it gets a job.
 #[test]
 fn child_consumer() {
-    let Ok(mode) = std::env::var(CHILD_ENV) else { return };
+    let Ok(mode) = std::env::var(CHILD_ENV) else {
+        return;
+    };
     let url = std::env::var("PUNCTUAL_TEST_REDIS").expect("redis url");
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async move {
         let q = Queue::connect(url.clone()).await.unwrap();
         let client = redis::Client::open(url).unwrap();
         let conn = client.get_multiplexed_async_connection().await.unwrap();
-        let worker = Worker::new(q, WorkerConfig::default().concurrency(8).lease(Duration::from_millis(500)))
-            .handle("t", move |d| {
-                let mut conn = conn.clone();
-                let crash = mode == "crash";
-                async move {
-                    if crash {
-                        std::process::abort();
-                    }
-                    tokio::time::sleep(Duration::from_millis(300)).await;
-                    let _: i64 = redis::cmd("SADD").arg("test:done").arg(&d.id).query_async(&mut conn).await.unwrap();
-                    Outcome::Done
+        let worker = Worker::new(
+            q,
+            WorkerConfig::default()
+                .concurrency(8)
+                .lease(Duration::from_millis(500)),
+        )
+        .handle("t", move |d| {
+            let mut conn = conn.clone();
+            let crash = mode == "crash";
+            async move {
+                if crash {
+                    std::process::abort();
                 }
-            });
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                let _: i64 = redis::cmd("SADD")
+                    .arg("test:done")
+                    .arg(&d.id)
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                Outcome::Done
+            }
+        });
         worker.run(futures::future::pending()).await.unwrap();
     });
 }
 
 fn spawn_child(mode: &str, url: &str) -> Child {
     Command::new(std::env::current_exe().unwrap())
-        .args(["worker::child_consumer", "--exact", "--nocapture", "--test-threads=1"])
+        .args([
+            "worker::child_consumer",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(CHILD_ENV, mode)
         .env("PUNCTUAL_TEST_REDIS", url)
         .stdout(Stdio::null())
@@ -334,13 +462,24 @@ async fn consumer_killed_mid_job_loses_nothing() {
     let server = RedisServer::start();
     let q = Queue::connect(server.url()).await.unwrap();
     let n = 60;
-    let jobs = (0..n).map(|i| Job::new(format!("{i}")).backoff(vec![Duration::ZERO])).collect();
-    let ids: Vec<String> = q.enqueue_batch("t", jobs).await.unwrap().into_iter().map(|e| e.id).collect();
+    let jobs = (0..n)
+        .map(|i| Job::new(format!("{i}")).backoff(vec![Duration::ZERO]))
+        .collect();
+    let ids: Vec<String> = q
+        .enqueue_batch("t", jobs)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.id)
+        .collect();
     let stop = CancellationToken::new();
     let sched = spawn_scheduler(&q, &["t"], &stop);
 
     let mut child = spawn_child("slow", &server.url());
-    eventually(Duration::from_secs(20), "child holds leases", || async { q.stats("t").await.unwrap().running > 0 }).await;
+    eventually(Duration::from_secs(20), "child holds leases", || async {
+        q.stats("t").await.unwrap().running > 0
+    })
+    .await;
     child.kill().unwrap(); // SIGKILL, mid-job
     child.wait().unwrap();
     let stranded = q.stats("t").await.unwrap().running;
@@ -362,7 +501,11 @@ async fn consumer_killed_mid_job_loses_nothing() {
 
     assert_eq!(done_count(), n, "every job ran to completion at least once");
     for id in &ids {
-        assert_eq!(server.cli(&["SISMEMBER", "test:done", id]).unwrap().trim(), "1", "job {id} lost");
+        assert_eq!(
+            server.cli(&["SISMEMBER", "test:done", id]).unwrap().trim(),
+            "1",
+            "job {id} lost"
+        );
     }
     let stats = q.stats("t").await.unwrap();
     assert!(stats.counters.get("reclaimed").copied().unwrap_or(0) >= stranded);
@@ -373,16 +516,27 @@ async fn consumer_killed_mid_job_loses_nothing() {
 async fn a_job_that_kills_its_worker_every_time_ends_dead() {
     let server = RedisServer::start();
     let q = Queue::connect(server.url()).await.unwrap();
-    q.enqueue("t", Job::new("poison").id("poison").max_attempts(3).backoff(vec![Duration::ZERO]))
-        .await
-        .unwrap();
+    q.enqueue(
+        "t",
+        Job::new("poison")
+            .id("poison")
+            .max_attempts(3)
+            .backoff(vec![Duration::ZERO]),
+    )
+    .await
+    .unwrap();
     let stop = CancellationToken::new();
     let sched = spawn_scheduler(&q, &["t"], &stop);
     let mut crashes = 0;
     while q.get("t", "poison").await.unwrap().map(|j| j.state) != Some(State::Dead) {
-        assert!(crashes < 6, "the poison job should be dead after 3 attempts, crashed {crashes} workers");
+        assert!(
+            crashes < 6,
+            "the poison job should be dead after 3 attempts, crashed {crashes} workers"
+        );
         let mut child = spawn_child("crash", &server.url());
-        let status = tokio::task::spawn_blocking(move || child.wait().unwrap()).await.unwrap();
+        let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+            .await
+            .unwrap();
         assert!(!status.success(), "the child crashed on the job");
         crashes += 1;
         // Wait for the lease to expire and the scheduler to reclaim it.
@@ -393,7 +547,10 @@ async fn a_job_that_kills_its_worker_every_time_ends_dead() {
     }
     stop.cancel();
     sched.await.unwrap();
-    assert_eq!(crashes, 3, "attempts count at claim: exactly max_attempts deliveries");
+    assert_eq!(
+        crashes, 3,
+        "attempts count at claim: exactly max_attempts deliveries"
+    );
     let job = q.get("t", "poison").await.unwrap().unwrap();
     assert_eq!(job.attempts, 3);
     assert!(job.last_error.unwrap().contains("lease expired"));

@@ -69,7 +69,9 @@ impl RedisServer {
             .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        let mut child = cmd.spawn().map_err(|e| format!("spawn redis-server: {e}"))?;
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| format!("spawn redis-server: {e}"))?;
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
             if let Ok(Some(status)) = child.try_wait() {
@@ -87,7 +89,9 @@ impl RedisServer {
     }
 
     fn ping(&self) -> bool {
-        self.cli(&["PING"]).map(|o| o.trim() == "PONG").unwrap_or(false)
+        self.cli(&["PING"])
+            .map(|o| o.trim() == "PONG")
+            .unwrap_or(false)
     }
 
     /// The port.

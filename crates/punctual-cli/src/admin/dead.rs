@@ -1,0 +1,176 @@
+//! `punctual dead list | replay | purge`: the dead-letter set.
+
+use std::collections::HashSet;
+
+use anyhow::Result;
+use punctual::{DeadSelector, JobInfo};
+use serde_json::{json, Map, Value};
+
+use crate::cli::{DeadCommand, DeadListArgs, DeadPurgeArgs, DeadReplayArgs};
+use crate::context::Ctx;
+use crate::exit;
+use crate::output::{emit, emit_json, one_line, payload_json, payload_text, time, Table};
+
+/// How many missing ids an error message names.
+const NAMED: usize = 10;
+
+/// Runs a `dead` subcommand.
+pub async fn run(ctx: &Ctx, cmd: DeadCommand) -> Result<()> {
+    match cmd {
+        DeadCommand::List(a) => list(ctx, a).await,
+        DeadCommand::Replay(a) => replay(ctx, a).await,
+        DeadCommand::Purge(a) => purge(ctx, a).await,
+    }
+}
+
+fn dead_json(topic: &str, j: &JobInfo) -> Value {
+    let mut o = Map::new();
+    o.insert("topic".into(), topic.into());
+    o.insert("id".into(), j.id.as_str().into());
+    if let Some(ms) = j.state_since_ms {
+        o.insert("died".into(), time(ms).into());
+        o.insert("died_ms".into(), ms.into());
+    }
+    o.insert("attempts".into(), j.attempts.into());
+    o.insert("created".into(), time(j.created_ms).into());
+    o.insert("created_ms".into(), j.created_ms.into());
+    o.insert("last_error".into(), j.last_error.clone().into());
+    payload_json(&j.payload, &mut o);
+    Value::Object(o)
+}
+
+async fn list(ctx: &Ctx, args: DeadListArgs) -> Result<()> {
+    punctual::validate_topic(&args.topic)?;
+    let queue = ctx.queue().await?;
+    let page = queue
+        .dead_list(&args.topic, args.offset, usize::from(args.limit))
+        .await?;
+    if ctx.json() {
+        let list: Vec<Value> = page.iter().map(|j| dead_json(&args.topic, j)).collect();
+        return emit_json(&list);
+    }
+    let total = queue.stats(&args.topic).await?.dead as usize;
+    if page.is_empty() {
+        if total == 0 {
+            eprintln!("punctual: no dead jobs in topic {:?}", args.topic);
+        } else {
+            eprintln!(
+                "punctual: no dead jobs past offset {} (topic {:?} has {total})",
+                args.offset, args.topic
+            );
+        }
+        return Ok(());
+    }
+    let mut t = Table::new(&["ID", "DIED", "ATTEMPTS", "CREATED", "LAST-ERROR", "PAYLOAD"]);
+    for j in &page {
+        t.row(vec![
+            j.id.clone(),
+            j.state_since_ms.map(time).unwrap_or_else(|| "-".into()),
+            j.attempts.to_string(),
+            time(j.created_ms),
+            one_line(j.last_error.as_deref().unwrap_or("-"), 60),
+            one_line(&payload_text(&j.payload), 40),
+        ]);
+    }
+    let mut out = t.render();
+    let (from, to) = (args.offset + 1, args.offset + page.len());
+    out.push_str(&format!(
+        "dead jobs {from}-{to} of {total}, most recent first"
+    ));
+    if to < total {
+        out.push_str(&format!("; next page: --offset {to}"));
+    }
+    out.push('\n');
+    emit(&out)
+}
+
+/// The ids given, validated, without repeats (in the order given).
+fn unique_ids(ids: Vec<String>) -> Result<Vec<String>> {
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    for id in ids {
+        punctual::validate_id(&id)?;
+        if seen.insert(id.clone()) {
+            out.push(id);
+        }
+    }
+    Ok(out)
+}
+
+fn name_some(ids: &[&String]) -> String {
+    let mut s = ids
+        .iter()
+        .take(NAMED)
+        .map(|i| i.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
+    if ids.len() > NAMED {
+        s.push_str(&format!(", and {} more", ids.len() - NAMED));
+    }
+    s
+}
+
+async fn replay(ctx: &Ctx, args: DeadReplayArgs) -> Result<()> {
+    punctual::validate_topic(&args.topic)?;
+    let ids = unique_ids(args.ids)?;
+    let selector = match (args.oldest, args.all) {
+        (Some(n), _) => DeadSelector::Oldest(usize::try_from(n).unwrap_or(usize::MAX)),
+        (None, true) => DeadSelector::All,
+        (None, false) => DeadSelector::Ids(ids.clone()),
+    };
+    let queue = ctx.queue().await?;
+    let replayed = queue.dead_replay(&args.topic, selector).await?;
+    if ctx.json() {
+        emit_json(&json!({
+            "topic": args.topic, "replayed": replayed.len(), "ids": replayed,
+        }))?;
+    } else {
+        emit(&format!(
+            "replayed {} of topic {:?}: back in ready, due now, attempts reset\n",
+            super::plural(replayed.len(), "dead job", "dead jobs"),
+            args.topic
+        ))?;
+    }
+    let done: HashSet<&String> = replayed.iter().collect();
+    let missing: Vec<&String> = ids.iter().filter(|id| !done.contains(id)).collect();
+    if !missing.is_empty() {
+        return Err(exit::problem(format!(
+            "{} of {} ids were not dead and were skipped: {} (see `punctual dead list {}`; `punctual get` shows where a job is)",
+            missing.len(),
+            ids.len(),
+            name_some(&missing),
+            args.topic
+        )));
+    }
+    Ok(())
+}
+
+async fn purge(ctx: &Ctx, args: DeadPurgeArgs) -> Result<()> {
+    punctual::validate_topic(&args.topic)?;
+    let ids = unique_ids(args.ids)?;
+    let selector = if args.all {
+        DeadSelector::All
+    } else {
+        DeadSelector::Ids(ids.clone())
+    };
+    let queue = ctx.queue().await?;
+    let purged = queue.dead_purge(&args.topic, selector).await?;
+    if ctx.json() {
+        emit_json(&json!({"topic": args.topic, "purged": purged}))?;
+    } else {
+        emit(&format!(
+            "purged {} of topic {:?}\n",
+            super::plural(purged, "dead job", "dead jobs"),
+            args.topic
+        ))?;
+    }
+    if !args.all && purged < ids.len() {
+        return Err(exit::problem(format!(
+            "{} of {} ids were not dead and were left alone (see `punctual dead list {}`)",
+            ids.len() - purged,
+            ids.len(),
+            args.topic
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,182 @@
+//! Commands on one job by id: `get`, `cancel`, `reschedule`.
+
+use std::fmt::Write as _;
+
+use anyhow::Result;
+use punctual::{JobInfo, State};
+use serde_json::{json, Map, Value};
+
+use crate::cli::{JobRef, RescheduleArgs};
+use crate::context::Ctx;
+use crate::exit;
+use crate::output::{
+    emit, emit_json, one_line, payload_json, payload_text, time, time_and_relative,
+};
+
+/// How much of a payload `get` shows outside `--json`.
+const PAYLOAD_PREVIEW: usize = 500;
+
+fn validate(job: &JobRef) -> Result<()> {
+    punctual::validate_topic(&job.topic)?;
+    punctual::validate_id(&job.id)?;
+    Ok(())
+}
+
+fn not_live(job: &JobRef) -> anyhow::Error {
+    exit::problem(format!(
+        "no live job {:?} in topic {:?}: it is done, cancelled, or was never pushed (check the topic, and --prefix)",
+        job.id, job.topic
+    ))
+}
+
+/// The full JSON view of a job.
+pub fn job_json(topic: &str, info: &JobInfo) -> Value {
+    let mut o = Map::new();
+    o.insert("topic".into(), topic.into());
+    o.insert("id".into(), info.id.as_str().into());
+    o.insert("state".into(), info.state.as_str().into());
+    o.insert("attempts".into(), info.attempts.into());
+    o.insert("max_attempts".into(), info.max_attempts.into());
+    o.insert("due".into(), time(info.due_ms).into());
+    o.insert("due_ms".into(), info.due_ms.into());
+    o.insert("created".into(), time(info.created_ms).into());
+    o.insert("created_ms".into(), info.created_ms.into());
+    let (since_name, since_ms) = match info.state {
+        State::Running => ("lease_until", info.state_since_ms),
+        State::Dead => ("died", info.state_since_ms),
+        _ => ("", None),
+    };
+    if let Some(ms) = since_ms {
+        o.insert(since_name.into(), time(ms).into());
+        o.insert(format!("{since_name}_ms"), ms.into());
+    }
+    o.insert("last_error".into(), info.last_error.clone().into());
+    payload_json(&info.payload, &mut o);
+    o.insert("now_ms".into(), info.now_ms.into());
+    Value::Object(o)
+}
+
+/// Runs `get`.
+pub async fn get(ctx: &Ctx, job: JobRef) -> Result<()> {
+    validate(&job)?;
+    let queue = ctx.queue().await?;
+    let info = queue
+        .get(&job.topic, &job.id)
+        .await?
+        .ok_or_else(|| not_live(&job))?;
+    if ctx.json() {
+        return emit_json(&job_json(&job.topic, &info));
+    }
+    let now = info.now_ms;
+    let mut out = String::new();
+    let state = match info.state {
+        State::Orphan => "orphan (a record in no set: run `punctual check`)".to_string(),
+        s => s.to_string(),
+    };
+    writeln!(out, "topic:       {}", job.topic)?;
+    writeln!(out, "id:          {}", info.id)?;
+    writeln!(out, "state:       {state}")?;
+    writeln!(out, "due:         {}", time_and_relative(info.due_ms, now))?;
+    match (info.state, info.state_since_ms) {
+        (State::Running, Some(ms)) => writeln!(out, "lease until: {}", time_and_relative(ms, now))?,
+        (State::Dead, Some(ms)) => writeln!(out, "died:        {}", time_and_relative(ms, now))?,
+        _ => {}
+    }
+    writeln!(
+        out,
+        "attempts:    {} of {}",
+        info.attempts, info.max_attempts
+    )?;
+    writeln!(
+        out,
+        "created:     {}",
+        time_and_relative(info.created_ms, now)
+    )?;
+    let err = info.last_error.as_deref().unwrap_or("-");
+    writeln!(out, "last error:  {}", one_line(err, PAYLOAD_PREVIEW))?;
+    let text = payload_text(&info.payload);
+    let shown = one_line(&text, PAYLOAD_PREVIEW);
+    let size = super::plural(info.payload.len(), "byte", "bytes");
+    let note = if text.chars().count() > PAYLOAD_PREVIEW {
+        format!("  ({size}; --json shows all)")
+    } else {
+        format!("  ({size})")
+    };
+    writeln!(out, "payload:     {shown}{note}")?;
+    emit(&out)
+}
+
+/// Runs `cancel`.
+pub async fn cancel(ctx: &Ctx, job: JobRef) -> Result<()> {
+    validate(&job)?;
+    let queue = ctx.queue().await?;
+    let was = queue
+        .cancel(&job.topic, &job.id)
+        .await?
+        .ok_or_else(|| not_live(&job))?;
+    if ctx.json() {
+        return emit_json(&json!({
+            "topic": job.topic, "id": job.id, "cancelled": true, "was": was,
+        }));
+    }
+    let note = match was {
+        State::Running => " (its worker's ack or retry will be refused)",
+        _ => "",
+    };
+    emit(&format!("cancelled {} (was {was}){note}\n", job.id))
+}
+
+/// Runs `reschedule`.
+pub async fn reschedule(ctx: &Ctx, args: RescheduleArgs) -> Result<()> {
+    let job = &args.job;
+    validate(job)?;
+    let queue = ctx.queue().await?;
+    let was = queue
+        .reschedule(&job.topic, &job.id, args.when.when())
+        .await?
+        .ok_or_else(|| not_live(job))?;
+    match was {
+        State::Pool | State::Ready => {}
+        State::Running => {
+            return Err(exit::problem(format!(
+                "job {:?} is running (leased by a worker) and was not rescheduled; wait until it is done or retried, or cancel it",
+                job.id
+            )))
+        }
+        State::Dead => {
+            return Err(exit::problem(format!(
+                "job {:?} is dead and was not rescheduled; replay it first with `punctual dead replay {} {}` (it becomes due now), then reschedule it",
+                job.id, job.topic, job.id
+            )))
+        }
+        other => {
+            return Err(exit::problem(format!(
+                "job {:?} is {other} and was not rescheduled; run `punctual check {}`",
+                job.id, job.topic
+            )))
+        }
+    }
+    // The script does not return the new due time: read it back (the job
+    // may have moved on meanwhile, which the state shows).
+    let now = queue.get(&job.topic, &job.id).await?;
+    if ctx.json() {
+        let mut v = json!({"topic": job.topic, "id": job.id, "rescheduled": true, "was": was});
+        if let Some(info) = &now {
+            v["state"] = info.state.as_str().into();
+            v["due"] = time(info.due_ms).into();
+            v["due_ms"] = info.due_ms.into();
+        }
+        return emit_json(&v);
+    }
+    match now {
+        Some(info) => emit(&format!(
+            "rescheduled {} (was {was}): due {}\n",
+            job.id,
+            time_and_relative(info.due_ms, info.now_ms)
+        )),
+        None => emit(&format!(
+            "rescheduled {} (was {was}); it is no longer live (already done or cancelled)\n",
+            job.id
+        )),
+    }
+}

@@ -1,0 +1,277 @@
+//! `punctual push`: enqueue one job, or many from stdin with `--batch`.
+
+use std::io::{self, BufRead, IsTerminal, Read};
+
+use anyhow::{Context as _, Result};
+use punctual::{EnqueueOptions, EnqueueStatus, Enqueued, Job};
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::cli::PushArgs;
+use crate::context::Ctx;
+use crate::exit;
+use crate::input::parse_time;
+use crate::output::{emit, emit_json};
+
+/// Runs `push`.
+pub async fn run(ctx: &Ctx, args: PushArgs) -> Result<()> {
+    punctual::validate_topic(&args.topic)?;
+    if args.batch {
+        return batch(ctx, args).await;
+    }
+    let max = ctx.global.max_payload;
+    let payload = match args.payload.as_deref() {
+        None | Some("-") => {
+            if io::stdin().is_terminal() {
+                eprintln!("punctual: reading the payload from stdin; end it with Ctrl-D (or give PAYLOAD as an argument)");
+            }
+            read_payload(io::stdin().lock(), max)?
+        }
+        Some(p) => p.as_bytes().to_vec(),
+    };
+    check_payload_size(payload.len(), max)?;
+    let mut job = with_defaults(Job::new(payload), &args);
+    if let Some(id) = &args.id {
+        job = job.id(id);
+    }
+    job.validate()?;
+
+    let queue = ctx.queue().await?;
+    let opts = EnqueueOptions::default().replace(args.replace);
+    let done = queue
+        .enqueue_with(&args.topic, vec![job], &opts)
+        .await?
+        .pop()
+        .context("enqueue returned no result")?;
+    if ctx.json() {
+        return emit_json(&done);
+    }
+    emit(&format!("{} {}\n", done.id, status_name(done.status)))
+}
+
+/// The options given on the command line, applied to `job` (in a batch, a
+/// line's own fields override them).
+fn with_defaults(mut job: Job, args: &PushArgs) -> Job {
+    if let Some(when) = args.when.when() {
+        job = job.when(when);
+    }
+    if let Some(n) = args.max_attempts {
+        job = job.max_attempts(n);
+    }
+    if let Some(ladder) = &args.backoff {
+        job = job.backoff(ladder.clone());
+    }
+    job
+}
+
+fn status_name(s: EnqueueStatus) -> &'static str {
+    match s {
+        EnqueueStatus::Created => "created",
+        EnqueueStatus::Duplicate => "duplicate",
+        EnqueueStatus::Replaced => "replaced",
+        _ => "unknown",
+    }
+}
+
+fn check_payload_size(len: usize, max: usize) -> Result<()> {
+    if len > max {
+        return Err(exit::invalid(format!(
+            "payload is {len} bytes, over the {max}-byte limit (raise --max-payload, or store the data elsewhere and push a reference to it)"
+        )));
+    }
+    Ok(())
+}
+
+/// Reads a payload from stdin, refusing one over `max` bytes without reading
+/// all of it.
+fn read_payload(mut input: impl Read, max: usize) -> Result<Vec<u8>> {
+    let mut buf = Vec::new();
+    input
+        .by_ref()
+        .take(max as u64 + 1)
+        .read_to_end(&mut buf)
+        .context("cannot read the payload from stdin")?;
+    if buf.len() > max {
+        return Err(exit::invalid(format!(
+            "payload on stdin is over the {max}-byte limit (raise --max-payload, or store the data elsewhere and push a reference to it)"
+        )));
+    }
+    Ok(buf)
+}
+
+/// One line of `push --batch` input.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Line {
+    /// A string is sent as its text, any other value as its JSON text.
+    payload: serde_json::Value,
+    delay_ms: Option<i64>,
+    at: Option<String>,
+    id: Option<String>,
+    max_attempts: Option<u32>,
+}
+
+/// serde_json's message without its "at line 1 column N" (every line is
+/// parsed on its own, so the position is the column).
+fn json_message(e: &serde_json::Error) -> String {
+    let msg = e.to_string();
+    let suffix = format!(" at line {} column {}", e.line(), e.column());
+    match msg.strip_suffix(&suffix) {
+        Some(m) => format!("{m} (column {})", e.column()),
+        None => msg,
+    }
+}
+
+/// Turns one input line into a job, or says what is wrong with it.
+fn parse_line(text: &str, defaults: &PushArgs, max: usize) -> Result<Job, String> {
+    let line: Line = serde_json::from_str(text).map_err(|e| {
+        format!(
+            "{}; expected {{\"payload\": ..., \"delay_ms\": N, \"at\": \"RFC3339\", \"id\": \"...\", \"max_attempts\": N}}",
+            json_message(&e)
+        )
+    })?;
+    let payload = match line.payload {
+        serde_json::Value::String(s) => s.into_bytes(),
+        other => other.to_string().into_bytes(),
+    };
+    if payload.len() > max {
+        return Err(format!(
+            "payload is {} bytes, over the {max}-byte limit (raise --max-payload)",
+            payload.len()
+        ));
+    }
+    let mut job = with_defaults(Job::new(payload), defaults);
+    match (line.delay_ms, line.at) {
+        (Some(_), Some(_)) => return Err("give delay_ms or at, not both".into()),
+        (Some(ms), None) if ms < 0 => {
+            return Err(format!("delay_ms is {ms}: delays may not be negative"))
+        }
+        (Some(ms), None) => job = job.delay(std::time::Duration::from_millis(ms as u64)),
+        (None, Some(at)) => job = job.at(parse_time(&at).map_err(|e| format!("at: {e}"))?),
+        (None, None) => {}
+    }
+    if let Some(id) = line.id {
+        job = job.id(id);
+    }
+    if let Some(n) = line.max_attempts {
+        job = job.max_attempts(n);
+    }
+    job.validate().map_err(|e| e.to_string())?;
+    Ok(job)
+}
+
+/// Reads and validates every line of `input`; the first bad line is an
+/// error naming its number. Blank lines are skipped.
+fn read_batch(mut input: impl BufRead, defaults: &PushArgs, max: usize) -> Result<Vec<Job>> {
+    let mut jobs = Vec::new();
+    let mut buf = Vec::new();
+    for n in 1.. {
+        buf.clear();
+        let read = input
+            .read_until(b'\n', &mut buf)
+            .with_context(|| format!("cannot read line {n} of stdin"))?;
+        if read == 0 {
+            break;
+        }
+        let text = std::str::from_utf8(&buf)
+            .map_err(|_| exit::invalid(format!("line {n}: not UTF-8 text; nothing was pushed")))?;
+        if text.trim().is_empty() {
+            continue;
+        }
+        let job = parse_line(text, defaults, max)
+            .map_err(|e| exit::invalid(format!("line {n}: {e}; nothing was pushed")))?;
+        jobs.push(job);
+    }
+    Ok(jobs)
+}
+
+/// Counts of a batch's results.
+fn summary(topic: &str, results: &[Enqueued]) -> serde_json::Value {
+    let count = |s| results.iter().filter(|r| r.status == s).count();
+    json!({
+        "topic": topic,
+        "jobs": results.len(),
+        "created": count(EnqueueStatus::Created),
+        "duplicate": count(EnqueueStatus::Duplicate),
+        "replaced": count(EnqueueStatus::Replaced),
+    })
+}
+
+async fn batch(ctx: &Ctx, args: PushArgs) -> Result<()> {
+    if io::stdin().is_terminal() {
+        eprintln!("punctual: reading jobs from stdin, one JSON object per line; end with Ctrl-D");
+    }
+    let jobs = read_batch(io::stdin().lock(), &args, ctx.global.max_payload)?;
+    let results = if jobs.is_empty() {
+        Vec::new()
+    } else {
+        let queue = ctx.queue().await?;
+        let opts = EnqueueOptions::default().replace(args.replace);
+        // The library splits this into script calls of 1,000 jobs, pipelined.
+        queue.enqueue_with(&args.topic, jobs, &opts).await?
+    };
+    let s = summary(&args.topic, &results);
+    if ctx.json() {
+        return emit_json(&s);
+    }
+    let mut text = format!(
+        "pushed {} to topic {:?}: {} created, {} duplicate",
+        super::plural(results.len(), "job", "jobs"),
+        args.topic,
+        s["created"],
+        s["duplicate"]
+    );
+    if args.replace {
+        text.push_str(&format!(", {} replaced", s["replaced"]));
+    }
+    text.push('\n');
+    emit(&text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{Cli, Command};
+    use clap::Parser;
+
+    fn defaults() -> PushArgs {
+        match Cli::parse_from(["punctual", "push", "t", "--batch"]).command {
+            Command::Push(p) => p,
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn string_payloads_are_raw_text_and_others_json() {
+        let d = defaults();
+        let a = parse_line(r#"{"payload": "hi \"you\""}"#, &d, 100).unwrap();
+        assert_eq!(a.payload(), br#"hi "you""#);
+        let b = parse_line(r#"{"payload": {"order": 1}, "delay_ms": 5}"#, &d, 100).unwrap();
+        assert_eq!(b.payload(), br#"{"order":1}"#);
+    }
+
+    #[test]
+    fn bad_lines_say_what_is_wrong() {
+        let d = defaults();
+        let err = |l: &str| parse_line(l, &d, 10).unwrap_err();
+        assert!(err("{").contains("EOF"), "{}", err("{"));
+        assert!(err(r#"{"delay_ms": 5}"#).contains("missing field `payload`"));
+        assert!(err(r#"{"payload": 1, "delay": 5}"#).contains("unknown field `delay`"));
+        assert!(err(r#"{"payload": 1, "delay_ms": -5}"#).contains("negative"));
+        assert!(err(r#"{"payload": 1, "delay_ms": 5, "at": "x"}"#).contains("not both"));
+        assert!(err(r#"{"payload": 1, "at": "soon"}"#).contains("RFC 3339"));
+        assert!(err(r#"{"payload": 1, "id": ""}"#).contains("may not be empty"));
+        assert!(err(r#"{"payload": 1, "max_attempts": 0}"#).contains("at least 1"));
+        assert!(err(r#"{"payload": "12345678901"}"#).contains("over the 10-byte limit"));
+    }
+
+    #[test]
+    fn batch_errors_name_the_line_and_skip_blank_lines() {
+        let d = defaults();
+        let input = "{\"payload\": 1}\n\n{\"payload\": 2}\n{\"payload\": 3, \"delay_ms\": -1}\n";
+        let err = read_batch(input.as_bytes(), &d, 100).unwrap_err();
+        assert!(format!("{err:#}").starts_with("line 4: "), "{err:#}");
+        let ok = read_batch("{\"payload\": 1}\n\n{\"payload\": 2}".as_bytes(), &d, 100).unwrap();
+        assert_eq!(ok.len(), 2);
+    }
+}

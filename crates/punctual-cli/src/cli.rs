@@ -1,0 +1,441 @@
+//! The command line, as clap derive definitions. `--help` is the user's
+//! documentation: every command and option says what it does.
+//!
+//! To add a command: add a variant to [`Command`] with an `Args` struct, a
+//! module that runs it, and an arm in `main.rs`'s dispatch.
+
+use std::time::{Duration, SystemTime};
+
+use clap::{ArgGroup, Args, Parser, Subcommand};
+
+use crate::input::{parse_duration, parse_max_payload, parse_time};
+
+/// punctual: a delay queue on Redis. Run each job at its due time, at least
+/// once, never early, and never lose one.
+///
+/// These commands enqueue and administer jobs. Every time is computed by
+/// Redis (`TIME`), so the clock of the host running this command does not
+/// matter for delays.
+#[derive(Debug, Parser)]
+#[command(name = "punctual", version, max_term_width = 100)]
+#[command(after_help = "\
+Exit status:
+  0  success
+  1  the command ran but found a problem (check found violations, no such live job, ...)
+  2  bad usage or invalid input (nothing was written)
+  3  Redis unreachable, timed out or refused the command
+  4  unexpected reply from Redis or another internal error
+
+Logs go to stderr; set PUNCTUAL_LOG (e.g. PUNCTUAL_LOG=debug) to see more.")]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalOpts,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options every command takes (before or after the command name).
+#[derive(Debug, Args, Clone)]
+#[command(next_help_heading = "Global options")]
+pub struct GlobalOpts {
+    /// Redis to use: redis://[user:password@]host:port[/db] or rediss://... for TLS.
+    #[arg(
+        long = "redis",
+        value_name = "URL",
+        env = "PUNCTUAL_REDIS_URL",
+        hide_env_values = true,
+        default_value = "redis://127.0.0.1:6379",
+        global = true
+    )]
+    pub redis_url: String,
+
+    /// Key prefix: every key punctual writes starts with `PREFIX:`. Producers,
+    /// workers and these commands must agree on it.
+    #[arg(
+        long,
+        value_name = "P",
+        env = "PUNCTUAL_PREFIX",
+        hide_env_values = true,
+        default_value = punctual::DEFAULT_PREFIX,
+        global = true
+    )]
+    pub prefix: String,
+
+    /// Largest payload accepted by `push`, in bytes.
+    #[arg(
+        long,
+        value_name = "BYTES",
+        env = "PUNCTUAL_MAX_PAYLOAD",
+        hide_env_values = true,
+        default_value_t = punctual::DEFAULT_MAX_PAYLOAD,
+        value_parser = parse_max_payload,
+        global = true
+    )]
+    pub max_payload: usize,
+
+    /// Print machine-readable JSON on stdout instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Enqueue a job (or, with --batch, many jobs from stdin).
+    #[command(after_help = PUSH_EXAMPLES)]
+    Push(PushArgs),
+
+    /// Show one job: state, due time, attempts, last error, payload.
+    Get(JobRef),
+
+    /// Cancel a job, whatever its state (a running job's worker cannot ack it
+    /// afterwards).
+    Cancel(JobRef),
+
+    /// Give a waiting job (in pool or ready) a new due time.
+    ///
+    /// A running job cannot be rescheduled; a dead job must be replayed
+    /// first (`punctual dead replay`).
+    Reschedule(RescheduleArgs),
+
+    /// Show sizes and counters of one topic, or of every known topic.
+    ///
+    /// POOL, READY, RUNNING and DEAD are the jobs in each state now. NEXT-DUE
+    /// is when the next waiting job is due; OLDEST-READY is how long the
+    /// oldest due job has waited for a worker (it grows when workers fall
+    /// behind). DONE, RETRIED and DIED count since the topic began. --json
+    /// prints an array with every counter.
+    Stats(StatsArgs),
+
+    /// List the known topics (every topic ever enqueued to under this prefix).
+    Topics,
+
+    /// Inspect, replay or delete dead jobs (the dead-letter set).
+    #[command(subcommand)]
+    Dead(DeadCommand),
+
+    /// Verify that every job is in exactly one state and has its record.
+    ///
+    /// Scans the topic page by page while it is in use; each page is checked
+    /// atomically, so moving jobs are never reported falsely. Exits 1 when a
+    /// violation is found.
+    Check(CheckArgs),
+
+    /// List punctual's Lua scripts, or print one so producers in other
+    /// languages can SCRIPT LOAD it and call it with EVALSHA.
+    ///
+    /// The protocol of each script (KEYS, ARGV, reply) is in its header
+    /// comment and in docs/PROTOCOL.md.
+    Script(ScriptArgs),
+
+    /// Run the consumer service: a supervisor that spawns worker and scheduler
+    /// processes and runs each job's handler (exec or http) from the config.
+    ///
+    /// SIGTERM or SIGINT: stop restarting children, let running jobs finish
+    /// (up to shutdown_timeout), then SIGKILL; a second Ctrl-C kills at once.
+    /// Exit 0 after a clean drain, 1 when children had to be killed, 2 for a
+    /// bad config, 3 when Redis is unreachable at start. See docs/operations.md.
+    #[command(
+        after_help = "Example:\n  punctual serve --config punctual.example.toml --http 127.0.0.1:9464"
+    )]
+    Serve(crate::serve::cmd::ServeArgs),
+
+    /// See punctual run: push a few dozen delayed jobs and consume them with
+    /// `serve`, printing each job's lateness (uses a private redis-server when
+    /// none answers at --redis).
+    Demo(crate::demo::DemoArgs),
+
+    /// A worker process of `serve` (internal).
+    #[command(name = "__worker", hide = true)]
+    Worker(crate::serve::cmd::ChildArgs),
+
+    /// A scheduler process of `serve` (internal).
+    #[command(name = "__scheduler", hide = true)]
+    Scheduler(crate::serve::cmd::ChildArgs),
+
+    /// The exec handler of `demo` (internal).
+    #[command(name = "__demo-handler", hide = true)]
+    DemoHandler,
+}
+
+impl Command {
+    /// Whether this command runs long, as a service (multi-threaded runtime).
+    pub fn is_service(&self) -> bool {
+        matches!(
+            self,
+            Command::Serve(_) | Command::Worker(_) | Command::Scheduler(_) | Command::Demo(_)
+        )
+    }
+
+    /// The log level when PUNCTUAL_LOG is not set. Admin commands only warn;
+    /// long-running services will want `info`.
+    pub fn default_log_level(&self) -> &'static str {
+        match self {
+            Command::Push(_)
+            | Command::Get(_)
+            | Command::Cancel(_)
+            | Command::Reschedule(_)
+            | Command::Stats(_)
+            | Command::Topics
+            | Command::Dead(_)
+            | Command::Check(_)
+            | Command::Script(_) => "warn",
+            Command::Serve(_)
+            | Command::Demo(_)
+            | Command::Worker(_)
+            | Command::Scheduler(_)
+            | Command::DemoHandler => "info",
+        }
+    }
+}
+
+const PUSH_EXAMPLES: &str = "\
+Examples:
+  # close order 10086 in 30 minutes, once, even if pushed twice
+  punctual push orders '{\"order\":10086}' --id order:10086 --delay 30m
+
+  # payload from stdin, due at a fixed time
+  echo 'remind 42' | punctual push reminders --at 2030-01-01T09:00:00Z
+
+  # many jobs, one JSON object per line
+  punctual push orders --batch < jobs.jsonl
+  where each line looks like
+  {\"payload\": {\"order\": 1}, \"delay_ms\": 60000, \"id\": \"order:1\", \"max_attempts\": 3}";
+
+/// Where a job is due: now, after a delay, or at a time.
+#[derive(Debug, Args, Clone, Default)]
+#[group(multiple = false)]
+pub struct WhenArgs {
+    /// Due this long from now, by Redis's clock: 250ms, 30s, 15m, 2h, 1h30m, 7days.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub delay: Option<Duration>,
+
+    /// Due at this time (RFC 3339, e.g. 2030-01-01T09:00:00Z or
+    /// 2030-01-01T10:00:00+01:00). A time in the past means due now.
+    #[arg(long, value_name = "TIME", value_parser = parse_time, allow_hyphen_values = true)]
+    pub at: Option<SystemTime>,
+}
+
+impl WhenArgs {
+    /// The library's `When`, if one was given.
+    pub fn when(&self) -> Option<punctual::When> {
+        match (self.delay, self.at) {
+            (Some(d), _) => Some(punctual::When::Delay(d)),
+            (None, Some(t)) => Some(punctual::When::At(t)),
+            (None, None) => None,
+        }
+    }
+}
+
+/// Arguments of `push`.
+#[derive(Debug, Args)]
+pub struct PushArgs {
+    /// The topic (no braces, '#' or spaces; at most 100 bytes).
+    pub topic: String,
+
+    /// The payload, sent as is. `-` or leaving it out reads it from stdin.
+    #[arg(conflicts_with = "batch")]
+    pub payload: Option<String>,
+
+    #[command(flatten)]
+    pub when: WhenArgs,
+
+    /// The job's id (default: a generated, time-sortable one). Pushing an id
+    /// that is still live in the topic is a no-op reported as "duplicate".
+    #[arg(long, value_name = "ID", conflicts_with = "batch")]
+    pub id: Option<String>,
+
+    /// Deliveries before the job goes to dead (default: the topic's setting, else 6).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_attempts: Option<u32>,
+
+    /// Delays before retries, comma-separated: the n-th failure waits the
+    /// n-th step and the last step repeats (default: the topic's ladder,
+    /// else 0s,5s,30s,2m,10m,30m).
+    #[arg(
+        long,
+        value_name = "D,D,...",
+        value_delimiter = ',',
+        value_parser = parse_duration,
+        num_args = 1..
+    )]
+    pub backoff: Option<Vec<Duration>>,
+
+    /// Replace a live job with the same id (payload, due time, attempts)
+    /// instead of reporting a duplicate.
+    #[arg(long)]
+    pub replace: bool,
+
+    /// Read many jobs from stdin, one JSON object per line:
+    /// {"payload": ..., "delay_ms": N, "at": "RFC3339", "id": "...",
+    /// "max_attempts": N}. Only payload is required; a string payload is sent
+    /// as its text, any other JSON value as its JSON text. --delay/--at,
+    /// --max-attempts and --backoff apply to lines that do not say
+    /// otherwise. Every line is validated before anything is written.
+    #[arg(long)]
+    pub batch: bool,
+}
+
+/// A job by topic and id.
+#[derive(Debug, Args)]
+pub struct JobRef {
+    /// The topic.
+    pub topic: String,
+    /// The job id (as printed by `push`).
+    pub id: String,
+}
+
+/// Arguments of `reschedule`.
+#[derive(Debug, Args)]
+pub struct RescheduleArgs {
+    #[command(flatten)]
+    pub job: JobRef,
+
+    #[command(flatten)]
+    pub when: RequiredWhen,
+}
+
+/// Like [`WhenArgs`], but one of the two is required.
+#[derive(Debug, Args, Clone)]
+#[group(required = true, multiple = false)]
+pub struct RequiredWhen {
+    /// New due time: this long from now, by Redis's clock (0s: due now).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub delay: Option<Duration>,
+
+    /// New due time: this time (RFC 3339, e.g. 2030-01-01T09:00:00Z).
+    #[arg(long, value_name = "TIME", value_parser = parse_time, allow_hyphen_values = true)]
+    pub at: Option<SystemTime>,
+}
+
+impl RequiredWhen {
+    /// The library's `When`.
+    pub fn when(&self) -> punctual::When {
+        match (self.delay, self.at) {
+            (Some(d), _) => punctual::When::Delay(d),
+            (None, Some(t)) => punctual::When::At(t),
+            (None, None) => punctual::When::Now,
+        }
+    }
+}
+
+/// Arguments of `stats`.
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    /// Only this topic (default: every known topic).
+    pub topic: Option<String>,
+}
+
+/// Arguments of `check`.
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// Only this topic (default: every known topic).
+    pub topic: Option<String>,
+}
+
+/// Arguments of `script`.
+#[derive(Debug, Args)]
+pub struct ScriptArgs {
+    /// The script to print (see the list without NAME), e.g. `enqueue`.
+    pub name: Option<String>,
+}
+
+/// `dead` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum DeadCommand {
+    /// List dead jobs, most recent death first.
+    List(DeadListArgs),
+
+    /// Move dead jobs back to ready: due now, attempts reset to 0.
+    Replay(DeadReplayArgs),
+
+    /// Delete dead jobs for good. `--all` asks no question; it prints how many.
+    Purge(DeadPurgeArgs),
+}
+
+/// Arguments of `dead list`.
+#[derive(Debug, Args)]
+pub struct DeadListArgs {
+    /// The topic.
+    pub topic: String,
+
+    /// Skip this many (most recent first).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub offset: usize,
+
+    /// Show at most this many (1 to 1000).
+    #[arg(long, value_name = "N", default_value_t = 20, value_parser = clap::value_parser!(u16).range(1..=1000))]
+    pub limit: u16,
+}
+
+/// Arguments of `dead replay`.
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("which").required(true).args(["ids", "oldest", "all"])))]
+pub struct DeadReplayArgs {
+    /// The topic.
+    pub topic: String,
+
+    /// Replay these ids.
+    #[arg(value_name = "ID")]
+    pub ids: Vec<String>,
+
+    /// Replay the N oldest dead jobs (first to die).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub oldest: Option<u64>,
+
+    /// Replay every dead job of the topic.
+    #[arg(long)]
+    pub all: bool,
+}
+
+/// Arguments of `dead purge`.
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("which").required(true).args(["ids", "all"])))]
+pub struct DeadPurgeArgs {
+    /// The topic.
+    pub topic: String,
+
+    /// Delete these ids.
+    #[arg(value_name = "ID")]
+    pub ids: Vec<String>,
+
+    /// Delete every dead job of the topic.
+    #[arg(long)]
+    pub all: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn negative_delay_is_an_error_not_a_flag() {
+        let err =
+            Cli::try_parse_from(["punctual", "push", "t", "x", "--delay", "-5s"]).unwrap_err();
+        assert!(err.to_string().contains("negative"), "{err}");
+    }
+
+    #[test]
+    fn backoff_is_a_comma_separated_ladder() {
+        let cli =
+            Cli::try_parse_from(["punctual", "push", "t", "x", "--backoff", "0s,5s,1m"]).unwrap();
+        let Command::Push(p) = cli.command else {
+            panic!("not push")
+        };
+        assert_eq!(
+            p.backoff.unwrap(),
+            vec![
+                Duration::ZERO,
+                Duration::from_secs(5),
+                Duration::from_secs(60)
+            ]
+        );
+    }
+}

@@ -1,0 +1,100 @@
+//! Parsers for values given on the command line or in batch input: durations,
+//! times, sizes. Each error says what was wrong and what to give instead.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+const DURATION_HINT: &str = "give e.g. 250ms, 30s, 15m, 2h or 1h30m";
+const TIME_HINT: &str = "give an RFC 3339 time such as 2030-01-01T09:00:00Z";
+
+/// Largest `--max-payload`: Redis refuses bulk strings over 512 MiB.
+const MAX_MAX_PAYLOAD: usize = 512 * 1024 * 1024;
+
+/// A non-negative duration such as `30s`, `15m`, `2h`, `1h30m`, `250ms`, of at
+/// most [`punctual::MAX_DELAY`].
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    if t.is_empty() {
+        return Err(format!("empty duration; {DURATION_HINT}"));
+    }
+    if t.starts_with('-') {
+        return Err(format!("durations may not be negative; {DURATION_HINT}"));
+    }
+    let d = humantime::parse_duration(t).map_err(|e| format!("{e}; {DURATION_HINT}"))?;
+    if d > punctual::MAX_DELAY {
+        return Err("durations are at most ten years".to_string());
+    }
+    Ok(d)
+}
+
+/// An RFC 3339 time, not before 1970.
+pub fn parse_time(s: &str) -> Result<SystemTime, String> {
+    let t = s.trim();
+    let dt = chrono::DateTime::parse_from_rfc3339(t).map_err(|e| {
+        if humantime::parse_duration(t).is_ok() {
+            format!("not a time ({e}); this looks like a duration: use --delay for that")
+        } else {
+            format!("not an RFC 3339 time ({e}); {TIME_HINT}")
+        }
+    })?;
+    let st = SystemTime::from(dt);
+    if st < UNIX_EPOCH {
+        return Err(format!("times before 1970 are not supported; {TIME_HINT}"));
+    }
+    Ok(st)
+}
+
+/// A payload limit in bytes: 1 to 512 MiB.
+pub fn parse_max_payload(s: &str) -> Result<usize, String> {
+    let n: usize = s
+        .trim()
+        .parse()
+        .map_err(|_| "expected a number of bytes, e.g. 65536".to_string())?;
+    if n == 0 || n > MAX_MAX_PAYLOAD {
+        return Err(format!(
+            "the payload limit must be 1 to {MAX_MAX_PAYLOAD} bytes (Redis's largest string)"
+        ));
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_in_human_units() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
+    }
+
+    #[test]
+    fn bad_durations_say_what_to_give() {
+        for bad in ["-5s", "5x", "", "30", "11years"] {
+            let err = parse_duration(bad).unwrap_err();
+            assert!(!err.is_empty(), "{bad}");
+        }
+        assert!(parse_duration("-5s").unwrap_err().contains("negative"));
+        assert!(parse_duration("5x").unwrap_err().contains("30s"));
+    }
+
+    #[test]
+    fn times_are_rfc3339() {
+        let t = parse_time("2030-01-01T09:00:00.250Z").unwrap();
+        let ms = t.duration_since(UNIX_EPOCH).unwrap().as_millis();
+        assert_eq!(ms, 1_893_488_400_250);
+        let with_offset = parse_time("2030-01-01T10:00:00.250+01:00").unwrap();
+        assert_eq!(t, with_offset);
+        assert!(parse_time("not-a-time").unwrap_err().contains("RFC 3339"));
+        assert!(parse_time("30s").unwrap_err().contains("--delay"));
+        assert!(parse_time("1969-12-31T23:59:59Z").is_err());
+    }
+
+    #[test]
+    fn payload_limit_is_positive() {
+        assert_eq!(parse_max_payload("65536"), Ok(65536));
+        assert!(parse_max_payload("0").is_err());
+        assert!(parse_max_payload("64k").is_err());
+    }
+}

@@ -1,0 +1,129 @@
+//! The command-line entry points of `serve` and of the processes it runs.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Args;
+
+use super::config::{Config, Overrides};
+use super::supervisor::{CONFIG_ENV, METRICS_ENV};
+use crate::exit;
+use crate::input::parse_duration;
+
+/// `punctual serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The config file (TOML): Redis, processes, topics and their handlers.
+    /// Every key is described in docs/operations.md and punctual.example.toml.
+    #[arg(long, short, value_name = "FILE", env = "PUNCTUAL_CONFIG")]
+    pub config: PathBuf,
+
+    /// Worker processes (overrides `workers` in the file).
+    #[arg(long, value_name = "N", env = "PUNCTUAL_WORKERS")]
+    pub workers: Option<usize>,
+
+    /// Jobs at once per worker process (overrides `concurrency`).
+    #[arg(long, value_name = "N", env = "PUNCTUAL_CONCURRENCY")]
+    pub concurrency: Option<usize>,
+
+    /// Scheduler processes (overrides `schedulers`).
+    #[arg(long, value_name = "N", env = "PUNCTUAL_SCHEDULERS")]
+    pub schedulers: Option<usize>,
+
+    /// Serve /healthz and /metrics on this address, e.g. 127.0.0.1:9464
+    /// (overrides `http`).
+    #[arg(long, value_name = "ADDR", env = "PUNCTUAL_HTTP")]
+    pub http: Option<String>,
+
+    /// Write the supervisor's pid to this file (overrides `pidfile`).
+    #[arg(long, value_name = "FILE")]
+    pub pidfile: Option<String>,
+
+    /// Log format: text or json (overrides `log_format`).
+    #[arg(long, value_name = "FORMAT", env = "PUNCTUAL_LOG_FORMAT", value_parser = ["text", "json"])]
+    pub log_format: Option<String>,
+
+    /// How long SIGTERM waits for running jobs before SIGKILL (overrides
+    /// `shutdown_timeout`).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub shutdown_timeout: Option<Duration>,
+
+    /// Lease length (overrides `lease`).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub lease: Option<Duration>,
+}
+
+/// The hidden `__worker` / `__scheduler` commands.
+#[derive(Debug, Args)]
+pub struct ChildArgs {
+    /// Which child of its kind this is (for logs).
+    #[arg(long, default_value_t = 0)]
+    pub index: usize,
+}
+
+/// Loads the config with flag and environment overrides. `redis` and
+/// `prefix` are the global options when they were given explicitly.
+pub fn load(args: &ServeArgs, redis: Option<String>, prefix: Option<String>) -> Result<Config> {
+    let o = Overrides {
+        redis,
+        prefix,
+        workers: args.workers,
+        concurrency: args.concurrency,
+        schedulers: args.schedulers,
+        http: args.http.clone(),
+        pidfile: args.pidfile.clone(),
+        log_format: args.log_format.clone(),
+        shutdown_timeout: args.shutdown_timeout,
+        lease: args.lease,
+    };
+    if !args.config.exists() {
+        return Err(exit::invalid(format!(
+            "config file {} not found (start from punctual.example.toml)",
+            args.config.display()
+        )));
+    }
+    let cfg = Config::load(&args.config, &o).map_err(|e| exit::invalid(format!("{e:#}")))?;
+    super::supervisor::check_programs(&cfg).map_err(|e| {
+        exit::invalid(format!(
+            "{}: invalid configuration: {e:#}",
+            args.config.display()
+        ))
+    })?;
+    Ok(cfg)
+}
+
+/// Runs the supervisor.
+pub async fn serve(cfg: Config) -> Result<()> {
+    match super::supervisor::supervise(cfg).await? {
+        0 => Ok(()),
+        _ => Err(exit::problem(
+            "some children were killed at the shutdown timeout; their jobs will be re-delivered",
+        )),
+    }
+}
+
+fn child_config() -> Result<Config> {
+    let json = std::env::var(CONFIG_ENV).with_context(|| {
+        format!("{CONFIG_ENV} is not set: this command is run by `punctual serve`, not by hand")
+    })?;
+    serde_json::from_str(&json).context("the config passed by the supervisor is malformed")
+}
+
+/// A worker process.
+pub async fn worker(args: ChildArgs) -> Result<()> {
+    let cfg = child_config()?;
+    let metrics = match std::env::var_os(METRICS_ENV) {
+        Some(p) => Some(super::metrics::MetricsSender::start(PathBuf::from(p))?),
+        None => None,
+    };
+    let span = tracing::info_span!("worker", index = args.index, pid = std::process::id());
+    tracing::Instrument::instrument(super::roles::run_worker(cfg, metrics), span).await
+}
+
+/// A scheduler process.
+pub async fn scheduler(args: ChildArgs) -> Result<()> {
+    let cfg = child_config()?;
+    let span = tracing::info_span!("scheduler", index = args.index, pid = std::process::id());
+    tracing::Instrument::instrument(super::roles::run_scheduler(cfg), span).await
+}

@@ -1,0 +1,409 @@
+//! The `serve` configuration file (TOML), with environment and flag
+//! overrides. Every key is documented in docs/operations.md and in
+//! punctual.example.toml.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+
+/// Default backoff ladder: 0s, 5s, 30s, 2m, 10m, 30m.
+pub const DEFAULT_BACKOFF: [u64; 6] = [0, 5, 30, 120, 600, 1800];
+
+/// The whole file, as written (every key optional but `topics`).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Redis URL.
+    #[serde(default = "default_redis")]
+    pub redis: String,
+    /// Key prefix.
+    #[serde(default = "default_prefix")]
+    pub prefix: String,
+    /// Worker processes.
+    #[serde(default = "default_workers")]
+    pub workers: usize,
+    /// Jobs at once per worker process.
+    #[serde(default = "default_concurrency")]
+    pub concurrency: usize,
+    /// Scheduler processes.
+    #[serde(default = "default_schedulers")]
+    pub schedulers: usize,
+    /// How long SIGTERM waits for running jobs before SIGKILL.
+    #[serde(default = "default_shutdown", with = "humantime_serde")]
+    pub shutdown_timeout: Duration,
+    /// Lease length (extended every third of it while a job runs).
+    #[serde(default = "default_lease", with = "humantime_serde")]
+    pub lease: Duration,
+    /// Jobs promoted per scheduler tick (1..1000).
+    #[serde(default = "default_promote_batch")]
+    pub promote_batch: usize,
+    /// Promotion pauses while a topic's ready set holds this many jobs.
+    #[serde(default = "default_max_ready")]
+    pub max_ready: usize,
+    /// Largest payload accepted, bytes.
+    #[serde(default = "default_max_payload")]
+    pub max_payload: usize,
+    /// Safety-net interval for idle workers and schedulers.
+    #[serde(default = "default_idle_check", with = "humantime_serde")]
+    pub idle_check: Duration,
+    /// Address for /healthz and /metrics (off when absent).
+    #[serde(default)]
+    pub http: Option<String>,
+    /// Write the supervisor's pid here.
+    #[serde(default)]
+    pub pidfile: Option<String>,
+    /// Log format: "text" or "json".
+    #[serde(default = "default_log_format")]
+    pub log_format: String,
+    /// Longest restart backoff for a child that keeps dying.
+    #[serde(default = "default_restart_max", with = "humantime_serde")]
+    pub restart_backoff_max: Duration,
+    /// The topics and their handlers.
+    #[serde(default)]
+    pub topics: BTreeMap<String, TopicConfig>,
+}
+
+/// One topic.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopicConfig {
+    /// Run a program per job: argv, no shell.
+    #[serde(default)]
+    pub exec: Option<Vec<String>>,
+    /// POST each job to a URL.
+    #[serde(default)]
+    pub http: Option<HttpConfig>,
+    /// Handler timeout.
+    #[serde(default = "default_timeout", with = "humantime_serde")]
+    pub timeout: Duration,
+    /// Deliveries before dead, for jobs that do not set their own.
+    #[serde(default = "default_max_attempts")]
+    pub max_attempts: u32,
+    /// Delays before retries ("0s", "5s", ...), the last step repeating.
+    #[serde(default = "default_backoff")]
+    pub backoff: Vec<String>,
+    /// Extra environment for `exec` handlers.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Working directory for `exec` handlers.
+    #[serde(default)]
+    pub cwd: Option<String>,
+}
+
+/// The `http` handler of a topic.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpConfig {
+    /// Where to POST.
+    pub url: String,
+    /// Request timeout (default: the topic's timeout).
+    #[serde(default, with = "humantime_serde::option")]
+    pub timeout: Option<Duration>,
+    /// Content-Type of the body (default application/json).
+    #[serde(default = "default_content_type")]
+    pub content_type: String,
+    /// Extra request headers.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+}
+
+fn default_redis() -> String {
+    "redis://127.0.0.1:6379".into()
+}
+fn default_prefix() -> String {
+    punctual::DEFAULT_PREFIX.into()
+}
+fn default_workers() -> usize {
+    2
+}
+fn default_concurrency() -> usize {
+    16
+}
+fn default_schedulers() -> usize {
+    1
+}
+fn default_shutdown() -> Duration {
+    Duration::from_secs(30)
+}
+fn default_lease() -> Duration {
+    Duration::from_secs(30)
+}
+fn default_promote_batch() -> usize {
+    200
+}
+fn default_max_ready() -> usize {
+    100_000
+}
+fn default_max_payload() -> usize {
+    punctual::DEFAULT_MAX_PAYLOAD
+}
+fn default_idle_check() -> Duration {
+    Duration::from_secs(10)
+}
+fn default_log_format() -> String {
+    "text".into()
+}
+fn default_restart_max() -> Duration {
+    Duration::from_secs(30)
+}
+fn default_timeout() -> Duration {
+    Duration::from_secs(30)
+}
+fn default_max_attempts() -> u32 {
+    6
+}
+fn default_backoff() -> Vec<String> {
+    DEFAULT_BACKOFF
+        .iter()
+        .map(|s| humantime::format_duration(Duration::from_secs(*s)).to_string())
+        .collect()
+}
+fn default_content_type() -> String {
+    "application/json".into()
+}
+
+/// Overrides from flags and environment (set ones win over the file).
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub redis: Option<String>,
+    pub prefix: Option<String>,
+    pub workers: Option<usize>,
+    pub concurrency: Option<usize>,
+    pub schedulers: Option<usize>,
+    pub http: Option<String>,
+    pub pidfile: Option<String>,
+    pub log_format: Option<String>,
+    pub shutdown_timeout: Option<Duration>,
+    pub lease: Option<Duration>,
+}
+
+impl Config {
+    /// Reads and validates a file; errors name the key and line.
+    pub fn load(path: &Path, o: &Overrides) -> Result<Config> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read config file {}", path.display()))?;
+        Config::parse(&text, &path.display().to_string(), o)
+    }
+
+    /// Parses and validates config text (`origin` names it in errors).
+    pub fn parse(text: &str, origin: &str, o: &Overrides) -> Result<Config> {
+        let mut c: Config = toml::from_str(text)
+            .map_err(|e| anyhow::anyhow!("{origin}: {}", e.to_string().trim_end()))?;
+        c.apply(o);
+        c.validate()
+            .with_context(|| format!("{origin}: invalid configuration"))?;
+        Ok(c)
+    }
+
+    fn apply(&mut self, o: &Overrides) {
+        macro_rules! set {
+            ($($f:ident),*) => { $( if let Some(v) = &o.$f { self.$f = v.clone(); } )* };
+        }
+        set!(
+            redis,
+            prefix,
+            workers,
+            concurrency,
+            schedulers,
+            log_format,
+            shutdown_timeout,
+            lease
+        );
+        if o.http.is_some() {
+            self.http = o.http.clone();
+        }
+        if o.pidfile.is_some() {
+            self.pidfile = o.pidfile.clone();
+        }
+    }
+
+    /// Checks every value; the message names the key.
+    pub fn validate(&self) -> Result<()> {
+        if self.topics.is_empty() {
+            bail!("no topics: add at least one [topics.NAME] table with an exec or http handler");
+        }
+        if self.workers == 0 && self.schedulers == 0 {
+            bail!("workers and schedulers are both 0: nothing to run");
+        }
+        if self.concurrency == 0 || self.concurrency > 10_000 {
+            bail!("concurrency = {}: must be 1 to 10000", self.concurrency);
+        }
+        if self.workers > 256 || self.schedulers > 64 {
+            bail!("workers must be at most 256 and schedulers at most 64");
+        }
+        if !(1..=1000).contains(&self.promote_batch) {
+            bail!("promote_batch = {}: must be 1 to 1000", self.promote_batch);
+        }
+        if self.max_ready == 0 {
+            bail!("max_ready must be at least 1");
+        }
+        if self.lease < Duration::from_millis(100) {
+            bail!("lease = {:?}: must be at least 100ms", self.lease);
+        }
+        if self.idle_check < Duration::from_millis(100) {
+            bail!("idle_check must be at least 100ms");
+        }
+        if !matches!(self.log_format.as_str(), "text" | "json") {
+            bail!(
+                "log_format = {:?}: must be \"text\" or \"json\"",
+                self.log_format
+            );
+        }
+        if let Some(addr) = &self.http {
+            addr.parse::<std::net::SocketAddr>().map_err(|e| {
+                anyhow::anyhow!("http = {addr:?}: not an address like 127.0.0.1:9464 ({e})")
+            })?;
+        }
+        for (name, t) in &self.topics {
+            punctual::validate_topic(name).map_err(|e| anyhow::anyhow!("[topics.{name}]: {e}"))?;
+            match (&t.exec, &t.http) {
+                (Some(_), Some(_)) => bail!("[topics.{name}]: give exec or http, not both"),
+                (None, None) => bail!("[topics.{name}]: no handler: add exec = [\"program\", \"arg\"] or http = {{ url = \"...\" }}"),
+                (Some(argv), None) if argv.is_empty() || argv[0].is_empty() => {
+                    bail!("[topics.{name}]: exec must name a program: exec = [\"program\", \"arg\"]")
+                }
+                (None, Some(h)) => {
+                    let u = reqwest::Url::parse(&h.url)
+                        .map_err(|e| anyhow::anyhow!("[topics.{name}]: http.url = {:?}: {e}", h.url))?;
+                    if !matches!(u.scheme(), "http" | "https") {
+                        bail!("[topics.{name}]: http.url must be http:// or https://");
+                    }
+                }
+                _ => {}
+            }
+            if t.max_attempts == 0 {
+                bail!("[topics.{name}]: max_attempts must be at least 1");
+            }
+            if t.timeout.is_zero() {
+                bail!("[topics.{name}]: timeout must be more than 0s");
+            }
+            self.ladder(name)?;
+        }
+        Ok(())
+    }
+
+    /// A topic's backoff ladder, parsed.
+    pub fn ladder(&self, topic: &str) -> Result<Vec<Duration>> {
+        let t = &self.topics[topic];
+        if t.backoff.is_empty() {
+            bail!("[topics.{topic}]: backoff may not be empty (use [\"0s\"] for no wait)");
+        }
+        t.backoff
+            .iter()
+            .map(|s| {
+                humantime::parse_duration(s)
+                    .map_err(|e| anyhow::anyhow!("[topics.{topic}]: backoff step {s:?}: {e}"))
+            })
+            .collect()
+    }
+}
+
+/// Serde helpers for durations written as "30s", "2m", "250ms".
+mod humantime_serde {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&humantime::format_duration(*d).to_string())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let s = String::deserialize(d)?;
+        humantime::parse_duration(&s).map_err(|e| {
+            serde::de::Error::custom(format!(
+                "{s:?} is not a duration like 30s, 5m or 250ms ({e})"
+            ))
+        })
+    }
+
+    pub mod option {
+        use super::*;
+
+        pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+            match d {
+                Some(d) => super::serialize(d, s),
+                None => s.serialize_none(),
+            }
+        }
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+            super::deserialize(d).map(Some)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config> {
+        Config::parse(text, "test.toml", &Overrides::default())
+    }
+
+    #[test]
+    fn the_minimal_form_from_the_issue_parses() {
+        let c = parse(
+            r#"
+redis = "redis://127.0.0.1:6379"
+workers = 4          # worker processes
+concurrency = 16     # jobs at once per worker process
+
+[topics.orders]
+exec = ["php", "close_order.php"]
+timeout = "30s"
+max_attempts = 6
+
+[topics.coupons]
+http = { url = "http://127.0.0.1:8080/hooks/coupon", timeout = "10s" }
+"#,
+        )
+        .unwrap();
+        assert_eq!(c.workers, 4);
+        assert_eq!(
+            c.topics["coupons"].http.as_ref().unwrap().timeout,
+            Some(Duration::from_secs(10))
+        );
+        assert_eq!(c.ladder("orders").unwrap()[3], Duration::from_secs(120));
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_name_the_key_and_line() {
+        let e = parse("workers = 2\nworkerz = 3\n[topics.a]\nexec = [\"true\"]\n").unwrap_err();
+        let msg = format!("{e:#}");
+        assert!(msg.contains("workerz") && msg.contains("line 2"), "{msg}");
+
+        let e = parse("[topics.a]\nexec = [\"true\"]\ntimeout = \"soon\"\n").unwrap_err();
+        let msg = format!("{e:#}");
+        assert!(
+            msg.contains("timeout") && msg.contains("line 3") && msg.contains("soon"),
+            "{msg}"
+        );
+
+        let e = parse("[topics.\"a{b}\"]\nexec = [\"true\"]\n").unwrap_err();
+        assert!(format!("{e:#}").contains("braces"));
+
+        let e = parse("[topics.a]\ntimeout = \"1s\"\n").unwrap_err();
+        assert!(format!("{e:#}").contains("no handler"));
+
+        let e = parse("concurrency = 0\n[topics.a]\nexec = [\"true\"]\n").unwrap_err();
+        assert!(format!("{e:#}").contains("concurrency = 0"));
+
+        let e = parse("[topics.a]\nexec = [\"true\"]\nbackoff = [\"1s\", \"x\"]\n").unwrap_err();
+        assert!(format!("{e:#}").contains("backoff step \"x\""));
+    }
+
+    #[test]
+    fn overrides_win_over_the_file() {
+        let o = Overrides {
+            workers: Some(7),
+            redis: Some("redis://10.0.0.1:6380".into()),
+            ..Overrides::default()
+        };
+        let c = Config::parse("workers = 2\n[topics.a]\nexec = [\"true\"]\n", "t", &o).unwrap();
+        assert_eq!((c.workers, c.redis.as_str()), (7, "redis://10.0.0.1:6380"));
+    }
+}

@@ -1,0 +1,246 @@
+//! The handlers `serve` runs from its config: `exec` (a program per job) and
+//! `http` (a POST per job). Their contracts are in docs/operations.md.
+
+use std::collections::BTreeMap;
+use std::process::Stdio;
+use std::time::{Duration, SystemTime};
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use punctual::{Delivery, Outcome};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::config::HttpConfig;
+
+/// Exit status of an exec handler that means "permanent failure" (EX_DATAERR).
+pub const EXIT_PERMANENT: i32 = 65;
+/// How much of a handler's stderr (or response body) becomes the last error.
+const ERROR_TAIL: usize = 2048;
+
+/// An `exec` handler: argv, extra env, working directory.
+#[derive(Debug, Clone)]
+pub struct Exec {
+    pub argv: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub cwd: Option<String>,
+}
+
+/// Kills a process group when dropped, unless disarmed: a handler future
+/// dropped on timeout, lease loss or shutdown takes its processes with it.
+struct GroupGuard(Option<Pid>);
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.0 {
+            let _ = killpg(pgid, Signal::SIGKILL);
+        }
+    }
+}
+
+impl Exec {
+    /// Runs the program for one job: payload on stdin, metadata in env.
+    /// Exit 0: done; 65: permanent failure; anything else: retry.
+    pub async fn run(&self, d: &Delivery) -> Outcome {
+        let mut cmd = tokio::process::Command::new(&self.argv[0]);
+        cmd.args(&self.argv[1..])
+            .envs(&self.env)
+            .env("PUNCTUAL_TOPIC", &d.topic)
+            .env("PUNCTUAL_JOB_ID", &d.id)
+            .env("PUNCTUAL_ATTEMPT", d.attempt.to_string())
+            .env("PUNCTUAL_MAX_ATTEMPTS", d.max_attempts.to_string())
+            .env("PUNCTUAL_DUE_MS", d.due_ms.to_string())
+            .env("PUNCTUAL_CREATED_MS", d.created_ms.to_string())
+            .env(
+                "PUNCTUAL_LATENESS_MS",
+                format!("{:.3}", d.lateness_us() as f64 / 1000.0),
+            )
+            .stdin(Stdio::piped())
+            .stdout(Stdio::inherit())
+            .stderr(Stdio::piped())
+            // Its own process group, so a timeout can kill everything it started.
+            .process_group(0)
+            .kill_on_drop(true);
+        if let Some(dir) = &self.cwd {
+            cmd.current_dir(dir);
+        }
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => return Outcome::retry(format!("cannot run {:?}: {e}", self.argv[0])),
+        };
+        let mut guard = GroupGuard(child.id().map(|p| Pid::from_raw(p as i32)));
+        let mut stdin = child.stdin.take().expect("stdin is piped");
+        let mut stderr = child.stderr.take().expect("stderr is piped");
+        let payload = d.payload.clone();
+        let feed = async move {
+            // A program that does not read its stdin is fine (EPIPE ignored).
+            let _ = stdin.write_all(&payload).await;
+            drop(stdin);
+        };
+        let collect = async move {
+            let mut tail = Vec::new();
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = stderr.read(&mut buf).await {
+                if n == 0 {
+                    break;
+                }
+                tail.extend_from_slice(&buf[..n]);
+                if tail.len() > 2 * ERROR_TAIL {
+                    tail.drain(..tail.len() - ERROR_TAIL);
+                }
+            }
+            tail
+        };
+        let (_, tail, status) = tokio::join!(feed, collect, child.wait());
+        guard.0 = None;
+        let tail = tail_text(&tail);
+        match status {
+            Ok(s) => match (s.code(), std::os::unix::process::ExitStatusExt::signal(&s)) {
+                (Some(0), _) => Outcome::Done,
+                (Some(EXIT_PERMANENT), _) => {
+                    Outcome::permanent(with_tail("exit 65 (permanent failure)", &tail))
+                }
+                (Some(code), _) => Outcome::retry(with_tail(&format!("exit {code}"), &tail)),
+                (None, Some(sig)) => {
+                    Outcome::retry(with_tail(&format!("killed by signal {sig}"), &tail))
+                }
+                (None, None) => Outcome::retry(with_tail("ended without a status", &tail)),
+            },
+            Err(e) => Outcome::retry(format!("waiting for {:?} failed: {e}", self.argv[0])),
+        }
+    }
+}
+
+fn tail_text(bytes: &[u8]) -> String {
+    let start = bytes.len().saturating_sub(ERROR_TAIL);
+    String::from_utf8_lossy(&bytes[start..]).trim().to_string()
+}
+
+fn with_tail(what: &str, tail: &str) -> String {
+    if tail.is_empty() {
+        what.to_string()
+    } else {
+        format!("{what}: {tail}")
+    }
+}
+
+/// An `http` handler.
+#[derive(Debug, Clone)]
+pub struct Http {
+    pub client: reqwest::Client,
+    pub config: HttpConfig,
+    pub timeout: Duration,
+}
+
+impl Http {
+    /// A handler with its own connection pool.
+    pub fn new(config: HttpConfig, topic_timeout: Duration) -> anyhow::Result<Http> {
+        let timeout = config.timeout.unwrap_or(topic_timeout);
+        let client = reqwest::Client::builder()
+            .timeout(timeout)
+            .user_agent(concat!("punctual/", env!("CARGO_PKG_VERSION")))
+            .build()?;
+        Ok(Http {
+            client,
+            config,
+            timeout,
+        })
+    }
+
+    /// POSTs the payload. 2xx: done. 4xx other than 408 and 429: permanent.
+    /// 408, 429, 5xx, timeouts, connection errors: retry, after `Retry-After`
+    /// when the server sends one.
+    pub async fn run(&self, d: &Delivery) -> Outcome {
+        let mut req = self
+            .client
+            .post(&self.config.url)
+            .header("content-type", &self.config.content_type)
+            .header("punctual-topic", &d.topic)
+            .header("punctual-job-id", &d.id)
+            .header("punctual-attempt", d.attempt.to_string())
+            .header("punctual-max-attempts", d.max_attempts.to_string())
+            .header("punctual-due-ms", d.due_ms.to_string())
+            .body(d.payload.clone());
+        for (k, v) in &self.config.headers {
+            req = req.header(k, v);
+        }
+        let resp = match req.send().await {
+            Ok(r) => r,
+            Err(e) if e.is_timeout() => {
+                return Outcome::retry(format!(
+                    "POST {} timed out after {:?}",
+                    self.config.url, self.timeout
+                ))
+            }
+            Err(e) => {
+                return Outcome::retry(format!(
+                    "POST {} failed: {}",
+                    self.config.url,
+                    error_chain(&e)
+                ))
+            }
+        };
+        let status = resp.status();
+        if status.is_success() {
+            return Outcome::Done;
+        }
+        let retry_after = resp
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .and_then(parse_retry_after);
+        let body = resp
+            .bytes()
+            .await
+            .map(|b| tail_text(&b))
+            .unwrap_or_default();
+        let what = with_tail(&format!("HTTP {}", status.as_u16()), &body);
+        let code = status.as_u16();
+        if status.is_client_error() && code != 408 && code != 429 {
+            return Outcome::permanent(what);
+        }
+        match retry_after {
+            Some(after) => Outcome::retry_after(what, after),
+            None => Outcome::retry(what),
+        }
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(inner) = src {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        src = inner.source();
+    }
+    s
+}
+
+/// `Retry-After`: delay-seconds or an HTTP date.
+pub fn parse_retry_after(v: &str) -> Option<Duration> {
+    let v = v.trim();
+    if let Ok(secs) = v.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let at = chrono::DateTime::parse_from_rfc2822(v).ok()?;
+    let at = SystemTime::from(at);
+    Some(
+        at.duration_since(SystemTime::now())
+            .unwrap_or(Duration::ZERO),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_takes_seconds_and_dates() {
+        assert_eq!(parse_retry_after("120"), Some(Duration::from_secs(120)));
+        assert_eq!(
+            parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(parse_retry_after("soon"), None);
+    }
+}

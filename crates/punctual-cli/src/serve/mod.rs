@@ -1,0 +1,10 @@
+//! `punctual serve`: the consumer service (supervisor, worker and scheduler
+//! processes, exec and http handlers, health and metrics).
+
+pub mod cmd;
+pub mod config;
+pub mod handlers;
+mod http;
+pub mod metrics;
+pub mod roles;
+pub mod supervisor;

@@ -1,0 +1,156 @@
+//! The child processes of `serve`: a worker runs handlers, a scheduler
+//! promotes and reclaims. Both stop on SIGTERM or SIGINT, or when their
+//! supervisor disappears.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use punctual::{Outcome, Queue, Scheduler, SchedulerConfig, Worker, WorkerConfig};
+use tokio::signal::unix::{signal, SignalKind};
+
+use super::config::Config;
+use super::handlers::{Exec, Http};
+use super::metrics::{JobRecord, MetricsSender};
+
+/// Connects to Redis with the config's URL, prefix and payload limit.
+pub async fn connect(cfg: &Config) -> Result<Queue> {
+    Queue::builder(&cfg.redis)
+        .prefix(&cfg.prefix)
+        .max_payload(cfg.max_payload)
+        .connect()
+        .await
+        .with_context(|| {
+            format!(
+                "cannot reach Redis at {} (is redis-server running? set redis in the config, --redis or PUNCTUAL_REDIS_URL)",
+                punctual_redact(&cfg.redis)
+            )
+        })
+}
+
+fn punctual_redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => format!("{}***{}", &url[..s + 3], &url[at..]),
+        _ => url.to_string(),
+    }
+}
+
+/// Resolves on SIGTERM, SIGINT, or when the parent process changes (the
+/// supervisor died and this process was re-parented).
+pub async fn stop_signal() {
+    let parent = nix::unistd::getppid();
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    let orphaned = async {
+        loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            if nix::unistd::getppid() != parent {
+                tracing::warn!("supervisor is gone; stopping");
+                return;
+            }
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: stopping"),
+        _ = int.recv() => tracing::info!("SIGINT: stopping"),
+        _ = orphaned => {}
+    }
+}
+
+/// A worker process: every configured topic, its handler wrapped to report
+/// lateness and duration to the supervisor.
+pub async fn run_worker(cfg: Config, metrics: Option<MetricsSender>) -> Result<()> {
+    let queue = connect(&cfg).await?;
+    // The worker gives up on running jobs a little before the supervisor's
+    // SIGKILL, so it can kill their process groups itself.
+    let grace = cfg
+        .shutdown_timeout
+        .saturating_sub(Duration::from_millis(500));
+    let wc = WorkerConfig::default()
+        .concurrency(cfg.concurrency)
+        .lease(cfg.lease)
+        .idle_check(cfg.idle_check)
+        .shutdown_timeout(grace);
+    let mut worker = Worker::new(queue, wc);
+    let metrics = metrics.map(Arc::new);
+    for (name, t) in &cfg.topics {
+        let metrics = metrics.clone();
+        if let Some(argv) = &t.exec {
+            let exec = Arc::new(Exec {
+                argv: argv.clone(),
+                env: t.env.clone(),
+                cwd: t.cwd.clone(),
+            });
+            worker = worker.handle_with_timeout(name.clone(), t.timeout, move |d| {
+                let (exec, metrics) = (exec.clone(), metrics.clone());
+                async move { measured(&d, metrics.as_deref(), exec.run(&d)).await }
+            });
+        } else if let Some(h) = &t.http {
+            let http = Arc::new(Http::new(h.clone(), t.timeout)?);
+            // The worker's timeout is a backstop behind the request timeout.
+            let timeout = http.timeout + Duration::from_secs(1);
+            worker = worker.handle_with_timeout(name.clone(), timeout, move |d| {
+                let (http, metrics) = (http.clone(), metrics.clone());
+                async move { measured(&d, metrics.as_deref(), http.run(&d)).await }
+            });
+        }
+    }
+    tracing::info!(
+        topics = cfg.topics.len(),
+        concurrency = cfg.concurrency,
+        "worker started"
+    );
+    let stopped = worker.run(stop_signal()).await?;
+    if stopped.abandoned > 0 {
+        anyhow::bail!(
+            "stopped with {} job(s) unfinished at the shutdown timeout; they will be re-delivered",
+            stopped.abandoned
+        );
+    }
+    tracing::info!("worker stopped");
+    Ok(())
+}
+
+async fn measured(
+    d: &punctual::Delivery,
+    metrics: Option<&MetricsSender>,
+    run: impl std::future::Future<Output = Outcome>,
+) -> Outcome {
+    let lateness = d.lateness();
+    let start = Instant::now();
+    let outcome = run.await;
+    let duration = start.elapsed();
+    let kind = match &outcome {
+        Outcome::Done => "done",
+        Outcome::Retry { .. } => "retry",
+        Outcome::Permanent { .. } => "permanent",
+        _ => "other",
+    };
+    tracing::debug!(topic = %d.topic, id = %d.id, attempt = d.attempt, lateness_ms = lateness.as_secs_f64() * 1e3, duration_ms = duration.as_secs_f64() * 1e3, outcome = kind, "job ran");
+    if let Some(m) = metrics {
+        m.send(JobRecord {
+            topic: d.topic.clone(),
+            lateness,
+            duration,
+            outcome: kind,
+        });
+    }
+    outcome
+}
+
+/// A scheduler process for every configured topic.
+pub async fn run_scheduler(cfg: Config) -> Result<()> {
+    let queue = connect(&cfg).await?;
+    let sc = SchedulerConfig::default()
+        .promote_batch(cfg.promote_batch)
+        .max_ready(cfg.max_ready)
+        .max_sleep(cfg.idle_check);
+    let mut s = Scheduler::new(queue, sc);
+    for name in cfg.topics.keys() {
+        s = s.topic(name.clone());
+    }
+    tracing::info!(topics = cfg.topics.len(), "scheduler started");
+    s.run(stop_signal()).await?;
+    tracing::info!("scheduler stopped");
+    Ok(())
+}

@@ -1,0 +1,683 @@
+//! `punctual serve` end to end: the real binary, real redis-server, exec
+//! handlers written in sh, an http handler against a local axum server.
+
+use std::collections::{HashMap, HashSet};
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use punctual::{Job, Queue, State};
+use punctual_testkit::{free_port, RedisServer};
+
+const BIN: &str = env!("CARGO_BIN_EXE_punctual");
+
+/// A `serve` process with its own directory (config, handler scripts,
+/// records, logs), killed on drop.
+struct Service {
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+    http: u16,
+}
+
+impl Service {
+    fn new() -> Service {
+        Service {
+            dir: tempfile::tempdir().unwrap(),
+            child: None,
+            http: free_port(),
+        }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Writes an executable sh script.
+    fn script(&self, name: &str, body: &str) -> PathBuf {
+        let p = self.path(name);
+        std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        p
+    }
+
+    /// Writes the config: common settings plus `topics`.
+    fn config(&self, redis: &str, extra: &str, topics: &str) -> PathBuf {
+        let p = self.path("punctual.toml");
+        let text = format!(
+            "redis = {redis:?}\nhttp = \"127.0.0.1:{}\"\nidle_check = \"2s\"\n{extra}\n{topics}\n",
+            self.http
+        );
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    fn start(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.path("serve.log"))
+            .unwrap();
+        let child = Command::new(BIN)
+            .arg("serve")
+            .arg("--config")
+            .arg(self.path("punctual.toml"))
+            .env("PUNCTUAL_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+    }
+
+    fn pid(&self) -> Pid {
+        Pid::from_raw(self.child.as_ref().unwrap().id() as i32)
+    }
+
+    fn signal(&self, sig: Signal) {
+        kill(self.pid(), sig).unwrap();
+    }
+
+    /// Waits for the service to exit, at most `limit`.
+    fn wait(&mut self, limit: Duration) -> ExitStatus {
+        let deadline = Instant::now() + limit;
+        let child = self.child.as_mut().unwrap();
+        loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                self.child = None;
+                return s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "serve did not exit within {limit:?}; log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.path("serve.log")).unwrap_or_default()
+    }
+
+    /// Lines the handlers appended to `records`.
+    fn records(&self) -> Vec<Vec<String>> {
+        std::fs::read_to_string(self.path("records"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| l.split_whitespace().map(String::from).collect())
+            .collect()
+    }
+
+    async fn healthz(&self) -> Option<serde_json::Value> {
+        let r = reqwest::get(format!("http://127.0.0.1:{}/healthz", self.http))
+            .await
+            .ok()?;
+        serde_json::from_str(&r.text().await.ok()?).ok()
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = kill(Pid::from_raw(c.id() as i32), Signal::SIGKILL);
+            let _ = c.wait();
+        }
+        // Children notice the supervisor is gone and stop themselves.
+    }
+}
+
+async fn eventually<F, Fut>(timeout: Duration, what: &str, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    while !cond().await {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn live(q: &Queue, topic: &str) -> u64 {
+    let s = q.stats(topic).await.unwrap();
+    s.pool + s.ready + s.running + s.dead
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// Records "id due start attempt" with the handler's own start time.
+const RECORD: &str = r#"start=$(date +%s%3N)
+echo "$PUNCTUAL_JOB_ID $PUNCTUAL_DUE_MS $start $PUNCTUAL_ATTEMPT" >> "$(dirname "$0")/records""#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_workers_run_every_job_at_least_once_and_none_early() {
+    let redis = RedisServer::start();
+    let mut svc = Service::new();
+    let handler = svc.script("handler.sh", &format!("cat > /dev/null\n{RECORD}"));
+    svc.config(
+        &redis.url(),
+        "workers = 4\nconcurrency = 4\nlease = \"5s\"",
+        &format!(
+            "[topics.orders]\nexec = [{:?}]\ntimeout = \"10s\"",
+            handler.display().to_string()
+        ),
+    );
+    svc.start();
+
+    // Push through the real CLI, as a producer would.
+    let n = 150;
+    let lines: String = (0..n)
+        .map(|i| {
+            format!(
+                "{{\"payload\":{{\"order\":{i}}},\"delay_ms\":{},\"id\":\"order:{i}\"}}\n",
+                (i * 37) % 3000
+            )
+        })
+        .collect();
+    let mut push = Command::new(BIN)
+        .args(["--redis", &redis.url(), "push", "orders", "--batch"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut push.stdin.take().unwrap(), lines.as_bytes()).unwrap();
+    assert!(push.wait().unwrap().success());
+
+    let q = Queue::connect(redis.url()).await.unwrap();
+    eventually(Duration::from_secs(30), "every job done", || async {
+        live(&q, "orders").await == 0
+    })
+    .await;
+    let records = svc.records();
+    let ids: HashSet<&str> = records.iter().map(|r| r[0].as_str()).collect();
+    assert_eq!(ids.len(), n, "every job ran at least once");
+    for r in &records {
+        let (due, start): (i64, i64) = (r[1].parse().unwrap(), r[2].parse().unwrap());
+        assert!(
+            start >= due,
+            "job {} started at {start}, before its due time {due}",
+            r[0]
+        );
+    }
+
+    // Health and metrics of the running service.
+    let h = svc.healthz().await.expect("/healthz answers");
+    assert_eq!(h["status"], "ok");
+    let kids = h["children"].as_array().unwrap();
+    assert_eq!(kids.iter().filter(|c| c["role"] == "worker").count(), 4);
+    assert!(kids.iter().all(|c| c["alive"] == true));
+    let metrics = reqwest::get(format!("http://127.0.0.1:{}/metrics", svc.http))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("punctual_queue_jobs{topic=\"orders\",state=\"pool\"} 0"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(&format!("punctual_jobs_done_total{{topic=\"orders\"}} {n}")),
+        "{metrics}"
+    );
+    eventually(Duration::from_secs(5), "lateness histogram", || async {
+        let m = reqwest::get(format!("http://127.0.0.1:{}/metrics", svc.http))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        m.contains("punctual_lateness_seconds_bucket{topic=\"orders\"")
+    })
+    .await;
+
+    svc.signal(Signal::SIGTERM);
+    assert!(
+        svc.wait(Duration::from_secs(15)).success(),
+        "clean drain exits 0"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_under_load_is_restarted_and_loses_nothing() {
+    let redis = RedisServer::start();
+    let mut svc = Service::new();
+    let handler = svc.script(
+        "handler.sh",
+        &format!("cat > /dev/null\nsleep 0.2\n{RECORD}"),
+    );
+    svc.config(
+        &redis.url(),
+        "workers = 2\nconcurrency = 4\nlease = \"1s\"",
+        &format!(
+            "[topics.t]\nexec = [{:?}]\nbackoff = [\"0s\"]",
+            handler.display().to_string()
+        ),
+    );
+    svc.start();
+    let q = Queue::connect(redis.url()).await.unwrap();
+    let n = 60;
+    q.enqueue_batch(
+        "t",
+        (0..n).map(|i| Job::new("x").id(format!("j{i}"))).collect(),
+    )
+    .await
+    .unwrap();
+
+    eventually(Duration::from_secs(20), "jobs running", || async {
+        q.stats("t").await.unwrap().running >= 4
+    })
+    .await;
+    let h = svc.healthz().await.unwrap();
+    let victim = h["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["role"] == "worker" && c["index"] == 0)
+        .unwrap()["pid"]
+        .as_i64()
+        .unwrap();
+    kill(Pid::from_raw(victim as i32), Signal::SIGKILL).unwrap();
+
+    eventually(Duration::from_secs(40), "every job done", || async {
+        live(&q, "t").await == 0
+    })
+    .await;
+    let ids: HashSet<String> = svc.records().into_iter().map(|r| r[0].clone()).collect();
+    assert_eq!(ids.len(), n, "nothing lost");
+    let stats = q.stats("t").await.unwrap();
+    assert!(
+        stats.counters.get("reclaimed").copied().unwrap_or(0) >= 1,
+        "the killed worker's jobs were reclaimed: {stats:?}"
+    );
+    eventually(Duration::from_secs(5), "worker restarted", || async {
+        let h = svc.healthz().await.unwrap();
+        let w0 = h["children"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["role"] == "worker" && c["index"] == 0)
+            .unwrap()
+            .clone();
+        w0["restarts"].as_u64().unwrap() >= 1
+            && w0["alive"] == true
+            && w0["pid"].as_i64() != Some(victim)
+    })
+    .await;
+    svc.signal(Signal::SIGTERM);
+    svc.wait(Duration::from_secs(15));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_lets_running_jobs_finish_and_loses_nothing() {
+    let redis = RedisServer::start();
+    let mut svc = Service::new();
+    let handler = svc.script(
+        "handler.sh",
+        "cat > /dev/null\necho \"$PUNCTUAL_JOB_ID start\" >> \"$(dirname \"$0\")/records\"\nsleep 1\necho \"$PUNCTUAL_JOB_ID end\" >> \"$(dirname \"$0\")/records\"",
+    );
+    svc.config(
+        &redis.url(),
+        "workers = 2\nconcurrency = 2\nshutdown_timeout = \"8s\"",
+        &format!("[topics.t]\nexec = [{:?}]", handler.display().to_string()),
+    );
+    svc.start();
+    let q = Queue::connect(redis.url()).await.unwrap();
+    let n = 30u64;
+    q.enqueue_batch(
+        "t",
+        (0..n).map(|i| Job::new("x").id(format!("j{i}"))).collect(),
+    )
+    .await
+    .unwrap();
+    eventually(Duration::from_secs(20), "4 jobs running", || async {
+        q.stats("t").await.unwrap().running == 4
+    })
+    .await;
+
+    let t0 = Instant::now();
+    svc.signal(Signal::SIGTERM);
+    let status = svc.wait(Duration::from_secs(12));
+    assert!(
+        status.success(),
+        "a clean drain exits 0: {status:?}\n{}",
+        svc.log()
+    );
+    assert!(
+        t0.elapsed() < Duration::from_secs(8),
+        "drained within the shutdown timeout"
+    );
+
+    let records = svc.records();
+    let started: HashSet<&str> = records
+        .iter()
+        .filter(|r| r[1] == "start")
+        .map(|r| r[0].as_str())
+        .collect();
+    let ended: HashSet<&str> = records
+        .iter()
+        .filter(|r| r[1] == "end")
+        .map(|r| r[0].as_str())
+        .collect();
+    assert!(!started.is_empty());
+    assert_eq!(started, ended, "every job that started finished");
+    let s = q.stats("t").await.unwrap();
+    assert_eq!(s.running, 0, "no lease left behind");
+    assert_eq!(
+        s.pool + s.ready + ended.len() as u64,
+        n,
+        "the rest are still waiting: nothing lost"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_ignoring_sigterm_is_killed_at_the_deadline_and_redelivered() {
+    let redis = RedisServer::start();
+    let mut svc = Service::new();
+    let handler = svc.script(
+        "handler.sh",
+        &format!(
+            "cat > /dev/null\nif [ \"$PUNCTUAL_ATTEMPT\" = 1 ]; then\n  trap '' TERM\n  echo $$ > \"$(dirname \"$0\")/stubborn.pid\"\n  sleep 60\nfi\n{RECORD}"
+        ),
+    );
+    svc.config(
+        &redis.url(),
+        "workers = 1\nconcurrency = 1\nshutdown_timeout = \"1500ms\"\nlease = \"1s\"",
+        &format!(
+            "[topics.t]\nexec = [{:?}]\nbackoff = [\"0s\"]\ntimeout = \"120s\"",
+            handler.display().to_string()
+        ),
+    );
+    svc.start();
+    let q = Queue::connect(redis.url()).await.unwrap();
+    q.enqueue("t", Job::new("x").id("stubborn")).await.unwrap();
+    let pidfile = svc.path("stubborn.pid");
+    eventually(Duration::from_secs(20), "handler running", || async {
+        pidfile.exists()
+    })
+    .await;
+    let t0 = Instant::now();
+    svc.signal(Signal::SIGTERM);
+    let status = svc.wait(Duration::from_secs(10));
+    assert!(
+        !status.success(),
+        "killing a job at the deadline is not a clean drain"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(5));
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // Gone, or a zombie waiting for whoever adopted it to reap it.
+    let dead = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|st| {
+                st.rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z')
+            })
+            .unwrap_or(true)
+    };
+    eventually(
+        Duration::from_secs(3),
+        "the stubborn handler killed",
+        || async { dead() },
+    )
+    .await;
+    assert_eq!(
+        q.get("t", "stubborn").await.unwrap().unwrap().state,
+        State::Running,
+        "its lease is left to expire"
+    );
+
+    svc.start();
+    eventually(Duration::from_secs(20), "re-delivered and done", || async {
+        live(&q, "t").await == 0
+    })
+    .await;
+    let recs = svc.records();
+    assert_eq!(recs.len(), 1);
+    assert_eq!(recs[0][3], "2", "done on the second delivery");
+    svc.signal(Signal::SIGTERM);
+    assert!(svc.wait(Duration::from_secs(10)).success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_exit_65_is_dead_and_a_hanging_handler_times_out_and_retries() {
+    let redis = RedisServer::start();
+    let mut svc = Service::new();
+    let perm = svc.script(
+        "perm.sh",
+        "cat > /dev/null\necho 'order 7 does not exist' >&2\nexit 65",
+    );
+    let hang = svc.script(
+        "hang.sh",
+        &format!("cat > /dev/null\nif [ \"$PUNCTUAL_ATTEMPT\" = 1 ]; then sleep 60; fi\n{RECORD}"),
+    );
+    let flaky = svc.script(
+        "flaky.sh",
+        "cat > /dev/null\necho \"try $PUNCTUAL_ATTEMPT\" >&2\nexit 3",
+    );
+    svc.config(
+        &redis.url(),
+        "workers = 1\nconcurrency = 4",
+        &format!(
+            "[topics.perm]\nexec = [{:?}]\n[topics.hang]\nexec = [{:?}]\ntimeout = \"500ms\"\nbackoff = [\"0s\"]\n[topics.flaky]\nexec = [{:?}]\nmax_attempts = 2\nbackoff = [\"100ms\"]",
+            perm.display().to_string(),
+            hang.display().to_string(),
+            flaky.display().to_string()
+        ),
+    );
+    svc.start();
+    let q = Queue::connect(redis.url()).await.unwrap();
+    q.enqueue("perm", Job::new("x").id("p")).await.unwrap();
+    q.enqueue("hang", Job::new("x").id("h")).await.unwrap();
+    q.enqueue("flaky", Job::new("x").id("f")).await.unwrap();
+    eventually(Duration::from_secs(20), "outcomes", || async {
+        q.stats("perm").await.unwrap().dead == 1
+            && live(&q, "hang").await == 0
+            && q.stats("flaky").await.unwrap().dead == 1
+    })
+    .await;
+    let p = q.get("perm", "p").await.unwrap().unwrap();
+    assert_eq!(p.attempts, 1, "exit 65 is not retried");
+    assert!(
+        p.last_error.unwrap().contains("order 7 does not exist"),
+        "stderr tail kept"
+    );
+    let recs = svc.records();
+    assert_eq!(
+        (recs.len(), recs[0][3].as_str()),
+        (1, "2"),
+        "the hung attempt was timed out and retried"
+    );
+    let f = q.get("flaky", "f").await.unwrap().unwrap();
+    assert_eq!(f.attempts, 2, "max_attempts from the config applies");
+    assert_eq!(f.last_error.as_deref(), Some("exit 3: try 2"));
+    svc.signal(Signal::SIGTERM);
+    svc.wait(Duration::from_secs(10));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_handler_retries_5xx_honours_retry_after_and_sends_404_to_dead() {
+    use axum::http::{HeaderMap, StatusCode};
+    use axum::response::IntoResponse;
+    use axum::routing::post;
+
+    // A hook server: /flaky answers 500 then 200; /busy 429 with
+    // Retry-After: 1 then 200; /gone 404. It records when each call came.
+    type Calls = Arc<Mutex<HashMap<String, Vec<(Instant, HeaderMap)>>>>;
+    let calls: Calls = Arc::default();
+    let record = |calls: &Calls, path: &str, h: HeaderMap| {
+        let mut c = calls.lock().unwrap();
+        let v = c.entry(path.to_string()).or_default();
+        v.push((Instant::now(), h));
+        v.len()
+    };
+    let (c1, c2, c3) = (calls.clone(), calls.clone(), calls.clone());
+    let app = axum::Router::new()
+        .route(
+            "/flaky",
+            post(move |h: HeaderMap| async move {
+                match record(&c1, "flaky", h) {
+                    1 => (StatusCode::INTERNAL_SERVER_ERROR, "db down").into_response(),
+                    _ => StatusCode::OK.into_response(),
+                }
+            }),
+        )
+        .route(
+            "/busy",
+            post(move |h: HeaderMap| async move {
+                match record(&c2, "busy", h) {
+                    1 => (
+                        StatusCode::TOO_MANY_REQUESTS,
+                        [("retry-after", "1")],
+                        "slow down",
+                    )
+                        .into_response(),
+                    _ => StatusCode::NO_CONTENT.into_response(),
+                }
+            }),
+        )
+        .route(
+            "/gone",
+            post(move |h: HeaderMap| async move {
+                record(&c3, "gone", h);
+                (StatusCode::NOT_FOUND, "no such coupon").into_response()
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    let redis = RedisServer::start();
+    let mut svc = Service::new();
+    let topic = |name: &str, path: &str| {
+        format!("[topics.{name}]\nhttp = {{ url = \"http://127.0.0.1:{port}/{path}\", timeout = \"5s\" }}\nbackoff = [\"0s\"]\n")
+    };
+    svc.config(
+        &redis.url(),
+        "workers = 1",
+        &format!(
+            "{}{}{}",
+            topic("flaky", "flaky"),
+            topic("busy", "busy"),
+            topic("gone", "gone")
+        ),
+    );
+    svc.start();
+    let q = Queue::connect(redis.url()).await.unwrap();
+    for t in ["flaky", "busy", "gone"] {
+        q.enqueue(t, Job::new(r#"{"coupon":1}"#).id("c1"))
+            .await
+            .unwrap();
+    }
+    eventually(Duration::from_secs(20), "outcomes", || async {
+        live(&q, "flaky").await == 0
+            && live(&q, "busy").await == 0
+            && q.stats("gone").await.unwrap().dead == 1
+    })
+    .await;
+    let calls = calls.lock().unwrap().clone();
+    assert_eq!(calls["flaky"].len(), 2, "500 is retried, then 200 is done");
+    assert_eq!(calls["gone"].len(), 1, "404 is permanent");
+    let busy = &calls["busy"];
+    assert_eq!(busy.len(), 2);
+    let waited = busy[1].0 - busy[0].0;
+    assert!(
+        waited >= Duration::from_millis(950),
+        "Retry-After: 1 honoured, waited {waited:?}"
+    );
+    let h = &calls["flaky"][1].1;
+    assert_eq!(h["punctual-job-id"], "c1");
+    assert_eq!(h["punctual-attempt"], "2");
+    assert_eq!(h["content-type"], "application/json");
+    let gone = q.get("gone", "c1").await.unwrap().unwrap();
+    assert_eq!(gone.last_error.as_deref(), Some("HTTP 404: no such coupon"));
+    svc.signal(Signal::SIGTERM);
+    svc.wait(Duration::from_secs(10));
+}
+
+#[test]
+fn a_bad_config_fails_fast_naming_the_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            "workers = 2\nworkerz = 3\n[topics.a]\nexec = [\"true\"]\n",
+            &["workerz", "line 2"][..],
+        ),
+        (
+            "[topics.a]\nexec = [\"true\"]\ntimeout = \"soon\"\n",
+            &["timeout", "line 3", "soon"],
+        ),
+        (
+            "[topics.a]\nexec = [\"no-such-program-xyz\"]\n",
+            &["no-such-program-xyz", "not found"],
+        ),
+        ("[topics.a]\nhttp = { url = \"ftp://x\" }\n", &["http.url"]),
+        ("workers = 1\n", &["no topics"]),
+    ];
+    for (text, needles) in cases {
+        let p = dir.path().join("bad.toml");
+        std::fs::write(&p, text).unwrap();
+        let t0 = Instant::now();
+        let out = Command::new(BIN)
+            .arg("serve")
+            .arg("--config")
+            .arg(&p)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "config {text:?}: {err}");
+        for n in needles {
+            assert!(
+                err.contains(n),
+                "config {text:?}: message {err:?} should mention {n:?}"
+            );
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5));
+    }
+    let missing = Command::new(BIN)
+        .args(["serve", "--config", "/nonexistent/punctual.toml"])
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(2));
+    // Unreachable Redis at start: exit 3.
+    let p = dir.path().join("ok.toml");
+    std::fs::write(
+        &p,
+        format!(
+            "redis = \"redis://127.0.0.1:{}\"\n[topics.a]\nexec = [\"true\"]\n",
+            free_port()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .arg("serve")
+        .arg("--config")
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = now_ms();
+}

@@ -1,0 +1,6 @@
+//! The integration tests of the punctual library, against private redis-server processes.
+
+mod util;
+
+mod queue;
+mod worker;

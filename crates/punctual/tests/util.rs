@@ -1,0 +1,170 @@
+//! Shared fixtures: a private Redis per test, a connected [`Queue`], a raw
+//! Redis connection to read the clock and inject state, and polling helpers.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use punctual::Queue;
+pub use punctual_testkit::RedisServer;
+use redis::aio::MultiplexedConnection;
+
+/// The default key prefix, as the tests spell keys by hand.
+pub const PREFIX: &str = "punctual";
+
+/// A long lease, for claims whose lease must not run out during a test.
+pub const LONG_LEASE: Duration = Duration::from_secs(60);
+
+/// Everything a queue test needs: its own server, a queue and a raw
+/// connection. The server stops when this is dropped.
+pub struct Fixture {
+    pub server: RedisServer,
+    pub queue: Queue,
+    pub conn: MultiplexedConnection,
+}
+
+impl std::fmt::Debug for Fixture {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fixture")
+            .field("server", &self.server)
+            .field("queue", &self.queue)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Fixture {
+    /// Starts a private redis-server and connects to it.
+    pub async fn new() -> Fixture {
+        let server = RedisServer::start();
+        let queue = queue(&server).await;
+        let conn = conn(&server).await;
+        Fixture {
+            server,
+            queue,
+            conn,
+        }
+    }
+
+    /// Runs a raw command on the private server.
+    pub async fn cmd<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> T {
+        let mut c = self.conn.clone();
+        cmd.query_async(&mut c)
+            .await
+            .unwrap_or_else(|e| panic!("redis command failed: {e}"))
+    }
+
+    /// Redis's clock, epoch ms.
+    pub async fn now_ms(&self) -> i64 {
+        redis_time_ms(&self.conn).await
+    }
+
+    /// Waits until Redis's clock is past `ms`.
+    pub async fn wait_past(&self, ms: i64) {
+        let c = self.conn.clone();
+        wait_until(Duration::from_secs(5), "the Redis clock to move on", || {
+            let c = c.clone();
+            async move { redis_time_ms(&c).await > ms }
+        })
+        .await;
+    }
+
+    /// The number of members (ZSET) or fields (HASH) of a topic's key.
+    pub async fn card(&self, topic: &str, name: &str) -> usize {
+        let k = key(topic, name);
+        let kind: String = self.cmd(redis::cmd("TYPE").arg(&k)).await;
+        match kind.as_str() {
+            "zset" => self.cmd(redis::cmd("ZCARD").arg(&k)).await,
+            "hash" => self.cmd(redis::cmd("HLEN").arg(&k)).await,
+            "list" => self.cmd(redis::cmd("LLEN").arg(&k)).await,
+            "none" => 0,
+            other => panic!("unexpected type {other} of {k}"),
+        }
+    }
+
+    /// Every key and its DUMP: equal snapshots mean nothing was written.
+    pub async fn snapshot(&self) -> BTreeMap<String, Vec<u8>> {
+        let keys: Vec<String> = self.cmd(redis::cmd("KEYS").arg("*")).await;
+        let mut out = BTreeMap::new();
+        for k in keys {
+            let dump: Vec<u8> = self.cmd(redis::cmd("DUMP").arg(&k)).await;
+            out.insert(k, dump);
+        }
+        out
+    }
+
+    /// `redis-cli --scan` (sorted) and `DBSIZE`, as a person would compare.
+    pub fn cli_keys(&self) -> (Vec<String>, i64) {
+        let scan = self.server.cli(&["--scan"]).expect("redis-cli --scan");
+        let mut keys: Vec<String> = scan.lines().map(str::to_string).collect();
+        keys.sort();
+        let size = self
+            .server
+            .cli(&["DBSIZE"])
+            .expect("redis-cli DBSIZE")
+            .trim()
+            .parse()
+            .expect("DBSIZE is a number");
+        (keys, size)
+    }
+
+    /// Runs redis-cli against the private server; panics on failure.
+    pub fn cli(&self, args: &[&str]) -> String {
+        self.server
+            .cli(args)
+            .unwrap_or_else(|e| panic!("redis-cli {args:?}: {e}"))
+    }
+}
+
+/// A queue with default settings on `server`.
+pub async fn queue(server: &RedisServer) -> Queue {
+    Queue::connect(server.url())
+        .await
+        .expect("connect to the private redis-server")
+}
+
+/// A raw multiplexed connection to `server`.
+pub async fn conn(server: &RedisServer) -> MultiplexedConnection {
+    redis::Client::open(server.url())
+        .expect("redis url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect to the private redis-server")
+}
+
+/// Redis `TIME` in epoch ms (the scripts' clock, truncated like `now_ms()`).
+pub async fn redis_time_ms(conn: &MultiplexedConnection) -> i64 {
+    let mut c = conn.clone();
+    let (s, us): (i64, i64) = redis::cmd("TIME").query_async(&mut c).await.expect("TIME");
+    s * 1000 + us / 1000
+}
+
+/// The name of a topic key, e.g. `punctual:{t}:pool`.
+pub fn key(topic: &str, name: &str) -> String {
+    format!("{PREFIX}:{{{topic}}}:{name}")
+}
+
+/// The eight keys of a topic, in the order every script takes them.
+pub fn topic_keys(topic: &str) -> Vec<String> {
+    [
+        "pool", "ready", "running", "dead", "jobs", "meta", "stats", "seq",
+    ]
+    .iter()
+    .map(|n| key(topic, n))
+    .collect()
+}
+
+/// Polls `cond` every few ms until it holds; panics after `timeout`.
+pub async fn wait_until(timeout: Duration, what: &str, mut cond: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if cond().await {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
