@@ -99,6 +99,7 @@ fn init_tracing(default: &str, json: bool) {
         EnvFilter::try_from_env("PUNCTUAL_LOG").unwrap_or_else(|_| EnvFilter::new(default));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     if json {
         builder.json().with_current_span(true).init();

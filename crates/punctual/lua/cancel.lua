@@ -1,8 +1,9 @@
 #!lua
 -- cancel: remove a job in any state, with its record.
 -- KEYS: the eight topic keys. ARGV[1] id.
--- Returns the state it was in ("pool", "ready", "running", "dead"), or nil
--- when no such job is live. A worker still running a cancelled job cannot ack
+-- Returns the state it was in ("pool", "ready", "running", "dead", or
+-- "orphan" for a record in no set, which check reports), or nil when no such
+-- job is live. A worker still running a cancelled job cannot ack
 -- or fail it afterwards (its lease is gone).
 
 local id = ARGV[1]

@@ -16,20 +16,20 @@ if not k or k < 1 or k > 1000 or not lease or lease < 1 then
 end
 if redis.call('HGET', K_META, 'paused') == '1' then return {} end
 
-local popped = redis.call('ZPOPMIN', K_READY, k)
-if #popped == 0 then return {} end
+-- Read the earliest ready ids; they leave ready only after their leases
+-- are written (destination before source).
+local ids = redis.call('ZRANGE', K_READY, 0, k - 1)
+if #ids == 0 then return {} end
 
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now = math.floor(now_us / 1000)
 local deadline = now + lease
-local ids = {}
-for i = 1, #popped, 2 do ids[#ids + 1] = popped[i] end
 local recs = redis.call('HMGET', K_JOBS, unpack(ids))
 local topic_max = topic_defaults()
 local first = redis.call('INCRBY', K_SEQ, #ids) - #ids
 
-local out, records, leases = { now_us }, {}, {}
+local out, records, leases, parked = { now_us }, {}, {}, {}
 local orphans = 0
 for i, id in ipairs(ids) do
   local r = decode(recs[i])
@@ -50,7 +50,8 @@ for i, id in ipairs(ids) do
     out[n + 7] = r.payload
   elseif recs[i] then
     -- A record punctual cannot read: park it in dead for a person to inspect.
-    redis.call('ZADD', K_DEAD, now, id)
+    parked[#parked + 1] = now
+    parked[#parked + 1] = id
   else
     orphans = orphans + 1
   end
@@ -60,5 +61,10 @@ if #leases > 0 then
   variadic('HSET', K_JOBS, records)
   redis.call('HINCRBY', K_STATS, 'claimed', #leases / 2)
 end
+if #parked > 0 then
+  variadic('ZADD', K_DEAD, parked)
+  redis.call('HINCRBY', K_STATS, 'dead', #parked / 2)
+end
+variadic('ZREM', K_READY, ids)
 if orphans > 0 then redis.call('HINCRBY', K_STATS, 'orphans', orphans) end
 return out

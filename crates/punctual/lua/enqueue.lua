@@ -28,6 +28,8 @@ for i = 1, n do
     generate = generate + 1
   elseif #id > 200 then
     return invalid('job ' .. i .. ': id is ' .. #id .. ' bytes, over the 200-byte limit')
+  elseif string.find(id, '%c') then
+    return invalid('job ' .. i .. ': ids may not contain control characters')
   end
   if #payload > max_payload then
     return invalid('job ' .. i .. ': payload is ' .. #payload .. ' bytes, over the ' .. max_payload .. '-byte limit')
@@ -56,6 +58,8 @@ local stamp = b36(now, 9)
 
 local out, records, to_pool, to_ready = {}, {}, {}, {}
 local seen = {}
+-- Replaced ids and the set they were in: left only after the new entry is written.
+local old_state, dest = {}, {}
 local created, dup = 0, 0
 local pool_min = nil
 for i = 1, n do
@@ -74,8 +78,7 @@ for i = 1, n do
     if replace then
       status = 2
       token = token_of(redis.call('HGET', K_JOBS, id)) or 0
-      local st = state_of(id)
-      if st then redis.call('ZREM', STATE_KEY[st], id) end
+      old_state[id] = state_of(id)
     else
       status = 0
     end
@@ -91,9 +94,11 @@ for i = 1, n do
       backoff = ARGV[b + 5], err = '', payload = ARGV[b + 2],
     })
     if due <= now then
+      dest[id] = 'ready'
       to_ready[#to_ready + 1] = due
       to_ready[#to_ready + 1] = id
     else
+      dest[id] = 'pool'
       to_pool[#to_pool + 1] = due
       to_pool[#to_pool + 1] = id
       if not pool_min or due < pool_min then pool_min = due end
@@ -117,6 +122,9 @@ if created > 0 then
   if #to_ready > 0 then
     variadic('ZADD', K_READY, to_ready)
     redis.call('PUBLISH', K_READY, '')
+  end
+  for id, st in pairs(old_state) do
+    if st ~= dest[id] then redis.call('ZREM', STATE_KEY[st], id) end
   end
   redis.call('HINCRBY', K_STATS, 'enqueued', created)
 end

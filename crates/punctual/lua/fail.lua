@@ -19,6 +19,7 @@ local r = decode(redis.call('HGET', K_JOBS, id))
 if not r then
   -- A lease without a record: drop the lease, there is nothing to retry.
   redis.call('ZREM', K_RUNNING, id)
+  redis.call('HINCRBY', K_STATS, 'orphans', 1)
   return { 'stale', 0 }
 end
 if r.token ~= token then return { 'stale', 0 } end

@@ -8,6 +8,7 @@
 //! All state changes are Lua scripts that run atomically inside Redis and take
 //! every time from Redis `TIME`; see `docs/PROTOCOL.md`.
 
+mod conn;
 mod error;
 mod job;
 mod keys;

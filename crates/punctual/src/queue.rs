@@ -5,9 +5,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::stream::{self, StreamExt, TryStreamExt};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Script, Value};
 
+use crate::conn::Conn;
 use crate::error::{Error, Result};
 use crate::job::{
     DeadSelector, EnqueueOptions, EnqueueStatus, Enqueued, Job, JobInfo, State, TopicStats,
@@ -67,24 +67,13 @@ impl QueueBuilder {
                 self.prefix
             )));
         }
-        let client = redis::Client::open(self.url.as_str()).map_err(|e| {
-            Error::invalid(format!(
-                "invalid Redis URL {:?}: {e} (expected redis://[user:password@]host:port[/db] or rediss://...)",
-                redact(&self.url)
-            ))
-        })?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(self.connect_timeout))
-            .set_response_timeout(Some(self.response_timeout))
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_secs(1));
-        let conn = ConnectionManager::new_with_config(client.clone(), config)
-            .await
-            .map_err(Error::Redis)?;
+        let connected =
+            crate::conn::connect(&self.url, self.connect_timeout, self.response_timeout).await?;
         Ok(Queue {
             inner: Arc::new(Inner {
-                conn,
-                client,
+                conn: connected.conn,
+                pubsub: connected.pubsub,
+                cluster: connected.cluster,
                 url: self.url,
                 prefix: self.prefix,
                 max_payload: self.max_payload,
@@ -126,8 +115,9 @@ pub struct Queue {
 }
 
 struct Inner {
-    conn: ConnectionManager,
-    client: redis::Client,
+    conn: Conn,
+    pubsub: Vec<redis::Client>,
+    cluster: bool,
     url: String,
     prefix: String,
     max_payload: usize,
@@ -263,8 +253,14 @@ impl Queue {
         redact(&self.inner.url)
     }
 
-    pub(crate) fn client(&self) -> &redis::Client {
-        &self.inner.client
+    /// Nodes to subscribe on for wake-ups, in order of preference.
+    pub(crate) fn pubsub_clients(&self) -> &[redis::Client] {
+        &self.inner.pubsub
+    }
+
+    /// Whether this is a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        self.inner.cluster
     }
 
     pub(crate) fn keys(&self, topic: &str) -> TopicKeys {
@@ -733,12 +729,20 @@ impl Queue {
             )));
         }
         let keys = self.keys(topic);
-        let mut pipe = redis::pipe();
-        pipe.atomic();
-        match max_attempts {
-            Some(m) => pipe.cmd("HSET").arg(keys.meta()).arg("max_attempts").arg(m),
-            None => pipe.cmd("HDEL").arg(keys.meta()).arg("max_attempts"),
+        // Separate commands: on a cluster the meta hash and the topic set live
+        // in different slots. Each is idempotent.
+        let max = match max_attempts {
+            Some(m) => redis::cmd("HSET")
+                .arg(keys.meta())
+                .arg("max_attempts")
+                .arg(m)
+                .clone(),
+            None => redis::cmd("HDEL")
+                .arg(keys.meta())
+                .arg("max_attempts")
+                .clone(),
         };
+        self.cmd::<i64>(&max).await?;
         match backoff {
             Some(l) if !l.is_empty() => {
                 let s = l
@@ -746,18 +750,64 @@ impl Queue {
                     .map(|d| d.as_millis().to_string())
                     .collect::<Vec<_>>()
                     .join(",");
-                pipe.cmd("HSET").arg(keys.meta()).arg("backoff").arg(s)
+                self.cmd::<i64>(redis::cmd("HSET").arg(keys.meta()).arg("backoff").arg(s))
+                    .await?
             }
-            _ => pipe.cmd("HDEL").arg(keys.meta()).arg("backoff"),
+            _ => {
+                self.cmd::<i64>(redis::cmd("HDEL").arg(keys.meta()).arg("backoff"))
+                    .await?
+            }
         };
-        pipe.cmd("SADD")
-            .arg(topics_key(&self.inner.prefix))
-            .arg(topic);
-        let mut conn = self.inner.conn.clone();
-        pipe.query_async::<()>(&mut conn)
-            .await
-            .map_err(Error::Redis)?;
+        self.register(topic).await?;
         Ok(())
+    }
+
+    /// The first `count` (1 to 1000) ids of one state, in score order, with
+    /// their scores in epoch ms: for [`State::Pool`] and [`State::Ready`]
+    /// the next due jobs and their due times, for [`State::Running`] the
+    /// leases that expire next, for [`State::Dead`] the oldest deaths.
+    /// Read-only: one `ZRANGE`. For dashboards; use [`Queue::get`] for a
+    /// job's record.
+    ///
+    /// ```no_run
+    /// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+    /// for (id, due_ms) in queue.peek("orders", punctual::State::Pool, 10).await? {
+    ///     println!("{id} is due at {due_ms}");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn peek(
+        &self,
+        topic: &str,
+        state: State,
+        count: usize,
+    ) -> Result<Vec<(String, i64)>> {
+        validate_topic(topic)?;
+        if count == 0 || count > MAX_BATCH {
+            return Err(Error::invalid("peek shows 1 to 1000 jobs"));
+        }
+        let keys = self.keys(topic);
+        let key = match state {
+            State::Pool => keys.pool(),
+            State::Ready => keys.ready(),
+            State::Running => keys.running(),
+            State::Dead => keys.dead(),
+            _ => {
+                return Err(Error::invalid(format!(
+                    "cannot peek at {state} jobs: give pool, ready, running or dead"
+                )))
+            }
+        };
+        let items: Vec<(String, f64)> = self
+            .cmd(
+                redis::cmd("ZRANGE")
+                    .arg(key)
+                    .arg(0)
+                    .arg(count - 1)
+                    .arg("WITHSCORES"),
+            )
+            .await?;
+        Ok(items.into_iter().map(|(id, s)| (id, s as i64)).collect())
     }
 
     // ---- the runtime's operations -------------------------------------

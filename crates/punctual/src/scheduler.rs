@@ -133,7 +133,8 @@ impl Scheduler {
                 .in_current_span(),
             ));
         }
-        let listener = crate::wake::listen(self.queue.client().clone(), channels, stop.clone());
+        let listener =
+            crate::wake::listen(self.queue.pubsub_clients().to_vec(), channels, stop.clone());
         shutdown.await;
         stop.cancel();
         for t in tasks {

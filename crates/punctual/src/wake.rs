@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 /// Subscribes to `channels` until `stop`, notifying the mapped `Notify` on
 /// every message. Reconnects with backoff.
 pub(crate) fn listen(
-    client: redis::Client,
+    clients: Vec<redis::Client>,
     channels: HashMap<String, Arc<Notify>>,
     stop: CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
@@ -24,11 +24,16 @@ pub(crate) fn listen(
     tokio::spawn(tracing::Instrument::instrument(
         async move {
             let mut backoff = Duration::from_millis(100);
+            // On a cluster any node sees every PUBLISH: rotate through the
+            // nodes when one fails.
+            let mut next = 0;
             loop {
                 if stop.is_cancelled() {
                     return;
                 }
-                match subscribe(&client, &channels).await {
+                let client = &clients[next % clients.len()];
+                next += 1;
+                match subscribe(client, &channels).await {
                     Ok(pubsub) => {
                         backoff = Duration::from_millis(100);
                         // Anything published while we were away is lost: look now.

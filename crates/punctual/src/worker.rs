@@ -283,11 +283,15 @@ impl Worker {
             .collect();
         let stop_fetch = CancellationToken::new();
         let stop_rest = CancellationToken::new();
-        let listener =
-            crate::wake::listen(shared.queue.client().clone(), channels, stop_rest.clone());
+        let listener = crate::wake::listen(
+            shared.queue.pubsub_clients().to_vec(),
+            channels,
+            stop_rest.clone(),
+        );
         let slots = Arc::new(Semaphore::new(concurrency));
         let (settle_tx, settle_rx) = mpsc::unbounded_channel();
         let settler = tokio::spawn(settle_loop(shared.clone(), settle_rx).in_current_span());
+        let settler_abort = settler.abort_handle();
         let keeper = tokio::spawn(keep_leases(shared.clone(), stop_rest.clone()).in_current_span());
         let fetcher = tokio::spawn(
             fetch_loop(
@@ -324,6 +328,7 @@ impl Worker {
             for (_, (_, h)) in shared.inflight.lock().unwrap().drain() {
                 h.abort();
             }
+            settler_abort.abort();
         }
         stop_rest.cancel();
         let _ = keeper.await;
@@ -428,11 +433,16 @@ fn spawn_slot(
     let timeout = topic.timeout;
     let run = AssertUnwindSafe((topic.handler)(job)).catch_unwind();
     let handle = tokio::spawn(run.in_current_span());
-    shared
+    let previous = shared
         .inflight
         .lock()
         .unwrap()
         .insert((ti, id.clone()), (token, handle.abort_handle()));
+    if let Some((_, old)) = previous {
+        // This process still ran an earlier delivery of the same job, whose
+        // lease was lost meanwhile: that run can no longer ack; stop it.
+        old.abort();
+    }
     let slot = async move {
         let _permit = permit;
         let abort = handle.abort_handle();

@@ -1542,3 +1542,61 @@ async fn batches_over_1000_are_split_and_results_keep_input_order() {
         assert_eq!(info.payload, want.to_string().into_bytes(), "job {i}");
     }
 }
+
+#[tokio::test]
+async fn replace_moves_a_job_between_pool_and_ready_without_leaving_a_copy() {
+    let f = Fixture::new().await;
+    let q = &f.queue;
+    let replace = EnqueueOptions::default().replace(true);
+    // ready -> pool
+    q.enqueue("t", Job::new("a").id("x")).await.unwrap();
+    let r = q
+        .enqueue_with(
+            "t",
+            vec![Job::new("b").id("x").delay(Duration::from_secs(60))],
+            &replace,
+        )
+        .await
+        .unwrap();
+    assert_eq!(r[0].status, EnqueueStatus::Replaced);
+    let s = q.stats("t").await.unwrap();
+    assert_eq!((s.pool, s.ready), (1, 0));
+    // pool -> ready
+    q.enqueue_with("t", vec![Job::new("c").id("x")], &replace)
+        .await
+        .unwrap();
+    let s = q.stats("t").await.unwrap();
+    assert_eq!((s.pool, s.ready), (0, 1));
+    // pool -> pool keeps one entry with the new due time
+    q.enqueue_with(
+        "t",
+        vec![Job::new("d").id("x").delay(Duration::from_secs(5))],
+        &replace,
+    )
+    .await
+    .unwrap();
+    q.enqueue_with(
+        "t",
+        vec![Job::new("e").id("x").delay(Duration::from_secs(50))],
+        &replace,
+    )
+    .await
+    .unwrap();
+    let s = q.stats("t").await.unwrap();
+    assert_eq!((s.pool, s.ready), (1, 0));
+    let j = q.get("t", "x").await.unwrap().unwrap();
+    assert_eq!(j.payload, b"e");
+    assert!(j.due_ms - j.now_ms > 40_000);
+    // running -> ready: the lease goes too
+    q.enqueue_with("t", vec![Job::new("f").id("x")], &replace)
+        .await
+        .unwrap();
+    let d = q.claim("t", 1, LONG_LEASE).await.unwrap();
+    assert_eq!(d.len(), 1);
+    q.enqueue_with("t", vec![Job::new("g").id("x")], &replace)
+        .await
+        .unwrap();
+    let s = q.stats("t").await.unwrap();
+    assert_eq!((s.pool, s.ready, s.running), (0, 1, 0));
+    assert!(q.check("t").await.unwrap().is_empty());
+}
