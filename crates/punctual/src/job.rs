@@ -306,6 +306,8 @@ fn ser_payload<S: serde::Serializer>(p: &[u8], s: S) -> std::result::Result<S::O
 pub struct TopicStats {
     /// The topic.
     pub topic: String,
+    /// How many partitions it has (1: not partitioned).
+    pub partitions: u32,
     /// Jobs waiting for their due time.
     pub pool: u64,
     /// Due jobs waiting for a worker.

@@ -108,3 +108,8 @@ impl TopicKeys {
 pub(crate) fn topics_key(prefix: &str) -> String {
     format!("{prefix}:topics")
 }
+
+/// The global hash of partition counts (topic -> k).
+pub(crate) fn partitions_key(prefix: &str) -> String {
+    format!("{prefix}:partitions")
+}

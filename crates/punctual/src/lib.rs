@@ -12,6 +12,7 @@ mod conn;
 mod error;
 mod job;
 mod keys;
+mod partition;
 mod queue;
 mod reply;
 mod scheduler;
@@ -25,6 +26,7 @@ pub use job::{
     Violation, When, MAX_DELAY,
 };
 pub use keys::{validate_id, validate_topic, MAX_ID_LEN, MAX_TOPIC_LEN};
+pub use partition::{partition_name, partition_of, MAX_PARTITIONS};
 pub use queue::{
     Delivery, Failed, Queue, QueueBuilder, Tick, DEFAULT_MAX_PAYLOAD, DEFAULT_PREFIX, MAX_BATCH,
 };

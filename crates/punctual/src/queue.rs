@@ -1,6 +1,6 @@
 //! `Queue`: the connection to Redis and every operation on topics.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -13,7 +13,8 @@ use crate::job::{
     DeadSelector, EnqueueOptions, EnqueueStatus, Enqueued, Job, JobInfo, State, TopicStats,
     Violation, When,
 };
-use crate::keys::{topics_key, validate_id, validate_topic, TopicKeys};
+use crate::keys::{partitions_key, topics_key, validate_id, validate_topic, TopicKeys};
+use crate::partition::{generate_id, partition_name, partition_of, MAX_PARTITIONS};
 use crate::reply::Reply;
 use crate::scripts::SCRIPTS;
 
@@ -78,6 +79,7 @@ impl QueueBuilder {
                 prefix: self.prefix,
                 max_payload: self.max_payload,
                 registered: Mutex::new(HashSet::new()),
+                partitions: Mutex::new(HashMap::new()),
             }),
         })
     }
@@ -122,6 +124,8 @@ struct Inner {
     prefix: String,
     max_payload: usize,
     registered: Mutex<HashSet<String>>,
+    /// Partition counts read from Redis, with when they were read.
+    partitions: Mutex<HashMap<String, (u32, std::time::Instant)>>,
 }
 
 impl std::fmt::Debug for Queue {
@@ -306,6 +310,78 @@ impl Queue {
         Ok(())
     }
 
+    /// How many partitions `topic` has (1: not partitioned), as stored in
+    /// Redis; cached for one second.
+    pub async fn partitions(&self, topic: &str) -> Result<u32> {
+        validate_topic(topic)?;
+        if let Some((k, at)) = self.inner.partitions.lock().unwrap().get(topic) {
+            if at.elapsed() < Duration::from_secs(1) {
+                return Ok(*k);
+            }
+        }
+        let v: Option<u32> = self
+            .cmd(
+                redis::cmd("HGET")
+                    .arg(partitions_key(&self.inner.prefix))
+                    .arg(topic),
+            )
+            .await?;
+        let k = v.unwrap_or(1).max(1);
+        self.inner
+            .partitions
+            .lock()
+            .unwrap()
+            .insert(topic.to_string(), (k, std::time::Instant::now()));
+        Ok(k)
+    }
+
+    /// The names of a topic's partitions (`[topic]` when not partitioned):
+    /// what the low-level calls (claim, ack, tick...) take.
+    pub async fn partition_names(&self, topic: &str) -> Result<Vec<String>> {
+        let k = self.partitions(topic).await?;
+        Ok((0..k).map(|i| partition_name(topic, i, k)).collect())
+    }
+
+    /// The partition holding `id`.
+    async fn route(&self, topic: &str, id: &str) -> Result<String> {
+        let k = self.partitions(topic).await?;
+        Ok(partition_name(topic, partition_of(id, k), k))
+    }
+
+    /// Splits `topic` into `k` partitions (1 undoes it). Refused while the
+    /// topic holds jobs, since ids would no longer map to where they are.
+    pub async fn set_partitions(&self, topic: &str, k: u32) -> Result<()> {
+        validate_topic(topic)?;
+        if k == 0 || k > MAX_PARTITIONS {
+            return Err(Error::invalid(format!(
+                "invalid partition count {k}: give 1 to {MAX_PARTITIONS}"
+            )));
+        }
+        self.inner.partitions.lock().unwrap().remove(topic);
+        let now = self.partitions(topic).await?;
+        if now == k {
+            return Ok(());
+        }
+        let s = self.stats(topic).await?;
+        let live = s.pool + s.ready + s.running + s.dead;
+        if live > 0 {
+            return Err(Error::invalid(format!(
+                "topic {topic:?} holds {live} jobs in {now} partition(s): drain it (or purge its dead jobs) before changing its partitions to {k}"
+            )));
+        }
+        let key = partitions_key(&self.inner.prefix);
+        if k == 1 {
+            self.cmd::<i64>(redis::cmd("HDEL").arg(&key).arg(topic))
+                .await?;
+        } else {
+            self.cmd::<i64>(redis::cmd("HSET").arg(&key).arg(topic).arg(k))
+                .await?;
+        }
+        self.register(topic).await?;
+        self.inner.partitions.lock().unwrap().remove(topic);
+        Ok(())
+    }
+
     /// Enqueues one job.
     pub async fn enqueue(&self, topic: &str, job: Job) -> Result<Enqueued> {
         let mut out = self
@@ -354,23 +430,43 @@ impl Queue {
             encoded.push(job.when.encode()?);
         }
         self.register(topic).await?;
+        let k = self.partitions(topic).await?;
+        // Which script call each job goes in: per partition, at most 1,000.
+        let mut ids: Vec<Option<String>> = jobs.iter().map(|j| j.id.clone()).collect();
+        let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
+        if k <= 1 {
+            for s in (0..jobs.len()).step_by(MAX_BATCH) {
+                groups.push((
+                    topic.to_string(),
+                    (s..(s + MAX_BATCH).min(jobs.len())).collect(),
+                ));
+            }
+        } else {
+            let mut by_part: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+            for (i, id) in ids.iter_mut().enumerate() {
+                // The id picks the partition, so it is made here.
+                let id = id.get_or_insert_with(generate_id);
+                by_part.entry(partition_of(id, k)).or_default().push(i);
+            }
+            for (p, idx) in by_part {
+                for chunk in idx.chunks(MAX_BATCH) {
+                    groups.push((partition_name(topic, p, k), chunk.to_vec()));
+                }
+            }
+        }
         let replace = if opts.replace { "1" } else { "0" };
-        let chunks: Vec<(usize, usize)> = (0..jobs.len())
-            .step_by(MAX_BATCH)
-            .map(|s| (s, (s + MAX_BATCH).min(jobs.len())))
-            .collect();
-        let results: Vec<Vec<Enqueued>> = stream::iter(chunks)
-            .map(|(s, e)| {
-                let jobs = &jobs[s..e];
-                let encoded = &encoded[s..e];
+        let results: Vec<(Vec<usize>, Vec<Enqueued>)> = stream::iter(groups)
+            .map(|(physical, idx)| {
+                let (jobs, encoded, ids) = (&jobs, &encoded, &ids);
                 async move {
                     let v = self
-                        .run(&SCRIPTS.enqueue, topic, |inv| {
-                            inv.arg(self.inner.max_payload).arg(replace).arg(jobs.len());
-                            for (job, when) in jobs.iter().zip(encoded) {
-                                inv.arg(job.id.as_deref().unwrap_or(""))
+                        .run(&SCRIPTS.enqueue, &physical, |inv| {
+                            inv.arg(self.inner.max_payload).arg(replace).arg(idx.len());
+                            for &i in &idx {
+                                let job = &jobs[i];
+                                inv.arg(ids[i].as_deref().unwrap_or(""))
                                     .arg(&job.payload[..])
-                                    .arg(when)
+                                    .arg(&encoded[i])
                                     .arg(
                                         job.max_attempts.map(|m| m.to_string()).unwrap_or_default(),
                                     )
@@ -379,7 +475,7 @@ impl Queue {
                         })
                         .await?;
                     let mut r = Reply::new("enqueue", v)?;
-                    let mut out = Vec::with_capacity(jobs.len());
+                    let mut out = Vec::with_capacity(idx.len());
                     while !r.is_empty() {
                         let id = r.string()?;
                         let status = match r.int()? {
@@ -389,21 +485,34 @@ impl Queue {
                         };
                         out.push(Enqueued { id, status });
                     }
-                    Ok::<_, Error>(out)
+                    if out.len() != idx.len() {
+                        return Err(Error::protocol("enqueue", "one result per job expected"));
+                    }
+                    Ok::<_, Error>((idx, out))
                 }
             })
             .buffered(8)
             .try_collect()
             .await?;
-        Ok(results.into_iter().flatten().collect())
+        let mut placed: Vec<Option<Enqueued>> = vec![None; jobs.len()];
+        for (idx, out) in results {
+            for (i, e) in idx.into_iter().zip(out) {
+                placed[i] = Some(e);
+            }
+        }
+        Ok(placed
+            .into_iter()
+            .map(|e| e.expect("every job has a result"))
+            .collect())
     }
 
     /// One job by id, or `None` when no such job is live.
     pub async fn get(&self, topic: &str, id: &str) -> Result<Option<JobInfo>> {
         validate_topic(topic)?;
         validate_id(id)?;
+        let physical = self.route(topic, id).await?;
         let v = self
-            .run(&SCRIPTS.get, topic, |inv| {
+            .run(&SCRIPTS.get, &physical, |inv| {
                 inv.arg(id);
             })
             .await?;
@@ -443,8 +552,9 @@ impl Queue {
     pub async fn cancel(&self, topic: &str, id: &str) -> Result<Option<State>> {
         validate_topic(topic)?;
         validate_id(id)?;
+        let physical = self.route(topic, id).await?;
         let v = self
-            .run(&SCRIPTS.cancel, topic, |inv| {
+            .run(&SCRIPTS.cancel, &physical, |inv| {
                 inv.arg(id);
             })
             .await?;
@@ -465,8 +575,9 @@ impl Queue {
         validate_topic(topic)?;
         validate_id(id)?;
         let when = when.encode()?;
+        let physical = self.route(topic, id).await?;
         let v = self
-            .run(&SCRIPTS.reschedule, topic, |inv| {
+            .run(&SCRIPTS.reschedule, &physical, |inv| {
                 inv.arg(id).arg(&when);
             })
             .await?;
@@ -479,8 +590,37 @@ impl Queue {
     }
 
     /// Sizes and counters of a topic.
+    /// For a partitioned topic, the partitions add up: sizes and counters
+    /// summed, the earliest next due time, the longest ready wait.
     pub async fn stats(&self, topic: &str) -> Result<TopicStats> {
-        validate_topic(topic)?;
+        let names = self.partition_names(topic).await?;
+        let parts: Vec<TopicStats> =
+            futures::future::try_join_all(names.iter().map(|p| self.stats_of(p))).await?;
+        let mut total = TopicStats {
+            topic: topic.to_string(),
+            partitions: names.len() as u32,
+            ..TopicStats::default()
+        };
+        for s in parts {
+            total.pool += s.pool;
+            total.ready += s.ready;
+            total.running += s.running;
+            total.dead += s.dead;
+            total.paused |= s.paused;
+            total.next_due_in_ms = match (total.next_due_in_ms, s.next_due_in_ms) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            total.oldest_ready_ms = total.oldest_ready_ms.max(s.oldest_ready_ms);
+            for (k, v) in s.counters {
+                *total.counters.entry(k).or_default() += v;
+            }
+        }
+        Ok(total)
+    }
+
+    /// Stats of one partition (or unpartitioned topic).
+    async fn stats_of(&self, topic: &str) -> Result<TopicStats> {
         let v = self.run(&SCRIPTS.stats, topic, |_| {}).await?;
         let mut r = Reply::new("stats", v)?;
         let (pool, ready, running, dead) = (r.int()?, r.int()?, r.int()?, r.int()?);
@@ -495,6 +635,7 @@ impl Queue {
         }
         Ok(TopicStats {
             topic: topic.to_string(),
+            partitions: 1,
             pool: pool as u64,
             ready: ready as u64,
             running: running as u64,
@@ -526,6 +667,30 @@ impl Queue {
         if count == 0 || count > MAX_BATCH {
             return Err(Error::invalid("dead list pages hold 1 to 1000 jobs"));
         }
+        let names = self.partition_names(topic).await?;
+        if names.len() == 1 {
+            return self.dead_page(topic, offset, count).await;
+        }
+        // Partitioned: the newest offset+count of each, merged by time of death.
+        let want = offset + count;
+        let mut all = Vec::new();
+        for p in &names {
+            let mut at = 0;
+            while at < want {
+                let page = self.dead_page(p, at, (want - at).min(MAX_BATCH)).await?;
+                let n = page.len();
+                all.extend(page);
+                if n == 0 {
+                    break;
+                }
+                at += n;
+            }
+        }
+        all.sort_by_key(|j| std::cmp::Reverse(j.state_since_ms));
+        Ok(all.into_iter().skip(offset).take(count).collect())
+    }
+
+    async fn dead_page(&self, topic: &str, offset: usize, count: usize) -> Result<Vec<JobInfo>> {
         let v = self
             .run(&SCRIPTS.dead_list, topic, |inv| {
                 inv.arg(offset).arg(count);
@@ -561,7 +726,7 @@ impl Queue {
     /// Moves dead jobs back to ready, due now, attempts reset. Returns the
     /// ids replayed.
     pub async fn dead_replay(&self, topic: &str, which: DeadSelector) -> Result<Vec<String>> {
-        self.dead_op(&SCRIPTS.dead_replay, "dead_replay", topic, which, |v| {
+        self.dead_op(&SCRIPTS.dead_replay, topic, which, |v| {
             let ids: Vec<String> = redis::from_redis_value(v)
                 .map_err(|e| Error::protocol("dead_replay", e.to_string()))?;
             Ok((ids.len(), ids))
@@ -572,7 +737,7 @@ impl Queue {
 
     /// Deletes dead jobs. Returns how many.
     pub async fn dead_purge(&self, topic: &str, which: DeadSelector) -> Result<usize> {
-        self.dead_op(&SCRIPTS.dead_purge, "dead_purge", topic, which, |v| {
+        self.dead_op(&SCRIPTS.dead_purge, topic, which, |v| {
             let n: i64 = redis::from_redis_value(v)
                 .map_err(|e| Error::protocol("dead_purge", e.to_string()))?;
             Ok((n as usize, Vec::new()))
@@ -584,27 +749,34 @@ impl Queue {
     async fn dead_op(
         &self,
         script: &Script,
-        op: &'static str,
         topic: &str,
         which: DeadSelector,
         read: impl Fn(Value) -> Result<(usize, Vec<String>)>,
     ) -> Result<(usize, Vec<String>)> {
         validate_topic(topic)?;
+        let k = self.partitions(topic).await?;
         let (mut total, mut all) = (0, Vec::new());
         match which {
             DeadSelector::Ids(ids) => {
                 for id in &ids {
                     validate_id(id)?;
                 }
-                for chunk in ids.chunks(MAX_BATCH) {
-                    let v = self
-                        .run(script, topic, |inv| {
-                            inv.arg("ids").arg(chunk);
-                        })
-                        .await?;
-                    let (n, ids) = read(v)?;
-                    total += n;
-                    all.extend(ids);
+                let mut by_part: BTreeMap<u32, Vec<&String>> = BTreeMap::new();
+                for id in &ids {
+                    by_part.entry(partition_of(id, k)).or_default().push(id);
+                }
+                for (p, ids) in by_part {
+                    let physical = partition_name(topic, p, k);
+                    for chunk in ids.chunks(MAX_BATCH) {
+                        let v = self
+                            .run(script, &physical, |inv| {
+                                inv.arg("ids").arg(chunk);
+                            })
+                            .await?;
+                        let (n, ids) = read(v)?;
+                        total += n;
+                        all.extend(ids);
+                    }
                 }
             }
             DeadSelector::Oldest(_) | DeadSelector::All => {
@@ -612,24 +784,30 @@ impl Queue {
                     DeadSelector::Oldest(n) => n,
                     _ => usize::MAX,
                 };
-                while left > 0 {
-                    let n = left.min(MAX_BATCH);
-                    let v = self
-                        .run(script, topic, |inv| {
-                            inv.arg("oldest").arg(n);
-                        })
-                        .await?;
-                    let (done, ids) = read(v)?;
-                    total += done;
-                    all.extend(ids);
-                    if done == 0 {
-                        break;
+                for p in 0..k {
+                    let physical = partition_name(topic, p, k);
+                    // At most what is dead now, so jobs that die again as fast
+                    // as they are replayed cannot keep this going.
+                    let mut here = self.stats_of(&physical).await?.dead as usize;
+                    while left > 0 && here > 0 {
+                        let n = left.min(here).min(MAX_BATCH);
+                        let v = self
+                            .run(script, &physical, |inv| {
+                                inv.arg("oldest").arg(n);
+                            })
+                            .await?;
+                        let (done, ids) = read(v)?;
+                        total += done;
+                        all.extend(ids);
+                        if done == 0 {
+                            break;
+                        }
+                        left = left.saturating_sub(done);
+                        here = here.saturating_sub(done);
                     }
-                    left = left.saturating_sub(done);
                 }
             }
         }
-        let _ = op;
         Ok((total, all))
     }
 
@@ -637,8 +815,19 @@ impl Queue {
     /// exactly one of pool, ready, running, dead, and has a record exactly
     /// then. Scans in pages; each page is checked atomically, so jobs moving
     /// meanwhile are never reported falsely.
+    /// For a partitioned topic, every partition is checked, and every id
+    /// must be in the partition its id maps to.
     pub async fn check(&self, topic: &str) -> Result<Vec<Violation>> {
-        validate_topic(topic)?;
+        let k = self.partitions(topic).await?;
+        let mut out = Vec::new();
+        for p in 0..k {
+            out.extend(self.check_partition(topic, p, k).await?);
+        }
+        Ok(out)
+    }
+
+    async fn check_partition(&self, logical: &str, part: u32, k: u32) -> Result<Vec<Violation>> {
+        let topic = &partition_name(logical, part, k);
         let keys = self.keys(topic);
         let mut found: BTreeMap<String, String> = BTreeMap::new();
         let scans = [
@@ -656,6 +845,16 @@ impl Queue {
                     .await?;
                 // Both scans return member, value pairs: keep the members.
                 let ids: Vec<&[u8]> = items.iter().step_by(2).map(|v| &v[..]).collect();
+                for id in &ids {
+                    let id = String::from_utf8_lossy(id);
+                    let home = partition_of(&id, k);
+                    if home != part {
+                        found.insert(
+                            id.into_owned(),
+                            format!("in partition {part}, but its id maps to partition {home}"),
+                        );
+                    }
+                }
                 for page in ids.chunks(MAX_BATCH) {
                     let v = self
                         .run(&SCRIPTS.check, topic, |inv| {
@@ -687,10 +886,11 @@ impl Queue {
 
     /// Stops workers from claiming jobs of this topic (jobs still become due).
     pub async fn pause(&self, topic: &str) -> Result<()> {
-        validate_topic(topic)?;
-        let keys = self.keys(topic);
-        self.cmd::<i64>(redis::cmd("HSET").arg(keys.meta()).arg("paused").arg("1"))
-            .await?;
+        for p in self.partition_names(topic).await? {
+            let keys = self.keys(&p);
+            self.cmd::<i64>(redis::cmd("HSET").arg(keys.meta()).arg("paused").arg("1"))
+                .await?;
+        }
         Ok(())
     }
 
@@ -728,9 +928,22 @@ impl Queue {
                 step.as_secs()
             )));
         }
+        // Separate commands: on a cluster the meta hashes and the topic set
+        // live in different slots. Each is idempotent.
+        for p in self.partition_names(topic).await? {
+            self.set_meta(&p, max_attempts, backoff).await?;
+        }
+        self.register(topic).await?;
+        Ok(())
+    }
+
+    async fn set_meta(
+        &self,
+        topic: &str,
+        max_attempts: Option<u32>,
+        backoff: Option<&[Duration]>,
+    ) -> Result<()> {
         let keys = self.keys(topic);
-        // Separate commands: on a cluster the meta hash and the topic set live
-        // in different slots. Each is idempotent.
         let max = match max_attempts {
             Some(m) => redis::cmd("HSET")
                 .arg(keys.meta())
@@ -758,16 +971,15 @@ impl Queue {
                     .await?
             }
         };
-        self.register(topic).await?;
         Ok(())
     }
 
     /// The first `count` (1 to 1000) ids of one state, in score order, with
     /// their scores in epoch ms: for [`State::Pool`] and [`State::Ready`]
     /// the next due jobs and their due times, for [`State::Running`] the
-    /// leases that expire next, for [`State::Dead`] the oldest deaths.
-    /// Read-only: one `ZRANGE`. For dashboards; use [`Queue::get`] for a
-    /// job's record.
+    /// leases that expire next, for [`State::Dead`] the oldest deaths. A
+    /// partitioned topic's partitions are merged. Read-only: one `ZRANGE`
+    /// per partition. For dashboards; use [`Queue::get`] for a job's record.
     ///
     /// ```no_run
     /// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
@@ -786,28 +998,37 @@ impl Queue {
         if count == 0 || count > MAX_BATCH {
             return Err(Error::invalid("peek shows 1 to 1000 jobs"));
         }
-        let keys = self.keys(topic);
-        let key = match state {
-            State::Pool => keys.pool(),
-            State::Ready => keys.ready(),
-            State::Running => keys.running(),
-            State::Dead => keys.dead(),
-            _ => {
-                return Err(Error::invalid(format!(
-                    "cannot peek at {state} jobs: give pool, ready, running or dead"
-                )))
-            }
-        };
-        let items: Vec<(String, f64)> = self
-            .cmd(
-                redis::cmd("ZRANGE")
-                    .arg(key)
-                    .arg(0)
-                    .arg(count - 1)
-                    .arg("WITHSCORES"),
-            )
-            .await?;
-        Ok(items.into_iter().map(|(id, s)| (id, s as i64)).collect())
+        if !matches!(
+            state,
+            State::Pool | State::Ready | State::Running | State::Dead
+        ) {
+            return Err(Error::invalid(format!(
+                "cannot peek at {state} jobs: give pool, ready, running or dead"
+            )));
+        }
+        let mut all: Vec<(String, i64)> = Vec::new();
+        for name in self.partition_names(topic).await? {
+            let keys = self.keys(&name);
+            let key = match state {
+                State::Pool => keys.pool(),
+                State::Ready => keys.ready(),
+                State::Running => keys.running(),
+                _ => keys.dead(),
+            };
+            let items: Vec<(String, f64)> = self
+                .cmd(
+                    redis::cmd("ZRANGE")
+                        .arg(key)
+                        .arg(0)
+                        .arg(count - 1)
+                        .arg("WITHSCORES"),
+                )
+                .await?;
+            all.extend(items.into_iter().map(|(id, s)| (id, s as i64)));
+        }
+        all.sort_by_key(|(_, score)| *score);
+        all.truncate(count);
+        Ok(all)
     }
 
     // ---- the runtime's operations -------------------------------------

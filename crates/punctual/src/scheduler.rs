@@ -119,7 +119,12 @@ impl Scheduler {
         let stop = CancellationToken::new();
         let mut channels = HashMap::new();
         let mut tasks = Vec::new();
-        for topic in self.topics {
+        // One loop per partition of each topic.
+        let mut physical = Vec::new();
+        for t in &self.topics {
+            physical.extend(self.queue.partition_names(t).await?);
+        }
+        for topic in physical {
             let notify = Arc::new(Notify::new());
             channels.insert(self.queue.keys(&topic).pool().to_string(), notify.clone());
             tasks.push(tokio::spawn(

@@ -151,7 +151,10 @@ impl WorkerConfig {
 }
 
 struct TopicEntry {
+    /// The topic, or one partition of it (`orders#2`): what claims name.
     name: String,
+    /// The topic handlers see.
+    logical: String,
     handler: HandlerFn,
     timeout: Duration,
 }
@@ -237,8 +240,10 @@ impl Worker {
         Fut: Future<Output = Outcome> + Send + 'static,
     {
         let handler: HandlerFn = Arc::new(move |d| handler(d).boxed());
+        let topic = topic.into();
         self.topics.push(TopicEntry {
-            name: topic.into(),
+            name: topic.clone(),
+            logical: topic,
             handler,
             timeout,
         });
@@ -264,10 +269,23 @@ impl Worker {
             return Err(Error::invalid("the lease must be at least 30 ms"));
         }
         let concurrency = self.config.concurrency;
+        // A partitioned topic is served as one entry per partition, with the
+        // same handler; claims rotate over them all.
+        let mut entries = Vec::new();
+        for t in self.topics {
+            for name in self.queue.partition_names(&t.logical).await? {
+                entries.push(TopicEntry {
+                    name,
+                    logical: t.logical.clone(),
+                    handler: t.handler.clone(),
+                    timeout: t.timeout,
+                });
+            }
+        }
         let shared = Arc::new(Shared {
             queue: self.queue,
             config: self.config,
-            topics: self.topics,
+            topics: entries,
             inflight: Mutex::new(HashMap::new()),
         });
         let notify = Arc::new(Notify::new());
@@ -387,7 +405,8 @@ async fn fetch_loop(
                 .await
             {
                 Ok(jobs) => {
-                    for job in jobs {
+                    for mut job in jobs {
+                        job.topic.clone_from(&topic.logical);
                         let permit = permits.pop().expect("claimed no more than the free slots");
                         spawn_slot(&shared, ti, job, permit, settle.clone());
                     }

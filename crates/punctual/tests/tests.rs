@@ -2,5 +2,6 @@
 
 mod util;
 
+mod cluster;
 mod queue;
 mod worker;

@@ -14,7 +14,7 @@ use rand::{Rng, SeedableRng};
 use tokio_util::sync::CancellationToken;
 
 /// Polls `cond` every 20 ms until it holds or `timeout` passes.
-async fn eventually<F, Fut>(timeout: Duration, what: &str, mut cond: F)
+pub(crate) async fn eventually<F, Fut>(timeout: Duration, what: &str, mut cond: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
@@ -34,7 +34,7 @@ fn fast_scheduler() -> SchedulerConfig {
 }
 
 /// Runs a scheduler for `topics` until the token is cancelled.
-fn spawn_scheduler(
+pub(crate) fn spawn_scheduler(
     queue: &Queue,
     topics: &[&str],
     stop: &CancellationToken,
@@ -47,7 +47,7 @@ fn spawn_scheduler(
     tokio::spawn(async move { s.run(stop.cancelled_owned()).await.expect("scheduler") })
 }
 
-async fn total_live(q: &Queue, topic: &str) -> u64 {
+pub(crate) async fn total_live(q: &Queue, topic: &str) -> u64 {
     let s = q.stats(topic).await.unwrap();
     s.pool + s.ready + s.running + s.dead
 }
@@ -412,8 +412,20 @@ fn child_consumer() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async move {
         let q = Queue::connect(url.clone()).await.unwrap();
-        let client = redis::Client::open(url).unwrap();
-        let conn = client.get_multiplexed_async_connection().await.unwrap();
+        // Where handlers record done ids: one node, or a cluster (seed URLs).
+        #[derive(Clone)]
+        enum Conn {
+            One(redis::aio::MultiplexedConnection),
+            Cluster(redis::cluster_async::ClusterConnection),
+        }
+        let conn = if url.contains(',') {
+            let seeds: Vec<&str> = url.split(',').collect();
+            let client = redis::cluster::ClusterClient::new(seeds).unwrap();
+            Conn::Cluster(client.get_async_connection().await.unwrap())
+        } else {
+            let client = redis::Client::open(url).unwrap();
+            Conn::One(client.get_multiplexed_async_connection().await.unwrap())
+        };
         let worker = Worker::new(
             q,
             WorkerConfig::default()
@@ -421,19 +433,18 @@ fn child_consumer() {
                 .lease(Duration::from_millis(500)),
         )
         .handle("t", move |d| {
-            let mut conn = conn.clone();
+            let conn = conn.clone();
             let crash = mode == "crash";
             async move {
                 if crash {
                     std::process::abort();
                 }
                 tokio::time::sleep(Duration::from_millis(300)).await;
-                let _: i64 = redis::cmd("SADD")
-                    .arg("test:done")
-                    .arg(&d.id)
-                    .query_async(&mut conn)
-                    .await
-                    .unwrap();
+                let sadd = redis::cmd("SADD").arg("test:done").arg(&d.id).clone();
+                let _: i64 = match conn {
+                    Conn::One(mut c) => sadd.query_async(&mut c).await.unwrap(),
+                    Conn::Cluster(mut c) => sadd.query_async(&mut c).await.unwrap(),
+                };
                 Outcome::Done
             }
         });
@@ -441,7 +452,7 @@ fn child_consumer() {
     });
 }
 
-fn spawn_child(mode: &str, url: &str) -> Child {
+pub(crate) fn spawn_child(mode: &str, url: &str) -> Child {
     Command::new(std::env::current_exe().unwrap())
         .args([
             "worker::child_consumer",

@@ -1,0 +1,281 @@
+//! The core semantics on a 3-master Redis Cluster, and partitioned topics:
+//! never early, each job at least once (also when a consumer is killed),
+//! fencing, and the one-state invariant, with topics spread over the shards.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use punctual::{
+    partition_name, partition_of, DeadSelector, ErrorKind, Failed, Job, Outcome, Queue, State,
+    Worker, WorkerConfig,
+};
+use punctual_testkit::RedisCluster;
+use rand::{Rng, SeedableRng};
+use tokio_util::sync::CancellationToken;
+
+use crate::worker::{eventually, spawn_child, spawn_scheduler, total_live};
+
+async fn connect(c: &RedisCluster) -> Queue {
+    let q = Queue::connect(c.seed_urls()).await.unwrap();
+    assert!(q.is_cluster());
+    q
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_url_of_a_cluster_node_is_detected_as_a_cluster() {
+    let c = RedisCluster::start();
+    let q = Queue::connect(c.urls()[1].clone()).await.unwrap();
+    assert!(q.is_cluster());
+    // Topics whose hash tags land on different masters all work.
+    for t in ["a", "b", "c", "d", "e", "f"] {
+        q.enqueue(t, Job::new("x").id("1")).await.unwrap();
+        assert_eq!(q.get(t, "1").await.unwrap().unwrap().state, State::Ready);
+    }
+    let slots: HashSet<u16> = ["a", "b", "c", "d", "e", "f"]
+        .iter()
+        .map(|t| c.keyslot(&format!("punctual:{{{t}}}:jobs")).unwrap())
+        .collect();
+    assert!(slots.len() > 1, "the topics are spread over slots");
+    assert_eq!(q.topics().await.unwrap().len(), 6);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn never_early_and_each_job_once_across_shards_and_partitions() {
+    let c = RedisCluster::start();
+    let q = connect(&c).await;
+    q.set_partitions("hot", 3).await.unwrap();
+    let topics = ["a", "b", "c", "hot"];
+    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    let mut expected = HashSet::new();
+    for t in topics {
+        let jobs: Vec<Job> = (0..300)
+            .map(|_| Job::new("x").delay(Duration::from_millis(rng.random_range(0..1500))))
+            .collect();
+        for e in q.enqueue_batch(t, jobs).await.unwrap() {
+            expected.insert((t.to_string(), e.id));
+        }
+    }
+    let hot = q.stats("hot").await.unwrap();
+    assert_eq!((hot.partitions, hot.pool + hot.ready), (3, 300));
+    for p in 0..3 {
+        let s = q.stats(&partition_name("hot", p, 3)).await;
+        // Partition names are not valid topic names for the high-level API.
+        assert_eq!(s.unwrap_err().kind(), ErrorKind::InvalidInput);
+    }
+
+    let seen: Arc<Mutex<HashMap<(String, String), usize>>> = Arc::default();
+    let early: Arc<Mutex<Vec<String>>> = Arc::default();
+    let stop = CancellationToken::new();
+    let sched = spawn_scheduler(&q, &topics, &stop);
+    let mut w = Worker::new(q.clone(), WorkerConfig::default().concurrency(32));
+    for t in topics {
+        let (seen, early) = (seen.clone(), early.clone());
+        w = w.handle(t, move |d| {
+            let (seen, early) = (seen.clone(), early.clone());
+            async move {
+                if d.claimed_us < d.due_ms * 1000 {
+                    early.lock().unwrap().push(d.id.clone());
+                }
+                *seen
+                    .lock()
+                    .unwrap()
+                    .entry((d.topic.clone(), d.id.clone()))
+                    .or_default() += 1;
+                Outcome::Done
+            }
+        });
+    }
+    let worker = tokio::spawn(w.run(stop.clone().cancelled_owned()));
+    eventually(Duration::from_secs(30), "every job handled", || async {
+        seen.lock().unwrap().len() == expected.len()
+    })
+    .await;
+    for t in topics {
+        eventually(Duration::from_secs(10), "acked", || async {
+            total_live(&q, t).await == 0
+        })
+        .await;
+    }
+    stop.cancel();
+    worker.await.unwrap().unwrap();
+    sched.await.unwrap();
+    assert!(
+        early.lock().unwrap().is_empty(),
+        "early: {:?}",
+        early.lock().unwrap()
+    );
+    let seen = seen.lock().unwrap().clone();
+    for key in &expected {
+        assert_eq!(seen.get(key), Some(&1), "{key:?}");
+    }
+    // Handlers saw the topic, not the partition.
+    assert!(seen.keys().all(|(t, _)| !t.contains('#')));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_holds_on_a_cluster() {
+    let c = RedisCluster::start();
+    let q = connect(&c).await;
+    q.enqueue("f", Job::new("x").id("j").backoff(vec![Duration::ZERO]))
+        .await
+        .unwrap();
+    let first = q
+        .claim("f", 1, Duration::from_millis(100))
+        .await
+        .unwrap()
+        .remove(0);
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let t = q.tick("f", 100, 1000, 100).await.unwrap();
+    assert_eq!(t.reclaimed, 1);
+    let second = q
+        .claim("f", 1, Duration::from_secs(30))
+        .await
+        .unwrap()
+        .remove(0);
+    assert_ne!(first.token, second.token);
+    assert_eq!(
+        q.ack("f", &[("j".into(), first.token)]).await.unwrap(),
+        vec![false]
+    );
+    let failed = q
+        .fail("f", "j", first.token, "late", None, false)
+        .await
+        .unwrap();
+    assert_eq!(failed, Failed::Stale);
+    assert_eq!(
+        q.get("f", "j").await.unwrap().unwrap().state,
+        State::Running
+    );
+    assert_eq!(
+        q.ack("f", &[("j".into(), second.token)]).await.unwrap(),
+        vec![true]
+    );
+    assert!(q.get("f", "j").await.unwrap().is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_killed_on_a_cluster_loses_nothing() {
+    let c = RedisCluster::start();
+    let q = connect(&c).await;
+    let n = 40;
+    let jobs = (0..n)
+        .map(|i| Job::new(format!("{i}")).backoff(vec![Duration::ZERO]))
+        .collect();
+    let ids: Vec<String> = q
+        .enqueue_batch("t", jobs)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.id)
+        .collect();
+    let stop = CancellationToken::new();
+    let sched = spawn_scheduler(&q, &["t"], &stop);
+    let mut child = spawn_child("slow", &c.seed_urls());
+    eventually(Duration::from_secs(20), "child holds leases", || async {
+        q.stats("t").await.unwrap().running > 0
+    })
+    .await;
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let mut second = spawn_child("slow", &c.seed_urls());
+    eventually(Duration::from_secs(60), "every job done", || async {
+        total_live(&q, "t").await == 0
+    })
+    .await;
+    second.kill().unwrap();
+    second.wait().unwrap();
+    stop.cancel();
+    sched.await.unwrap();
+    // The child records done ids in `test:done`, a key of some shard.
+    for id in &ids {
+        let slot_node = c.cli(&["SISMEMBER", "test:done", id]).unwrap();
+        assert_eq!(slot_node.trim(), "1", "job {id} lost");
+    }
+    assert!(q.check("t").await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitioned_topics_keep_dedup_lookup_and_the_one_state_rule() {
+    let c = RedisCluster::start();
+    let q = connect(&c).await;
+    q.set_partitions("p", 3).await.unwrap();
+    assert_eq!(q.partitions("p").await.unwrap(), 3);
+    let ids: Vec<String> = (0..60).map(|i| format!("order:{i}")).collect();
+    let jobs = ids
+        .iter()
+        .map(|id| Job::new("x").id(id.clone()).delay(Duration::from_secs(60)))
+        .collect();
+    q.enqueue_batch("p", jobs).await.unwrap();
+    // Each id lives in the partition it maps to, and nowhere else.
+    let parts: HashSet<u32> = ids.iter().map(|id| partition_of(id, 3)).collect();
+    assert_eq!(parts.len(), 3, "ids spread over all partitions");
+    for id in &ids {
+        let home = partition_name("p", partition_of(id, 3), 3);
+        let key = format!("punctual:{{{home}}}:jobs");
+        assert_eq!(c.cli(&["HEXISTS", &key, id]).unwrap().trim(), "1");
+    }
+    // Dedup, get, reschedule and cancel by id.
+    let dup = q
+        .enqueue("p", Job::new("again").id("order:7"))
+        .await
+        .unwrap();
+    assert!(dup.is_duplicate());
+    assert_eq!(
+        q.get("p", "order:7").await.unwrap().unwrap().state,
+        State::Pool
+    );
+    assert_eq!(
+        q.reschedule("p", "order:8", punctual::When::Now)
+            .await
+            .unwrap(),
+        Some(State::Pool)
+    );
+    assert_eq!(
+        q.get("p", "order:8").await.unwrap().unwrap().state,
+        State::Ready
+    );
+    assert_eq!(q.cancel("p", "order:9").await.unwrap(), Some(State::Pool));
+    // Generated ids route too.
+    let g = q.enqueue("p", Job::new("gen")).await.unwrap();
+    assert_eq!(q.get("p", &g.id).await.unwrap().unwrap().payload, b"gen");
+    // 60 - order:8 (now ready) - order:9 (cancelled) wait; order:8 and the
+    // generated one (due now) are ready.
+    let s = q.stats("p").await.unwrap();
+    assert_eq!((s.pool, s.ready), (58, 2));
+    // Dead letters across partitions.
+    for p in 0..3 {
+        let name = partition_name("p", p, 3);
+        for d in q.claim(&name, 1000, Duration::from_secs(30)).await.unwrap() {
+            q.fail(&name, &d.id, d.token, "boom", None, true)
+                .await
+                .unwrap();
+        }
+    }
+    assert_eq!(q.dead_list("p", 0, 10).await.unwrap().len(), 2);
+    assert_eq!(
+        q.dead_replay("p", DeadSelector::All).await.unwrap().len(),
+        2
+    );
+    assert!(q.check("p").await.unwrap().is_empty());
+    // Changing the count of a topic that holds jobs is refused.
+    let err = q.set_partitions("p", 2).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput);
+    assert!(err.to_string().contains("holds"));
+    // An id put by hand in the wrong partition is reported.
+    let wrong = (0..3)
+        .map(|p| partition_name("p", p, 3))
+        .find(|n| *n != partition_name("p", partition_of("order:1", 3), 3))
+        .unwrap();
+    let key = format!("punctual:{{{wrong}}}");
+    c.cli(&["HSET", &format!("{key}:jobs"), "order:1", "0::0:1:0::0:x"])
+        .unwrap();
+    c.cli(&["ZADD", &format!("{key}:pool"), "1", "order:1"])
+        .unwrap();
+    let v = q.check("p").await.unwrap();
+    assert!(
+        v.iter()
+            .any(|v| v.id == "order:1" && v.problem.contains("maps to partition")),
+        "{v:?}"
+    );
+}
