@@ -1,4 +1,4 @@
-#!lua
+#!lua flags=allow-oom
 -- ack: the jobs are done; delete them. Fenced: only the holder of the current
 -- lease (the token its claim returned) can ack.
 -- KEYS: the eight topic keys. ARGV: pairs id, token (1..1000 pairs).

@@ -1,4 +1,4 @@
-#!lua
+#!lua flags=allow-oom
 -- cancel: remove a job in any state, with its record.
 -- KEYS: the eight topic keys. ARGV[1] id.
 -- Returns the state it was in ("pool", "ready", "running", "dead", or

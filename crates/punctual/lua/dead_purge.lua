@@ -1,4 +1,4 @@
-#!lua
+#!lua flags=allow-oom
 -- dead_purge: delete dead jobs for good.
 -- KEYS: the eight topic keys.
 -- ARGV[1] "ids" then the ids (1..1000), or ARGV[1] "oldest", ARGV[2] n (1..1000).

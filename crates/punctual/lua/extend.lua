@@ -1,4 +1,4 @@
-#!lua
+#!lua flags=allow-oom
 -- extend: push the lease deadline of running jobs to now + lease. Fenced.
 -- KEYS: the eight topic keys. ARGV[1] lease ms, then pairs id, token.
 -- Returns one integer per pair: 1 extended, 0 the lease is lost (stop work).

@@ -42,6 +42,20 @@ pub enum Error {
     /// A Redis error.
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
+    /// A batch of more than 1,000 jobs (several script calls, each atomic)
+    /// failed part way: some calls were written, others not.
+    #[error("{source} (the batch of {total} jobs went in calls of up to 1,000: {} written, {} not; enqueue those again, ids make that safe)", written.len(), failed.len())]
+    PartialBatch {
+        /// Jobs in the batch.
+        total: usize,
+        /// The jobs that have a result (created, replaced, or duplicate), by
+        /// their index in the batch.
+        written: Vec<(usize, crate::job::Enqueued)>,
+        /// The indexes of the jobs not written.
+        failed: Vec<usize>,
+        /// Why the rest failed.
+        source: Box<Error>,
+    },
     /// An unexpected reply.
     #[error("unexpected reply from Redis to {op}: {detail}")]
     Protocol {
@@ -59,12 +73,17 @@ impl Error {
             Error::Invalid(_) => ErrorKind::InvalidInput,
             Error::Redis(_) => ErrorKind::Redis,
             Error::Protocol { .. } => ErrorKind::Protocol,
+            Error::PartialBatch { source, .. } => source.kind(),
         }
     }
 
     /// Whether the same call may succeed later (Redis down, busy, OOM).
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Error::Redis(_))
+        match self {
+            Error::Redis(_) => true,
+            Error::PartialBatch { source, .. } => source.is_retryable(),
+            _ => false,
+        }
     }
 
     pub(crate) fn invalid(msg: impl Into<String>) -> Self {

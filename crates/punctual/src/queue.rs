@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::stream::{self, StreamExt, TryStreamExt};
+use futures::stream::{self, StreamExt};
 use redis::{Script, Value};
 
 use crate::conn::Conn;
@@ -433,19 +433,36 @@ impl Queue {
         let k = self.partitions(topic).await?;
         // Which script call each job goes in: per partition, at most 1,000.
         let mut ids: Vec<Option<String>> = jobs.iter().map(|j| j.id.clone()).collect();
+        // An id given twice in one batch: the first wins, the later ones are
+        // duplicates and not sent (calls run concurrently, so Redis alone
+        // could not tell which came first).
+        let mut placed: Vec<Option<Enqueued>> = vec![None; jobs.len()];
+        let mut first_of: HashMap<&str, usize> = HashMap::new();
+        for (i, job) in jobs.iter().enumerate() {
+            if let Some(id) = job.id.as_deref() {
+                if first_of.insert(id, i).is_some() {
+                    placed[i] = Some(Enqueued {
+                        id: id.to_string(),
+                        status: EnqueueStatus::Duplicate,
+                    });
+                }
+            }
+        }
+        let mut sent = (0..jobs.len()).filter(|i| placed[*i].is_none());
         let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
         if k <= 1 {
-            for s in (0..jobs.len()).step_by(MAX_BATCH) {
-                groups.push((
-                    topic.to_string(),
-                    (s..(s + MAX_BATCH).min(jobs.len())).collect(),
-                ));
+            loop {
+                let chunk: Vec<usize> = sent.by_ref().take(MAX_BATCH).collect();
+                if chunk.is_empty() {
+                    break;
+                }
+                groups.push((topic.to_string(), chunk));
             }
         } else {
             let mut by_part: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
-            for (i, id) in ids.iter_mut().enumerate() {
+            for i in sent {
                 // The id picks the partition, so it is made here.
-                let id = id.get_or_insert_with(generate_id);
+                let id = ids[i].get_or_insert_with(generate_id);
                 by_part.entry(partition_of(id, k)).or_default().push(i);
             }
             for (p, idx) in by_part {
@@ -455,50 +472,84 @@ impl Queue {
             }
         }
         let replace = if opts.replace { "1" } else { "0" };
-        let results: Vec<(Vec<usize>, Vec<Enqueued>)> = stream::iter(groups)
+        let results: Vec<(Vec<usize>, Result<Vec<Enqueued>>)> = stream::iter(groups)
             .map(|(physical, idx)| {
                 let (jobs, encoded, ids) = (&jobs, &encoded, &ids);
                 async move {
-                    let v = self
-                        .run(&SCRIPTS.enqueue, &physical, |inv| {
-                            inv.arg(self.inner.max_payload).arg(replace).arg(idx.len());
-                            for &i in &idx {
-                                let job = &jobs[i];
-                                inv.arg(ids[i].as_deref().unwrap_or(""))
-                                    .arg(&job.payload[..])
-                                    .arg(&encoded[i])
-                                    .arg(
-                                        job.max_attempts.map(|m| m.to_string()).unwrap_or_default(),
-                                    )
-                                    .arg(job.backoff_arg());
-                            }
-                        })
-                        .await?;
-                    let mut r = Reply::new("enqueue", v)?;
-                    let mut out = Vec::with_capacity(idx.len());
-                    while !r.is_empty() {
-                        let id = r.string()?;
-                        let status = match r.int()? {
-                            0 => EnqueueStatus::Duplicate,
-                            2 => EnqueueStatus::Replaced,
-                            _ => EnqueueStatus::Created,
-                        };
-                        out.push(Enqueued { id, status });
-                    }
-                    if out.len() != idx.len() {
-                        return Err(Error::protocol("enqueue", "one result per job expected"));
-                    }
-                    Ok::<_, Error>((idx, out))
+                    let call = async {
+                        let v = self
+                            .run(&SCRIPTS.enqueue, &physical, |inv| {
+                                inv.arg(self.inner.max_payload).arg(replace).arg(idx.len());
+                                for &i in &idx {
+                                    let job = &jobs[i];
+                                    inv.arg(ids[i].as_deref().unwrap_or(""))
+                                        .arg(&job.payload[..])
+                                        .arg(&encoded[i])
+                                        .arg(
+                                            job.max_attempts
+                                                .map(|m| m.to_string())
+                                                .unwrap_or_default(),
+                                        )
+                                        .arg(job.backoff_arg());
+                                }
+                            })
+                            .await?;
+                        let mut r = Reply::new("enqueue", v)?;
+                        let mut out = Vec::with_capacity(idx.len());
+                        while !r.is_empty() {
+                            let id = r.string()?;
+                            let status = match r.int()? {
+                                0 => EnqueueStatus::Duplicate,
+                                2 => EnqueueStatus::Replaced,
+                                _ => EnqueueStatus::Created,
+                            };
+                            out.push(Enqueued { id, status });
+                        }
+                        if out.len() != idx.len() {
+                            return Err(Error::protocol("enqueue", "one result per job expected"));
+                        }
+                        Ok::<_, Error>(out)
+                    };
+                    let r = call.await;
+                    (idx, r)
                 }
             })
             .buffered(8)
-            .try_collect()
-            .await?;
-        let mut placed: Vec<Option<Enqueued>> = vec![None; jobs.len()];
+            .collect()
+            .await;
+        let mut failed = Vec::new();
+        let mut first_error = None;
         for (idx, out) in results {
-            for (i, e) in idx.into_iter().zip(out) {
-                placed[i] = Some(e);
+            match out {
+                Ok(out) => {
+                    for (i, e) in idx.into_iter().zip(out) {
+                        placed[i] = Some(e);
+                    }
+                }
+                Err(e) => {
+                    failed.extend(idx);
+                    first_error.get_or_insert(e);
+                }
             }
+        }
+        if let Some(source) = first_error {
+            // Each call of up to 1,000 jobs is atomic; the batch as a whole
+            // is not. Say exactly what was written.
+            if placed.iter().flatten().all(Enqueued::is_duplicate) {
+                return Err(source);
+            }
+            failed.sort_unstable();
+            let written = placed
+                .into_iter()
+                .enumerate()
+                .filter_map(|(i, e)| e.map(|e| (i, e)))
+                .collect();
+            return Err(Error::PartialBatch {
+                total: jobs.len(),
+                written,
+                failed,
+                source: Box::new(source),
+            });
         }
         Ok(placed
             .into_iter()

@@ -3,5 +3,6 @@
 mod util;
 
 mod cluster;
+mod faults;
 mod queue;
 mod worker;

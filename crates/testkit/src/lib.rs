@@ -326,6 +326,20 @@ impl ClusterBuilder {
 /// Node indexes are stable: `redis-cli --cluster create` makes the first
 /// `masters` nodes the masters, and the rest their replicas; after a failover
 /// the roles change but the indexes do not (see [`RedisCluster::role`]).
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use punctual_testkit::RedisCluster;
+///
+/// let mut cluster = RedisCluster::start(); // or RedisCluster::start_with_replicas(1)
+/// let seeds = cluster.seed_urls(); // "redis://127.0.0.1:P1,redis://127.0.0.1:P2,..."
+/// assert_eq!(seeds.split(',').count(), 3);
+/// // The node that serves a topic's slot: kill it, then bring it back.
+/// let owner = cluster.master_of("punctual:{orders}:pool").unwrap();
+/// cluster.kill(owner);
+/// cluster.restart(owner);
+/// cluster.wait_ok(Duration::from_secs(10)).unwrap();
+/// ```
 #[derive(Debug)]
 pub struct RedisCluster {
     nodes: Vec<RedisServer>,
