@@ -141,6 +141,13 @@ pub enum Command {
     )]
     Serve(crate::serve::cmd::ServeArgs),
 
+    /// Check the Redis at --redis for what punctual needs: version, eviction
+    /// policy, persistence, script time limit, cluster mode, latency.
+    ///
+    /// Prints one verdict per line (ok, warn or FAIL) with what to change.
+    /// Exits 1 when a check fails, 0 when none does (warnings included).
+    Doctor(crate::doctor::DoctorArgs),
+
     /// See punctual run: push a few dozen delayed jobs and consume them with
     /// `serve`, printing each job's lateness (uses a private redis-server when
     /// none answers at --redis).
@@ -180,7 +187,8 @@ impl Command {
             | Command::Topics
             | Command::Dead(_)
             | Command::Check(_)
-            | Command::Script(_) => "warn",
+            | Command::Script(_)
+            | Command::Doctor(_) => "warn",
             Command::Serve(_)
             | Command::Demo(_)
             | Command::Worker(_)

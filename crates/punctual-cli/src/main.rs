@@ -6,6 +6,7 @@
 //! - `input` / `output`: parsing durations and times; printing tables,
 //!   times and JSON.
 //! - `exit`: the exit codes and the one-line error report.
+//! - `doctor`: `punctual doctor`, checks of the Redis configuration.
 
 use std::process::ExitCode;
 
@@ -17,6 +18,7 @@ mod admin;
 mod cli;
 mod context;
 mod demo;
+mod doctor;
 mod exit;
 mod input;
 mod output;
@@ -121,6 +123,7 @@ async fn dispatch(ctx: &Ctx, command: Command) -> anyhow::Result<()> {
         Command::Check(a) => admin::check::run(ctx, a).await,
         Command::Script(a) => admin::script::run(ctx, a),
         Command::Serve(_) => unreachable!("serve is run by main with its config"),
+        Command::Doctor(a) => doctor::run(ctx, a).await,
         Command::Demo(a) => demo::run(&ctx.global.redis_url, a).await,
         Command::Worker(a) => serve::cmd::worker(a).await,
         Command::Scheduler(a) => serve::cmd::scheduler(a).await,
