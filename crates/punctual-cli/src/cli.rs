@@ -62,7 +62,7 @@ pub struct GlobalOpts {
     )]
     pub prefix: String,
 
-    /// Largest payload accepted by `push`, in bytes.
+    /// Largest payload accepted by `push` and the HTTP API, in bytes.
     #[arg(
         long,
         value_name = "BYTES",
@@ -141,6 +141,17 @@ pub enum Command {
     )]
     Serve(crate::serve::cmd::ServeArgs),
 
+    /// Serve the HTTP API and the web dashboard (without consumers).
+    ///
+    /// JSON routes under /api/v1 (enqueue, get, cancel, reschedule, stats,
+    /// dead letters, pause/resume; see docs/openapi.yaml) and a dashboard at
+    /// /. Calls that change something need `Authorization: Bearer <token>`
+    /// with the token from PUNCTUAL_API_TOKEN or --token-file; without a
+    /// token everything is read-only. `punctual serve --http ADDR` serves
+    /// the same next to /healthz and /metrics.
+    #[command(after_help = API_EXAMPLES)]
+    Api(crate::api::cmd::ApiArgs),
+
     /// Check the Redis at --redis for what punctual needs: version, eviction
     /// policy, persistence, script time limit, cluster mode, latency.
     ///
@@ -171,7 +182,11 @@ impl Command {
     pub fn is_service(&self) -> bool {
         matches!(
             self,
-            Command::Serve(_) | Command::Worker(_) | Command::Scheduler(_) | Command::Demo(_)
+            Command::Serve(_)
+                | Command::Worker(_)
+                | Command::Scheduler(_)
+                | Command::Demo(_)
+                | Command::Api(_)
         )
     }
 
@@ -190,6 +205,7 @@ impl Command {
             | Command::Script(_)
             | Command::Doctor(_) => "warn",
             Command::Serve(_)
+            | Command::Api(_)
             | Command::Demo(_)
             | Command::Worker(_)
             | Command::Scheduler(_)
@@ -210,6 +226,17 @@ Examples:
   punctual push orders --batch < jobs.jsonl
   where each line looks like
   {\"payload\": {\"order\": 1}, \"delay_ms\": 60000, \"id\": \"order:1\", \"max_attempts\": 3}";
+
+const API_EXAMPLES: &str = "\
+Examples:
+  # read-only dashboard on this host
+  punctual api
+  # allow changes: every POST/DELETE must send the token
+  export PUNCTUAL_API_TOKEN=$(openssl rand -hex 32)
+  punctual api --listen 127.0.0.1:9464 &
+  curl -H \"Authorization: Bearer $PUNCTUAL_API_TOKEN\" -H 'Content-Type: application/json' \\
+       -d '{\"payload\": {\"order\": 10086}, \"delay_ms\": 1800000, \"id\": \"order:10086\"}' \\
+       http://127.0.0.1:9464/api/v1/topics/orders/jobs";
 
 /// Where a job is due: now, after a delay, or at a time.
 #[derive(Debug, Args, Clone, Default)]

@@ -6,6 +6,8 @@
 //! - `input` / `output`: parsing durations and times; printing tables,
 //!   times and JSON.
 //! - `exit`: the exit codes and the one-line error report.
+//! - `api/`: the HTTP API and the dashboard (`punctual api`, and
+//!   `serve --http`).
 //! - `doctor`: `punctual doctor`, checks of the Redis configuration.
 
 use std::process::ExitCode;
@@ -15,6 +17,7 @@ use clap::{CommandFactory, FromArgMatches};
 use tracing_subscriber::EnvFilter;
 
 mod admin;
+mod api;
 mod cli;
 mod context;
 mod demo;
@@ -123,6 +126,7 @@ async fn dispatch(ctx: &Ctx, command: Command) -> anyhow::Result<()> {
         Command::Check(a) => admin::check::run(ctx, a).await,
         Command::Script(a) => admin::script::run(ctx, a),
         Command::Serve(_) => unreachable!("serve is run by main with its config"),
+        Command::Api(a) => api::cmd::run(ctx, a).await,
         Command::Doctor(a) => doctor::run(ctx, a).await,
         Command::Demo(a) => demo::run(&ctx.global.redis_url, a).await,
         Command::Worker(a) => serve::cmd::worker(a).await,

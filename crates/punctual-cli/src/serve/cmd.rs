@@ -31,8 +31,10 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", env = "PUNCTUAL_SCHEDULERS")]
     pub schedulers: Option<usize>,
 
-    /// Serve /healthz and /metrics on this address, e.g. 127.0.0.1:9464
-    /// (overrides `http`).
+    /// Serve /healthz, /metrics, the HTTP API (/api/v1) and the dashboard
+    /// (/) on this address, e.g. 127.0.0.1:9464 (overrides `http`). API
+    /// calls that change something need the token from PUNCTUAL_API_TOKEN
+    /// or `api_token`; without one the API only reads.
     #[arg(long, value_name = "ADDR", env = "PUNCTUAL_HTTP")]
     pub http: Option<String>,
 
@@ -83,7 +85,14 @@ pub fn load(args: &ServeArgs, redis: Option<String>, prefix: Option<String>) -> 
             args.config.display()
         )));
     }
-    let cfg = Config::load(&args.config, &o).map_err(|e| exit::invalid(format!("{e:#}")))?;
+    let mut cfg = Config::load(&args.config, &o).map_err(|e| exit::invalid(format!("{e:#}")))?;
+    // The API token: the environment wins over the file; checked here so a
+    // bad one fails at start.
+    if let Some(token) = crate::api::auth::resolve(cfg.api_token.as_deref())
+        .map_err(|e| exit::invalid(format!("{}: {e}", args.config.display())))?
+    {
+        cfg.api_token = Some(token.reveal());
+    }
     super::supervisor::check_programs(&cfg).map_err(|e| {
         exit::invalid(format!(
             "{}: invalid configuration: {e:#}",

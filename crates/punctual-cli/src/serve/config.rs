@@ -49,9 +49,15 @@ pub struct Config {
     /// Safety-net interval for idle workers and schedulers.
     #[serde(default = "default_idle_check", with = "humantime_serde")]
     pub idle_check: Duration,
-    /// Address for /healthz and /metrics (off when absent).
+    /// Address for /healthz, /metrics, the HTTP API and the dashboard (off
+    /// when absent).
     #[serde(default)]
     pub http: Option<String>,
+    /// Bearer token for the HTTP API's calls that change something
+    /// (PUNCTUAL_API_TOKEN wins over it). Without one the API only reads.
+    /// Never passed to the child processes.
+    #[serde(default, skip_serializing)]
+    pub api_token: Option<String>,
     /// Write the supervisor's pid here.
     #[serde(default)]
     pub pidfile: Option<String>,

@@ -1,6 +1,8 @@
-//! `/healthz` and `/metrics` of `serve --http ADDR`.
+//! What `serve --http ADDR` serves: `/healthz`, `/metrics`, and the HTTP
+//! API and dashboard of `crate::api`.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use axum::extract::State;
@@ -12,6 +14,10 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use punctual::Queue;
 
 use super::supervisor::Children;
+use crate::api::{self, ApiState, Sampler, Token};
+
+/// How often the dashboard's charts are sampled.
+const SAMPLE_INTERVAL: Duration = Duration::from_secs(5);
 
 struct AppState {
     children: Children,
@@ -20,18 +26,30 @@ struct AppState {
     topics: Vec<String>,
 }
 
-/// Binds `addr` and serves in the background.
+/// Binds `addr` and serves in the background. `api_token` was checked when
+/// the config was loaded.
 pub async fn serve(
     addr: &str,
     children: Children,
     handle: PrometheusHandle,
     queue: Queue,
     topics: Vec<String>,
+    api_token: Option<&str>,
 ) -> Result<tokio::task::JoinHandle<()>> {
+    let token = api_token
+        .map(Token::new)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("api_token: {e}"))?;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen on {addr} for --http"))?;
-    tracing::info!(addr, "serving /healthz and /metrics");
+    let local = listener.local_addr()?;
+    // The charts: Redis counters for every topic, and the lateness that
+    // this supervisor's workers report.
+    let sampler = Arc::new(Sampler::new(SAMPLE_INTERVAL, Some(handle.clone())));
+    let sampling = api::start_sampler(sampler.clone(), queue.clone());
+    api::log_start(&local, token.as_ref());
+    let api_state = ApiState::new(queue.clone(), token, sampler, "serve");
     let state = Arc::new(AppState {
         children,
         handle,
@@ -41,11 +59,13 @@ pub async fn serve(
     let app = Router::new()
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
-        .with_state(state);
+        .with_state(state)
+        .merge(api::router(api_state));
     Ok(tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
-            tracing::error!(error = %e, "health server stopped");
+            tracing::error!(error = %e, "http server stopped");
         }
+        sampling.abort();
     }))
 }
 

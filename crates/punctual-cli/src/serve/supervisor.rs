@@ -125,6 +125,7 @@ pub async fn supervise(cfg: Config) -> Result<i32> {
                 handle,
                 queue.clone(),
                 cfg.topics.keys().cloned().collect(),
+                cfg.api_token.as_deref(),
             )
             .await?,
         ),

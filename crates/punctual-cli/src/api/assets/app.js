@@ -1,0 +1,483 @@
+// The punctual dashboard: reads and acts through the JSON API under
+// /api/v1, refreshes every 2 s, draws its charts as inline SVG. No
+// libraries, no network but this server. Data is put in the page with
+// textContent only, never as HTML.
+'use strict';
+
+const REFRESH_MS = 2000;
+const TOKEN_KEY = 'punctual.api-token';
+
+const state = {
+  token: sessionStorage.getItem(TOKEN_KEY) || '',
+  info: null,
+  topics: [],
+  selected: null,
+  rendered: {},
+  busy: false,
+};
+
+const $ = (sel) => document.querySelector(sel);
+
+// el('td', {class: 'num'}, 'text', childNode, ...)
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith('on')) node.addEventListener(k.slice(2), v);
+    else if (k === 'dataset') Object.assign(node.dataset, v);
+    else node.setAttribute(k, v === true ? '' : String(v));
+  }
+  for (const c of children.flat()) {
+    if (c === undefined || c === null) continue;
+    node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return node;
+}
+
+// ---- talking to the API ----------------------------------------------------
+
+class ApiError extends Error {
+  constructor(status, code, message) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+async function api(method, path, body, { auth = method !== 'GET' } = {}) {
+  const headers = { Accept: 'application/json' };
+  if (body !== undefined) headers['Content-Type'] = 'application/json';
+  if (auth && state.token) headers.Authorization = 'Bearer ' + state.token;
+  const resp = await fetch('/api/v1' + path, {
+    method,
+    headers,
+    body: body === undefined ? undefined : JSON.stringify(body),
+    cache: 'no-store',
+  });
+  let data = null;
+  try { data = await resp.json(); } catch (_) { /* not JSON */ }
+  if (!resp.ok) {
+    const e = (data && data.error) || {};
+    throw new ApiError(resp.status, e.code || 'http_' + resp.status,
+      e.message || resp.status + ' ' + resp.statusText);
+  }
+  return data;
+}
+
+const enc = encodeURIComponent;
+const topicPath = (t) => '/topics/' + enc(t);
+
+function flash(message, isError) {
+  const box = $('#flash');
+  box.replaceChildren(el('div', { class: 'flash' + (isError ? ' error' : '') }, message));
+  clearTimeout(flash.timer);
+  flash.timer = setTimeout(() => box.replaceChildren(), isError ? 12000 : 5000);
+}
+
+function explain(e) {
+  if (e.status === 401) return 'Enter the API token at the top to make changes. (' + e.message + ')';
+  return e.message || String(e);
+}
+
+// Runs a change, reports it, refreshes.
+async function act(what, fn) {
+  try {
+    const msg = await fn();
+    flash(msg || what);
+  } catch (e) {
+    flash(what + ' failed: ' + explain(e), true);
+  }
+  await refresh();
+}
+
+// ---- formatting --------------------------------------------------------------
+
+function span(ms) {
+  ms = Math.max(0, Math.round(ms));
+  if (ms < 1000) return ms + ' ms';
+  const s = Math.floor(ms / 1000);
+  if (s < 60) return (ms / 1000).toFixed(s < 10 ? 1 : 0) + ' s';
+  const m = Math.floor(s / 60);
+  if (m < 60) return m + ' m ' + (s % 60) + ' s';
+  const h = Math.floor(m / 60);
+  if (h < 48) return h + ' h ' + (m % 60) + ' m';
+  return Math.floor(h / 24) + ' d ' + (h % 24) + ' h';
+}
+
+function when(atMs, nowMs) {
+  const d = atMs - nowMs;
+  return d >= 0 ? 'in ' + span(d) : span(-d) + ' ago';
+}
+
+function clock(ms) {
+  const d = new Date(ms);
+  const today = new Date();
+  const time = d.toLocaleTimeString([], { hour12: false });
+  return d.toDateString() === today.toDateString() ? time : d.toISOString().slice(0, 10) + ' ' + time;
+}
+
+const count = (n) => Number(n || 0).toLocaleString('en-US');
+
+// Re-renders a region only when its data changed (keeps buttons stable).
+function changed(key, data) {
+  const text = JSON.stringify(data);
+  if (state.rendered[key] === text) return false;
+  state.rendered[key] = text;
+  return true;
+}
+
+// ---- topics ---------------------------------------------------------------
+
+function renderTopics(topics) {
+  const body = $('#topics tbody');
+  const names = $('#topic-names');
+  if (!changed('topics', [topics, state.selected])) return;
+  names.replaceChildren(...topics.map((t) => el('option', { value: t.topic })));
+  if (topics.length === 0) {
+    body.replaceChildren(el('tr', { class: 'empty' }, el('td', { colspan: 10 },
+      'No topics yet. A topic appears when a job is enqueued to it (POST /api/v1/topics/NAME/jobs, or punctual push).')));
+    return;
+  }
+  body.replaceChildren(...topics.map((t) => {
+    const c = t.counters || {};
+    const row = el('tr', {
+      dataset: { topic: t.topic },
+      class: t.topic === state.selected ? 'selected' : null,
+      onclick: (ev) => { if (!ev.target.closest('button')) select(t.topic); },
+    },
+      el('td', { class: 'topic mono' }, t.topic),
+      el('td', { class: 'status' }, el('span', { class: 'badge' + (t.paused ? ' paused' : '') }, t.paused ? 'paused' : 'active')),
+      el('td', { class: 'num pool' }, count(t.pool)),
+      el('td', { class: 'num ready' }, count(t.ready)),
+      el('td', { class: 'num running' }, count(t.running)),
+      el('td', { class: 'num dead' + (t.dead > 0 ? ' dead-count' : '') }, count(t.dead)),
+      el('td', { class: 'num done' }, count(c.done)),
+      el('td', { class: 'next-due' }, t.next_due_in_ms == null ? '–' : 'in ' + span(t.next_due_in_ms)),
+      el('td', { class: 'oldest-ready' }, t.oldest_ready_ms == null ? '–' : span(t.oldest_ready_ms)),
+      el('td', {}, el('button', {
+        type: 'button',
+        class: t.paused ? 'resume' : 'pause',
+        onclick: () => togglePause(t.topic, t.paused),
+      }, t.paused ? 'Resume' : 'Pause')),
+    );
+    return row;
+  }));
+}
+
+function togglePause(topic, paused) {
+  const verb = paused ? 'resume' : 'pause';
+  return act((paused ? 'Resumed ' : 'Paused ') + topic, async () => {
+    await api('POST', topicPath(topic) + '/' + verb);
+  });
+}
+
+function select(topic) {
+  state.selected = topic;
+  state.rendered = {};
+  history.replaceState(null, '', '#topic=' + enc(topic));
+  refresh();
+}
+
+// ---- one topic --------------------------------------------------------------
+
+function renderDetail(topic, stats, series, pool, ready, dead) {
+  $('#detail').hidden = false;
+  $('#detail-topic').textContent = topic;
+  const status = $('#detail-status');
+  status.textContent = stats.paused ? 'paused' : 'active';
+  status.className = 'badge' + (stats.paused ? ' paused' : '');
+  const toggle = $('#pause-toggle');
+  toggle.textContent = stats.paused ? 'Resume' : 'Pause';
+  toggle.onclick = () => togglePause(topic, stats.paused);
+
+  if (changed('series', series)) renderCharts(series);
+  if (changed('pool', pool)) renderPeek('#next-due', pool, 'Nothing waiting for its due time.');
+  if (changed('ready', ready)) renderPeek('#ready', ready, 'No due job is waiting for a worker.');
+  if (changed('dead', dead)) renderDead(topic, dead);
+}
+
+function renderPeek(table, page, emptyText) {
+  const rows = page.jobs.map((j) => el('tr', { dataset: { id: j.id } },
+    el('td', { class: 'id' }, j.id),
+    el('td', { title: clock(j.at_ms) }, when(j.at_ms, page.now_ms))));
+  $(table + ' tbody').replaceChildren(...(rows.length ? rows
+    : [el('tr', { class: 'empty' }, el('td', { colspan: 2 }, emptyText))]));
+}
+
+function renderDead(topic, page) {
+  $('#dead-total').textContent = '(' + count(page.total) + ')';
+  $('#replay-all').disabled = page.total === 0;
+  $('#purge-all').disabled = page.total === 0;
+  const rows = page.jobs.map((j) => el('tr', { dataset: { id: j.id } },
+    el('td', { class: 'id' }, j.id),
+    el('td', {}, clock(j.state_since_ms)),
+    el('td', { class: 'num' }, j.attempts + ' / ' + j.max_attempts),
+    el('td', { class: 'err' }, j.last_error || '–'),
+    el('td', { class: 'payload', title: j.payload }, j.payload),
+    el('td', {},
+      el('button', { type: 'button', class: 'replay', onclick: () => replay(topic, [j.id]) }, 'Replay'), ' ',
+      el('button', { type: 'button', class: 'purge danger', onclick: () => purge(topic, [j.id]) }, 'Purge')),
+  ));
+  if (page.total > page.jobs.length) {
+    rows.push(el('tr', { class: 'empty' }, el('td', { colspan: 6 },
+      'Showing the ' + page.jobs.length + ' most recent of ' + count(page.total) + '.')));
+  }
+  $('#dead tbody').replaceChildren(...(rows.length ? rows
+    : [el('tr', { class: 'empty' }, el('td', { colspan: 6 }, 'No dead jobs.'))]));
+}
+
+function replay(topic, ids) {
+  return act('Replay', async () => {
+    const body = ids ? { ids } : { all: true };
+    const r = await api('POST', topicPath(topic) + '/dead/replay', body);
+    return 'Replayed ' + r.replayed + ' job(s) of ' + topic + ': they are due now.';
+  });
+}
+
+function purge(topic, ids) {
+  const what = ids ? 'job ' + ids.join(', ') : 'every dead job of ' + topic;
+  if (!confirm('Delete ' + what + ' for good?')) return Promise.resolve();
+  return act('Purge', async () => {
+    const r = await api('POST', topicPath(topic) + '/dead/purge', ids ? { ids } : { all: true });
+    return 'Purged ' + r.purged + ' dead job(s) of ' + topic + '.';
+  });
+}
+
+// ---- charts ------------------------------------------------------------------
+
+const SVG = 'http://www.w3.org/2000/svg';
+
+function svg(tag, attrs, text) {
+  const n = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) n.setAttribute(k, v);
+  if (text !== undefined) n.textContent = text;
+  return n;
+}
+
+function niceMax(v) {
+  if (!(v > 0)) return 1;
+  const p = Math.pow(10, Math.floor(Math.log10(v)));
+  for (const m of [1, 2, 2.5, 5, 10]) if (v <= m * p) return m * p;
+  return 10 * p;
+}
+
+function fmtValue(v) {
+  if (v >= 100) return Math.round(v).toString();
+  if (v >= 10) return v.toFixed(1).replace(/\.0$/, '');
+  return v.toFixed(2).replace(/\.?0+$/, '') || '0';
+}
+
+// lines: [{name, color, points: [[t_ms, value or null]]}]; the x axis
+// spans the data (at least 5 minutes, at most the hour kept).
+function lineChart(container, lines, endMs, startMs, emptyText) {
+  const W = Math.max(300, container.clientWidth || 600);
+  const H = 180;
+  const L = 46, R = 10, T = 22, B = 20;
+  const window = Math.min(3600e3, Math.max(300e3, endMs - startMs));
+  const t0 = endMs - window;
+  const x = (t) => L + ((t - t0) / window) * (W - L - R);
+  let max = 0;
+  for (const l of lines) for (const [, v] of l.points) if (v != null && v > max) max = v;
+  const top = niceMax(max);
+  const y = (v) => T + (1 - v / top) * (H - T - B);
+  const root = svg('svg', { viewBox: `0 0 ${W} ${H}`, role: 'img' });
+  for (const f of [0, 0.5, 1]) {
+    root.append(svg('line', { class: 'axis', x1: L, x2: W - R, y1: y(top * f), y2: y(top * f) }));
+    root.append(svg('text', { x: L - 6, y: y(top * f) + 3, 'text-anchor': 'end' }, fmtValue(top * f)));
+  }
+  const step = [60e3, 120e3, 300e3, 600e3, 900e3].find((s) => window / s <= 6) || 900e3;
+  for (let ago = 0; ago <= window + 1; ago += step) {
+    const label = ago === 0 ? 'now' : '−' + Math.round(ago / 60e3) + ' min';
+    const anchor = ago === 0 ? 'end' : ago + step > window + 1 ? 'start' : 'middle';
+    root.append(svg('text', { x: x(endMs - ago), y: H - 5, 'text-anchor': anchor }, label));
+  }
+  const hasData = lines.some((l) => l.points.some(([, v]) => v != null));
+  if (!hasData) {
+    root.append(svg('text', { class: 'nodata', x: (L + W - R) / 2, y: H / 2, 'text-anchor': 'middle' }, emptyText));
+  }
+  for (const l of lines) {
+    let d = '';
+    let pen = false;
+    for (const [t, v] of l.points) {
+      if (v == null || t < t0) { pen = false; continue; }
+      d += (pen ? 'L' : 'M') + x(t).toFixed(1) + ' ' + y(v).toFixed(1) + ' ';
+      pen = true;
+    }
+    if (d) root.append(svg('path', { d, fill: 'none', stroke: l.color, 'stroke-width': 1.6, 'stroke-linejoin': 'round' }));
+  }
+  const legend = svg('g', { class: 'legend' });
+  let lx = L;
+  for (const l of lines) {
+    legend.append(svg('rect', { x: lx, y: 6, width: 10, height: 10, rx: 2, fill: l.color }));
+    const last = [...l.points].reverse().find(([, v]) => v != null);
+    const label = l.name + (last ? ' ' + fmtValue(last[1]) : '');
+    legend.append(svg('text', { x: lx + 14, y: 15 }, label));
+    lx += 22 + label.length * 6.2;
+  }
+  root.append(legend);
+  container.replaceChildren(root);
+}
+
+function renderCharts(series) {
+  const pts = series.points;
+  const end = pts.length ? pts[pts.length - 1].t_ms : Date.now();
+  const start = pts.length ? pts[0].t_ms - series.interval_ms : end;
+  const pick = (f) => pts.map((p) => [p.t_ms, f(p)]);
+  const waiting = 'collecting: one point every ' + span(series.interval_ms);
+  lineChart($('#chart-throughput'), [
+    { name: 'done/s', color: '#15803d', points: pick((p) => p.done_per_s) },
+    { name: 'enqueued/s', color: '#2563eb', points: pick((p) => p.enqueued_per_s) },
+    { name: 'died/s', color: '#b91c1c', points: pick((p) => p.dead_per_s) },
+  ], end, start, waiting);
+  const lines = [];
+  if (series.lateness_measured) {
+    lines.push({ name: 'p99', color: '#9333ea', points: pick((p) => p.lateness_p99_ms) });
+    lines.push({ name: 'mean', color: '#0891b2', points: pick((p) => p.lateness_mean_ms) });
+  }
+  lines.push({ name: 'oldest ready wait', color: '#d97706', points: pick((p) => p.oldest_ready_ms) });
+  const idle = series.lateness_measured
+    ? 'no handler ran and no job waited for a worker'
+    : 'no job waited for a worker';
+  lineChart($('#chart-lateness'), lines, end, start, pts.length ? idle : waiting);
+  $('#lateness-note').textContent = series.lateness_measured
+    ? 'p99 and mean: how late handlers started after the due time, as the workers of this punctual serve measured it (interpolated within histogram buckets). Oldest ready wait: how long the oldest due job had waited for a worker (from Redis, all hosts).'
+    : 'Handler lateness is measured by the workers of punctual serve, so this standalone server cannot show it; it shows how long the oldest due job had waited for a worker (from Redis, all hosts). Open the dashboard of punctual serve --http for handler lateness.';
+}
+
+// ---- job lookup ----------------------------------------------------------------
+
+async function lookup(ev) {
+  if (ev) ev.preventDefault();
+  const topic = $('#lookup-topic').value.trim();
+  const id = $('#lookup-id').value.trim();
+  const out = $('#lookup-result');
+  if (!topic || !id) return;
+  try {
+    const j = await api('GET', topicPath(topic) + '/jobs/' + enc(id));
+    showJob(topic, j);
+  } catch (e) {
+    out.replaceChildren(el('p', { class: 'flash error' }, explain(e)));
+  }
+}
+
+function showJob(topic, j) {
+  const row = (k, v) => [el('dt', {}, k), el('dd', {}, v)];
+  const since = j.state === 'running' ? 'lease until' : j.state === 'dead' ? 'died' : null;
+  const buttons = [];
+  if (j.state === 'pool' || j.state === 'ready') {
+    buttons.push(el('button', { type: 'button', class: 'run-now', onclick: () => act('Run now', async () => {
+      await api('POST', topicPath(topic) + '/jobs/' + enc(j.id) + '/reschedule', { delay_ms: 0 });
+      await lookup();
+      return 'Job ' + j.id + ' is due now.';
+    }) }, 'Run now'));
+  }
+  if (j.state === 'dead') {
+    buttons.push(el('button', { type: 'button', class: 'replay', onclick: async () => { await replay(topic, [j.id]); await lookup(); } }, 'Replay'));
+  }
+  buttons.push(el('button', { type: 'button', class: 'cancel danger', onclick: () => {
+    if (!confirm('Cancel job ' + j.id + '?')) return;
+    act('Cancel', async () => {
+      await api('DELETE', topicPath(topic) + '/jobs/' + enc(j.id));
+      $('#lookup-result').replaceChildren();
+      return 'Cancelled job ' + j.id + '.';
+    });
+  } }, 'Cancel'));
+  $('#lookup-result').replaceChildren(
+    el('dl', { class: 'job' },
+      row('Id', el('span', { class: 'mono' }, j.id)),
+      row('State', j.state),
+      row('Due', clock(j.due_ms) + ' (' + when(j.due_ms, j.now_ms) + ')'),
+      row('Created', clock(j.created_ms)),
+      since && j.state_since_ms ? row(since, clock(j.state_since_ms)) : [],
+      row('Attempts', j.attempts + ' of ' + j.max_attempts),
+      row('Last error', j.last_error || '–'),
+      row('Payload', el('span', { class: 'mono' }, j.payload)),
+    ),
+    el('div', {}, ...buttons.flatMap((b) => [b, ' '])),
+  );
+}
+
+// ---- token -------------------------------------------------------------------
+
+async function checkToken() {
+  const label = $('#token-state');
+  if (state.info && !state.info.changes_allowed) {
+    $('#token-form').replaceChildren(el('span', { class: 'muted' },
+      'read-only: this server has no API token (set PUNCTUAL_API_TOKEN to allow changes)'));
+    return;
+  }
+  if (!state.token) { label.textContent = 'not set: changes are refused'; return; }
+  try {
+    await api('GET', '/auth', undefined, { auth: true });
+    label.textContent = 'accepted';
+  } catch (e) {
+    label.textContent = e.status === 401 ? 'wrong token' : 'cannot check: ' + e.message;
+  }
+}
+
+function saveToken(ev) {
+  ev.preventDefault();
+  state.token = $('#token').value.trim();
+  $('#token').value = '';
+  if (state.token) sessionStorage.setItem(TOKEN_KEY, state.token);
+  else sessionStorage.removeItem(TOKEN_KEY);
+  checkToken();
+}
+
+// ---- the loop ----------------------------------------------------------------
+
+async function refresh() {
+  if (state.busy) return;
+  state.busy = true;
+  try {
+    const { topics } = await api('GET', '/topics');
+    state.topics = topics;
+    if (!state.selected || !topics.some((t) => t.topic === state.selected)) {
+      const fromHash = decodeURIComponent((location.hash.match(/topic=([^&]+)/) || [])[1] || '');
+      const pick = topics.find((t) => t.topic === fromHash) || topics[0];
+      state.selected = pick ? pick.topic : null;
+    }
+    renderTopics(topics);
+    const t = state.selected;
+    if (t) {
+      const p = topicPath(t);
+      const [series, pool, ready, dead] = await Promise.all([
+        api('GET', p + '/series'),
+        api('GET', p + '/jobs?state=pool&limit=10'),
+        api('GET', p + '/jobs?state=ready&limit=10'),
+        api('GET', p + '/dead?limit=20'),
+      ]);
+      renderDetail(t, topics.find((x) => x.topic === t), series, pool, ready, dead);
+    } else {
+      $('#detail').hidden = true;
+    }
+    $('#refreshed').textContent = 'updated ' + new Date().toLocaleTimeString([], { hour12: false });
+    $('#refreshed').classList.remove('stale');
+  } catch (e) {
+    $('#refreshed').textContent = 'cannot refresh: ' + explain(e);
+  } finally {
+    state.busy = false;
+  }
+}
+
+async function start() {
+  $('#token-form').addEventListener('submit', saveToken);
+  $('#lookup-form').addEventListener('submit', lookup);
+  $('#replay-all').addEventListener('click', () => {
+    if (state.selected && confirm('Replay every dead job of ' + state.selected + '?')) replay(state.selected, null);
+  });
+  $('#purge-all').addEventListener('click', () => state.selected && purge(state.selected, null));
+  try {
+    state.info = await api('GET', '/info');
+    $('#server').textContent = state.info.redis + ' · prefix ' + state.info.prefix + ' · punctual ' +
+      state.info.mode + ' ' + state.info.version;
+  } catch (e) {
+    $('#server').textContent = 'cannot reach the API: ' + explain(e);
+  }
+  checkToken();
+  await refresh();
+  setInterval(refresh, REFRESH_MS);
+  window.addEventListener('resize', () => { delete state.rendered.series; refresh(); });
+}
+
+document.addEventListener('DOMContentLoaded', start);

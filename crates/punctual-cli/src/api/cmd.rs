@@ -1,0 +1,129 @@
+//! `punctual api`: the HTTP API and the dashboard, without consumers.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::{Json, Router};
+use clap::Args;
+use punctual::Queue;
+
+use super::auth::{self, Token};
+use super::{ApiState, Sampler};
+use crate::context::Ctx;
+use crate::exit;
+use crate::input::parse_duration;
+
+/// Arguments of `punctual api`.
+#[derive(Debug, Args)]
+pub struct ApiArgs {
+    /// Address to serve on. The default is reachable from this host only;
+    /// to serve other hosts give e.g. 0.0.0.0:9464, set a token, and put a
+    /// proxy with TLS in front (the dashboard and the read routes need no
+    /// token).
+    #[arg(
+        long,
+        value_name = "ADDR",
+        env = "PUNCTUAL_API_LISTEN",
+        hide_env_values = true,
+        default_value = "127.0.0.1:9464"
+    )]
+    pub listen: String,
+
+    /// Read the API token from this file (its first line) instead of the
+    /// PUNCTUAL_API_TOKEN environment variable. Every call that changes
+    /// something must send `Authorization: Bearer <token>`; without any
+    /// token the API and the dashboard only read. At least 16 characters.
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+
+    /// How often to read each topic's numbers for the dashboard's charts,
+    /// which show the last hour (kept in memory only).
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    pub sample_interval: Duration,
+}
+
+/// The token from `--token-file`, else from the environment.
+fn token(args: &ApiArgs) -> Result<Option<Token>> {
+    match &args.token_file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                exit::invalid(format!(
+                    "--token-file {}: cannot read it: {e}",
+                    path.display()
+                ))
+            })?;
+            let line = text.lines().next().unwrap_or("").trim();
+            Token::new(line)
+                .map(Some)
+                .map_err(|e| exit::invalid(format!("--token-file {}: {e}", path.display())))
+        }
+        None => auth::resolve(None).map_err(exit::invalid),
+    }
+}
+
+/// Runs `punctual api` until SIGTERM or SIGINT.
+pub async fn run(ctx: &Ctx, args: ApiArgs) -> Result<()> {
+    let addr: SocketAddr = args.listen.parse().map_err(|e| {
+        exit::invalid(format!(
+            "--listen {:?}: not an address like 127.0.0.1:9464 ({e})",
+            args.listen
+        ))
+    })?;
+    if args.sample_interval < Duration::from_millis(100) {
+        return Err(exit::invalid(
+            "--sample-interval must be at least 100ms (the charts show one hour)",
+        ));
+    }
+    let token = token(&args)?;
+    let queue = ctx.queue().await?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr} (is another process using it? choose another address with --listen)"))?;
+    let sampler = Arc::new(Sampler::new(args.sample_interval, None));
+    let sampling = super::start_sampler(sampler.clone(), queue.clone());
+    super::log_start(&addr, token.as_ref());
+    let app = Router::new()
+        .route("/healthz", get(healthz))
+        .with_state(queue.clone())
+        .merge(super::router(ApiState::new(queue, token, sampler, "api")));
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown())
+        .await
+        .context("the API server stopped")?;
+    sampling.abort();
+    tracing::info!("punctual api stopped");
+    Ok(())
+}
+
+/// 200 when Redis answers, 503 when it does not.
+async fn healthz(State(queue): State<Queue>) -> impl IntoResponse {
+    match queue.topics().await {
+        Ok(_) => (StatusCode::OK, Json(serde_json::json!({"status": "ok"}))),
+        Err(e) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(serde_json::json!({"status": "redis unavailable", "error": e.to_string()})),
+        ),
+    }
+}
+
+async fn shutdown() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {},
+        _ = int.recv() => {},
+    }
+    tracing::info!("stopping: finishing the requests in flight");
+}

@@ -1,0 +1,670 @@
+//! The JSON routes under `/api/v1`. Each is a thin layer over
+//! `punctual::Queue`; docs/openapi.yaml describes them.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use futures::stream::{self, StreamExt, TryStreamExt};
+use punctual::{DeadSelector, EnqueueOptions, EnqueueStatus, Job, State as JobState, When};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::auth::Authorized;
+use super::error::{ApiError, ApiResult};
+use super::ApiState;
+use crate::input::parse_time;
+
+/// Largest offset into the dead list.
+const MAX_OFFSET: usize = 1_000_000_000;
+
+/// Most jobs in one batch request.
+pub const MAX_BATCH_JOBS: usize = 10_000;
+
+type St = State<Arc<ApiState>>;
+
+/// The `/api/v1` routes.
+pub fn routes() -> Router<Arc<ApiState>> {
+    Router::new()
+        .route("/info", get(info))
+        .route("/auth", get(auth_check))
+        .route("/topics", get(all_topics))
+        .route("/topics/{topic}", get(topic_stats))
+        .route("/topics/{topic}/jobs", post(enqueue).get(peek))
+        .route("/topics/{topic}/jobs/{id}", get(get_job).delete(cancel))
+        .route("/topics/{topic}/jobs/{id}/reschedule", post(reschedule))
+        .route("/topics/{topic}/dead", get(dead_list))
+        .route("/topics/{topic}/dead/replay", post(dead_replay))
+        .route("/topics/{topic}/dead/purge", post(dead_purge))
+        .route("/topics/{topic}/pause", post(pause))
+        .route("/topics/{topic}/resume", post(resume))
+        .route("/topics/{topic}/series", get(series))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+}
+
+pub async fn not_found() -> ApiError {
+    ApiError::not_found("no such API route; see docs/openapi.yaml for the routes under /api/v1")
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "this route does not take that method; see docs/openapi.yaml",
+    )
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+fn topic_ok(topic: &str) -> ApiResult<()> {
+    punctual::validate_topic(topic).map_err(|e| ApiError::invalid(e.to_string()))
+}
+
+fn id_ok(id: &str) -> ApiResult<()> {
+    punctual::validate_id(id).map_err(|e| ApiError::invalid(e.to_string()))
+}
+
+/// A query string, with errors as JSON.
+fn query<T>(q: Result<Query<T>, QueryRejection>) -> ApiResult<T> {
+    q.map(|Query(v)| v)
+        .map_err(|e| ApiError::invalid(format!("bad query string: {}", e.body_text())))
+}
+
+/// The request body as `T`, with errors as JSON: 413 over the size limit,
+/// 400 for bad JSON or fields. Any Content-Type is read as JSON (some
+/// clients, such as PHP's curl, send form types by default); a body that
+/// is not JSON gets an error that says so.
+fn body<T: DeserializeOwned>(
+    headers: &HeaderMap,
+    bytes: Result<Bytes, BytesRejection>,
+) -> ApiResult<T> {
+    let bytes = bytes.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body_too_large",
+                format!(
+                    "the request body is over the {} MiB limit: send fewer jobs per request; nothing was changed",
+                    super::MAX_BODY >> 20
+                ),
+            )
+        } else {
+            ApiError::invalid(format!("cannot read the request body: {}", e.body_text()))
+        }
+    })?;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::invalid_json(
+            "the request body is empty: send a JSON object; nothing was changed",
+        ));
+    }
+    serde_json::from_slice(&bytes).map_err(|e| json_error(e, headers))
+}
+
+fn json_error(e: serde_json::Error, headers: &HeaderMap) -> ApiError {
+    use serde_json::error::Category;
+    match e.classify() {
+        Category::Data => ApiError::invalid(format!("{e}; nothing was changed")),
+        _ => {
+            let ct = headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("none");
+            ApiError::invalid_json(format!(
+                "the body is not valid JSON ({e}); send JSON with Content-Type: application/json (this request said {ct:?}); nothing was changed"
+            ))
+        }
+    }
+}
+
+// ---- reading --------------------------------------------------------------
+
+async fn info(State(s): St) -> Json<Value> {
+    Json(json!({
+        "name": "punctual",
+        "version": env!("CARGO_PKG_VERSION"),
+        "mode": s.mode,
+        "prefix": s.queue.prefix(),
+        "redis": s.queue.url_redacted(),
+        "max_payload": s.queue.max_payload(),
+        "changes_allowed": s.token.is_some(),
+        "sample_interval_ms": s.sampler.interval().as_millis() as u64,
+        "lateness_source": if s.sampler.has_lateness() {
+            "the workers of this punctual serve"
+        } else {
+            "none: handler lateness is measured by punctual serve; this server shows how long the oldest ready job has waited"
+        },
+    }))
+}
+
+/// 200 when the request carries the right token (the dashboard's check).
+async fn auth_check(_: Authorized) -> Json<Value> {
+    Json(json!({"authorized": true}))
+}
+
+async fn all_topics(State(s): St) -> ApiResult<Json<Value>> {
+    let topics = s.queue.topics().await?;
+    let stats: Vec<punctual::TopicStats> = stream::iter(topics)
+        .map(|t| {
+            let q = s.queue.clone();
+            async move { q.stats(&t).await }
+        })
+        .buffered(16)
+        .try_collect()
+        .await?;
+    Ok(Json(json!({ "topics": stats })))
+}
+
+async fn topic_stats(State(s): St, Path(topic): Path<String>) -> ApiResult<Json<Value>> {
+    topic_ok(&topic)?;
+    Ok(Json(json!(s.queue.stats(&topic).await?)))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PeekQuery {
+    state: Option<String>,
+    limit: Option<usize>,
+}
+
+async fn peek(
+    State(s): St,
+    Path(topic): Path<String>,
+    q: Result<Query<PeekQuery>, QueryRejection>,
+) -> ApiResult<Json<Value>> {
+    topic_ok(&topic)?;
+    let q = query(q)?;
+    let name = q.state.as_deref().unwrap_or("pool");
+    let state = match name {
+        "pool" => JobState::Pool,
+        "ready" => JobState::Ready,
+        "running" => JobState::Running,
+        "dead" => JobState::Dead,
+        other => {
+            return Err(ApiError::invalid(format!(
+                "state={other:?}: give pool, ready, running or dead"
+            )))
+        }
+    };
+    let limit = limit_ok(q.limit, 20)?;
+    let jobs = s.queue.peek(&topic, state, limit).await?;
+    Ok(Json(json!({
+        "topic": topic,
+        "state": name,
+        "now_ms": now_ms(),
+        "jobs": jobs.into_iter().map(|(id, at_ms)| json!({"id": id, "at_ms": at_ms})).collect::<Vec<_>>(),
+    })))
+}
+
+fn limit_ok(limit: Option<usize>, default: usize) -> ApiResult<usize> {
+    match limit.unwrap_or(default) {
+        n @ 1..=1000 => Ok(n),
+        n => Err(ApiError::invalid(format!("limit={n}: give 1 to 1000"))),
+    }
+}
+
+async fn get_job(
+    State(s): St,
+    Path((topic, id)): Path<(String, String)>,
+) -> ApiResult<Json<Value>> {
+    topic_ok(&topic)?;
+    id_ok(&id)?;
+    match s.queue.get(&topic, &id).await? {
+        Some(job) => Ok(Json(json!(job))),
+        None => Err(not_live(&topic, &id)),
+    }
+}
+
+fn not_live(topic: &str, id: &str) -> ApiError {
+    ApiError::not_found(format!(
+        "no live job {id:?} in topic {topic:?}: it never existed, is done, or was cancelled or purged"
+    ))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeadQuery {
+    offset: Option<usize>,
+    limit: Option<usize>,
+}
+
+async fn dead_list(
+    State(s): St,
+    Path(topic): Path<String>,
+    q: Result<Query<DeadQuery>, QueryRejection>,
+) -> ApiResult<Json<Value>> {
+    topic_ok(&topic)?;
+    let q = query(q)?;
+    let limit = limit_ok(q.limit, 20)?;
+    let offset = q.offset.unwrap_or(0);
+    if offset > MAX_OFFSET {
+        return Err(ApiError::invalid(format!(
+            "offset={offset}: give 0 to {MAX_OFFSET}"
+        )));
+    }
+    let jobs = s.queue.dead_list(&topic, offset, limit).await?;
+    let total = s.queue.stats(&topic).await?.dead;
+    Ok(Json(json!({
+        "topic": topic,
+        "total": total,
+        "offset": offset,
+        "jobs": jobs,
+    })))
+}
+
+async fn series(State(s): St, Path(topic): Path<String>) -> ApiResult<Json<Value>> {
+    topic_ok(&topic)?;
+    Ok(Json(json!({
+        "topic": topic,
+        "interval_ms": s.sampler.interval().as_millis() as u64,
+        "window_ms": super::sampler::WINDOW.as_millis() as u64,
+        "lateness_measured": s.sampler.has_lateness(),
+        "points": s.sampler.series(&topic),
+    })))
+}
+
+// ---- changing -------------------------------------------------------------
+
+/// For optional body fields: absent is `None`, but an explicit `null` is
+/// refused like any other value of the wrong type.
+fn present<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    T::deserialize(d).map(Some)
+}
+
+/// One job of an enqueue request.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JobBody {
+    /// A string is sent as its text, any other JSON value as its JSON text.
+    payload: Value,
+    #[serde(default, deserialize_with = "present")]
+    delay_ms: Option<i64>,
+    #[serde(default, deserialize_with = "present")]
+    at: Option<String>,
+    #[serde(default, deserialize_with = "present")]
+    at_ms: Option<i64>,
+    #[serde(default, deserialize_with = "present")]
+    id: Option<String>,
+    #[serde(default, deserialize_with = "present")]
+    max_attempts: Option<u32>,
+    #[serde(default, deserialize_with = "present")]
+    backoff_ms: Option<Vec<u64>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EnqueueQuery {
+    replace: Option<bool>,
+}
+
+/// Reads a `when` from the three ways to give one; at most one may be set.
+fn when_of(
+    delay_ms: Option<i64>,
+    at: Option<&str>,
+    at_ms: Option<i64>,
+) -> Result<Option<When>, String> {
+    match (delay_ms, at, at_ms) {
+        (None, None, None) => Ok(None),
+        (Some(ms), None, None) if ms < 0 => Err(format!(
+            "delay_ms is {ms}: delays may not be negative (0 means now)"
+        )),
+        (Some(ms), None, None) => Ok(Some(When::Delay(Duration::from_millis(ms as u64)))),
+        (None, Some(t), None) => parse_time(t)
+            .map(|t| Some(When::At(t)))
+            .map_err(|e| format!("at: {e}")),
+        (None, None, Some(ms)) if ms < 0 => Err(format!("at_ms is {ms}: give epoch milliseconds")),
+        (None, None, Some(ms)) => Ok(Some(When::At(
+            UNIX_EPOCH + Duration::from_millis(ms as u64),
+        ))),
+        _ => Err("give at most one of delay_ms, at and at_ms".into()),
+    }
+}
+
+fn to_job(b: JobBody) -> Result<Job, String> {
+    let payload = match b.payload {
+        Value::String(s) => s.into_bytes(),
+        other => other.to_string().into_bytes(),
+    };
+    let mut job = Job::new(payload);
+    if let Some(w) = when_of(b.delay_ms, b.at.as_deref(), b.at_ms)? {
+        job = job.when(w);
+    }
+    if let Some(id) = b.id {
+        job = job.id(id);
+    }
+    if let Some(n) = b.max_attempts {
+        job = job.max_attempts(n);
+    }
+    if let Some(l) = b.backoff_ms {
+        if l.is_empty() {
+            return Err("backoff_ms may not be empty (use [0] for no wait)".into());
+        }
+        job = job.backoff(l.into_iter().map(Duration::from_millis).collect());
+    }
+    job.validate().map_err(|e| e.to_string())?;
+    Ok(job)
+}
+
+fn status_name(s: EnqueueStatus) -> &'static str {
+    match s {
+        EnqueueStatus::Created => "created",
+        EnqueueStatus::Duplicate => "duplicate",
+        EnqueueStatus::Replaced => "replaced",
+        _ => "unknown",
+    }
+}
+
+async fn enqueue(
+    _: Authorized,
+    State(s): St,
+    Path(topic): Path<String>,
+    q: Result<Query<EnqueueQuery>, QueryRejection>,
+    headers: HeaderMap,
+    bytes: Result<Bytes, BytesRejection>,
+) -> ApiResult<Response> {
+    topic_ok(&topic)?;
+    let q = query(q)?;
+    let opts = EnqueueOptions::default().replace(q.replace.unwrap_or(false));
+    let parsed: Value = body(&headers, bytes)?;
+    let batch = parsed.is_array();
+    let bodies: Vec<JobBody> = match parsed {
+        // Parse arrays job by job, so an error names the job.
+        Value::Array(items) => {
+            if items.len() > MAX_BATCH_JOBS {
+                return Err(ApiError::invalid(format!(
+                    "the batch holds {} jobs, over the limit of {MAX_BATCH_JOBS}: split it; nothing was enqueued",
+                    items.len()
+                )));
+            }
+            items
+                .into_iter()
+                .enumerate()
+                .map(|(i, item)| {
+                    serde_json::from_value(item).map_err(|e| {
+                        ApiError::invalid(format!("job {}: {e}; nothing was enqueued", i + 1))
+                    })
+                })
+                .collect::<ApiResult<_>>()?
+        }
+        Value::Object(_) => vec![serde_json::from_value(parsed)
+            .map_err(|e| ApiError::invalid(format!("{e}; nothing was enqueued")))?],
+        _ => {
+            return Err(ApiError::invalid(
+                "the body must be a JSON object {\"payload\": ...} or an array of them; nothing was enqueued",
+            ))
+        }
+    };
+    let mut jobs = Vec::with_capacity(bodies.len());
+    for (i, b) in bodies.into_iter().enumerate() {
+        let job = to_job(b).map_err(|e| {
+            if batch {
+                ApiError::invalid(format!("job {}: {e}; nothing was enqueued", i + 1))
+            } else {
+                ApiError::invalid(format!("{e}; nothing was enqueued"))
+            }
+        })?;
+        jobs.push(job);
+    }
+    if jobs.is_empty() {
+        return Ok(
+            Json(json!({"jobs": [], "created": 0, "duplicate": 0, "replaced": 0})).into_response(),
+        );
+    }
+    let results = s.queue.enqueue_with(&topic, jobs, &opts).await?;
+    if !batch {
+        let r = &results[0];
+        let code = if r.status == EnqueueStatus::Created {
+            StatusCode::CREATED
+        } else {
+            StatusCode::OK
+        };
+        return Ok((
+            code,
+            Json(json!({"id": r.id, "status": status_name(r.status)})),
+        )
+            .into_response());
+    }
+    let count = |st| results.iter().filter(|r| r.status == st).count();
+    Ok(Json(json!({
+        "jobs": results.iter().map(|r| json!({"id": r.id, "status": status_name(r.status)})).collect::<Vec<_>>(),
+        "created": count(EnqueueStatus::Created),
+        "duplicate": count(EnqueueStatus::Duplicate),
+        "replaced": count(EnqueueStatus::Replaced),
+    }))
+    .into_response())
+}
+
+async fn cancel(
+    _: Authorized,
+    State(s): St,
+    Path((topic, id)): Path<(String, String)>,
+) -> ApiResult<Json<Value>> {
+    topic_ok(&topic)?;
+    id_ok(&id)?;
+    match s.queue.cancel(&topic, &id).await? {
+        Some(was) => Ok(Json(json!({"id": id, "cancelled": true, "was": was}))),
+        None => Err(not_live(&topic, &id)),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RescheduleBody {
+    #[serde(default, deserialize_with = "present")]
+    delay_ms: Option<i64>,
+    #[serde(default, deserialize_with = "present")]
+    at: Option<String>,
+    #[serde(default, deserialize_with = "present")]
+    at_ms: Option<i64>,
+}
+
+async fn reschedule(
+    _: Authorized,
+    State(s): St,
+    Path((topic, id)): Path<(String, String)>,
+    headers: HeaderMap,
+    bytes: Result<Bytes, BytesRejection>,
+) -> ApiResult<Json<Value>> {
+    topic_ok(&topic)?;
+    id_ok(&id)?;
+    let b: RescheduleBody = body(&headers, bytes)?;
+    let when = when_of(b.delay_ms, b.at.as_deref(), b.at_ms)
+        .map_err(|e| ApiError::invalid(format!("{e}; nothing was changed")))?
+        .ok_or_else(|| ApiError::invalid("give the new due time: {\"delay_ms\": N}, {\"at\": \"RFC 3339\"} or {\"at_ms\": N}; nothing was changed"))?;
+    match s.queue.reschedule(&topic, &id, when).await? {
+        None => Err(not_live(&topic, &id)),
+        Some(was @ (JobState::Pool | JobState::Ready)) => {
+            Ok(Json(json!({"id": id, "rescheduled": true, "was": was})))
+        }
+        Some(JobState::Dead) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "not_waiting",
+            format!("job {id:?} is dead: replay it first (POST /api/v1/topics/{topic}/dead/replay); nothing was changed"),
+        )),
+        Some(other) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "not_waiting",
+            format!("job {id:?} is {other}: only a waiting job (pool or ready) can be rescheduled; cancel it or let it finish; nothing was changed"),
+        )),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeadBody {
+    #[serde(default, deserialize_with = "present")]
+    ids: Option<Vec<String>>,
+    #[serde(default, deserialize_with = "present")]
+    oldest: Option<usize>,
+    #[serde(default, deserialize_with = "present")]
+    all: Option<bool>,
+}
+
+fn selector(b: DeadBody, allow_oldest: bool) -> ApiResult<DeadSelector> {
+    let what = if allow_oldest {
+        "{\"ids\": [...]}, {\"oldest\": N} or {\"all\": true}"
+    } else {
+        "{\"ids\": [...]} or {\"all\": true}"
+    };
+    match (b.ids, b.oldest, b.all) {
+        (Some(ids), None, None | Some(false)) => {
+            if ids.is_empty() {
+                return Err(ApiError::invalid("ids is empty: give at least one id"));
+            }
+            for id in &ids {
+                id_ok(id)?;
+            }
+            Ok(DeadSelector::Ids(ids))
+        }
+        (None, Some(n), None | Some(false)) if allow_oldest => {
+            if n == 0 {
+                return Err(ApiError::invalid("oldest must be at least 1"));
+            }
+            Ok(DeadSelector::Oldest(n))
+        }
+        (None, None, Some(true)) => Ok(DeadSelector::All),
+        _ => Err(ApiError::invalid(format!(
+            "say which dead jobs: exactly one of {what}"
+        ))),
+    }
+}
+
+async fn dead_replay(
+    _: Authorized,
+    State(s): St,
+    Path(topic): Path<String>,
+    headers: HeaderMap,
+    bytes: Result<Bytes, BytesRejection>,
+) -> ApiResult<Json<Value>> {
+    topic_ok(&topic)?;
+    let which = selector(body(&headers, bytes)?, true)?;
+    let ids = s.queue.dead_replay(&topic, which).await?;
+    Ok(Json(json!({"replayed": ids.len(), "ids": ids})))
+}
+
+async fn dead_purge(
+    _: Authorized,
+    State(s): St,
+    Path(topic): Path<String>,
+    headers: HeaderMap,
+    bytes: Result<Bytes, BytesRejection>,
+) -> ApiResult<Json<Value>> {
+    topic_ok(&topic)?;
+    let which = selector(body(&headers, bytes)?, false)?;
+    let n = s.queue.dead_purge(&topic, which).await?;
+    Ok(Json(json!({"purged": n})))
+}
+
+async fn pause(_: Authorized, State(s): St, Path(topic): Path<String>) -> ApiResult<Json<Value>> {
+    topic_ok(&topic)?;
+    s.queue.pause(&topic).await?;
+    Ok(Json(json!({"topic": topic, "paused": true})))
+}
+
+async fn resume(_: Authorized, State(s): St, Path(topic): Path<String>) -> ApiResult<Json<Value>> {
+    topic_ok(&topic)?;
+    s.queue.resume(&topic).await?;
+    Ok(Json(json!({"topic": topic, "paused": false})))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn when_takes_one_form_and_refuses_negative_delays() {
+        assert_eq!(when_of(None, None, None), Ok(None));
+        assert_eq!(
+            when_of(Some(1500), None, None),
+            Ok(Some(When::Delay(Duration::from_millis(1500))))
+        );
+        assert!(when_of(Some(-1), None, None)
+            .unwrap_err()
+            .contains("negative"));
+        assert!(when_of(Some(1), None, Some(2))
+            .unwrap_err()
+            .contains("at most one"));
+        assert!(when_of(None, Some("soon"), None)
+            .unwrap_err()
+            .starts_with("at: "));
+    }
+
+    #[test]
+    fn the_openapi_document_describes_every_route_and_error_code() {
+        let doc = include_str!("../../../../docs/openapi.yaml");
+        for path in [
+            "/info",
+            "/auth",
+            "/topics",
+            "/topics/{topic}",
+            "/topics/{topic}/jobs",
+            "/topics/{topic}/jobs/{id}",
+            "/topics/{topic}/jobs/{id}/reschedule",
+            "/topics/{topic}/dead",
+            "/topics/{topic}/dead/replay",
+            "/topics/{topic}/dead/purge",
+            "/topics/{topic}/pause",
+            "/topics/{topic}/resume",
+            "/topics/{topic}/series",
+        ] {
+            assert!(
+                doc.contains(&format!("\n  /api/v1{path}:\n")),
+                "docs/openapi.yaml lacks {path}"
+            );
+        }
+        for code in [
+            "invalid_json",
+            "invalid_input",
+            "unauthorized",
+            "read_only",
+            "not_found",
+            "method_not_allowed",
+            "not_waiting",
+            "body_too_large",
+            "internal",
+            "redis_unavailable",
+        ] {
+            assert!(
+                doc.contains(&format!("`{code}`")),
+                "docs/openapi.yaml lacks {code}"
+            );
+        }
+    }
+
+    #[test]
+    fn dead_selectors_need_exactly_one_form() {
+        let b = |ids: Option<Vec<&str>>, oldest, all| DeadBody {
+            ids: ids.map(|v| v.into_iter().map(String::from).collect()),
+            oldest,
+            all,
+        };
+        assert!(selector(b(None, None, None), true).is_err());
+        assert!(selector(b(Some(vec![]), None, None), true).is_err());
+        assert!(selector(b(Some(vec!["a"]), Some(1), None), true).is_err());
+        assert!(selector(b(None, Some(2), None), false).is_err());
+        assert!(matches!(
+            selector(b(None, None, Some(true)), false),
+            Ok(DeadSelector::All)
+        ));
+        assert!(matches!(
+            selector(b(None, Some(2), None), true),
+            Ok(DeadSelector::Oldest(2))
+        ));
+    }
+}

@@ -1,0 +1,442 @@
+//! The dashboard end to end in a real headless Chromium (Debian's chromium
+//! and chromium-driver, which `.ci/run` installs), driven over chromedriver's
+//! WebDriver HTTP API: the page loads, its counts follow jobs pushed by a
+//! producer without a reload, the Replay button replays a dead job, and a
+//! screenshot is saved to `target/test-artifacts/dashboard.png`.
+
+mod support;
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use punctual::{Job, Queue, State};
+use punctual_testkit::{free_port, RedisServer};
+use serde_json::{json, Value};
+use support::{Server, TOKEN};
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+/// The key of an element reference in WebDriver replies.
+const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
+
+/// A chromedriver process (in its own process group, with the browsers it
+/// starts) and one browser session.
+struct Browser {
+    driver: Child,
+    base: String,
+    session: String,
+    http: reqwest::Client,
+    _profile: tempfile::TempDir,
+}
+
+#[derive(Debug)]
+struct WebDriverError {
+    error: String,
+    message: String,
+}
+
+impl std::fmt::Display for WebDriverError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.error, self.message)
+    }
+}
+
+impl Browser {
+    async fn start() -> Browser {
+        for path in [CHROMIUM, CHROMEDRIVER] {
+            assert!(
+                Path::new(path).exists(),
+                "{path} is missing: install Debian's chromium and chromium-driver (.ci/run does: apt-get install chromium chromium-driver)"
+            );
+        }
+        let port = free_port();
+        let profile = tempfile::tempdir().unwrap();
+        let driver = Command::new(CHROMEDRIVER)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .expect("start chromedriver");
+        let base = format!("http://127.0.0.1:{port}");
+        let http = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(r) = http.get(format!("{base}/status")).send().await {
+                let v: Value = serde_json::from_str(&r.text().await.unwrap()).unwrap();
+                if v["value"]["ready"] == true {
+                    break;
+                }
+            }
+            assert!(Instant::now() < deadline, "chromedriver did not start");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let caps = json!({"capabilities": {"alwaysMatch": {
+            "browserName": "chrome",
+            "goog:chromeOptions": {
+                "binary": CHROMIUM,
+                "args": [
+                    "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                    "--disable-background-networking", "--disable-component-update",
+                    "--disable-sync", "--disable-quic", "--no-first-run", "--no-default-browser-check",
+                    "--window-size=1400,1600", "--hide-scrollbars",
+                    format!("--user-data-dir={}", profile.path().display()),
+                ],
+            },
+        }}});
+        let mut b = Browser {
+            driver,
+            base,
+            session: String::new(),
+            http,
+            _profile: profile,
+        };
+        let v = b
+            .raw("POST", "/session", caps)
+            .await
+            .unwrap_or_else(|e| panic!("chromium did not start: {e}"));
+        b.session = v["sessionId"].as_str().unwrap().to_string();
+        b
+    }
+
+    /// One WebDriver command; `value` of the reply.
+    async fn raw(&self, method: &str, path: &str, body: Value) -> Result<Value, WebDriverError> {
+        let url = format!("{}{path}", self.base);
+        let req = match method {
+            "GET" => self.http.get(url),
+            "DELETE" => self.http.delete(url),
+            _ => self
+                .http
+                .post(url)
+                .header("Content-Type", "application/json")
+                .body(body.to_string()),
+        };
+        let resp = req.send().await.expect("chromedriver answers");
+        let ok = resp.status().is_success();
+        let v: Value = serde_json::from_str(&resp.text().await.unwrap()).unwrap();
+        if ok {
+            Ok(v["value"].clone())
+        } else {
+            Err(WebDriverError {
+                error: v["value"]["error"].as_str().unwrap_or("?").to_string(),
+                message: v["value"]["message"].as_str().unwrap_or("?").to_string(),
+            })
+        }
+    }
+
+    async fn cmd(&self, method: &str, path: &str, body: Value) -> Result<Value, WebDriverError> {
+        let path = format!("/session/{}{path}", self.session);
+        self.raw(method, &path, body).await
+    }
+
+    async fn goto(&self, url: &str) {
+        self.cmd("POST", "/url", json!({ "url": url }))
+            .await
+            .unwrap();
+    }
+
+    /// The element matching `css`, if any.
+    async fn find(&self, css: &str) -> Option<String> {
+        match self
+            .cmd(
+                "POST",
+                "/element",
+                json!({"using": "css selector", "value": css}),
+            )
+            .await
+        {
+            Ok(v) => Some(v[ELEMENT].as_str().unwrap().to_string()),
+            Err(e) if e.error == "no such element" => None,
+            Err(e) => panic!("find {css}: {e}"),
+        }
+    }
+
+    /// The text of `css`, or `None` while it does not exist. The page
+    /// re-renders, so a stale element is looked up again.
+    async fn text(&self, css: &str) -> Option<String> {
+        for _ in 0..5 {
+            let id = self.find(css).await?;
+            match self
+                .cmd("GET", &format!("/element/{id}/text"), Value::Null)
+                .await
+            {
+                Ok(v) => return Some(v.as_str().unwrap().to_string()),
+                Err(e) if e.error == "stale element reference" => continue,
+                Err(e) => panic!("text of {css}: {e}"),
+            }
+        }
+        None
+    }
+
+    /// Waits until `css` exists and its text satisfies `ok`.
+    async fn wait_text(&self, css: &str, what: &str, ok: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(t) = self.text(css).await {
+                if ok(&t) {
+                    return t;
+                }
+            }
+            if Instant::now() > deadline {
+                let shot = self.screenshot().await;
+                let path = artifact("dashboard-timeout.png");
+                std::fs::write(&path, shot).unwrap();
+                panic!(
+                    "timed out waiting for {what} ({css}: {:?}); screenshot at {}",
+                    self.text(css).await,
+                    path.display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn wait_gone(&self, css: &str, what: &str) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.find(css).await.is_some() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Clicks `css` as a user would (retrying when the page re-rendered it).
+    async fn click(&self, css: &str) {
+        for _ in 0..10 {
+            let id = self
+                .find(css)
+                .await
+                .unwrap_or_else(|| panic!("nothing to click at {css}"));
+            match self
+                .cmd("POST", &format!("/element/{id}/click"), json!({}))
+                .await
+            {
+                Ok(_) => return,
+                Err(e) if e.error == "stale element reference" => continue,
+                Err(e) => panic!("click {css}: {e}"),
+            }
+        }
+        panic!("{css} kept going stale");
+    }
+
+    async fn type_into(&self, css: &str, text: &str) {
+        let id = self.find(css).await.unwrap();
+        self.cmd(
+            "POST",
+            &format!("/element/{id}/value"),
+            json!({ "text": text }),
+        )
+        .await
+        .unwrap();
+    }
+
+    async fn script(&self, js: &str) -> Value {
+        self.cmd("POST", "/execute/sync", json!({"script": js, "args": []}))
+            .await
+            .unwrap()
+    }
+
+    async fn screenshot(&self) -> Vec<u8> {
+        use base64::Engine;
+        let v = self.cmd("GET", "/screenshot", Value::Null).await.unwrap();
+        base64::engine::general_purpose::STANDARD
+            .decode(v.as_str().unwrap())
+            .unwrap()
+    }
+
+    async fn quit(&self) {
+        let _ = self.cmd("DELETE", "", Value::Null).await;
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        // chromedriver and the browsers it started share its process group.
+        let _ = killpg(Pid::from_raw(self.driver.id() as i32), Signal::SIGKILL);
+        let _ = self.driver.wait();
+    }
+}
+
+/// `target/test-artifacts/NAME`.
+fn artifact(name: &str) -> PathBuf {
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).parent().unwrap();
+    let dir = target.join("test-artifacts");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+/// Enqueues `id` due now with one attempt, claims it and fails it: dead.
+async fn make_dead(q: &Queue, topic: &str, id: &str, error: &str) {
+    q.enqueue(
+        topic,
+        Job::new(format!(r#"{{"order": "{id}"}}"#))
+            .id(id)
+            .max_attempts(1),
+    )
+    .await
+    .unwrap();
+    let d = q.claim(topic, 1, Duration::from_secs(30)).await.unwrap();
+    q.fail(topic, &d[0].id, d[0].token, error, None, true)
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_shows_live_counts_and_replays_a_dead_job() {
+    let redis = RedisServer::start();
+    let q = Queue::connect(redis.url()).await.unwrap();
+    for i in 0..3 {
+        q.enqueue(
+            "orders",
+            Job::new(format!(r#"{{"order": {i}}}"#))
+                .id(format!("order:{i}"))
+                .delay(Duration::from_secs(60 * (i + 1))),
+        )
+        .await
+        .unwrap();
+    }
+    make_dead(
+        &q,
+        "orders",
+        "order:900",
+        "HTTP 503 from the payment gateway",
+    )
+    .await;
+    make_dead(
+        &q,
+        "orders",
+        "order:901",
+        "exit status 65: unknown customer",
+    )
+    .await;
+    q.enqueue_batch(
+        "coupons",
+        (0..5)
+            .map(|i| Job::new("expire").delay(Duration::from_secs(3600 + i)))
+            .collect(),
+    )
+    .await
+    .unwrap();
+    let api = Server::api(&redis.url(), Some(TOKEN), &["--sample-interval", "1s"]).await;
+
+    let browser = Browser::start().await;
+    browser.goto(&api.url("/")).await;
+    let orders = r#"#topics tr[data-topic="orders"]"#;
+    browser
+        .wait_text(&format!("{orders} td.pool"), "3 pooled orders", |t| {
+            t == "3"
+        })
+        .await;
+    assert_eq!(
+        browser.text(&format!("{orders} td.dead")).await.as_deref(),
+        Some("2")
+    );
+    assert_eq!(browser.script("return document.title").await, "punctual");
+
+    // The token, as a user types it.
+    browser.type_into("#token", TOKEN).await;
+    browser.click("#token-save").await;
+    browser
+        .wait_text("#token-state", "the token accepted", |t| t == "accepted")
+        .await;
+
+    // A producer pushes jobs: the counts change without a reload.
+    browser.script("window.notReloaded = true").await;
+    let more: Vec<Job> = (10..14)
+        .map(|i| {
+            Job::new("more")
+                .id(format!("order:{i}"))
+                .delay(Duration::from_secs(600))
+        })
+        .collect();
+    q.enqueue_batch("orders", more).await.unwrap();
+    browser
+        .wait_text(&format!("{orders} td.pool"), "7 pooled orders", |t| {
+            t == "7"
+        })
+        .await;
+    assert_eq!(browser.script("return window.notReloaded").await, true);
+
+    // Open the topic and replay one dead job with its button.
+    browser.click(&format!("{orders} td.topic")).await;
+    browser
+        .wait_text("#detail-topic", "the orders detail", |t| t == "orders")
+        .await;
+    let dead_row = r#"#dead tr[data-id="order:900"]"#;
+    let err = browser
+        .wait_text(&format!("{dead_row} td.err"), "the dead job's error", |t| {
+            !t.is_empty()
+        })
+        .await;
+    assert_eq!(err, "HTTP 503 from the payment gateway");
+    browser.click(&format!("{dead_row} button.replay")).await;
+    browser
+        .wait_gone(dead_row, "the replayed job to leave the dead list")
+        .await;
+    browser
+        .wait_text(&format!("{orders} td.dead"), "one dead order left", |t| {
+            t == "1"
+        })
+        .await;
+    browser
+        .wait_text("#flash", "the replay message", |t| t.contains("Replayed 1"))
+        .await;
+    let job = q.get("orders", "order:900").await.unwrap().unwrap();
+    assert_eq!((job.state, job.attempts), (State::Ready, 0));
+    browser
+        .wait_text(
+            r#"#ready tr[data-id="order:900"] td.id"#,
+            "it in the ready list",
+            |t| t == "order:900",
+        )
+        .await;
+
+    // Pause another topic from its row.
+    browser
+        .click(r#"#topics tr[data-topic="coupons"] button.pause"#)
+        .await;
+    browser
+        .wait_text(
+            r#"#topics tr[data-topic="coupons"] td.status"#,
+            "coupons paused",
+            |t| t == "paused",
+        )
+        .await;
+    assert!(q.stats("coupons").await.unwrap().paused);
+
+    // Look a job up by id.
+    browser.type_into("#lookup-topic", "orders").await;
+    browser.type_into("#lookup-id", "order:1").await;
+    browser.click("#lookup-form button").await;
+    let found = browser
+        .wait_text("#lookup-result dl", "the job found", |t| {
+            t.contains("order:1")
+        })
+        .await;
+    assert!(
+        found.contains("pool") && found.contains("0 of 6"),
+        "{found}"
+    );
+
+    // The charts fill in as samples arrive (one a second here).
+    browser
+        .wait_text("#chart-throughput", "a throughput line", |_| true)
+        .await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while browser.find("#chart-throughput svg path").await.is_none() {
+        assert!(Instant::now() < deadline, "no chart line after 20 s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let updated = browser.text("#refreshed").await.unwrap();
+    assert!(updated.starts_with("updated "), "{updated}");
+
+    let png = browser.screenshot().await;
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    let path = artifact("dashboard.png");
+    std::fs::write(&path, &png).unwrap();
+    eprintln!("screenshot: {}", path.display());
+    browser.quit().await;
+}
