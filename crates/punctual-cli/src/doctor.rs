@@ -603,6 +603,28 @@ mod tests {
     }
 
     #[test]
+    fn a_cluster_is_fine_when_it_serves_every_slot() {
+        let f = |state| {
+            facts(
+                &[
+                    ("cluster_enabled", "1"),
+                    ("cluster_state", state),
+                    ("cluster_size", "3"),
+                ],
+                &[],
+            )
+        };
+        let ok = cluster(&f("ok"));
+        assert_eq!(ok.status, Status::Ok);
+        assert!(ok.found.contains("3 shard(s)"), "{}", ok.found);
+        assert_eq!(cluster(&f("fail")).status, Status::Fail);
+        assert_eq!(
+            cluster(&facts(&[("cluster_enabled", "0")], &[])).status,
+            Status::Ok
+        );
+    }
+
+    #[test]
     fn unreadable_config_is_a_warning_not_a_pass() {
         let mut f = facts(&[("redis_version", "7.0.0")], &[]);
         f.config = None;

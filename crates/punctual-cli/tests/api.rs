@@ -869,15 +869,20 @@ async fn the_series_turns_counters_into_rates() {
         v["lateness_measured"], false,
         "standalone api has no lateness source"
     );
-    // The rates add up to what was enqueued since the first sample.
-    let total: f64 = v["points"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["enqueued_per_s"].as_f64().unwrap() * 0.2)
+    // The rates, times each interval's real length, add up to the 50 jobs
+    // enqueued (in one atomic call, so in one interval, which is not the
+    // first: two readings existed before).
+    let points = v["points"].as_array().unwrap();
+    let total: f64 = points
+        .windows(2)
+        .map(|w| {
+            let secs =
+                (w[1]["t_ms"].as_i64().unwrap() - w[0]["t_ms"].as_i64().unwrap()) as f64 / 1000.0;
+            w[1]["enqueued_per_s"].as_f64().unwrap() * secs
+        })
         .sum();
     assert!(
-        (40.0..=60.0).contains(&total),
+        (49.9..=50.1).contains(&total),
         "{total} jobs from the rates"
     );
 }
