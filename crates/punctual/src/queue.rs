@@ -947,12 +947,13 @@ impl Queue {
 
     /// Lets workers claim from this topic again, and wakes them.
     pub async fn resume(&self, topic: &str) -> Result<()> {
-        validate_topic(topic)?;
-        let keys = self.keys(topic);
-        self.cmd::<i64>(redis::cmd("HDEL").arg(keys.meta()).arg("paused"))
-            .await?;
-        self.cmd::<i64>(redis::cmd("PUBLISH").arg(keys.ready()).arg(""))
-            .await?;
+        for p in self.partition_names(topic).await? {
+            let keys = self.keys(&p);
+            self.cmd::<i64>(redis::cmd("HDEL").arg(keys.meta()).arg("paused"))
+                .await?;
+            self.cmd::<i64>(redis::cmd("PUBLISH").arg(keys.ready()).arg(""))
+                .await?;
+        }
         Ok(())
     }
 

@@ -258,6 +258,19 @@ async fn partitioned_topics_keep_dedup_lookup_and_the_one_state_rule() {
         2
     );
     assert!(q.check("p").await.unwrap().is_empty());
+    // Pause and resume reach every partition.
+    q.pause("p").await.unwrap();
+    for p in 0..3 {
+        let name = partition_name("p", p, 3);
+        assert!(q
+            .claim(&name, 1000, Duration::from_secs(30))
+            .await
+            .unwrap()
+            .is_empty());
+    }
+    assert!(q.stats("p").await.unwrap().paused);
+    q.resume("p").await.unwrap();
+    assert!(!q.stats("p").await.unwrap().paused);
     // Changing the count of a topic that holds jobs is refused.
     let err = q.set_partitions("p", 2).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidInput);
