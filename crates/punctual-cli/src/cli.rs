@@ -164,6 +164,19 @@ pub enum Command {
     /// none answers at --redis).
     Demo(crate::demo::DemoArgs),
 
+    /// Measure throughput, lateness, idle load and memory (the benchmark
+    /// protocol of docs/BENCHMARKS.md) with an in-process no-op handler.
+    ///
+    /// Runs against the Redis at --redis; without --redis, when none answers
+    /// at the default address, a private redis-server is started. Writes only
+    /// keys under "punctual-bench:" and deletes them between phases, and
+    /// refuses a Redis that holds other keys unless --force. Prints progress
+    /// bars on a terminal; with --json, one JSON object per phase. A phase in
+    /// which a job was lost or handled twice reports "ok": false, and the
+    /// command then exits 1.
+    #[command(after_help = BENCH_EXAMPLES)]
+    Bench(crate::bench::BenchArgs),
+
     /// A worker process of `serve` (internal).
     #[command(name = "__worker", hide = true)]
     Worker(crate::serve::cmd::ChildArgs),
@@ -186,6 +199,7 @@ impl Command {
                 | Command::Worker(_)
                 | Command::Scheduler(_)
                 | Command::Demo(_)
+                | Command::Bench(_)
                 | Command::Api(_)
         )
     }
@@ -210,9 +224,21 @@ impl Command {
             | Command::Worker(_)
             | Command::Scheduler(_)
             | Command::DemoHandler => "info",
+            Command::Bench(_) => "warn",
         }
     }
 }
+
+const BENCH_EXAMPLES: &str = "\
+Examples:
+  # every phase, one JSON line each (under 3 minutes on 2 cores)
+  punctual bench --phase all --json
+
+  # the drain phase only, with another consumer configuration
+  punctual bench --phase drain --concurrency 512 --claim-batch 500
+
+  # precision at 5,000 jobs/s for 20 s against a given Redis
+  punctual bench --redis redis://127.0.0.1:6380 --phase precision --rate 5000 --secs 20";
 
 const PUSH_EXAMPLES: &str = "\
 Examples:

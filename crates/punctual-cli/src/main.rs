@@ -9,6 +9,7 @@
 //! - `api/`: the HTTP API and the dashboard (`punctual api`, and
 //!   `serve --http`).
 //! - `doctor`: `punctual doctor`, checks of the Redis configuration.
+//! - `bench/`: `punctual bench`, the benchmark protocol.
 
 use std::process::ExitCode;
 
@@ -18,6 +19,7 @@ use tracing_subscriber::EnvFilter;
 
 mod admin;
 mod api;
+mod bench;
 mod cli;
 mod context;
 mod demo;
@@ -45,6 +47,7 @@ fn main() -> ExitCode {
         )
     };
     let service = cli.command.is_service();
+    let redis_explicit = explicit("redis_url");
     // `serve` reads its config first: the log format may be set there.
     let serve_config = match &cli.command {
         Command::Serve(args) => {
@@ -85,6 +88,7 @@ fn main() -> ExitCode {
     let run = async {
         match (cli.command, serve_config) {
             (Command::Serve(_), Some(cfg)) => serve::cmd::serve(cfg).await,
+            (Command::Bench(a), _) => bench::run(&ctx, a, redis_explicit).await,
             (command, _) => dispatch(&ctx, command).await,
         }
     };
@@ -126,6 +130,7 @@ async fn dispatch(ctx: &Ctx, command: Command) -> anyhow::Result<()> {
         Command::Check(a) => admin::check::run(ctx, a).await,
         Command::Script(a) => admin::script::run(ctx, a),
         Command::Serve(_) => unreachable!("serve is run by main with its config"),
+        Command::Bench(_) => unreachable!("bench is run by main (it needs --redis's source)"),
         Command::Api(a) => api::cmd::run(ctx, a).await,
         Command::Doctor(a) => doctor::run(ctx, a).await,
         Command::Demo(a) => demo::run(&ctx.global.redis_url, a).await,

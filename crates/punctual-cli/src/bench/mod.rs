@@ -1,0 +1,421 @@
+//! `punctual bench`: the benchmark protocol (docs/BENCHMARKS.md) against one
+//! Redis, with an in-process no-op handler.
+//!
+//! - `target`: which Redis (the one at --redis or a private redis-server),
+//!   the foreign-key check, deleting the bench's keys, INFO.
+//! - `probe`: Redis CPU, commands and this process's CPU per job.
+//! - `phases`: the phases themselves.
+//!
+//! Every figure counts real handler calls: each job carries its number in
+//! its payload, and a job not handled, or handled twice, makes its phase
+//! report `"ok": false`.
+
+mod phases;
+mod probe;
+mod target;
+
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use anyhow::Result;
+use clap::{Args, ValueEnum};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde_json::Value;
+
+use crate::context::{redact, Ctx};
+use crate::exit;
+
+use target::PREFIX;
+
+/// A phase of the bench.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Phase {
+    /// N jobs due in 1 h, with the batch API (also the `produce` segment).
+    #[value(alias = "produce")]
+    Enqueue,
+    /// Bytes of Redis memory per waiting job (after enqueue).
+    Memory,
+    /// N jobs already due; time one consumer (worker + scheduler) to the last ack.
+    Drain,
+    /// Lateness (handler start - due) at --rate jobs/s for --secs.
+    Precision,
+    /// Redis commands per second of idle consumers (concurrency 64).
+    Idle,
+    /// Segment: scheduler ticks moving N due jobs from pool to ready.
+    Promote,
+    /// Segment: a worker alone (no scheduler) on N ready jobs: claim,
+    /// handler, ack.
+    Consume,
+    /// Each script on the job's path alone (enqueue, tick, claim, ack),
+    /// called back to back with batches of 1,000: Redis time per job.
+    Scripts,
+    /// `punctual serve` with an exec handler running `true` per job.
+    Serve,
+    /// Every phase above, in this order.
+    All,
+}
+
+const ALL: [Phase; 9] = [
+    Phase::Enqueue,
+    Phase::Memory,
+    Phase::Drain,
+    Phase::Precision,
+    Phase::Idle,
+    Phase::Promote,
+    Phase::Consume,
+    Phase::Scripts,
+    Phase::Serve,
+];
+
+/// `punctual bench`.
+#[derive(Debug, Args, Clone)]
+pub struct BenchArgs {
+    /// Phases to run, comma-separated: enqueue (alias produce), memory,
+    /// drain, precision, idle, promote, consume, scripts, serve, or all.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "all")]
+    pub phase: Vec<Phase>,
+
+    /// Jobs per phase (enqueue, memory, drain, promote, consume).
+    #[arg(long, value_name = "N", default_value_t = 100_000,
+          value_parser = clap::value_parser!(u64).range(1..=2_000_000))]
+    pub n: u64,
+
+    /// precision: jobs enqueued per second.
+    #[arg(long, value_name = "R", default_value_t = 2_000,
+          value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub rate: u64,
+
+    /// precision: seconds the producer runs.
+    #[arg(long, value_name = "T", default_value_t = 10,
+          value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub secs: u64,
+
+    /// idle: seconds measured (the protocol says 5; the consumers' safety
+    /// net polls every 10 s, so a longer window gives the long-run rate).
+    #[arg(long, value_name = "T", default_value_t = 5,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub idle_secs: u64,
+
+    /// Jobs at once of the in-process consumer (drain, consume, precision).
+    #[arg(long, value_name = "N", default_value_t = 1024,
+          value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub concurrency: u64,
+
+    /// Most jobs per claim of the in-process consumer (1 to 1000).
+    #[arg(long, value_name = "N", default_value_t = 1000,
+          value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub claim_batch: u64,
+
+    /// Enqueue batches (of 1,000 jobs, the script's limit) in flight at once.
+    #[arg(long, value_name = "N", default_value_t = 8,
+          value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub inflight: u64,
+
+    /// serve: jobs, each running `true` in a process of its own.
+    #[arg(long, value_name = "N", default_value_t = 2_000,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub serve_n: u64,
+
+    /// serve: worker processes and jobs at once per worker.
+    #[arg(long, value_name = "W,C", default_value = "2,16", value_parser = parse_pair)]
+    pub serve_workers: (usize, usize),
+
+    /// Run even when the Redis holds keys that are not the bench's. The bench
+    /// deletes only its own keys (under `punctual-bench:`), but other
+    /// clients' traffic and data skew its figures.
+    #[arg(long)]
+    pub force: bool,
+}
+
+fn parse_pair(s: &str) -> std::result::Result<(usize, usize), String> {
+    let (a, b) = s
+        .split_once(',')
+        .ok_or_else(|| format!("{s:?}: expected W,C (e.g. 2,16)"))?;
+    let p = |x: &str| {
+        x.trim()
+            .parse::<usize>()
+            .ok()
+            .filter(|v| (1..=1000).contains(v))
+            .ok_or_else(|| format!("{x:?}: expected a number from 1 to 1000"))
+    };
+    Ok((p(a)?, p(b)?))
+}
+
+/// What one phase found: its JSON line (fields in the order they were set,
+/// the protocol's first) and the text for a person.
+#[derive(Debug, Clone)]
+pub struct Report {
+    fields: Vec<(String, Value)>,
+    pub text: String,
+}
+
+impl Report {
+    fn new(phase: &str) -> Report {
+        let mut r = Report {
+            fields: Vec::new(),
+            text: String::new(),
+        };
+        r.set("system", "punctual").set("phase", phase);
+        r
+    }
+
+    /// Sets a field (replacing it if set before).
+    fn set(&mut self, k: &str, v: impl Into<Value>) -> &mut Self {
+        let v = v.into();
+        match self.fields.iter_mut().find(|(name, _)| name == k) {
+            Some(f) => f.1 = v,
+            None => self.fields.push((k.to_string(), v)),
+        }
+        self
+    }
+
+    fn get(&self, k: &str) -> Option<&Value> {
+        self.fields.iter().find(|(name, _)| name == k).map(|f| &f.1)
+    }
+
+    fn phase(&self) -> &str {
+        self.get("phase").and_then(Value::as_str).unwrap_or("?")
+    }
+
+    fn ok(&self) -> bool {
+        self.get("ok").and_then(Value::as_bool).unwrap_or(false)
+    }
+
+    fn jobs_per_s(&self) -> Option<f64> {
+        self.get("jobs_per_s").and_then(Value::as_f64)
+    }
+
+    /// The JSON line.
+    fn line(&self) -> String {
+        let fields: Vec<String> = self
+            .fields
+            .iter()
+            .map(|(k, v)| format!("{}:{v}", Value::from(k.as_str())))
+            .collect();
+        format!("{{{}}}", fields.join(","))
+    }
+}
+
+/// The shared state of one bench run.
+#[derive(Debug)]
+pub struct Bench {
+    pub target: target::Target,
+    pub args: BenchArgs,
+    bars: bool,
+}
+
+impl Bench {
+    /// A progress bar of `len` steps on stderr (hidden when stderr is not a
+    /// terminal).
+    fn bar(&self, len: u64, label: &str) -> ProgressBar {
+        if !self.bars {
+            return ProgressBar::hidden();
+        }
+        let bar = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{prefix:>10} [{bar:30}] {pos:>8}/{len:8} {per_sec:>12} {msg}",
+            )
+            .expect("a valid template")
+            .progress_chars("=> "),
+        );
+        bar.set_prefix(label.to_string());
+        bar.enable_steady_tick(Duration::from_millis(100));
+        bar
+    }
+
+    /// A spinner with a message, for waits of known length.
+    fn spinner(&self, label: &str, msg: &str) -> ProgressBar {
+        if !self.bars {
+            return ProgressBar::hidden();
+        }
+        let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+        bar.set_style(
+            ProgressStyle::with_template("{prefix:>10} {spinner} {elapsed} {msg}")
+                .expect("a valid template"),
+        );
+        bar.set_prefix(label.to_string());
+        bar.set_message(msg.to_string());
+        bar.enable_steady_tick(Duration::from_millis(100));
+        bar
+    }
+}
+
+/// Runs `punctual bench`. `redis_explicit`: --redis (or its variable) was
+/// given, so no private server is started when it does not answer.
+pub async fn run(ctx: &Ctx, args: BenchArgs, redis_explicit: bool) -> Result<()> {
+    let json = ctx.json();
+    let mut phases: Vec<Phase> = Vec::new();
+    for p in &args.phase {
+        let add: &[Phase] = if *p == Phase::All {
+            &ALL
+        } else {
+            std::slice::from_ref(p)
+        };
+        for p in add {
+            if !phases.contains(p) {
+                phases.push(*p);
+            }
+        }
+    }
+    phases.sort_by_key(|p| ALL.iter().position(|a| a == p));
+
+    let target = target::open(&ctx.global.redis_url, redis_explicit).await?;
+    if let Some(what) = target.foreign_keys().await? {
+        if !args.force {
+            return Err(exit::invalid(format!(
+                "refusing to run: the Redis at {} holds keys that are not the bench's ({what}). \
+                 The bench writes and deletes keys under \"{PREFIX}:\" between phases, and its \
+                 figures (memory, commands per second, CPU) assume nobody else uses this Redis. \
+                 Point --redis at a Redis of its own (without --redis, a private redis-server is \
+                 started when none answers at the default address), or pass --force to run anyway",
+                redact(&target.url)
+            )));
+        }
+        eprintln!(
+            "punctual: warning: the Redis holds other keys ({what}); running anyway (--force): its figures may be skewed"
+        );
+    }
+    let where_ = match &target.private {
+        Some(_) => format!(
+            "a private redis-server {} at {} (no Redis answered at {})",
+            target.version,
+            target.url,
+            redact(&ctx.global.redis_url)
+        ),
+        None => format!("Redis {} at {}", target.version, redact(&target.url)),
+    };
+    if json {
+        eprintln!("punctual bench: {where_}; keys under \"{PREFIX}:\"");
+    } else {
+        println!("punctual bench on {where_}; keys under \"{PREFIX}:\"");
+    }
+
+    let bars = std::io::stderr().is_terminal();
+    let bench = Bench { target, args, bars };
+    bench.target.clean().await?;
+    let mut reports: Vec<Report> = Vec::new();
+    let mut enqueue_memory: Option<(Report, Report)> = None;
+    let outcome: Result<()> = async {
+        for phase in &phases {
+            let reps = match phase {
+                Phase::Enqueue | Phase::Memory => {
+                    if enqueue_memory.is_none() {
+                        enqueue_memory = Some(phases::enqueue(&bench).await?);
+                    }
+                    let (e, m) = enqueue_memory.as_ref().expect("just run");
+                    vec![if *phase == Phase::Enqueue { e } else { m }.clone()]
+                }
+                Phase::Drain => vec![phases::drain(&bench, true).await?],
+                Phase::Consume => vec![phases::drain(&bench, false).await?],
+                Phase::Precision => vec![phases::precision(&bench).await?],
+                Phase::Idle => vec![phases::idle(&bench).await?],
+                Phase::Promote => vec![phases::promote(&bench).await?],
+                Phase::Scripts => vec![phases::scripts(&bench).await?],
+                Phase::Serve => vec![phases::serve(&bench).await?],
+                Phase::All => Vec::new(),
+            };
+            bench.target.clean().await?;
+            for r in reps {
+                emit(&r, json);
+                reports.push(r);
+            }
+        }
+        if let Some(r) = segments(&reports) {
+            emit(&r, json);
+            reports.push(r);
+        }
+        Ok(())
+    }
+    .await;
+    // Leave nothing behind, even after an error.
+    let cleaned = bench.target.clean().await;
+    outcome?;
+    cleaned?;
+    let failed: Vec<String> = reports
+        .iter()
+        .filter(|r| !r.ok())
+        .map(|r| r.phase().to_string())
+        .collect();
+    if !failed.is_empty() {
+        return Err(exit::problem(format!(
+            "phase(s) {} did not handle every job exactly once (see \"ok\" and the counts)",
+            failed.join(", ")
+        )));
+    }
+    Ok(())
+}
+
+fn emit(r: &Report, json: bool) {
+    if json {
+        println!("{}", r.line());
+    } else {
+        println!("{}", r.text);
+    }
+}
+
+/// The three segments side by side, when all three ran: which is slowest.
+fn segments(reports: &[Report]) -> Option<Report> {
+    let find = |p: &str| {
+        reports
+            .iter()
+            .find(|r| r.phase() == p)
+            .and_then(Report::jobs_per_s)
+    };
+    let produce = find("enqueue")?;
+    let promote = find("promote")?;
+    let consume = find("consume")?;
+    let (slowest, _) = [
+        ("produce", produce),
+        ("promote", promote),
+        ("consume", consume),
+    ]
+    .into_iter()
+    .min_by(|a, b| a.1.total_cmp(&b.1))?;
+    let ok = ["enqueue", "promote", "consume"].iter().all(|p| {
+        reports
+            .iter()
+            .find(|r| r.phase() == *p)
+            .is_some_and(Report::ok)
+    });
+    let mut r = Report::new("segments");
+    r.set("produce_jobs_per_s", produce)
+        .set("promote_jobs_per_s", promote)
+        .set("consume_jobs_per_s", consume)
+        .set("slowest", slowest)
+        .set("ok", ok);
+    r.text = format!(
+        "{:<10} produce {:.0}, promote {:.0}, consume {:.0} jobs/s: the slowest is {slowest}",
+        "segments", produce, promote, consume
+    );
+    Some(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serve_workers_is_a_pair() {
+        assert_eq!(parse_pair("2,16"), Ok((2, 16)));
+        assert!(parse_pair("2").is_err());
+        assert!(parse_pair("0,16").is_err());
+    }
+
+    #[test]
+    fn the_slowest_segment_is_named() {
+        let mk = |p: &str, v: f64| {
+            let mut r = Report::new(p);
+            r.set("jobs_per_s", v).set("ok", true);
+            r
+        };
+        let rs = vec![mk("enqueue", 3.0), mk("promote", 2.0), mk("consume", 1.0)];
+        let s = segments(&rs).unwrap();
+        assert_eq!(s.get("slowest").unwrap(), "consume");
+        assert!(s.ok());
+        assert!(s
+            .line()
+            .starts_with(r#"{"system":"punctual","phase":"segments","produce_jobs_per_s":3.0"#));
+        assert!(segments(&rs[..2]).is_none());
+    }
+}

@@ -1,0 +1,1013 @@
+//! The phases of the bench protocol, and the segments and the `serve` path.
+//!
+//! Each job's payload carries its number (`{"order_id": <n>, ...}`); the
+//! in-process no-op handler counts the calls per number, so a lost or a
+//! doubled job shows in the phase's `ok`.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use futures::StreamExt;
+use indicatif::ProgressBar;
+use punctual::{
+    Delivery, EnqueueStatus, Job, Outcome, Queue, Scheduler, SchedulerConfig, When, Worker,
+    WorkerConfig,
+};
+use rand::{Rng, SeedableRng};
+use serde_json::json;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::probe::{round, Snapshot};
+use super::target::{key, PREFIX, TOPIC};
+use super::{Bench, Report};
+
+/// Bytes of each payload, as the protocol asks.
+pub const PAYLOAD_BYTES: usize = 100;
+/// Most jobs per enqueue call (the script's limit).
+const CHUNK: u64 = punctual::MAX_BATCH as u64;
+
+/// The payload of job `n`: `{"order_id": n, "action": "close", "pad": "xx…"}`,
+/// padded to [`PAYLOAD_BYTES`].
+pub fn payload(n: u64) -> Vec<u8> {
+    let head = format!("{{\"order_id\": {n}, \"action\": \"close\", \"pad\": \"");
+    let tail = "\"}";
+    let pad = PAYLOAD_BYTES.saturating_sub(head.len() + tail.len());
+    let mut s = head;
+    s.push_str(&"x".repeat(pad));
+    s.push_str(tail);
+    s.into_bytes()
+}
+
+/// The job number in a payload made by [`payload`].
+fn order_id(p: &[u8]) -> Option<usize> {
+    let rest = p.strip_prefix(b"{\"order_id\": ")?;
+    let end = rest.iter().position(|b| !b.is_ascii_digit())?;
+    std::str::from_utf8(&rest[..end]).ok()?.parse().ok()
+}
+
+/// Counts handler calls per job number; optionally keeps each lateness.
+struct Recorder {
+    seen: Vec<AtomicU32>,
+    handled: AtomicU64,
+    strays: AtomicU64,
+    /// (lateness, Redis clock at claim - due), microseconds.
+    lateness: Option<Mutex<Vec<(i64, i64)>>>,
+    expected: u64,
+    all_in: Notify,
+}
+
+/// What the handler saw.
+#[derive(Debug, Clone, Copy)]
+struct Tally {
+    handled: u64,
+    /// Jobs never handled.
+    lost: u64,
+    /// Jobs handled more than once.
+    doubled: u64,
+    /// Calls for payloads that are not one of this phase's jobs.
+    strays: u64,
+}
+
+impl Tally {
+    fn exact(&self, n: u64) -> bool {
+        self.handled == n && self.lost == 0 && self.doubled == 0 && self.strays == 0
+    }
+}
+
+impl Recorder {
+    fn new(expected: u64, lateness: bool) -> Arc<Recorder> {
+        Arc::new(Recorder {
+            seen: (0..expected).map(|_| AtomicU32::new(0)).collect(),
+            handled: AtomicU64::new(0),
+            strays: AtomicU64::new(0),
+            lateness: lateness.then(|| Mutex::new(Vec::with_capacity(expected as usize))),
+            expected,
+            all_in: Notify::new(),
+        })
+    }
+
+    /// The handler's work: note the start (lateness) and count the call.
+    fn record(&self, d: &Delivery) {
+        if let Some(l) = &self.lateness {
+            let late = d.lateness_us();
+            l.lock()
+                .unwrap()
+                .push((late, d.claimed_us - d.due_ms * 1000));
+        }
+        match order_id(&d.payload) {
+            Some(i) if i < self.seen.len() => {
+                self.seen[i].fetch_add(1, Ordering::Relaxed);
+            }
+            _ => {
+                self.strays.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        if self.handled.fetch_add(1, Ordering::AcqRel) + 1 == self.expected {
+            self.all_in.notify_one();
+        }
+    }
+
+    fn handled(&self) -> u64 {
+        self.handled.load(Ordering::Acquire)
+    }
+
+    fn tally(&self) -> Tally {
+        let (mut lost, mut doubled) = (0, 0);
+        for c in &self.seen {
+            match c.load(Ordering::Relaxed) {
+                0 => lost += 1,
+                1 => {}
+                _ => doubled += 1,
+            }
+        }
+        Tally {
+            handled: self.handled(),
+            lost,
+            doubled,
+            strays: self.strays.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Waits until every expected call arrived or `deadline`; true when all did.
+    async fn wait_all(&self, bar: &ProgressBar, deadline: Instant) -> bool {
+        loop {
+            let h = self.handled();
+            bar.set_position(h);
+            if h >= self.expected {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::select! {
+                _ = self.all_in.notified() => {}
+                _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+            }
+        }
+    }
+}
+
+/// An in-process consumer: a worker, and a scheduler when asked, each on a
+/// connection of its own (as the processes of `punctual serve` are).
+struct Consumer {
+    stop: CancellationToken,
+    tasks: Vec<JoinHandle<punctual::Result<()>>>,
+}
+
+/// The connections of a consumer, opened before the clock starts.
+struct Connections {
+    worker: Queue,
+    scheduler: Option<Queue>,
+}
+
+impl Consumer {
+    async fn connect(b: &Bench, scheduler: bool) -> Result<Connections> {
+        Ok(Connections {
+            worker: b.queue().await?,
+            scheduler: if scheduler {
+                Some(b.queue().await?)
+            } else {
+                None
+            },
+        })
+    }
+
+    fn start(conns: Connections, rec: Arc<Recorder>, config: WorkerConfig) -> Consumer {
+        let stop = CancellationToken::new();
+        let mut tasks = Vec::new();
+        let worker = Worker::new(conns.worker, config).handle(TOPIC, move |d: Delivery| {
+            let rec = rec.clone();
+            async move {
+                rec.record(&d);
+                Outcome::Done
+            }
+        });
+        let s = stop.clone();
+        tasks.push(tokio::spawn(async move {
+            worker.run(s.cancelled_owned()).await.map(drop)
+        }));
+        if let Some(q) = conns.scheduler {
+            let scheduler = Scheduler::new(q, SchedulerConfig::default()).topic(TOPIC);
+            tasks.push(tokio::spawn(scheduler.run(stop.clone().cancelled_owned())));
+        }
+        Consumer { stop, tasks }
+    }
+
+    async fn stop(self) -> Result<()> {
+        self.stop.cancel();
+        for t in self.tasks {
+            tokio::time::timeout(Duration::from_secs(30), t)
+                .await
+                .context("the bench's consumer did not stop within 30 s")?
+                .context("the bench's consumer panicked")?
+                .context("the bench's consumer failed")?;
+        }
+        Ok(())
+    }
+}
+
+impl Bench {
+    /// A new connection (a `Queue` of its own) under the bench prefix.
+    pub(super) async fn queue(&self) -> Result<Queue> {
+        Ok(Queue::builder(self.target.url.as_str())
+            .prefix(PREFIX)
+            .response_timeout(Duration::from_secs(30))
+            .connect()
+            .await?)
+    }
+
+    fn consumer_config(&self) -> WorkerConfig {
+        WorkerConfig::default()
+            .concurrency(self.args.concurrency as usize)
+            .claim_batch(self.args.claim_batch as usize)
+    }
+
+    /// Waits until `n` workers and one scheduler listen for wake-ups.
+    async fn wait_listening(&self, workers: u64, scheduler: bool, why: &str) -> Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let w = self.target.subscribers(&key("ready")).await?;
+            let s = self.target.subscribers(&key("pool")).await?;
+            if w >= workers && (!scheduler || s >= 1) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("{why}: the consumers did not subscribe to their wake-ups within 20 s ({w} workers, {s} schedulers listening)");
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Waits until every job record is gone (every ack landed); true when so.
+    async fn wait_acked(&self, deadline: Instant) -> Result<bool> {
+        loop {
+            if self.target.records().await? == 0 {
+                return Ok(true);
+            }
+            if Instant::now() >= deadline {
+                return Ok(false);
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+}
+
+/// Enqueues jobs `0..n` due `when`, in calls of 1,000 with `--inflight` at
+/// once. Returns the time taken (jobs are built before the clock starts) and
+/// how many were created.
+async fn load(
+    b: &Bench,
+    queue: &Queue,
+    n: u64,
+    when: When,
+    bar: &ProgressBar,
+) -> Result<(Duration, u64)> {
+    let chunks: Vec<Vec<Job>> = (0..n)
+        .step_by(CHUNK as usize)
+        .map(|s| {
+            (s..(s + CHUNK).min(n))
+                .map(|i| Job::new(payload(i)).when(when))
+                .collect()
+        })
+        .collect();
+    let t0 = Instant::now();
+    let mut calls = futures::stream::iter(chunks)
+        .map(|jobs| {
+            let q = queue.clone();
+            async move {
+                let k = jobs.len() as u64;
+                q.enqueue_batch(TOPIC, jobs).await.map(|r| (k, r))
+            }
+        })
+        .buffer_unordered(b.args.inflight as usize);
+    let mut created = 0;
+    while let Some(r) = calls.next().await {
+        let (k, r) = r.context("enqueue failed")?;
+        created += r
+            .iter()
+            .filter(|e| e.status == EnqueueStatus::Created)
+            .count() as u64;
+        bar.inc(k);
+    }
+    Ok((t0.elapsed(), created))
+}
+
+/// Min, p50, p99 and max of samples in microseconds, reported in ms.
+struct Spread {
+    sorted: Vec<i64>,
+}
+
+impl Spread {
+    fn of(mut v: Vec<i64>) -> Spread {
+        v.sort_unstable();
+        Spread { sorted: v }
+    }
+
+    /// Nearest-rank percentile, in ms (0 when empty).
+    fn ms(&self, p: f64) -> f64 {
+        if self.sorted.is_empty() {
+            return 0.0;
+        }
+        let n = self.sorted.len();
+        let i = ((p * n as f64).ceil() as usize).clamp(1, n) - 1;
+        round(self.sorted[i] as f64 / 1000.0, 2)
+    }
+
+    fn json(&self) -> serde_json::Value {
+        json!({"min": self.ms(0.0), "p50": self.ms(0.5), "p99": self.ms(0.99), "max": self.ms(1.0)})
+    }
+
+    fn text(&self) -> String {
+        format!(
+            "min {} ms, p50 {} ms, p99 {} ms, max {} ms",
+            self.ms(0.0),
+            self.ms(0.5),
+            self.ms(0.99),
+            self.ms(1.0)
+        )
+    }
+}
+
+fn per_s(n: u64, d: Duration) -> f64 {
+    (n as f64 / d.as_secs_f64().max(1e-9)).round()
+}
+
+/// Adds the counts to a report that is not ok.
+fn counts(r: &mut Report, t: &Tally, left: [u64; 4], records: u64) {
+    r.set("handled", t.handled)
+        .set("lost", t.lost)
+        .set("doubled", t.doubled)
+        .set("strays", t.strays)
+        .set(
+            "left",
+            json!({"pool": left[0], "ready": left[1], "running": left[2], "dead": left[3], "records": records}),
+        );
+}
+
+fn status(ok: bool) -> &'static str {
+    if ok {
+        "ok"
+    } else {
+        "NOT OK"
+    }
+}
+
+/// `enqueue` and `memory`: N jobs due in 1 h; jobs/s, and Redis memory per
+/// waiting job (used_memory before and after, on an empty prefix).
+pub async fn enqueue(b: &Bench) -> Result<(Report, Report)> {
+    let n = b.args.n;
+    let queue = b.queue().await?;
+    // Load the script and register the topic, then start from nothing.
+    queue
+        .enqueue(TOPIC, Job::new(payload(0)).delay(Duration::from_secs(3600)))
+        .await?;
+    b.target.clean().await?;
+    let before = Snapshot::take(&b.target).await?;
+    let bar = b.bar(n, "enqueue");
+    let (elapsed, created) =
+        load(b, &queue, n, When::Delay(Duration::from_secs(3600)), &bar).await?;
+    bar.finish_and_clear();
+    let after = Snapshot::take(&b.target).await?;
+    let profile = after.profile(&before, n, elapsed);
+    let sets = b.target.sets().await?;
+    let records = b.target.records().await?;
+    let ok = created == n && sets == [n, 0, 0, 0] && records == n;
+
+    let mut e = Report::new("enqueue");
+    e.set("n", n)
+        .set("jobs_per_s", per_s(n, elapsed))
+        .set("secs", round(elapsed.as_secs_f64(), 3))
+        .set("payload_bytes", PAYLOAD_BYTES as u64)
+        .set("inflight", b.args.inflight)
+        .set("ok", ok);
+    if !ok {
+        e.set("created", created).set(
+            "left",
+            json!({"pool": sets[0], "ready": sets[1], "running": sets[2], "dead": sets[3], "records": records}),
+        );
+    }
+    e.set("profile", serde_json::to_value(&profile)?);
+    e.text = format!(
+        "{:<10} {n} jobs due in 1 h, in {:.3} s: {:.0} jobs/s  {}\n{}",
+        "enqueue",
+        elapsed.as_secs_f64(),
+        per_s(n, elapsed),
+        status(ok),
+        profile.text()
+    );
+
+    // Memory: what Redis holds per waiting job, all in.
+    let used = after.used_memory as f64 - before.used_memory as f64;
+    let usage = |part: &str| {
+        let k = key(part);
+        async move {
+            b.target
+                .query::<Option<u64>>(
+                    redis::cmd("MEMORY")
+                        .arg("USAGE")
+                        .arg(k)
+                        .arg("SAMPLES")
+                        .arg(0),
+                )
+                .await
+                .map(|v| v.unwrap_or(0))
+        }
+    };
+    let (pool, jobs) = (usage("pool").await?, usage("jobs").await?);
+    let nf = n as f64;
+    let mut m = Report::new("memory");
+    m.set("n", n)
+        .set("bytes_per_job", round(used / nf, 1))
+        .set("payload_bytes", PAYLOAD_BYTES as u64)
+        .set(
+            "keys_bytes_per_job",
+            json!({"pool": round(pool as f64 / nf, 1), "jobs": round(jobs as f64 / nf, 1)}),
+        )
+        .set("ok", ok);
+    m.text = format!(
+        "{:<10} {:.0} bytes per waiting job ({PAYLOAD_BYTES}-byte payload): pool ZSET {:.0} + records HASH {:.0}, the rest allocator and dict overhead  {}",
+        "memory",
+        used / nf,
+        pool as f64 / nf,
+        jobs as f64 / nf,
+        status(ok)
+    );
+    Ok((e, m))
+}
+
+/// `drain` (worker + scheduler) and the `consume` segment (worker alone):
+/// N due jobs loaded first, then one consumer; time to the last ack.
+pub async fn drain(b: &Bench, scheduler: bool) -> Result<Report> {
+    let name = if scheduler { "drain" } else { "consume" };
+    let n = b.args.n;
+    let producer = b.queue().await?;
+    let bar = b.bar(n, "load");
+    let (_, created) = load(b, &producer, n, When::Now, &bar).await?;
+    bar.finish_and_clear();
+    let rec = Recorder::new(n, false);
+    let conns = Consumer::connect(b, scheduler).await?;
+    let deadline = Instant::now() + Duration::from_secs(120) + Duration::from_millis(n);
+    let bar = b.bar(n, name);
+    let before = Snapshot::take(&b.target).await?;
+    let t0 = Instant::now();
+    let consumer = Consumer::start(conns, rec.clone(), b.consumer_config());
+    let all = rec.wait_all(&bar, deadline).await;
+    let acked = all && b.wait_acked(deadline).await?;
+    let elapsed = t0.elapsed();
+    let after = Snapshot::take(&b.target).await?;
+    bar.finish_and_clear();
+    consumer.stop().await?;
+    let tally = rec.tally();
+    let sets = b.target.sets().await?;
+    let records = b.target.records().await?;
+    let ok = created == n && acked && tally.exact(n) && sets == [0; 4] && records == 0;
+    let profile = after.profile(&before, tally.handled, elapsed);
+
+    let mut r = Report::new(name);
+    r.set("n", n)
+        .set("jobs_per_s", per_s(tally.handled, elapsed))
+        .set("secs", round(elapsed.as_secs_f64(), 3))
+        .set("concurrency", b.args.concurrency)
+        .set("claim_batch", b.args.claim_batch)
+        .set("scheduler", scheduler)
+        .set("ok", ok);
+    if !ok {
+        counts(&mut r, &tally, sets, records);
+    }
+    r.set("profile", serde_json::to_value(&profile)?);
+    r.text = format!(
+        "{name:<10} {n} due jobs, {} (concurrency {}, claims of up to {}): last ack after {:.3} s: {:.0} jobs/s  {}\n{}",
+        if scheduler { "worker + scheduler" } else { "worker alone" },
+        b.args.concurrency,
+        b.args.claim_batch,
+        elapsed.as_secs_f64(),
+        per_s(tally.handled, elapsed),
+        status(ok),
+        profile.text()
+    );
+    Ok(r)
+}
+
+/// `precision`: consumers running; --rate jobs/s for --secs, each due in
+/// [100, 2000] ms; lateness = handler start - due.
+pub async fn precision(b: &Bench) -> Result<Report> {
+    let (rate, secs) = (b.args.rate, b.args.secs);
+    let total = rate * secs;
+    let rec = Recorder::new(total, true);
+    let producer = b.queue().await?;
+    let conns = Consumer::connect(b, true).await?;
+    let consumer = Consumer::start(conns, rec.clone(), b.consumer_config());
+    b.wait_listening(1, true, "precision").await?;
+    let bar = b.bar(total, "precision");
+    let before = Snapshot::take(&b.target).await?;
+    let t0 = Instant::now();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(20_000);
+    let mut tick = tokio::time::interval(Duration::from_millis(10));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut sent = 0u64;
+    while sent < total {
+        tick.tick().await;
+        let due = ((t0.elapsed().as_secs_f64() * rate as f64) as u64).min(total);
+        if due > sent {
+            let jobs: Vec<Job> = (sent..due)
+                .map(|i| {
+                    let delay = Duration::from_millis(rng.random_range(100..=2000));
+                    Job::new(payload(i)).delay(delay)
+                })
+                .collect();
+            producer
+                .enqueue_batch(TOPIC, jobs)
+                .await
+                .context("precision: enqueue failed")?;
+            sent = due;
+        }
+        bar.set_position(rec.handled());
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let all = rec.wait_all(&bar, deadline).await;
+    let acked = all && b.wait_acked(deadline).await?;
+    let elapsed = t0.elapsed();
+    let after = Snapshot::take(&b.target).await?;
+    bar.finish_and_clear();
+    consumer.stop().await?;
+    let tally = rec.tally();
+    let sets = b.target.sets().await?;
+    let records = b.target.records().await?;
+    let ok = acked && tally.exact(total) && sets == [0; 4] && records == 0;
+    let samples = rec
+        .lateness
+        .as_ref()
+        .map(|l| std::mem::take(&mut *l.lock().unwrap()))
+        .unwrap_or_default();
+    let late = Spread::of(samples.iter().map(|s| s.0).collect());
+    let at_claim = Spread::of(samples.iter().map(|s| s.1).collect());
+    let to_start = Spread::of(samples.iter().map(|s| s.0 - s.1).collect());
+    let early = samples.iter().filter(|s| s.0 < 0).count() as u64;
+    let profile = after.profile(&before, tally.handled, elapsed);
+
+    let mut r = Report::new("precision");
+    r.set("rate", rate)
+        .set("secs", secs)
+        .set("n", total)
+        .set("lateness_ms", late.json())
+        .set("early", early)
+        .set(
+            "parts_ms",
+            json!({"due_to_claim": at_claim.json(), "claim_to_start": to_start.json()}),
+        )
+        .set("ok", ok);
+    if !ok {
+        counts(&mut r, &tally, sets, records);
+    }
+    r.set("profile", serde_json::to_value(&profile)?);
+    r.text = format!(
+        "{:<10} {total} jobs at {rate}/s for {secs} s, due in 100..2000 ms: lateness {}; {early} started early  {}\n           due -> claim (Redis clock) {}; claim -> handler start (local) {}\n{}",
+        "precision",
+        late.text(),
+        status(ok),
+        at_claim.text(),
+        to_start.text(),
+        profile.text()
+    );
+    Ok(r)
+}
+
+/// `idle`: a consumer (worker with concurrency 64 + scheduler) and nothing
+/// queued: Redis commands per second.
+pub async fn idle(b: &Bench) -> Result<Report> {
+    let secs = b.args.idle_secs;
+    let rec = Recorder::new(0, false);
+    let conns = Consumer::connect(b, true).await?;
+    let consumer = Consumer::start(conns, rec.clone(), WorkerConfig::default().concurrency(64));
+    b.wait_listening(1, true, "idle").await?;
+    // Let the start-up calls (first tick, first claim) pass.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let spin = b.spinner("idle", &format!("measuring for {secs} s"));
+    let before = Snapshot::take(&b.target).await?;
+    tokio::time::sleep(Duration::from_secs(secs)).await;
+    let after = Snapshot::take(&b.target).await?;
+    spin.finish_and_clear();
+    consumer.stop().await?;
+    let commands = after.commands_since(&before);
+    let by_cmd = after.calls_since(&before);
+    let ok = rec.handled() == 0;
+    let per_s = round(commands as f64 / secs as f64, 2);
+    let mut r = Report::new("idle");
+    r.set("secs", secs)
+        .set("concurrency", 64)
+        .set("redis_cmds_per_s", per_s)
+        .set("commands", serde_json::to_value(&by_cmd)?)
+        .set("ok", ok);
+    if !ok {
+        r.set("handled", rec.handled());
+    }
+    let list: Vec<String> = by_cmd.iter().map(|(c, n)| format!("{c} {n}")).collect();
+    r.text = format!(
+        "{:<10} one idle consumer (concurrency 64) + scheduler for {secs} s: {per_s} Redis commands/s ({})  {}",
+        "idle",
+        if list.is_empty() { "none".to_string() } else { list.join(", ") },
+        status(ok)
+    );
+    Ok(r)
+}
+
+/// The `promote` segment: N jobs in pool, all due; scheduler ticks (batches
+/// of 1,000, one tick at a time, as the scheduler does) until pool is empty.
+pub async fn promote(b: &Bench) -> Result<Report> {
+    let n = b.args.n;
+    let producer = b.queue().await?;
+    let bar = b.bar(n, "load");
+    let (_, created) = load(
+        b,
+        &producer,
+        n,
+        When::Delay(Duration::from_millis(100)),
+        &bar,
+    )
+    .await?;
+    bar.finish_and_clear();
+    // Wait until the last job is due.
+    let last: Vec<(String, f64)> = b
+        .target
+        .query(
+            redis::cmd("ZRANGE")
+                .arg(key("pool"))
+                .arg(-1)
+                .arg(-1)
+                .arg("WITHSCORES"),
+        )
+        .await?;
+    if let Some((_, due)) = last.first() {
+        let wait = *due as i64 - b.target.now_ms().await? + 2;
+        if wait > 0 {
+            tokio::time::sleep(Duration::from_millis(wait as u64)).await;
+        }
+    }
+    let ticker = b.queue().await?;
+    let bar = b.bar(n, "promote");
+    let deadline = Instant::now() + Duration::from_secs(120) + Duration::from_millis(n);
+    let before = Snapshot::take(&b.target).await?;
+    let t0 = Instant::now();
+    let mut promoted = 0u64;
+    let mut ticks = 0u64;
+    loop {
+        let t = ticker
+            .tick(
+                TOPIC,
+                punctual::MAX_BATCH,
+                1_000_000_000,
+                punctual::MAX_BATCH,
+            )
+            .await
+            .context("promote: tick failed")?;
+        ticks += 1;
+        promoted += t.promoted;
+        bar.set_position(promoted);
+        if t.more {
+            continue;
+        }
+        match t.next_due {
+            None => break,
+            Some(_) if Instant::now() > deadline => break,
+            Some(d) => tokio::time::sleep(d.max(Duration::from_millis(1))).await,
+        }
+    }
+    let elapsed = t0.elapsed();
+    let after = Snapshot::take(&b.target).await?;
+    bar.finish_and_clear();
+    let sets = b.target.sets().await?;
+    let ok = created == n && promoted == n && sets == [0, n, 0, 0];
+    let profile = after.profile(&before, promoted, elapsed);
+    let mut r = Report::new("promote");
+    r.set("n", n)
+        .set("jobs_per_s", per_s(promoted, elapsed))
+        .set("secs", round(elapsed.as_secs_f64(), 3))
+        .set("batch", punctual::MAX_BATCH as u64)
+        .set("ticks", ticks)
+        .set("ok", ok);
+    if !ok {
+        r.set("promoted", promoted).set(
+            "left",
+            json!({"pool": sets[0], "ready": sets[1], "running": sets[2], "dead": sets[3]}),
+        );
+    }
+    r.set("profile", serde_json::to_value(&profile)?);
+    r.text = format!(
+        "{:<10} {n} due jobs pool -> ready in {ticks} ticks of up to {}, {:.3} s: {:.0} jobs/s  {}\n{}",
+        "promote",
+        punctual::MAX_BATCH,
+        elapsed.as_secs_f64(),
+        per_s(promoted, elapsed),
+        status(ok),
+        profile.text()
+    );
+    Ok(r)
+}
+
+/// `scripts`: the Redis cost of each script on a job's path, alone: N jobs
+/// enqueued (due in 50 ms), promoted, claimed and acked, one call of 1,000
+/// jobs at a time, nothing else running. The sum bounds what one Redis core
+/// can drain.
+pub async fn scripts(b: &Bench) -> Result<Report> {
+    let n = b.args.n;
+    let q = b.queue().await?;
+    let chunk = CHUNK as usize;
+    let bar = b.bar(4 * n, "scripts");
+    let mut cost = serde_json::Map::new();
+    let mut cpu = serde_json::Map::new();
+    let mut total_us = 0.0;
+    let mut measure = |name: &str, before: &Snapshot, after: &Snapshot, jobs: u64| {
+        let (_, usec) = after.scripts_since(before);
+        let us = usec as f64 / jobs.max(1) as f64;
+        if name != "enqueue" {
+            total_us += us;
+        }
+        cost.insert(name.into(), json!(round(us, 2)));
+        cpu.insert(
+            name.into(),
+            json!(round(
+                after.redis_cpu_us_since(before) / jobs.max(1) as f64,
+                2
+            )),
+        );
+    };
+
+    let before = Snapshot::take(&b.target).await?;
+    let mut created = 0u64;
+    for s in (0..n).step_by(chunk) {
+        let jobs: Vec<Job> = (s..(s + CHUNK).min(n))
+            .map(|i| Job::new(payload(i)).delay(Duration::from_millis(50)))
+            .collect();
+        let k = jobs.len() as u64;
+        created += q
+            .enqueue_batch(TOPIC, jobs)
+            .await?
+            .iter()
+            .filter(|e| e.status == EnqueueStatus::Created)
+            .count() as u64;
+        bar.inc(k);
+    }
+    let after = Snapshot::take(&b.target).await?;
+    measure("enqueue", &before, &after, n);
+    tokio::time::sleep(Duration::from_millis(60)).await;
+
+    let before = Snapshot::take(&b.target).await?;
+    let mut promoted = 0;
+    loop {
+        let t = q
+            .tick(
+                TOPIC,
+                punctual::MAX_BATCH,
+                1_000_000_000,
+                punctual::MAX_BATCH,
+            )
+            .await?;
+        promoted += t.promoted;
+        bar.inc(t.promoted);
+        if !t.more && t.next_due.is_none() {
+            break;
+        }
+        if !t.more {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+    let after = Snapshot::take(&b.target).await?;
+    measure("promote", &before, &after, promoted);
+
+    let before = Snapshot::take(&b.target).await?;
+    let mut claimed: Vec<(String, i64)> = Vec::with_capacity(n as usize);
+    loop {
+        let got = q.claim(TOPIC, chunk, Duration::from_secs(60)).await?;
+        if got.is_empty() {
+            break;
+        }
+        bar.inc(got.len() as u64);
+        claimed.extend(got.into_iter().map(|d| (d.id, d.token)));
+    }
+    let after = Snapshot::take(&b.target).await?;
+    measure("claim", &before, &after, claimed.len() as u64);
+
+    let before = Snapshot::take(&b.target).await?;
+    let mut acked = 0u64;
+    for pairs in claimed.chunks(chunk) {
+        acked += q.ack(TOPIC, pairs).await?.iter().filter(|ok| **ok).count() as u64;
+        bar.inc(pairs.len() as u64);
+    }
+    let after = Snapshot::take(&b.target).await?;
+    measure("ack", &before, &after, acked);
+    bar.finish_and_clear();
+
+    let sets = b.target.sets().await?;
+    let records = b.target.records().await?;
+    let ok = created == n
+        && promoted == n
+        && claimed.len() as u64 == n
+        && acked == n
+        && sets == [0; 4]
+        && records == 0;
+    let ceiling = (1e6 / total_us.max(1e-9)).round();
+    let mut r = Report::new("scripts");
+    r.set("n", n)
+        .set("batch", CHUNK)
+        .set("script_us_per_job", serde_json::Value::Object(cost.clone()))
+        .set("redis_cpu_us_per_job", serde_json::Value::Object(cpu))
+        .set("drain_ceiling_jobs_per_s", ceiling)
+        .set("ok", ok);
+    if !ok {
+        r.set("created", created)
+            .set("promoted", promoted)
+            .set("claimed", claimed.len() as u64)
+            .set("acked", acked);
+    }
+    let part = |k: &str| cost.get(k).and_then(|v| v.as_f64()).unwrap_or(0.0);
+    r.text = format!(
+        "{:<10} Redis µs per job inside each script (batches of {CHUNK}): enqueue {}, promote {}, claim {}, ack {}; promote + claim + ack = {:.2} µs: at most {ceiling:.0} jobs/s per Redis core  {}",
+        "scripts",
+        part("enqueue"),
+        part("promote"),
+        part("claim"),
+        part("ack"),
+        total_us,
+        status(ok)
+    );
+    Ok(r)
+}
+
+/// The `serve` path: `punctual serve` (this binary) with an exec handler
+/// running `true`; --serve-n jobs due now; time until all are done.
+pub async fn serve(b: &Bench) -> Result<Report> {
+    let n = b.args.serve_n;
+    let (workers, concurrency) = b.args.serve_workers;
+    let dir = tempfile::Builder::new()
+        .prefix("punctual-bench-serve-")
+        .tempdir()?;
+    let config = dir.path().join("punctual.toml");
+    let true_path = which("true").unwrap_or_else(|| "true".into());
+    std::fs::write(
+        &config,
+        format!(
+            r#"redis = {url:?}
+prefix = {PREFIX:?}
+workers = {workers}
+concurrency = {concurrency}
+schedulers = 1
+lease = "30s"
+shutdown_timeout = "10s"
+
+[topics.{TOPIC}]
+exec = [{true_path:?}]
+timeout = "30s"
+"#,
+            url = b.target.url,
+        ),
+    )?;
+    let log = dir.path().join("serve.log");
+    let mut cmd = tokio::process::Command::new(std::env::current_exe()?);
+    cmd.arg("serve")
+        .arg("--config")
+        .arg(&config)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log)?)
+        .kill_on_drop(true);
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("PUNCTUAL_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env("PUNCTUAL_LOG", "warn");
+    let mut child = cmd.spawn().context("cannot start punctual serve")?;
+    let tail = |log: &std::path::Path| {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(5)..].join(" | ")
+    };
+    if let Err(e) = b.wait_listening(workers as u64, true, "serve").await {
+        let _ = child.start_kill();
+        bail!("{e:#}; serve's log: {}", tail(&log));
+    }
+
+    let producer = b.queue().await?;
+    let jobs: Vec<Job> = (0..n).map(|i| Job::new(payload(i))).collect();
+    let bar = b.bar(n, "serve");
+    let deadline = Instant::now() + Duration::from_secs(120) + Duration::from_millis(10 * n);
+    let before = Snapshot::take(&b.target).await?;
+    let t0 = Instant::now();
+    let enqueued = producer.enqueue_batch(TOPIC, jobs).await?;
+    let created = enqueued
+        .iter()
+        .filter(|e| e.status == EnqueueStatus::Created)
+        .count() as u64;
+    let mut done = 0;
+    let mut finished = false;
+    while Instant::now() < deadline {
+        let c = b.target.counters().await?;
+        done = c.get("done").copied().unwrap_or(0);
+        bar.set_position(done);
+        if done >= n && b.target.records().await? == 0 {
+            finished = true;
+            break;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            bail!(
+                "punctual serve exited during the bench ({status}); its log: {}",
+                tail(&log)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let elapsed = t0.elapsed();
+    let after = Snapshot::take(&b.target).await?;
+    bar.finish_and_clear();
+    if let Some(pid) = child.id() {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+    }
+    if tokio::time::timeout(Duration::from_secs(20), child.wait())
+        .await
+        .is_err()
+    {
+        let _ = child.start_kill();
+        let _ = child.wait().await;
+    }
+    let cpu = Snapshot::take(&b.target).await?.children_cpu_since(&before);
+    let counters = b.target.counters().await?;
+    let get = |k: &str| counters.get(k).copied().unwrap_or(0);
+    let sets = b.target.sets().await?;
+    let records = b.target.records().await?;
+    let ok = finished
+        && created == n
+        && done == n
+        && get("retried") == 0
+        && get("dead") == 0
+        && sets == [0; 4]
+        && records == 0;
+    let profile = after.profile(&before, done, elapsed);
+    let mut r = Report::new("serve");
+    r.set("n", n)
+        .set("workers", workers as u64)
+        .set("concurrency", concurrency as u64)
+        .set("handler", "exec true")
+        .set("jobs_per_s", per_s(done, elapsed))
+        .set("secs", round(elapsed.as_secs_f64(), 3))
+        .set("ok", ok);
+    if !ok {
+        r.set("done", done)
+            .set("retried", get("retried"))
+            .set("dead", get("dead"))
+            .set(
+                "left",
+                json!({"pool": sets[0], "ready": sets[1], "running": sets[2], "dead": sets[3], "records": records}),
+            );
+    }
+    r.set(
+        "serve_cpu_us_per_job",
+        round(cpu as f64 / n.max(1) as f64, 1),
+    )
+    .set("profile", serde_json::to_value(&profile)?);
+    r.text = format!(
+        "{:<10} punctual serve, {workers} workers x {concurrency}, exec `true` per job: {n} jobs in {:.3} s: {:.0} jobs/s; serve's processes used {:.0} µs CPU per job (start and stop included)  {}\n           Redis {:.2} µs/job ({:.0}% busy), {:.1} script calls/1k jobs",
+        "serve",
+        elapsed.as_secs_f64(),
+        per_s(done, elapsed),
+        cpu as f64 / n.max(1) as f64,
+        status(ok),
+        profile.redis_cpu_us_per_job,
+        profile.redis_busy_pct,
+        profile.script_calls_per_1k_jobs,
+    );
+    Ok(r)
+}
+
+/// The full path of a program on PATH.
+fn which(program: &str) -> Option<String> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|p| p.join(program))
+            .find(|p| p.is_file())
+            .map(|p| p.display().to_string())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payloads_are_100_bytes_and_carry_their_number() {
+        for n in [0, 7, 99_999, 1_999_999] {
+            let p = payload(n);
+            assert_eq!(p.len(), PAYLOAD_BYTES, "{}", String::from_utf8_lossy(&p));
+            assert_eq!(order_id(&p), Some(n as usize));
+            let v: serde_json::Value = serde_json::from_slice(&p).unwrap();
+            assert_eq!(v["order_id"], n);
+        }
+        assert_eq!(order_id(b"{\"other\": 1}"), None);
+    }
+}

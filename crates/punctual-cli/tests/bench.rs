@@ -1,0 +1,130 @@
+//! `punctual bench` end to end against a private redis-server: every phase
+//! prints one JSON line with "ok": true, and a Redis that holds other keys is
+//! refused unless --force (and even then, only the bench's keys go away).
+
+use std::process::{Command, Output};
+
+use punctual_testkit::RedisServer;
+use serde_json::Value;
+
+/// Runs `punctual --redis URL bench ARGS`, without PUNCTUAL_* variables
+/// from the caller's environment.
+fn bench(url: &str, args: &[&str]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_punctual"));
+    cmd.arg("--redis").arg(url).arg("bench").args(args);
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("PUNCTUAL_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.output().expect("run punctual bench")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn every_phase_prints_an_ok_json_line_and_leaves_nothing_behind() {
+    let redis = RedisServer::start();
+    let out = bench(
+        &redis.url(),
+        &[
+            "--phase",
+            "all",
+            "--json",
+            "--n",
+            "2000",
+            "--rate",
+            "200",
+            "--secs",
+            "1",
+            "--serve-n",
+            "200",
+        ],
+    );
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "exit {:?}\n{stdout}\n{stderr}",
+        out.status
+    );
+    let lines: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let phases: Vec<&str> = lines.iter().map(|l| l["phase"].as_str().unwrap()).collect();
+    assert_eq!(
+        phases,
+        [
+            "enqueue",
+            "memory",
+            "drain",
+            "precision",
+            "idle",
+            "promote",
+            "consume",
+            "scripts",
+            "serve",
+            "segments"
+        ]
+    );
+    for l in &lines {
+        assert_eq!(l["system"], "punctual", "{l}");
+        assert_eq!(l["ok"], true, "{l}");
+    }
+    // The protocol's fields, as the protocol names them.
+    let by = |p: &str| lines.iter().find(|l| l["phase"] == p).unwrap();
+    for p in ["enqueue", "drain", "promote", "consume", "serve"] {
+        assert!(by(p)["jobs_per_s"].as_f64().unwrap() > 0.0, "{}", by(p));
+    }
+    assert_eq!(by("enqueue")["n"], 2000);
+    assert_eq!(by("drain")["n"], 2000);
+    assert!(by("memory")["bytes_per_job"].as_f64().unwrap() > 100.0);
+    let p = by("precision");
+    assert_eq!(
+        (p["rate"].as_u64(), p["secs"].as_u64()),
+        (Some(200), Some(1))
+    );
+    let l = &p["lateness_ms"];
+    let ms = |k: &str| {
+        l[k].as_f64()
+            .unwrap_or_else(|| panic!("lateness_ms.{k}: {p}"))
+    };
+    assert!(ms("min") >= 0.0, "a job started early: {p}");
+    assert!(ms("min") <= ms("p50") && ms("p50") <= ms("p99") && ms("p99") <= ms("max"));
+    assert!(by("idle")["redis_cmds_per_s"].as_f64().is_some());
+    // Nothing of the bench is left in Redis.
+    assert_eq!(redis.cli(&["DBSIZE"]).unwrap().trim(), "0");
+}
+
+#[test]
+fn a_redis_with_other_keys_is_refused_unless_forced() {
+    let redis = RedisServer::start();
+    redis.cli(&["SET", "app:session:1", "x"]).unwrap();
+
+    let out = bench(
+        &redis.url(),
+        &["--phase", "promote", "--n", "100", "--json"],
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
+    assert!(
+        stderr.contains("app:session:1")
+            && stderr.contains("deletes")
+            && stderr.contains("--force"),
+        "the refusal should say why and how to run anyway: {stderr}"
+    );
+
+    let out = bench(
+        &redis.url(),
+        &["--phase", "promote", "--n", "100", "--json", "--force"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let line: Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();
+    assert_eq!(line["ok"], true, "{line}");
+    // Only the bench's own keys were deleted.
+    assert_eq!(redis.cli(&["GET", "app:session:1"]).unwrap().trim(), "x");
+    assert_eq!(redis.cli(&["DBSIZE"]).unwrap().trim(), "1");
+}
