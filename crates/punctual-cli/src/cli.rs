@@ -40,6 +40,8 @@ pub struct Cli {
 #[command(next_help_heading = "Global options")]
 pub struct GlobalOpts {
     /// Redis to use: redis://[user:password@]host:port[/db] or rediss://... for TLS.
+    /// For a Redis Cluster, give one node's URL (detected) or several,
+    /// comma-separated.
     #[arg(
         long = "redis",
         value_name = "URL",
@@ -129,6 +131,17 @@ pub enum Command {
     /// comment and in docs/PROTOCOL.md.
     Script(ScriptArgs),
 
+    /// Show or set how many partitions a topic is split over.
+    ///
+    /// A topic too hot for one Redis Cluster shard can be split into K
+    /// partitions (TOPIC#0 ... TOPIC#K-1, each its own hash tag, so its own
+    /// slot). A job id always maps to the same partition (crc32(id) mod K), so
+    /// dedup, get, cancel and replay by id keep working; stats add the
+    /// partitions up. The count is kept in Redis, so every producer routes
+    /// alike. Changing it is refused while the topic holds jobs; restart
+    /// `punctual serve` after a change (or set `partitions` in its config).
+    Partitions(PartitionsArgs),
+
     /// Run the consumer service: a supervisor that spawns worker and scheduler
     /// processes and runs each job's handler (exec or http) from the config.
     ///
@@ -159,9 +172,9 @@ pub enum Command {
     /// Exits 1 when a check fails, 0 when none does (warnings included).
     Doctor(crate::doctor::DoctorArgs),
 
-    /// See punctual run: push a few dozen delayed jobs and consume them with
-    /// `serve`, printing each job's lateness (uses a private redis-server when
-    /// none answers at --redis).
+    /// Watch punctual work: push a few dozen delayed jobs and consume them
+    /// with `serve`, printing each job's lateness (uses a private
+    /// redis-server when none answers at --redis; removes what it wrote).
     Demo(crate::demo::DemoArgs),
 
     /// Measure throughput, lateness, idle load and memory (the benchmark
@@ -217,6 +230,7 @@ impl Command {
             | Command::Dead(_)
             | Command::Check(_)
             | Command::Script(_)
+            | Command::Partitions(_)
             | Command::Doctor(_) => "warn",
             Command::Serve(_)
             | Command::Api(_)
@@ -393,6 +407,15 @@ pub struct StatsArgs {
 pub struct CheckArgs {
     /// Only this topic (default: every known topic).
     pub topic: Option<String>,
+}
+
+/// Arguments of `partitions`.
+#[derive(Debug, Args)]
+pub struct PartitionsArgs {
+    /// The topic.
+    pub topic: String,
+    /// The new partition count (1 to 1024); without it, show the count.
+    pub count: Option<u32>,
 }
 
 /// Arguments of `script`.

@@ -471,7 +471,7 @@ async fn exec_exit_65_is_dead_and_a_hanging_handler_times_out_and_retries() {
     );
     let flaky = svc.script(
         "flaky.sh",
-        "cat > /dev/null\necho \"try $PUNCTUAL_ATTEMPT\" >&2\nexit 3",
+        "cat > /dev/null\necho \"try $PUNCTUAL_ATTEMPT${PUNCTUAL_SERVE_CONFIG:+ config leaked}${PUNCTUAL_METRICS_SOCKET:+ socket leaked}\" >&2\nexit 3",
     );
     svc.config(
         &redis.url(),
@@ -567,8 +567,15 @@ async fn http_handler_retries_5xx_honours_retry_after_and_sends_404_to_dead() {
 
     let redis = RedisServer::start();
     let mut svc = Service::new();
+    // `gone` sets no timeout: the topic's applies (regression: an absent
+    // http.timeout once broke every child process).
     let topic = |name: &str, path: &str| {
-        format!("[topics.{name}]\nhttp = {{ url = \"http://127.0.0.1:{port}/{path}\", timeout = \"5s\" }}\nbackoff = [\"0s\"]\n")
+        let timeout = if name == "gone" {
+            ""
+        } else {
+            ", timeout = \"5s\""
+        };
+        format!("[topics.{name}]\nhttp = {{ url = \"http://127.0.0.1:{port}/{path}\"{timeout} }}\nbackoff = [\"0s\"]\n")
     };
     svc.config(
         &redis.url(),
@@ -680,4 +687,64 @@ fn a_bad_config_fails_fast_naming_the_problem() {
         String::from_utf8_lossy(&out.stderr)
     );
     let _ = now_ms();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_dies_with_its_worker() {
+    let redis = RedisServer::start();
+    let mut svc = Service::new();
+    let handler = svc.script(
+        "handler.sh",
+        "cat > /dev/null\necho $$ > \"$(dirname \"$0\")/handler.pid\"\nsleep 60",
+    );
+    svc.config(
+        &redis.url(),
+        "workers = 1\nconcurrency = 1",
+        &format!(
+            "[topics.t]\nexec = [{:?}]\ntimeout = \"120s\"",
+            handler.display().to_string()
+        ),
+    );
+    svc.start();
+    let q = Queue::connect(redis.url()).await.unwrap();
+    q.enqueue("t", Job::new("x")).await.unwrap();
+    let pidfile = svc.path("handler.pid");
+    eventually(Duration::from_secs(20), "handler running", || async {
+        pidfile.exists()
+    })
+    .await;
+    let h = svc.healthz().await.unwrap();
+    let worker = h["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["role"] == "worker")
+        .unwrap()["pid"]
+        .as_i64()
+        .unwrap();
+    kill(Pid::from_raw(worker as i32), Signal::SIGKILL).unwrap();
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let dead = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|st| {
+                st.rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z')
+            })
+            .unwrap_or(true)
+    };
+    eventually(
+        Duration::from_secs(3),
+        "the handler killed with its worker",
+        || async { dead() },
+    )
+    .await;
+    svc.signal(Signal::SIGTERM);
+    svc.wait(Duration::from_secs(10));
 }

@@ -4,6 +4,7 @@
 pub mod check;
 pub mod dead;
 pub mod job;
+pub mod partitions;
 pub mod push;
 pub mod script;
 pub mod stats;

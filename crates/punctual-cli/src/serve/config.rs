@@ -97,6 +97,10 @@ pub struct TopicConfig {
     /// Working directory for `exec` handlers.
     #[serde(default)]
     pub cwd: Option<String>,
+    /// Split the topic over this many partitions (hash tags, so cluster
+    /// shards). Stored in Redis at start; refused while the topic holds jobs.
+    #[serde(default = "default_partitions")]
+    pub partitions: u32,
 }
 
 /// The `http` handler of a topic.
@@ -166,6 +170,9 @@ fn default_backoff() -> Vec<String> {
         .iter()
         .map(|s| humantime::format_duration(Duration::from_secs(*s)).to_string())
         .collect()
+}
+fn default_partitions() -> u32 {
+    1
 }
 fn default_content_type() -> String {
     "application/json".into()
@@ -249,6 +256,12 @@ impl Config {
         if self.lease < Duration::from_millis(100) {
             bail!("lease = {:?}: must be at least 100ms", self.lease);
         }
+        if self.restart_backoff_max < Duration::from_millis(500) {
+            bail!("restart_backoff_max must be at least 500ms (the first restart waits 500ms)");
+        }
+        if self.shutdown_timeout < Duration::from_secs(1) {
+            bail!("shutdown_timeout must be at least 1s: running jobs need time to finish");
+        }
         if self.idle_check < Duration::from_millis(100) {
             bail!("idle_check must be at least 100ms");
         }
@@ -272,6 +285,23 @@ impl Config {
                     bail!("[topics.{name}]: exec must name a program: exec = [\"program\", \"arg\"]")
                 }
                 (None, Some(h)) => {
+                    if !t.env.is_empty() || t.cwd.is_some() {
+                        bail!("[topics.{name}]: env and cwd apply to exec handlers only");
+                    }
+                    if h.timeout.is_some_and(|d| d.is_zero()) {
+                        bail!("[topics.{name}]: http.timeout must be more than 0s");
+                    }
+                    reqwest::header::HeaderValue::from_str(&h.content_type).map_err(|_| {
+                        anyhow::anyhow!("[topics.{name}]: http.content_type {:?} is not a valid header value", h.content_type)
+                    })?;
+                    for (k, v) in &h.headers {
+                        reqwest::header::HeaderName::from_bytes(k.as_bytes()).map_err(|_| {
+                            anyhow::anyhow!("[topics.{name}]: http.headers: {k:?} is not a valid header name")
+                        })?;
+                        reqwest::header::HeaderValue::from_str(v).map_err(|_| {
+                            anyhow::anyhow!("[topics.{name}]: http.headers.{k}: not a valid header value")
+                        })?;
+                    }
                     let u = reqwest::Url::parse(&h.url)
                         .map_err(|e| anyhow::anyhow!("[topics.{name}]: http.url = {:?}: {e}", h.url))?;
                     if !matches!(u.scheme(), "http" | "https") {
@@ -279,6 +309,13 @@ impl Config {
                     }
                 }
                 _ => {}
+            }
+            if t.partitions == 0 || t.partitions > punctual::MAX_PARTITIONS {
+                bail!(
+                    "[topics.{name}]: partitions = {}: must be 1 to {}",
+                    t.partitions,
+                    punctual::MAX_PARTITIONS
+                );
             }
             if t.max_attempts == 0 {
                 bail!("[topics.{name}]: max_attempts must be at least 1");
@@ -337,7 +374,15 @@ mod humantime_serde {
         }
 
         pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-            super::deserialize(d).map(Some)
+            // Absent or null (as the supervisor passes it on to its children).
+            match Option::<String>::deserialize(d)? {
+                None => Ok(None),
+                Some(s) => humantime::parse_duration(&s).map(Some).map_err(|e| {
+                    serde::de::Error::custom(format!(
+                        "{s:?} is not a duration like 30s, 5m or 250ms ({e})"
+                    ))
+                }),
+            }
         }
     }
 }

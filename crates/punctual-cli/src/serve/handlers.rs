@@ -60,6 +60,12 @@ impl Exec {
             // Its own process group, so a timeout can kill everything it started.
             .process_group(0)
             .kill_on_drop(true);
+        // The supervisor's internal settings (the whole config, with the
+        // Redis password) are not the handler's business.
+        for var in super::supervisor::INTERNAL_ENV {
+            cmd.env_remove(var);
+        }
+        die_with_parent(&mut cmd);
         if let Some(dir) = &self.cwd {
             cmd.current_dir(dir);
         }
@@ -110,6 +116,20 @@ impl Exec {
     }
 }
 
+/// Makes the child get SIGKILL when this worker process dies, even by
+/// SIGKILL: a handler never outlives the worker that runs it.
+#[allow(unsafe_code)]
+fn die_with_parent(cmd: &mut tokio::process::Command) {
+    // SAFETY: the closure runs in the child between fork and exec; it only
+    // makes the prctl(2) system call, which is async-signal-safe, and
+    // allocates nothing.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
+        });
+    }
+}
+
 fn tail_text(bytes: &[u8]) -> String {
     let start = bytes.len().saturating_sub(ERROR_TAIL);
     String::from_utf8_lossy(&bytes[start..]).trim().to_string()
@@ -153,16 +173,29 @@ impl Http {
         let mut req = self
             .client
             .post(&self.config.url)
-            .header("content-type", &self.config.content_type)
             .header("punctual-topic", &d.topic)
             .header("punctual-job-id", &d.id)
             .header("punctual-attempt", d.attempt.to_string())
             .header("punctual-max-attempts", d.max_attempts.to_string())
             .header("punctual-due-ms", d.due_ms.to_string())
             .body(d.payload.clone());
+        // Configured headers replace the defaults (content-type included).
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert(
+            reqwest::header::CONTENT_TYPE,
+            reqwest::header::HeaderValue::from_str(&self.config.content_type).unwrap_or(
+                reqwest::header::HeaderValue::from_static("application/json"),
+            ),
+        );
         for (k, v) in &self.config.headers {
-            req = req.header(k, v);
+            if let (Ok(k), Ok(v)) = (
+                reqwest::header::HeaderName::from_bytes(k.as_bytes()),
+                reqwest::header::HeaderValue::from_str(v),
+            ) {
+                headers.insert(k, v);
+            }
         }
+        req = req.headers(headers);
         let resp = match req.send().await {
             Ok(r) => r,
             Err(e) if e.is_timeout() => {
@@ -188,11 +221,7 @@ impl Http {
             .get("retry-after")
             .and_then(|v| v.to_str().ok())
             .and_then(parse_retry_after);
-        let body = resp
-            .bytes()
-            .await
-            .map(|b| tail_text(&b))
-            .unwrap_or_default();
+        let body = body_head(resp).await;
         let what = with_tail(&format!("HTTP {}", status.as_u16()), &body);
         let code = status.as_u16();
         if status.is_client_error() && code != 408 && code != 429 {
@@ -203,6 +232,19 @@ impl Http {
             None => Outcome::retry(what),
         }
     }
+}
+
+/// The first 2 KiB of a response body (never more is read).
+async fn body_head(mut resp: reqwest::Response) -> String {
+    let mut body = Vec::new();
+    while let Ok(Some(chunk)) = resp.chunk().await {
+        body.extend_from_slice(&chunk);
+        if body.len() >= ERROR_TAIL {
+            body.truncate(ERROR_TAIL);
+            break;
+        }
+    }
+    String::from_utf8_lossy(&body).trim().to_string()
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {

@@ -15,23 +15,20 @@ use super::metrics::{JobRecord, MetricsSender};
 
 /// Connects to Redis with the config's URL, prefix and payload limit.
 pub async fn connect(cfg: &Config) -> Result<Queue> {
-    Queue::builder(&cfg.redis)
+    let connected = Queue::builder(&cfg.redis)
         .prefix(&cfg.prefix)
         .max_payload(cfg.max_payload)
         .connect()
-        .await
-        .with_context(|| {
+        .await;
+    match connected {
+        Ok(q) => Ok(q),
+        Err(e) if e.kind() == punctual::ErrorKind::Redis => Err(e).with_context(|| {
             format!(
                 "cannot reach Redis at {} (is redis-server running? set redis in the config, --redis or PUNCTUAL_REDIS_URL)",
-                punctual_redact(&cfg.redis)
+                crate::context::redact(&cfg.redis)
             )
-        })
-}
-
-fn punctual_redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => format!("{}***{}", &url[..s + 3], &url[at..]),
-        _ => url.to_string(),
+        }),
+        Err(e) => Err(e.into()),
     }
 }
 

@@ -35,7 +35,16 @@ pub const CONFIG_ENV: &str = "PUNCTUAL_SERVE_CONFIG";
 /// Environment variable naming the metrics socket for workers.
 pub const METRICS_ENV: &str = "PUNCTUAL_METRICS_SOCKET";
 /// Environment variable with the log format for children.
-pub const LOG_FORMAT_ENV: &str = "PUNCTUAL_LOG_FORMAT";
+pub const LOG_FORMAT_ENV: &str = "PUNCTUAL_CHILD_LOG_FORMAT";
+/// What no handler sees: what the supervisor passes to its children, and
+/// the secrets punctual itself reads from the environment.
+pub const INTERNAL_ENV: [&str; 5] = [
+    CONFIG_ENV,
+    METRICS_ENV,
+    LOG_FORMAT_ENV,
+    "PUNCTUAL_REDIS_URL",
+    "PUNCTUAL_API_TOKEN",
+];
 
 const RESTART_MIN: Duration = Duration::from_millis(500);
 const STABLE_AFTER: Duration = Duration::from_secs(60);
@@ -43,28 +52,56 @@ const STABLE_AFTER: Duration = Duration::from_secs(60);
 /// Checks that every exec handler's program can be found, so a typo fails
 /// at start instead of sending every job to dead.
 pub fn check_programs(cfg: &Config) -> Result<()> {
+    if cfg.workers == 0 {
+        // A scheduler-only host runs no handler.
+        return Ok(());
+    }
+    let runnable = |p: &std::path::Path| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
     for (name, t) in &cfg.topics {
         let Some(argv) = &t.exec else { continue };
+        if let Some(dir) = &t.cwd {
+            if !std::path::Path::new(dir).is_dir() {
+                bail!("[topics.{name}]: cwd {dir:?} is not a directory");
+            }
+        }
         let prog = PathBuf::from(&argv[0]);
         let found = if prog.components().count() > 1 {
             let p = match &t.cwd {
                 Some(dir) if prog.is_relative() => PathBuf::from(dir).join(&prog),
                 _ => prog.clone(),
             };
-            p.is_file()
+            runnable(&p)
         } else {
             std::env::var_os("PATH")
-                .map(|paths| std::env::split_paths(&paths).any(|d| d.join(&prog).is_file()))
+                .map(|paths| std::env::split_paths(&paths).any(|d| runnable(&d.join(&prog))))
                 .unwrap_or(false)
         };
         if !found {
             bail!(
-                "[topics.{name}]: exec program {:?} not found (give a path or a program on PATH)",
+                "[topics.{name}]: exec program {:?} not found or not executable (give a path or a program on PATH; chmod +x a script)",
                 argv[0]
             );
         }
     }
     Ok(())
+}
+
+/// Writes our pid to `path`, refusing when it names another live process
+/// (a second `serve` with the same pidfile).
+fn write_pidfile(path: &str) -> Result<()> {
+    if let Ok(old) = std::fs::read_to_string(path) {
+        if let Ok(pid) = old.trim().parse::<i32>() {
+            let alive = kill(Pid::from_raw(pid), None).is_ok();
+            if alive && pid as u32 != std::process::id() {
+                bail!("pidfile {path} names process {pid}, which is running: is another punctual serve using it?");
+            }
+        }
+    }
+    std::fs::write(path, format!("{}\n", std::process::id()))
+        .with_context(|| format!("cannot write pidfile {path}"))
 }
 
 /// Runs the service until a signal; returns the process exit code: 0 after
@@ -77,13 +114,16 @@ pub async fn supervise(cfg: Config) -> Result<i32> {
         let t = &cfg.topics[name];
         let ladder = cfg.ladder(name)?;
         queue
+            .set_partitions(name, t.partitions)
+            .await
+            .with_context(|| format!("cannot set the partitions of topic {name}"))?;
+        queue
             .set_topic_defaults(name, Some(t.max_attempts), Some(&ladder))
             .await
             .with_context(|| format!("cannot store the settings of topic {name}"))?;
     }
     if let Some(p) = &cfg.pidfile {
-        std::fs::write(p, format!("{}\n", std::process::id()))
-            .with_context(|| format!("cannot write pidfile {p}"))?;
+        write_pidfile(p)?;
     }
 
     let rundir = tempfile::Builder::new()
@@ -237,6 +277,9 @@ async fn run_slot(
         let started = Instant::now();
         tokio::select! {
             status = child.wait() => {
+                // A child that exits 0 was stopped (e.g. by the terminal's
+                // SIGINT) and drained; any other exit is a crash.
+                let ok = status.as_ref().is_ok_and(|s| s.success());
                 let what = status.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string());
                 {
                     let mut c = children.lock().unwrap();
@@ -244,13 +287,13 @@ async fn run_slot(
                     c[si].last_exit = Some(what.clone());
                 }
                 if stop.is_cancelled() {
-                    return true;
+                    return ok;
                 }
                 if started.elapsed() >= STABLE_AFTER {
                     backoff = RESTART_MIN;
                 }
                 tracing::warn!(child = %name, pid, status = %what, "exited; restarting in {backoff:?}");
-                tokio::select! { _ = stop.cancelled() => return true, _ = tokio::time::sleep(backoff) => {} }
+                tokio::select! { _ = stop.cancelled() => return ok, _ = tokio::time::sleep(backoff) => {} }
                 backoff = (backoff * 2).min(backoff_max);
                 children.lock().unwrap()[si].restarts += 1;
             }
