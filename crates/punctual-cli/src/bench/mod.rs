@@ -75,7 +75,7 @@ pub struct BenchArgs {
     #[arg(long, value_enum, value_delimiter = ',', default_value = "all")]
     pub phase: Vec<Phase>,
 
-    /// Jobs per phase (enqueue, memory, drain, promote, consume).
+    /// Jobs per phase (enqueue, memory, drain, promote, consume, scripts).
     #[arg(long, value_name = "N", default_value_t = 100_000,
           value_parser = clap::value_parser!(u64).range(1..=2_000_000))]
     pub n: u64,
