@@ -1,9 +1,10 @@
 #!lua flags=allow-oom
 -- ack: the jobs are done; delete them. Fenced: only the holder of the current
--- lease (the token its claim returned) can ack.
--- KEYS: the eight topic keys. ARGV: pairs id, token (1..1000 pairs).
--- Returns one integer per pair: 1 acked, 0 refused (the lease expired and the
--- job was reclaimed, re-delivered, cancelled or replaced).
+-- lease (the token its claim returned) can ack. Runs even when Redis is over
+-- maxmemory, since it only deletes.
+-- KEYS: the nine topic keys. ARGV: pairs id, token (1..1000 pairs).
+-- Returns one integer per pair: 1 acked, 0 refused (the job is no longer
+-- running under that token: reclaimed, re-delivered, cancelled or replaced).
 
 local n = #ARGV / 2
 if n < 1 or n > 1000 or #ARGV % 2 ~= 0 then
@@ -12,10 +13,11 @@ end
 local ids = {}
 for i = 1, n do ids[i] = ARGV[2 * i - 1] end
 local leased = redis.call('ZMSCORE', K_RUNNING, unpack(ids))
-local recs = redis.call('HMGET', K_JOBS, unpack(ids))
+local atts = redis.call('HMGET', K_ATT, unpack(ids))
 local out, done, seen = {}, {}, {}
 for i = 1, n do
-  if leased[i] and not seen[ids[i]] and token_of(recs[i]) == tonumber(ARGV[2 * i]) then
+  local _, token = att_of(atts[i])
+  if leased[i] and not seen[ids[i]] and token == tonumber(ARGV[2 * i]) then
     seen[ids[i]] = true
     done[#done + 1] = ids[i]
     out[i] = 1
@@ -26,6 +28,7 @@ end
 if #done > 0 then
   variadic('ZREM', K_RUNNING, done)
   variadic('HDEL', K_JOBS, done)
+  variadic('HDEL', K_ATT, done)
   redis.call('HINCRBY', K_STATS, 'done', #done)
 end
 return out

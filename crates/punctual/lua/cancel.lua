@@ -1,6 +1,6 @@
 #!lua flags=allow-oom
 -- cancel: remove a job in any state, with its record.
--- KEYS: the eight topic keys. ARGV[1] id.
+-- KEYS: the nine topic keys. ARGV[1] id.
 -- Returns the state it was in ("pool", "ready", "running", "dead", or
 -- "orphan" for a record in no set, which check reports), or nil when no such
 -- job is live. A worker still running a cancelled job cannot ack
@@ -9,6 +9,7 @@
 local id = ARGV[1]
 local st = state_of(id)
 local had = redis.call('HDEL', K_JOBS, id)
+redis.call('HDEL', K_ATT, id)
 if st then redis.call('ZREM', STATE_KEY[st], id) end
 if not st and had == 0 then return false end
 redis.call('HINCRBY', K_STATS, 'cancelled', 1)

@@ -1,6 +1,6 @@
 #!lua flags=no-writes
 -- check: verify the one-state invariant for some ids, atomically per call.
--- KEYS: the eight topic keys. ARGV: the ids to check (1..1000), typically a
+-- KEYS: the nine topic keys. ARGV: the ids to check (1..1000), typically a
 -- page of an HSCAN of jobs or a ZSCAN of a set.
 -- Returns a flat array id, problem for every id that breaks the invariant:
 --   "in pool,ready" (more than one set), "no record (in running)",
@@ -25,6 +25,8 @@ for _, id in ipairs(ARGV) do
     problem = 'record in no set'
   elseif rec and not decode(rec) then
     problem = 'unreadable record'
+  elseif not rec and redis.call('HEXISTS', K_ATT, id) == 1 then
+    problem = 'attempts entry without a record'
   end
   if problem then
     out[#out + 1] = id

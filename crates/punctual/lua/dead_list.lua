@@ -1,7 +1,7 @@
 #!lua flags=no-writes
 -- dead_list: a page of dead jobs, most recent death first.
--- KEYS: the eight topic keys. ARGV[1] offset, ARGV[2] count (1..1000).
--- Returns a flat array, eight entries per job:
+-- KEYS: the nine topic keys. ARGV[1] offset, ARGV[2] count (1..1000).
+-- Returns a flat array, eight entries per job (attempts from the attempts hash):
 --   id, died ms, attempts, max attempts, due ms (of the last attempt),
 --   created ms, last error, payload
 
@@ -14,15 +14,16 @@ if #page == 0 then return {} end
 local ids = {}
 for i = 1, #page, 2 do ids[#ids + 1] = page[i] end
 local recs = redis.call('HMGET', K_JOBS, unpack(ids))
+local atts = redis.call('HMGET', K_ATT, unpack(ids))
 local topic_max = topic_defaults()
 local out = {}
 for i, id in ipairs(ids) do
   local r = decode(recs[i])
-    or { attempts = 0, due = 0, created = 0, err = 'record missing or unreadable', payload = '' }
+    or { due = 0, created = 0, err = 'record missing or unreadable', payload = '' }
   local n = #out
   out[n + 1] = id
   out[n + 2] = page[2 * i]
-  out[n + 3] = r.attempts
+  out[n + 3] = att_of(atts[i])
   out[n + 4] = max_attempts(r, topic_max)
   out[n + 5] = r.due
   out[n + 6] = r.created

@@ -1,6 +1,6 @@
 #!lua flags=allow-oom
 -- dead_purge: delete dead jobs for good.
--- KEYS: the eight topic keys.
+-- KEYS: the nine topic keys.
 -- ARGV[1] "ids" then the ids (1..1000), or ARGV[1] "oldest", ARGV[2] n (1..1000).
 -- Returns the number purged (ids not in dead are skipped). To purge all, call
 -- with "oldest" until it returns 0.
@@ -27,5 +27,6 @@ end
 if #gone == 0 then return 0 end
 variadic('ZREM', K_DEAD, gone)
 variadic('HDEL', K_JOBS, gone)
+variadic('HDEL', K_ATT, gone)
 redis.call('HINCRBY', K_STATS, 'purged', #gone)
 return #gone

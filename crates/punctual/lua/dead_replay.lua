@@ -1,7 +1,7 @@
 #!lua
 -- dead_replay: move dead jobs back to ready, due now, with attempts reset to 0
 -- (the last error is kept until the next failure).
--- KEYS: the eight topic keys.
+-- KEYS: the nine topic keys.
 -- ARGV[1] "ids" then the ids (1..1000), or ARGV[1] "oldest", ARGV[2] n (1..1000).
 -- Returns the ids replayed (ids not in dead are skipped).
 
@@ -25,7 +25,6 @@ for _, id in ipairs(ids) do
   if redis.call('ZSCORE', K_DEAD, id) then
     local r = decode(redis.call('HGET', K_JOBS, id))
     if r then
-      r.attempts = 0
       r.due = now
       records[#records + 1] = id
       records[#records + 1] = encode(r)
@@ -39,6 +38,8 @@ if #out > 0 then
   variadic('HSET', K_JOBS, records)
   variadic('ZADD', K_READY, moves)
   variadic('ZREM', K_DEAD, out)
+  -- Attempts start again from 0 (tokens never repeat, so none is kept).
+  variadic('HDEL', K_ATT, out)
   redis.call('HINCRBY', K_STATS, 'replayed', #out)
   redis.call('PUBLISH', K_READY, '')
 end

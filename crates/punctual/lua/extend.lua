@@ -1,6 +1,7 @@
 #!lua flags=allow-oom
 -- extend: push the lease deadline of running jobs to now + lease. Fenced.
--- KEYS: the eight topic keys. ARGV[1] lease ms, then pairs id, token.
+-- Runs even when Redis is over maxmemory (it updates scores in place).
+-- KEYS: the nine topic keys. ARGV[1] lease ms, then pairs id, token.
 -- Returns one integer per pair: 1 extended, 0 the lease is lost (stop work).
 
 local lease = tonumber(ARGV[1])
@@ -11,11 +12,12 @@ end
 local ids = {}
 for i = 1, n do ids[i] = ARGV[2 * i] end
 local leased = redis.call('ZMSCORE', K_RUNNING, unpack(ids))
-local recs = redis.call('HMGET', K_JOBS, unpack(ids))
+local atts = redis.call('HMGET', K_ATT, unpack(ids))
 local deadline = now_ms() + lease
 local out, leases = {}, {}
 for i = 1, n do
-  if leased[i] and token_of(recs[i]) == tonumber(ARGV[2 * i + 1]) then
+  local _, token = att_of(atts[i])
+  if leased[i] and token == tonumber(ARGV[2 * i + 1]) then
     leases[#leases + 1] = deadline
     leases[#leases + 1] = ids[i]
     out[i] = 1

@@ -1,7 +1,7 @@
 #!lua
 -- fail: the attempt failed. Retry after a backoff, or move to dead when the
 -- failure is permanent or the attempts are used up. Fenced like ack.
--- KEYS: the eight topic keys.
+-- KEYS: the nine topic keys.
 -- ARGV[1] id, ARGV[2] token, ARGV[3] error text (kept as the last error),
 -- ARGV[4] retry delay in ms ("" = the backoff ladder), ARGV[5] "1" permanent.
 -- Returns {"retry", due ms} | {"dead", time ms} | {"stale", 0}.
@@ -15,19 +15,29 @@ end
 if #err > 4096 then err = string.sub(err, -4096) end
 
 if not redis.call('ZSCORE', K_RUNNING, id) then return { 'stale', 0 } end
-local r = decode(redis.call('HGET', K_JOBS, id))
+local attempts, current = att_of(redis.call('HGET', K_ATT, id))
+if current ~= token then return { 'stale', 0 } end
+local now = now_ms()
+local rec = redis.call('HGET', K_JOBS, id)
+local r = decode(rec)
 if not r then
+  if rec then
+    -- A record punctual cannot read: park it in dead for a person to inspect.
+    redis.call('ZADD', K_DEAD, now, id)
+    redis.call('ZREM', K_RUNNING, id)
+    redis.call('HINCRBY', K_STATS, 'dead', 1)
+    return { 'dead', now }
+  end
   -- A lease without a record: drop the lease, there is nothing to retry.
   redis.call('ZREM', K_RUNNING, id)
+  redis.call('HDEL', K_ATT, id)
   redis.call('HINCRBY', K_STATS, 'orphans', 1)
   return { 'stale', 0 }
 end
-if r.token ~= token then return { 'stale', 0 } end
 
-local now = now_ms()
 local topic_max, topic_backoff = topic_defaults()
 r.err = err
-if permanent or r.attempts >= max_attempts(r, topic_max) then
+if permanent or attempts >= max_attempts(r, topic_max) then
   redis.call('ZADD', K_DEAD, now, id)
   redis.call('HSET', K_JOBS, id, encode(r))
   redis.call('ZREM', K_RUNNING, id)
@@ -35,7 +45,7 @@ if permanent or r.attempts >= max_attempts(r, topic_max) then
   return { 'dead', now }
 end
 local wait
-if delay == '' then wait = backoff_ms(r, topic_backoff, r.attempts) else wait = tonumber(delay) end
+if delay == '' then wait = backoff_ms(r, topic_backoff, attempts) else wait = tonumber(delay) end
 if wait > MAX_DELAY_MS then wait = MAX_DELAY_MS end
 r.due = now + wait
 redis.call('HSET', K_JOBS, id, encode(r))

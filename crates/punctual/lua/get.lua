@@ -1,6 +1,6 @@
 #!lua flags=no-writes
 -- get: one job by id.
--- KEYS: the eight topic keys. ARGV[1] id.
+-- KEYS: the nine topic keys. ARGV[1] id.
 -- Returns nil when no such job is live, else
 --   {state, score, attempts, max attempts, token, due ms, created ms,
 --    backoff, last error, payload, now ms}
@@ -17,7 +17,8 @@ if not r then
   return { st or 'orphan', score or 0, 0, 0, 0, 0, 0, '', 'record missing or unreadable', rec or '', now_ms() }
 end
 local topic_max = topic_defaults()
+local attempts, token = att_of(redis.call('HGET', K_ATT, id))
 return {
-  st or 'orphan', score or 0, r.attempts, max_attempts(r, topic_max), r.token, r.due,
+  st or 'orphan', score or 0, attempts, max_attempts(r, topic_max), token, r.due,
   r.created, r.backoff, r.err, r.payload, now_ms(),
 }

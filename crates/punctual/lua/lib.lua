@@ -13,15 +13,18 @@
 --   KEYS[6] P:{T}:meta     HASH topic settings: max_attempts, backoff, paused
 --   KEYS[7] P:{T}:stats    HASH counters
 --   KEYS[8] P:{T}:seq      STRING counter for generated ids and lease tokens
+--   KEYS[9] P:{T}:attempts HASH id -> "A:T": deliveries so far and the token
+--                          of the latest claim; absent until the first claim
 --
--- Record: "A:M:T:D:G:B:E:" then E bytes of last error, then the payload.
---   A attempts so far (decimal), M max attempts (decimal, empty: topic default),
---   T current lease token (decimal, 0: never claimed), D due time (ms, base 36),
---   G due - created (ms, base 36), B backoff ladder (ms, comma separated, empty:
---   topic default), E length of the last error (decimal).
+-- Record (never rewritten by claim, ack or extend): "M:D:G:B:E:" then E bytes
+-- of last error, then the payload. M max attempts (decimal, empty: topic
+-- default), D due time (ms, base 36), G due - created (ms, base 36), B backoff
+-- ladder (ms, comma separated, empty: topic default), E length of the last
+-- error (decimal).
 
 local K_POOL, K_READY, K_RUNNING, K_DEAD = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_JOBS, K_META, K_STATS, K_SEQ = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local K_ATT = KEYS[9]
 
 local DEFAULT_MAX_ATTEMPTS = 6
 local DEFAULT_BACKOFF = '0,5000,30000,120000,600000,1800000'
@@ -50,17 +53,16 @@ local function b36(n, width)
   return s
 end
 
+local HEADER = '^(%d*):(%w+):(%w+):([%d,]*):(%d+):()'
+
 local function decode(rec)
   if not rec then return nil end
-  local a, m, t, d, g, b, e, p =
-    string.match(rec, '^(%d+):(%d*):(%d+):(%w+):(%w+):([%d,]*):(%d+):()')
-  if not a then return nil end
+  local m, d, g, b, e, p = string.match(rec, HEADER)
+  if not m then return nil end
   e = tonumber(e)
   local due = tonumber(d, 36)
   return {
-    attempts = tonumber(a),
     max = tonumber(m),
-    token = tonumber(t),
     due = due,
     created = due - tonumber(g, 36),
     backoff = b,
@@ -73,15 +75,15 @@ local function encode(r)
   local gap = r.due - r.created
   if gap < 0 then gap = 0 end
   return table.concat({
-    r.attempts, ':', r.max or '', ':', r.token, ':', b36(r.due), ':', b36(gap), ':',
-    r.backoff, ':', #r.err, ':', r.err, r.payload,
+    r.max or '', ':', b36(r.due), ':', b36(gap), ':', r.backoff, ':', #r.err, ':', r.err, r.payload,
   })
 end
 
--- The lease token of a record, without decoding the rest.
-local function token_of(rec)
-  if not rec then return nil end
-  return tonumber(string.match(rec, '^%d+:%d*:(%d+):'))
+-- Attempts and token from an attempts-hash value ("A:T"); 0, 0 when absent.
+local function att_of(v)
+  if not v then return 0, 0 end
+  local a, t = string.match(v, '^(%d+):(%d+)$')
+  return tonumber(a) or 0, tonumber(t) or 0
 end
 
 -- Topic settings: max attempts and backoff ladder, with built-in defaults.

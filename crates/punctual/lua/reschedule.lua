@@ -1,6 +1,6 @@
 #!lua
 -- reschedule: give a waiting job (pool or ready) a new due time.
--- KEYS: the eight topic keys. ARGV[1] id, ARGV[2] when ("d<ms>" or "a<ms>").
+-- KEYS: the nine topic keys. ARGV[1] id, ARGV[2] when ("d<ms>" or "a<ms>").
 -- Returns {state before, new due ms}; {"running", 0} or {"dead", 0} and no
 -- change for a job that is running or dead (use dead replay); nil when no such
 -- job is live.

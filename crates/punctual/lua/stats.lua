@@ -1,6 +1,6 @@
 #!lua flags=no-writes
 -- stats: sizes and counters of a topic.
--- KEYS: the eight topic keys.
+-- KEYS: the nine topic keys.
 -- Returns {pool, ready, running, dead, paused (0/1),
 --          ms until the next due job (-1: pool empty),
 --          ms the oldest ready job has waited (-1: ready empty),

@@ -2,7 +2,7 @@
 -- tick: the scheduler's one call. First reclaim expired leases (back to pool
 -- with backoff, or dead when the attempts are used up), then promote due jobs
 -- from pool to ready, at most `batch` of each per call.
--- KEYS: the eight topic keys.
+-- KEYS: the nine topic keys.
 -- ARGV[1] promote batch (1..1000), ARGV[2] max ready (promote is refused while
 -- ready holds this many), ARGV[3] reclaim batch (1..1000).
 -- Returns {promoted, reclaimed, dead, refused (0/1), more (0/1),
@@ -25,19 +25,21 @@ local reclaimed, died = 0, 0
 if #expired > 0 then
   if #expired == rbatch then more = 1 end
   local recs = redis.call('HMGET', K_JOBS, unpack(expired))
+  local atts = redis.call('HMGET', K_ATT, unpack(expired))
   local topic_max, topic_backoff = topic_defaults()
-  local records, to_pool, to_ready, to_dead = {}, {}, {}, {}
+  local records, to_pool, to_ready, to_dead, gone = {}, {}, {}, {}, {}
   for i, id in ipairs(expired) do
     local r = decode(recs[i])
+    local attempts = att_of(atts[i])
     if r then
-      r.err = 'lease expired during attempt ' .. r.attempts .. ' (the worker died, stalled or lost Redis)'
+      r.err = 'lease expired during attempt ' .. attempts .. ' (the worker died, stalled or lost Redis)'
       records[#records + 1] = id
-      if r.attempts >= max_attempts(r, topic_max) then
+      if attempts >= max_attempts(r, topic_max) then
         to_dead[#to_dead + 1] = now
         to_dead[#to_dead + 1] = id
         died = died + 1
       else
-        r.due = now + backoff_ms(r, topic_backoff, r.attempts)
+        r.due = now + backoff_ms(r, topic_backoff, attempts)
         if r.due <= now then
           to_ready[#to_ready + 1] = r.due
           to_ready[#to_ready + 1] = id
@@ -52,15 +54,18 @@ if #expired > 0 then
       to_dead[#to_dead + 1] = now
       to_dead[#to_dead + 1] = id
       died = died + 1
+    else
+      -- A lease whose record vanished is simply dropped (counted as an orphan).
+      gone[#gone + 1] = id
     end
-    -- A lease whose record vanished is simply dropped (counted as an orphan).
   end
   if #to_pool > 0 then variadic('ZADD', K_POOL, to_pool) end
   if #to_ready > 0 then variadic('ZADD', K_READY, to_ready) end
   if #to_dead > 0 then variadic('ZADD', K_DEAD, to_dead) end
   if #records > 0 then variadic('HSET', K_JOBS, records) end
   variadic('ZREM', K_RUNNING, expired)
-  local orphans = #expired - reclaimed - died
+  if #gone > 0 then variadic('HDEL', K_ATT, gone) end
+  local orphans = #gone
   if reclaimed > 0 then redis.call('HINCRBY', K_STATS, 'reclaimed', reclaimed) end
   if died > 0 then redis.call('HINCRBY', K_STATS, 'dead', died) end
   if orphans > 0 then redis.call('HINCRBY', K_STATS, 'orphans', orphans) end

@@ -61,10 +61,10 @@ pub fn validate_id(id: &str) -> Result<()> {
     Ok(())
 }
 
-/// The eight keys of one topic, in the order every script takes them.
+/// The nine keys of one topic, in the order every script takes them.
 #[derive(Debug, Clone)]
 pub(crate) struct TopicKeys {
-    pub keys: [String; 8],
+    pub keys: [String; 9],
 }
 
 impl TopicKeys {
@@ -80,6 +80,7 @@ impl TopicKeys {
                 k("meta"),
                 k("stats"),
                 k("seq"),
+                k("attempts"),
             ],
         }
     }
@@ -101,6 +102,9 @@ impl TopicKeys {
     }
     pub fn meta(&self) -> &str {
         &self.keys[5]
+    }
+    pub fn attempts(&self) -> &str {
+        &self.keys[8]
     }
 }
 

@@ -887,6 +887,7 @@ impl Queue {
             ("ZSCAN", keys.ready().to_string()),
             ("ZSCAN", keys.running().to_string()),
             ("ZSCAN", keys.dead().to_string()),
+            ("HSCAN", keys.attempts().to_string()),
         ];
         for (scan, key) in &scans {
             let mut cursor: u64 = 0;

@@ -26,7 +26,7 @@ pub struct SchedulerConfig {
     pub reclaim_batch: usize,
     /// Promotion pauses while ready holds this many jobs (default 100,000).
     pub max_ready: usize,
-    /// Longest sleep between ticks when nothing is due (default 10 s): a
+    /// Longest sleep between ticks when nothing is due (default 30 s): a
     /// safety net, since wake-ups cover new jobs.
     pub max_sleep: Duration,
     /// Sleep after a refused promotion (ready full) (default 50 ms).
@@ -39,7 +39,7 @@ impl Default for SchedulerConfig {
             promote_batch: 200,
             reclaim_batch: 200,
             max_ready: 100_000,
-            max_sleep: Duration::from_secs(10),
+            max_sleep: Duration::from_secs(30),
             refused_backoff: Duration::from_millis(50),
         }
     }

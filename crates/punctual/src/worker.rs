@@ -94,7 +94,7 @@ pub struct WorkerConfig {
     /// Most jobs one claim takes (default: `concurrency`, at most 1,000).
     pub claim_batch: usize,
     /// Safety net: with no wake-up, look for work this often anyway
-    /// (default 10 s). Wake-ups make this matter only after lost messages.
+    /// (default 30 s). Wake-ups make this matter only after lost messages.
     pub idle_check: Duration,
     /// Handler timeout for topics registered without one (default 30 s).
     pub timeout: Duration,
@@ -110,7 +110,7 @@ impl Default for WorkerConfig {
             concurrency: 16,
             lease: Duration::from_secs(30),
             claim_batch: 0,
-            idle_check: Duration::from_secs(10),
+            idle_check: Duration::from_secs(30),
             timeout: Duration::from_secs(30),
             shutdown_timeout: Duration::from_secs(30),
         }
@@ -378,6 +378,9 @@ async fn fetch_loop(
     .clamp(1, MAX_BATCH);
     let mut next_topic = 0;
     let mut backoff = Duration::from_millis(50);
+    // After a full claim there is likely more: wait briefly for half a batch
+    // of free slots rather than claim a handful at a time.
+    let mut backlog = false;
     loop {
         // Wait for one free slot, then take as many more as are free.
         let first = tokio::select! {
@@ -385,6 +388,21 @@ async fn fetch_loop(
             p = slots.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
         };
         let mut permits = vec![first];
+        if backlog && batch > 1 {
+            let want = (batch / 2) as u32 - 1;
+            if let Ok(Ok(more)) = tokio::time::timeout(
+                Duration::from_millis(2),
+                slots.clone().acquire_many_owned(want),
+            )
+            .await
+            {
+                let mut more = more;
+                while more.num_permits() > 1 {
+                    permits.push(more.split(1).expect("more than one permit"));
+                }
+                permits.push(more);
+            }
+        }
         while permits.len() < batch {
             match slots.clone().try_acquire_owned() {
                 Ok(p) => permits.push(p),
@@ -419,6 +437,7 @@ async fn fetch_loop(
         }
         next_topic = (next_topic + 1) % n_topics;
         let starved = !permits.is_empty();
+        backlog = !starved && !failed;
         drop(permits);
         if failed {
             tokio::select! {

@@ -281,7 +281,7 @@ async fn partitioned_topics_keep_dedup_lookup_and_the_one_state_rule() {
         .find(|n| *n != partition_name("p", partition_of("order:1", 3), 3))
         .unwrap();
     let key = format!("punctual:{{{wrong}}}");
-    c.cli(&["HSET", &format!("{key}:jobs"), "order:1", "0::0:1:0::0:x"])
+    c.cli(&["HSET", &format!("{key}:jobs"), "order:1", ":1:0::0:x"])
         .unwrap();
     c.cli(&["ZADD", &format!("{key}:pool"), "1", "order:1"])
         .unwrap();

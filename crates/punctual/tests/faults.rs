@@ -939,11 +939,13 @@ async fn a_flood_due_at_one_instant_is_promoted_in_short_ticks_while_redis_stays
         };
         let ids: Vec<usize> = range.collect();
         for chunk in ids.chunks(1000) {
-            out.extend_from_slice(format!("*{}\r\n", 3 + 8 + 3 + 5 * chunk.len()).as_bytes());
+            let keys = topic_keys(t);
+            let head = 3 + keys.len() + 3;
+            out.extend_from_slice(format!("*{}\r\n", head + 5 * chunk.len()).as_bytes());
             bulk(&mut out, b"EVALSHA");
             bulk(&mut out, sha.as_bytes());
-            bulk(&mut out, b"8");
-            for k in topic_keys(t) {
+            bulk(&mut out, keys.len().to_string().as_bytes());
+            for k in &keys {
                 bulk(&mut out, k.as_bytes());
             }
             bulk(&mut out, b"65536");

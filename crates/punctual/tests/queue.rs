@@ -543,7 +543,7 @@ async fn bad_input_is_rejected_and_writes_nothing() {
 fn raw_enqueue(topic: &str, jobs: &[[&str; 5]]) -> redis::Cmd {
     let mut cmd = redis::cmd("EVAL");
     cmd.arg(punctual::script_source("enqueue").unwrap())
-        .arg(8)
+        .arg(9)
         .arg(topic_keys(topic));
     cmd.arg("65536").arg("0").arg(jobs.len());
     for j in jobs {
@@ -1599,4 +1599,45 @@ async fn replace_moves_a_job_between_pool_and_ready_without_leaving_a_copy() {
     let s = q.stats("t").await.unwrap();
     assert_eq!((s.pool, s.ready, s.running), (0, 1, 0));
     assert!(q.check("t").await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn attempts_live_outside_the_record_and_leave_with_it() {
+    let f = Fixture::new().await;
+    let q = &f.queue;
+    q.enqueue("t", Job::new("x").id("a").backoff(vec![Duration::ZERO]))
+        .await
+        .unwrap();
+    let rec_before: String = f
+        .cmd(redis::cmd("HGET").arg(key("t", "jobs")).arg("a"))
+        .await;
+    let d = q.claim("t", 1, LONG_LEASE).await.unwrap().remove(0);
+    // A claim leaves the record as it was and counts in the attempts hash.
+    let rec_after: String = f
+        .cmd(redis::cmd("HGET").arg(key("t", "jobs")).arg("a"))
+        .await;
+    assert_eq!(rec_before, rec_after);
+    let att: String = f
+        .cmd(redis::cmd("HGET").arg(key("t", "attempts")).arg("a"))
+        .await;
+    assert_eq!(att, format!("1:{}", d.token));
+    assert_eq!(q.get("t", "a").await.unwrap().unwrap().attempts, 1);
+    assert_eq!(q.ack("t", &[pair(&d)]).await.unwrap(), vec![true]);
+    let left: i64 = f.cmd(redis::cmd("HLEN").arg(key("t", "attempts"))).await;
+    assert_eq!(left, 0, "the attempts entry goes with the job");
+    // An attempts entry without its record is a violation check reports.
+    let _: i64 = f
+        .cmd(
+            redis::cmd("HSET")
+                .arg(key("t", "attempts"))
+                .arg("ghost")
+                .arg("1:9"),
+        )
+        .await;
+    let v = q.check("t").await.unwrap();
+    assert_eq!(v.len(), 1);
+    assert_eq!(
+        (v[0].id.as_str(), v[0].problem.as_str()),
+        ("ghost", "attempts entry without a record")
+    );
 }

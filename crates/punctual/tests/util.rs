@@ -144,10 +144,10 @@ pub fn key(topic: &str, name: &str) -> String {
     format!("{PREFIX}:{{{topic}}}:{name}")
 }
 
-/// The eight keys of a topic, in the order every script takes them.
+/// The nine keys of a topic, in the order every script takes them.
 pub fn topic_keys(topic: &str) -> Vec<String> {
     [
-        "pool", "ready", "running", "dead", "jobs", "meta", "stats", "seq",
+        "pool", "ready", "running", "dead", "jobs", "meta", "stats", "seq", "attempts",
     ]
     .iter()
     .map(|n| key(topic, n))

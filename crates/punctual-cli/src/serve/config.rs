@@ -151,7 +151,7 @@ fn default_max_payload() -> usize {
     punctual::DEFAULT_MAX_PAYLOAD
 }
 fn default_idle_check() -> Duration {
-    Duration::from_secs(10)
+    Duration::from_secs(30)
 }
 fn default_log_format() -> String {
     "text".into()
