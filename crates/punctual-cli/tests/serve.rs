@@ -6,7 +6,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -150,11 +150,18 @@ async fn live(q: &Queue, topic: &str) -> u64 {
     s.pool + s.ready + s.running + s.dead
 }
 
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
+/// Whether process `pid` is gone, or a zombie waiting for whoever adopted
+/// it to reap it.
+fn gone(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|st| {
+            st.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+        .unwrap_or(true)
 }
 
 /// Records "id due start attempt" with the handler's own start time.
@@ -421,22 +428,10 @@ async fn a_handler_ignoring_sigterm_is_killed_at_the_deadline_and_redelivered() 
         .trim()
         .parse()
         .unwrap();
-    // Gone, or a zombie waiting for whoever adopted it to reap it.
-    let dead = || {
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map(|st| {
-                st.rsplit(')')
-                    .next()
-                    .unwrap_or("")
-                    .trim_start()
-                    .starts_with('Z')
-            })
-            .unwrap_or(true)
-    };
     eventually(
         Duration::from_secs(3),
         "the stubborn handler killed",
-        || async { dead() },
+        || async { gone(pid) },
     )
     .await;
     assert_eq!(
@@ -686,7 +681,6 @@ fn a_bad_config_fails_fast_naming_the_problem() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let _ = now_ms();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -728,21 +722,10 @@ async fn a_handler_dies_with_its_worker() {
         .trim()
         .parse()
         .unwrap();
-    let dead = || {
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map(|st| {
-                st.rsplit(')')
-                    .next()
-                    .unwrap_or("")
-                    .trim_start()
-                    .starts_with('Z')
-            })
-            .unwrap_or(true)
-    };
     eventually(
         Duration::from_secs(3),
         "the handler killed with its worker",
-        || async { dead() },
+        || async { gone(pid) },
     )
     .await;
     svc.signal(Signal::SIGTERM);
