@@ -731,3 +731,61 @@ async fn a_handler_dies_with_its_worker() {
     svc.signal(Signal::SIGTERM);
     svc.wait(Duration::from_secs(10));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_services_on_one_redis_share_the_work_and_run_each_job_once() {
+    let redis = RedisServer::start();
+    let mut services = Vec::new();
+    for name in ["a", "b"] {
+        let mut svc = Service::new();
+        let handler = svc.script(
+            "handler.sh",
+            "cat > /dev/null\nsleep 0.02\necho \"$PUNCTUAL_JOB_ID $INSTANCE\" >> \"$(dirname \"$0\")/records\"",
+        );
+        svc.config(
+            &redis.url(),
+            "workers = 1\nconcurrency = 4",
+            &format!(
+                "[topics.t]\nexec = [{:?}]\nenv = {{ INSTANCE = {name:?} }}",
+                handler.display().to_string()
+            ),
+        );
+        svc.start();
+        services.push(svc);
+    }
+    let q = Queue::connect(redis.url()).await.unwrap();
+    let n = 200;
+    let jobs = (0..n)
+        .map(|i| {
+            Job::new("x")
+                .id(format!("j{i}"))
+                .delay(Duration::from_millis(i * 5))
+        })
+        .collect();
+    q.enqueue_batch("t", jobs).await.unwrap();
+    eventually(Duration::from_secs(30), "every job done", || async {
+        live(&q, "t").await == 0
+    })
+    .await;
+    let mut runs: HashMap<String, usize> = HashMap::new();
+    let mut by_instance: HashMap<String, usize> = HashMap::new();
+    for svc in &services {
+        for r in svc.records() {
+            *runs.entry(r[0].clone()).or_default() += 1;
+            *by_instance.entry(r[1].clone()).or_default() += 1;
+        }
+    }
+    assert_eq!(runs.len(), n as usize, "every job ran");
+    assert!(
+        runs.values().all(|c| *c == 1),
+        "no job ran twice without a fault"
+    );
+    assert!(
+        by_instance.len() == 2 && by_instance.values().all(|c| *c > 0),
+        "both services took work: {by_instance:?}"
+    );
+    for svc in &mut services {
+        svc.signal(Signal::SIGTERM);
+        assert!(svc.wait(Duration::from_secs(10)).success());
+    }
+}

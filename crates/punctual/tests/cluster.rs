@@ -292,3 +292,83 @@ async fn partitioned_topics_keep_dedup_lookup_and_the_one_state_rule() {
         "{v:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumers_ride_out_a_master_failover() {
+    let mut c = RedisCluster::start_with_replicas(1);
+    let q = connect(&c).await;
+    let handled: Arc<Mutex<HashSet<String>>> = Arc::default();
+    let stop = CancellationToken::new();
+    let sched = spawn_scheduler(&q, &["fo"], &stop);
+    let h = handled.clone();
+    let w = Worker::new(
+        q.clone(),
+        WorkerConfig::default().lease(Duration::from_secs(2)),
+    )
+    .handle("fo", move |d| {
+        let h = h.clone();
+        async move {
+            h.lock().unwrap().insert(d.id.clone());
+            Outcome::Done
+        }
+    });
+    let worker = tokio::spawn(w.run(stop.clone().cancelled_owned()));
+    let before: Vec<Job> = (0..20)
+        .map(|i| Job::new("x").id(format!("before{i}")))
+        .collect();
+    q.enqueue_batch("fo", before).await.unwrap();
+    eventually(
+        Duration::from_secs(10),
+        "jobs before the failover",
+        || async { handled.lock().unwrap().len() == 20 },
+    )
+    .await;
+
+    // Kill the master of the topic's slot; its replica takes over.
+    let master = c.master_of("punctual:{fo}:jobs").unwrap();
+    c.kill(master);
+    c.wait_ok(Duration::from_secs(30)).unwrap();
+    // Producers retry until the cluster answers for the slot again.
+    let mut enqueued = Vec::new();
+    for i in 0..20 {
+        let id = format!("after{i}");
+        let mut tries = 0;
+        loop {
+            match q
+                .enqueue(
+                    "fo",
+                    Job::new("y")
+                        .id(id.clone())
+                        .delay(Duration::from_millis(100)),
+                )
+                .await
+            {
+                Ok(_) => break,
+                Err(e) => {
+                    tries += 1;
+                    assert!(tries < 100, "enqueue never recovered: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+        enqueued.push(id);
+    }
+    // The same worker and scheduler reconnect by themselves and run them.
+    eventually(
+        Duration::from_secs(30),
+        "jobs after the failover",
+        || async {
+            let h = handled.lock().unwrap();
+            enqueued.iter().all(|id| h.contains(id))
+        },
+    )
+    .await;
+    eventually(Duration::from_secs(10), "all acked", || async {
+        total_live(&q, "fo").await == 0
+    })
+    .await;
+    stop.cancel();
+    worker.await.unwrap().unwrap();
+    sched.await.unwrap();
+    assert!(q.check("fo").await.unwrap().is_empty());
+}
