@@ -789,3 +789,34 @@ async fn two_services_on_one_redis_share_the_work_and_run_each_job_once() {
         assert!(svc.wait(Duration::from_secs(10)).success());
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn children_exit_when_the_supervisor_is_killed() {
+    let redis = RedisServer::start();
+    let mut svc = Service::new();
+    let handler = svc.script("handler.sh", "cat > /dev/null");
+    svc.config(
+        &redis.url(),
+        "workers = 2",
+        &format!("[topics.t]\nexec = [{:?}]", handler.display().to_string()),
+    );
+    svc.start();
+    eventually(Duration::from_secs(20), "children up", || async {
+        svc.healthz().await.is_some_and(|h| h["status"] == "ok")
+    })
+    .await;
+    let h = svc.healthz().await.unwrap();
+    let pids: Vec<i32> = h["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["pid"].as_i64().unwrap() as i32)
+        .collect();
+    assert_eq!(pids.len(), 3, "a scheduler and two workers");
+    svc.signal(Signal::SIGKILL);
+    svc.wait(Duration::from_secs(5));
+    eventually(Duration::from_secs(5), "orphaned children exit", || async {
+        pids.iter().all(|p| gone(*p))
+    })
+    .await;
+}
