@@ -4,7 +4,7 @@
 -- page of an HSCAN of jobs or a ZSCAN of a set.
 -- Returns a flat array id, problem for every id that breaks the invariant:
 --   "in pool,ready" (more than one set), "no record (in running)",
---   "record in no set", "unreadable record".
+--   "record in no set", "unreadable record", "attempts entry without a record".
 -- An id in no set and without a record is fine: it finished meanwhile.
 
 if #ARGV < 1 or #ARGV > 1000 then return invalid('check expects 1 to 1000 ids') end

@@ -51,9 +51,9 @@ for i = 1, n do
 end
 
 -- Generated ids: 8 base-36 digits of the server time (ms), then 4 of a
--- per-topic sequence, so they sort by creation time and never collide
--- within a topic (unless 1.6 million are made in one millisecond). Twelve
--- bytes fit Redis's smallest string allocation.
+-- per-topic sequence (shared with lease tokens), so they sort by creation
+-- time; an id already live is skipped. Twelve bytes fit Redis's smallest
+-- string allocation.
 local seq = 0
 if generate > 0 then seq = redis.call('INCRBY', K_SEQ, generate) - generate end
 local stamp = b36(now, 8)
@@ -71,9 +71,12 @@ for i = 1, n do
   local id = ARGV[b + 1]
   local status = 1
   if id == '' then
-    -- A fresh id: no need to look it up.
-    seq = seq + 1
-    id = stamp .. b36(seq % 1679616, 4)
+    -- A fresh id. Looked up anyway, so that even a clock stepped back or a
+    -- producer's own id of the same shape can never be overwritten.
+    repeat
+      seq = seq + 1
+      id = stamp .. b36(seq % 1679616, 4)
+    until not seen[id] and redis.call('HEXISTS', K_JOBS, id) == 0
   elseif seen[id] then
     -- The same id twice in one batch: the first one wins, even with replace.
     status = 0

@@ -864,10 +864,11 @@ impl Queue {
 
     /// Verifies the one-state invariant on a live topic: every job id is in
     /// exactly one of pool, ready, running, dead, and has a record exactly
-    /// then. Scans in pages; each page is checked atomically, so jobs moving
-    /// meanwhile are never reported falsely.
-    /// For a partitioned topic, every partition is checked, and every id
-    /// must be in the partition its id maps to.
+    /// then, and has an attempts entry only then. Scans the four sets, the
+    /// records and the attempts hash in pages; each page is checked
+    /// atomically, so jobs moving meanwhile are never reported falsely. For
+    /// a partitioned topic, every partition is checked, and every id must be
+    /// in the partition its id maps to.
     pub async fn check(&self, topic: &str) -> Result<Vec<Violation>> {
         let k = self.partitions(topic).await?;
         let mut out = Vec::new();

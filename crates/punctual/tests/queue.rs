@@ -1641,3 +1641,45 @@ async fn attempts_live_outside_the_record_and_leave_with_it() {
         ("ghost", "attempts entry without a record")
     );
 }
+
+#[tokio::test]
+async fn a_generated_id_never_overwrites_a_live_job() {
+    let f = Fixture::new().await;
+    let q = &f.queue;
+    // The next generated id will be <8 digits of the ms><sequence 101>. Make
+    // that id live, for every millisecond of the next 3 s, with ids of our
+    // own: the generator must skip it, not overwrite it.
+    let _: () = f.cmd(redis::cmd("SET").arg(key("t", "seq")).arg(100)).await;
+    let now = f.now_ms().await;
+    let taken: Vec<String> = (now..now + 3000)
+        .map(|ms| format!("{:0>8}{:0>4}", radix36(ms), radix36(101)))
+        .collect();
+    let mine = taken
+        .iter()
+        .map(|id| Job::new("mine").id(id.clone()))
+        .collect();
+    q.enqueue_batch("t", mine).await.unwrap();
+    let generated = q.enqueue("t", Job::new("gen")).await.unwrap();
+    assert!(
+        f.now_ms().await < now + 3000,
+        "the generation fell in the window"
+    );
+    assert_eq!(generated.status, EnqueueStatus::Created);
+    assert!(!taken.contains(&generated.id), "{} was live", generated.id);
+    assert!(generated.id.ends_with(&format!("{:0>4}", radix36(102))));
+    let stamp = &generated.id[..8];
+    let clash = taken.iter().find(|id| id.starts_with(stamp)).unwrap();
+    assert_eq!(q.get("t", clash).await.unwrap().unwrap().payload, b"mine");
+    assert_eq!(q.stats("t").await.unwrap().ready, 3001);
+}
+
+fn radix36(mut n: i64) -> String {
+    let digits = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    let mut out = Vec::new();
+    while n > 0 {
+        out.push(digits[(n % 36) as usize]);
+        n /= 36;
+    }
+    out.reverse();
+    String::from_utf8(out).unwrap()
+}
