@@ -820,3 +820,87 @@ async fn children_exit_when_the_supervisor_is_killed() {
     })
     .await;
 }
+
+/// The `rust_service` example, which `cargo test` builds next to the tests.
+fn example(name: &str) -> PathBuf {
+    let deps = std::env::current_exe().unwrap();
+    let dir = deps.parent().unwrap().parent().unwrap().join("examples");
+    dir.join(name)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rust_program_runs_the_same_service_with_its_own_handlers() {
+    let program = example("rust_service");
+    assert!(
+        program.exists(),
+        "the example is built by cargo test: {}",
+        program.display()
+    );
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("punctual.toml");
+    let http = free_port();
+    std::fs::write(
+        &config,
+        format!(
+            "redis = {:?}\nworkers = 2\nhttp = \"127.0.0.1:{http}\"\n[topics.emails]\nmax_attempts = 2\nbackoff = [\"0s\"]\n",
+            redis.url()
+        ),
+    )
+    .unwrap();
+    let out = std::fs::File::create(dir.path().join("out")).unwrap();
+    let mut child = Command::new(&program)
+        .args(["serve", "--config"])
+        .arg(&config)
+        .stdout(out)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let q = Queue::connect(redis.url()).await.unwrap();
+    q.enqueue(
+        "emails",
+        Job::new("a@example.com")
+            .id("ok")
+            .delay(Duration::from_millis(200)),
+    )
+    .await
+    .unwrap();
+    q.enqueue("emails", Job::new("nobody").id("bad"))
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(20), "both handled", || async {
+        let s = q.stats("emails").await.unwrap();
+        s.pool + s.ready + s.running == 0 && s.dead == 1
+    })
+    .await;
+    let bad = q.get("emails", "bad").await.unwrap().unwrap();
+    assert_eq!(bad.last_error.as_deref(), Some("no address in nobody"));
+    // Its workers are real child processes of the program's own supervisor.
+    let h: serde_json::Value = serde_json::from_str(
+        &reqwest::get(format!("http://127.0.0.1:{http}/healthz"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(h["children"].as_array().unwrap().len(), 3);
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(status.success());
+    let printed = std::fs::read_to_string(dir.path().join("out")).unwrap();
+    assert!(printed.contains("sent email ok (attempt 1"), "{printed}");
+
+    // A Rust handler for a topic the config lacks is refused at start.
+    std::fs::write(&config, "[topics.other]\nexec = [\"true\"]\n").unwrap();
+    let o = Command::new(&program)
+        .args(["serve", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("[topics.emails]"));
+}

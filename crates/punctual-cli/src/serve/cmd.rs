@@ -66,7 +66,12 @@ pub struct ChildArgs {
 
 /// Loads the config with flag and environment overrides. `redis` and
 /// `prefix` are the global options when they were given explicitly.
-pub fn load(args: &ServeArgs, redis: Option<String>, prefix: Option<String>) -> Result<Config> {
+pub fn load(
+    args: &ServeArgs,
+    redis: Option<String>,
+    prefix: Option<String>,
+    handlers: &super::rust::Handlers,
+) -> Result<Config> {
     let o = Overrides {
         redis,
         prefix,
@@ -85,7 +90,9 @@ pub fn load(args: &ServeArgs, redis: Option<String>, prefix: Option<String>) -> 
             args.config.display()
         )));
     }
-    let mut cfg = Config::load(&args.config, &o).map_err(|e| exit::invalid(format!("{e:#}")))?;
+    let rust: Vec<&str> = handlers.topics().collect();
+    let mut cfg =
+        Config::load(&args.config, &o, &rust).map_err(|e| exit::invalid(format!("{e:#}")))?;
     // The API token: the environment wins over the file; checked here so a
     // bad one fails at start.
     if let Some(token) = crate::api::auth::resolve(cfg.api_token.as_deref())
@@ -120,14 +127,14 @@ fn child_config() -> Result<Config> {
 }
 
 /// A worker process.
-pub async fn worker(args: ChildArgs) -> Result<()> {
+pub async fn worker(args: ChildArgs, handlers: super::rust::Handlers) -> Result<()> {
     let cfg = child_config()?;
     let metrics = match std::env::var_os(METRICS_ENV) {
         Some(p) => Some(super::metrics::MetricsSender::start(PathBuf::from(p))?),
         None => None,
     };
     let span = tracing::info_span!("worker", index = args.index, pid = std::process::id());
-    tracing::Instrument::instrument(super::roles::run_worker(cfg, metrics), span).await
+    tracing::Instrument::instrument(super::roles::run_worker(cfg, metrics, handlers), span).await
 }
 
 /// A scheduler process.

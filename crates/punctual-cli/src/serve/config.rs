@@ -194,19 +194,20 @@ pub struct Overrides {
 }
 
 impl Config {
-    /// Reads and validates a file; errors name the key and line.
-    pub fn load(path: &Path, o: &Overrides) -> Result<Config> {
+    /// Reads and validates a file; errors name the key and line. `rust`
+    /// names the topics with a handler registered in Rust.
+    pub fn load(path: &Path, o: &Overrides, rust: &[&str]) -> Result<Config> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read config file {}", path.display()))?;
-        Config::parse(&text, &path.display().to_string(), o)
+        Config::parse(&text, &path.display().to_string(), o, rust)
     }
 
     /// Parses and validates config text (`origin` names it in errors).
-    pub fn parse(text: &str, origin: &str, o: &Overrides) -> Result<Config> {
+    pub fn parse(text: &str, origin: &str, o: &Overrides, rust: &[&str]) -> Result<Config> {
         let mut c: Config = toml::from_str(text)
             .map_err(|e| anyhow::anyhow!("{origin}: {}", e.to_string().trim_end()))?;
         c.apply(o);
-        c.validate()
+        c.validate(rust)
             .with_context(|| format!("{origin}: invalid configuration"))?;
         Ok(c)
     }
@@ -233,8 +234,14 @@ impl Config {
         }
     }
 
-    /// Checks every value; the message names the key.
-    pub fn validate(&self) -> Result<()> {
+    /// Checks every value; the message names the key. `rust` names the
+    /// topics whose handler is registered in Rust (see `Handlers`).
+    pub fn validate(&self, rust: &[&str]) -> Result<()> {
+        for t in rust {
+            if !self.topics.contains_key(*t) {
+                bail!("a Rust handler is registered for topic {t:?}, but the config has no [topics.{t}] table: add one (without exec or http)");
+            }
+        }
         if self.topics.is_empty() {
             bail!("no topics: add at least one [topics.NAME] table with an exec or http handler");
         }
@@ -280,6 +287,10 @@ impl Config {
             punctual::validate_topic(name).map_err(|e| anyhow::anyhow!("[topics.{name}]: {e}"))?;
             match (&t.exec, &t.http) {
                 (Some(_), Some(_)) => bail!("[topics.{name}]: give exec or http, not both"),
+                (None, None) if rust.contains(&name.as_str()) => {}
+                (Some(_), _) | (_, Some(_)) if rust.contains(&name.as_str()) => {
+                    bail!("[topics.{name}]: has a Rust handler, so it may not name exec or http too")
+                }
                 (None, None) => bail!("[topics.{name}]: no handler: add exec = [\"program\", \"arg\"] or http = {{ url = \"...\" }}"),
                 (Some(argv), None) if argv.is_empty() || argv[0].is_empty() => {
                     bail!("[topics.{name}]: exec must name a program: exec = [\"program\", \"arg\"]")
@@ -392,7 +403,7 @@ mod tests {
     use super::*;
 
     fn parse(text: &str) -> Result<Config> {
-        Config::parse(text, "test.toml", &Overrides::default())
+        Config::parse(text, "test.toml", &Overrides::default(), &[])
     }
 
     #[test]
@@ -454,7 +465,8 @@ http = { url = "http://127.0.0.1:8080/hooks/coupon", timeout = "10s" }
             redis: Some("redis://10.0.0.1:6380".into()),
             ..Overrides::default()
         };
-        let c = Config::parse("workers = 2\n[topics.a]\nexec = [\"true\"]\n", "t", &o).unwrap();
+        let c =
+            Config::parse("workers = 2\n[topics.a]\nexec = [\"true\"]\n", "t", &o, &[]).unwrap();
         assert_eq!((c.workers, c.redis.as_str()), (7, "redis://10.0.0.1:6380"));
     }
 }

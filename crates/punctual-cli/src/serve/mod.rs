@@ -7,4 +7,5 @@ pub mod handlers;
 mod http;
 pub mod metrics;
 pub mod roles;
+pub mod rust;
 pub mod supervisor;

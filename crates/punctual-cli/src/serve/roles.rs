@@ -56,7 +56,11 @@ pub async fn stop_signal() {
 
 /// A worker process: every configured topic, its handler wrapped to report
 /// lateness and duration to the supervisor.
-pub async fn run_worker(cfg: Config, metrics: Option<MetricsSender>) -> Result<()> {
+pub async fn run_worker(
+    cfg: Config,
+    metrics: Option<MetricsSender>,
+    rust: super::rust::Handlers,
+) -> Result<()> {
     let queue = connect(&cfg).await?;
     // The worker gives up on running jobs a little before the supervisor's
     // SIGKILL, so it can kill their process groups itself.
@@ -81,6 +85,14 @@ pub async fn run_worker(cfg: Config, metrics: Option<MetricsSender>) -> Result<(
             worker = worker.handle_with_timeout(name.clone(), t.timeout, move |d| {
                 let (exec, metrics) = (exec.clone(), metrics.clone());
                 async move { measured(&d, metrics.as_deref(), exec.run(&d)).await }
+            });
+        } else if let Some(handler) = rust.map.get(name).cloned() {
+            worker = worker.handle_with_timeout(name.clone(), t.timeout, move |d| {
+                let (handler, metrics) = (handler.clone(), metrics.clone());
+                async move {
+                    let run = handler(d.clone());
+                    measured(&d, metrics.as_deref(), run).await
+                }
             });
         } else if let Some(h) = &t.http {
             let http = Arc::new(Http::new(h.clone(), t.timeout)?);
