@@ -180,7 +180,8 @@ pub enum Command {
     /// Measure throughput, lateness, idle load and memory (the benchmark
     /// protocol of docs/BENCHMARKS.md) with an in-process no-op handler.
     ///
-    /// Runs against the Redis at --redis; without --redis, when none answers
+    /// Runs against the Redis at --redis (one node, or a Redis Cluster: its
+    /// comma-separated seeds or one node); without --redis, when none answers
     /// at the default address, a private redis-server is started. Writes only
     /// keys under "punctual-bench:" and deletes them between phases, and
     /// refuses a Redis that holds other keys unless --force. Prints progress
@@ -252,7 +253,10 @@ Examples:
   punctual bench --phase drain --concurrency 512 --claim-batch 500
 
   # precision at 5,000 jobs/s for 20 s against a given Redis
-  punctual bench --redis redis://127.0.0.1:6380 --phase precision --rate 5000 --secs 20";
+  punctual bench --redis redis://127.0.0.1:6380 --phase precision --rate 5000 --secs 20
+
+  # drain on a 3-master Redis Cluster, the topic in 3 partitions, 3 consumers
+  punctual bench --redis redis://10.0.0.1:7000,redis://10.0.0.2:7000 --phase drain --partitions 3 --consumers 3";
 
 const PUSH_EXAMPLES: &str = "\
 Examples:

@@ -1,10 +1,11 @@
 //! `punctual bench` end to end against a private redis-server: every phase
 //! prints one JSON line with "ok": true, and a Redis that holds other keys is
 //! refused unless --force (and even then, only the bench's keys go away).
+//! The same on a 3-master Redis Cluster with a topic of 3 partitions.
 
 use std::process::{Command, Output};
 
-use punctual_testkit::RedisServer;
+use punctual_testkit::{RedisCluster, RedisServer};
 use serde_json::Value;
 
 /// Runs `punctual --redis URL bench ARGS`, without PUNCTUAL_* variables
@@ -127,4 +128,82 @@ fn a_redis_with_other_keys_is_refused_unless_forced() {
     // Only the bench's own keys were deleted.
     assert_eq!(redis.cli(&["GET", "app:session:1"]).unwrap().trim(), "x");
     assert_eq!(redis.cli(&["DBSIZE"]).unwrap().trim(), "1");
+}
+
+#[test]
+fn on_a_cluster_a_partitioned_topic_uses_every_master_and_every_master_is_cleaned() {
+    let cluster = RedisCluster::start();
+    let masters = cluster.nodes().len();
+    // A key on a master that is not the seed the bench is given: refused.
+    let other = cluster.master_of("app:session:1").unwrap();
+    let seed = (other + 1) % masters;
+    cluster
+        .node(other)
+        .cli(&["SET", "app:session:1", "x"])
+        .unwrap();
+    let out = bench(
+        &cluster.node(seed).url(),
+        &["--phase", "promote", "--n", "100", "--json"],
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("app:session:1"), "{stderr}");
+    cluster.node(other).cli(&["DEL", "app:session:1"]).unwrap();
+
+    let out = bench(
+        &cluster.seed_urls(),
+        &[
+            "--phase",
+            "enqueue,drain,precision,promote,consume,scripts,serve",
+            "--json",
+            "--partitions",
+            "3",
+            "--consumers",
+            "2",
+            "--n",
+            "3000",
+            "--rate",
+            "200",
+            "--secs",
+            "1",
+            "--serve-n",
+            "100",
+        ],
+    );
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "exit {:?}\n{stdout}\n{stderr}",
+        out.status
+    );
+    assert!(stderr.contains("Redis Cluster"), "{stderr}");
+    let lines: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    assert_eq!(lines.len(), 8, "{stdout}");
+    for l in &lines {
+        assert_eq!(l["ok"], true, "{l}");
+    }
+    let drain = lines.iter().find(|l| l["phase"] == "drain").unwrap();
+    assert_eq!(drain["partitions"], 3, "{drain}");
+    assert_eq!(drain["consumers"], 2, "{drain}");
+    // bench#0, bench#1 and bench#2 fall on the three masters of an even split.
+    assert_eq!(drain["masters_used"], 3, "{drain}");
+    let busy = drain["profile"]["redis_busy_by_master_pct"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{drain}"));
+    assert_eq!(busy.len(), 3, "{drain}");
+    assert!(
+        busy.iter().all(|b| b.as_f64().unwrap() > 0.0),
+        "every master worked: {drain}"
+    );
+    // Nothing of the bench is left on any master.
+    for i in 0..masters {
+        assert_eq!(
+            cluster.node(i).cli(&["DBSIZE"]).unwrap().trim(),
+            "0",
+            "node {i}"
+        );
+    }
 }

@@ -1,8 +1,9 @@
 //! `punctual bench`: the benchmark protocol (docs/BENCHMARKS.md) against one
-//! Redis, with an in-process no-op handler.
+//! Redis or a Redis Cluster, with an in-process no-op handler.
 //!
-//! - `target`: which Redis (the one at --redis or a private redis-server),
-//!   the foreign-key check, deleting the bench's keys, INFO.
+//! - `target`: which Redis (the one at --redis, a cluster's masters, or a
+//!   private redis-server), the foreign-key check, deleting the bench's
+//!   keys, INFO (summed over a cluster's masters).
 //! - `probe`: Redis CPU, commands and this process's CPU per job.
 //! - `phases`: the phases themselves.
 //!
@@ -120,6 +121,21 @@ pub struct BenchArgs {
     #[arg(long, value_name = "W,C", default_value = "2,16", value_parser = parse_pair)]
     pub serve_workers: (usize, usize),
 
+    /// Partitions of the bench topic (`Queue::set_partitions`, set again
+    /// after every cleaning). On a Redis Cluster each partition has a slot
+    /// of its own, so a hot topic can use several masters.
+    #[arg(long, value_name = "K", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=punctual::MAX_PARTITIONS as i64))]
+    pub partitions: u32,
+
+    /// Consumers of drain, consume and precision: this many `Worker`s in
+    /// this process, each on a connection of its own with --concurrency
+    /// slots (plus one scheduler where the phase has one). The idle phase
+    /// always measures one consumer.
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub consumers: u64,
+
     /// Run even when the Redis holds keys that are not the bench's. The bench
     /// deletes only its own keys (under `punctual-bench:`), but other
     /// clients' traffic and data skew its figures.
@@ -202,9 +218,23 @@ pub struct Bench {
     pub target: target::Target,
     pub args: BenchArgs,
     bars: bool,
+    /// Sets the topic's partitions again after each cleaning (with
+    /// --partitions above 1).
+    admin: Option<punctual::Queue>,
 }
 
 impl Bench {
+    /// Deletes the bench's keys; then, with --partitions K > 1, splits the
+    /// (empty) bench topic into K partitions again.
+    async fn clean(&self) -> Result<()> {
+        self.target.clean().await?;
+        if let Some(q) = &self.admin {
+            q.set_partitions(target::TOPIC, self.args.partitions)
+                .await?;
+        }
+        Ok(())
+    }
+
     /// A progress bar of `len` steps on stderr (hidden when stderr is not a
     /// terminal).
     fn bar(&self, len: u64, label: &str) -> ProgressBar {
@@ -260,7 +290,7 @@ pub async fn run(ctx: &Ctx, args: BenchArgs, redis_explicit: bool) -> Result<()>
     }
     phases.sort_by_key(|p| ALL.iter().position(|a| a == p));
 
-    let target = target::open(&ctx.global.redis_url, redis_explicit).await?;
+    let target = target::open(&ctx.global.redis_url, redis_explicit, args.partitions).await?;
     if let Some(what) = target.foreign_keys().await? {
         if !args.force {
             return Err(exit::invalid(format!(
@@ -283,7 +313,40 @@ pub async fn run(ctx: &Ctx, args: BenchArgs, redis_explicit: bool) -> Result<()>
             target.url,
             redact(&ctx.global.redis_url)
         ),
+        None if target.cluster => format!(
+            "a Redis Cluster {} of {} masters ({}) at {}",
+            target.version,
+            target.masters.len(),
+            target
+                .masters
+                .iter()
+                .map(|m| m.addr.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            redact(&target.url)
+        ),
         None => format!("Redis {} at {}", target.version, redact(&target.url)),
+    };
+    let placement = target.placement().await?;
+    let where_ = if args.partitions > 1 || !placement.is_empty() {
+        let on: Vec<String> = placement
+            .iter()
+            .map(|(p, m)| format!("{p} on {m}"))
+            .collect();
+        format!(
+            "{where_}; the topic in {}{}",
+            match args.partitions {
+                1 => "1 partition".to_string(),
+                k => format!("{k} partitions"),
+            },
+            if on.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", on.join(", "))
+            }
+        )
+    } else {
+        where_
     };
     if json {
         eprintln!("punctual bench: {where_}; keys under \"{PREFIX}:\"");
@@ -292,8 +355,16 @@ pub async fn run(ctx: &Ctx, args: BenchArgs, redis_explicit: bool) -> Result<()>
     }
 
     let bars = std::io::stderr().is_terminal();
-    let bench = Bench { target, args, bars };
-    bench.target.clean().await?;
+    let mut bench = Bench {
+        target,
+        args,
+        bars,
+        admin: None,
+    };
+    if bench.args.partitions > 1 {
+        bench.admin = Some(bench.queue().await?);
+    }
+    bench.clean().await?;
     let mut reports: Vec<Report> = Vec::new();
     let mut enqueue_memory: Option<(Report, Report)> = None;
     let outcome: Result<()> = async {
@@ -315,7 +386,7 @@ pub async fn run(ctx: &Ctx, args: BenchArgs, redis_explicit: bool) -> Result<()>
                 Phase::Serve => vec![phases::serve(&bench).await?],
                 Phase::All => Vec::new(),
             };
-            bench.target.clean().await?;
+            bench.clean().await?;
             for r in reps {
                 emit(&r, json);
                 reports.push(r);

@@ -22,7 +22,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::probe::{round, Snapshot};
-use super::target::{key, PREFIX, TOPIC};
+use super::target::{key_of, PREFIX, TOPIC};
 use super::{Bench, Report};
 
 /// Bytes of each payload, as the protocol asks.
@@ -151,8 +151,9 @@ impl Recorder {
     }
 }
 
-/// An in-process consumer: a worker, and a scheduler when asked, each on a
-/// connection of its own (as the processes of `punctual serve` are).
+/// In-process consumers: workers (--consumers, usually one), and a
+/// scheduler when asked, each on a connection of its own (as the processes
+/// of `punctual serve` are).
 struct Consumer {
     stop: CancellationToken,
     tasks: Vec<JoinHandle<punctual::Result<()>>>,
@@ -160,14 +161,18 @@ struct Consumer {
 
 /// The connections of a consumer, opened before the clock starts.
 struct Connections {
-    worker: Queue,
+    workers: Vec<Queue>,
     scheduler: Option<Queue>,
 }
 
 impl Consumer {
-    async fn connect(b: &Bench, scheduler: bool) -> Result<Connections> {
+    async fn connect(b: &Bench, workers: u64, scheduler: bool) -> Result<Connections> {
+        let mut queues = Vec::new();
+        for _ in 0..workers {
+            queues.push(b.queue().await?);
+        }
         Ok(Connections {
-            worker: b.queue().await?,
+            workers: queues,
             scheduler: if scheduler {
                 Some(b.queue().await?)
             } else {
@@ -179,17 +184,20 @@ impl Consumer {
     fn start(conns: Connections, rec: Arc<Recorder>, config: WorkerConfig) -> Consumer {
         let stop = CancellationToken::new();
         let mut tasks = Vec::new();
-        let worker = Worker::new(conns.worker, config).handle(TOPIC, move |d: Delivery| {
+        for q in conns.workers {
             let rec = rec.clone();
-            async move {
-                rec.record(&d);
-                Outcome::Done
-            }
-        });
-        let s = stop.clone();
-        tasks.push(tokio::spawn(async move {
-            worker.run(s.cancelled_owned()).await.map(drop)
-        }));
+            let worker = Worker::new(q, config.clone()).handle(TOPIC, move |d: Delivery| {
+                let rec = rec.clone();
+                async move {
+                    rec.record(&d);
+                    Outcome::Done
+                }
+            });
+            let s = stop.clone();
+            tasks.push(tokio::spawn(async move {
+                worker.run(s.cancelled_owned()).await.map(drop)
+            }));
+        }
         if let Some(q) = conns.scheduler {
             let scheduler = Scheduler::new(q, SchedulerConfig::default()).topic(TOPIC);
             tasks.push(tokio::spawn(scheduler.run(stop.clone().cancelled_owned())));
@@ -220,18 +228,49 @@ impl Bench {
             .await?)
     }
 
+    /// `partitions`, when the topic has more than one (generated ids are
+    /// then made by the client, 21 bytes instead of 12).
+    fn set_partitions(&self, r: &mut Report) {
+        if self.args.partitions > 1 {
+            r.set("partitions", self.args.partitions);
+        }
+    }
+
+    /// On a cluster: which master serves each partition of the topic.
+    async fn set_placement(&self, r: &mut Report) -> Result<()> {
+        let placement = self.target.placement().await?;
+        if !placement.is_empty() {
+            let masters: std::collections::BTreeSet<&str> =
+                placement.iter().map(|(_, m)| m.as_str()).collect();
+            r.set("masters", self.target.masters.len() as u64)
+                .set("masters_used", masters.len() as u64)
+                .set(
+                    "placement",
+                    placement
+                        .iter()
+                        .map(|(p, m)| (p.clone(), json!(m)))
+                        .collect::<serde_json::Map<_, _>>(),
+                );
+        }
+        Ok(())
+    }
+
     fn consumer_config(&self) -> WorkerConfig {
         WorkerConfig::default()
             .concurrency(self.args.concurrency as usize)
             .claim_batch(self.args.claim_batch as usize)
     }
 
-    /// Waits until `n` workers and one scheduler listen for wake-ups.
+    /// Waits until `n` workers and one scheduler listen for wake-ups (on
+    /// every partition).
     async fn wait_listening(&self, workers: u64, scheduler: bool, why: &str) -> Result<()> {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            let w = self.target.subscribers(&key("ready")).await?;
-            let s = self.target.subscribers(&key("pool")).await?;
+            let (mut w, mut s) = (u64::MAX, u64::MAX);
+            for p in &self.target.parts {
+                w = w.min(self.target.subscribers(&key_of(p, "ready")).await?);
+                s = s.min(self.target.subscribers(&key_of(p, "pool")).await?);
+            }
             if w >= workers && (!scheduler || s >= 1) {
                 return Ok(());
             }
@@ -362,10 +401,23 @@ pub async fn enqueue(b: &Bench) -> Result<(Report, Report)> {
     let n = b.args.n;
     let queue = b.queue().await?;
     // Load the script and register the topic, then start from nothing.
-    queue
-        .enqueue(TOPIC, Job::new(payload(0)).delay(Duration::from_secs(3600)))
-        .await?;
-    b.target.clean().await?;
+    if b.args.partitions > 1 {
+        // Every partition, so every master holding one, loads the script.
+        let warm = 16 * b.args.partitions as u64;
+        queue
+            .enqueue_batch(
+                TOPIC,
+                (0..warm)
+                    .map(|i| Job::new(payload(i)).delay(Duration::from_secs(3600)))
+                    .collect(),
+            )
+            .await?;
+    } else {
+        queue
+            .enqueue(TOPIC, Job::new(payload(0)).delay(Duration::from_secs(3600)))
+            .await?;
+    }
+    b.clean().await?;
     let before = Snapshot::take(&b.target).await?;
     let bar = b.bar(n, "enqueue");
     let (elapsed, created) =
@@ -382,8 +434,9 @@ pub async fn enqueue(b: &Bench) -> Result<(Report, Report)> {
         .set("jobs_per_s", per_s(n, elapsed))
         .set("secs", round(elapsed.as_secs_f64(), 3))
         .set("payload_bytes", PAYLOAD_BYTES as u64)
-        .set("inflight", b.args.inflight)
-        .set("ok", ok);
+        .set("inflight", b.args.inflight);
+    b.set_partitions(&mut e);
+    e.set("ok", ok);
     if !ok {
         e.set("created", created).set(
             "left",
@@ -403,18 +456,23 @@ pub async fn enqueue(b: &Bench) -> Result<(Report, Report)> {
     // Memory: what Redis holds per waiting job, all in.
     let used = after.used_memory as f64 - before.used_memory as f64;
     let usage = |part: &str| {
-        let k = key(part);
+        let keys = b.target.keys(part);
         async move {
-            b.target
-                .query::<Option<u64>>(
-                    redis::cmd("MEMORY")
-                        .arg("USAGE")
-                        .arg(k)
-                        .arg("SAMPLES")
-                        .arg(0),
-                )
-                .await
-                .map(|v| v.unwrap_or(0))
+            let mut total = 0;
+            for k in keys {
+                total += b
+                    .target
+                    .query::<Option<u64>>(
+                        redis::cmd("MEMORY")
+                            .arg("USAGE")
+                            .arg(k)
+                            .arg("SAMPLES")
+                            .arg(0),
+                    )
+                    .await?
+                    .unwrap_or(0);
+            }
+            Ok::<u64, anyhow::Error>(total)
         }
     };
     let (pool, jobs) = (usage("pool").await?, usage("jobs").await?);
@@ -426,12 +484,18 @@ pub async fn enqueue(b: &Bench) -> Result<(Report, Report)> {
         .set(
             "keys_bytes_per_job",
             json!({"pool": round(pool as f64 / nf, 1), "jobs": round(jobs as f64 / nf, 1)}),
-        )
-        .set("ok", ok);
+        );
+    b.set_partitions(&mut m);
+    m.set("ok", ok);
     m.text = format!(
-        "{:<10} {:.0} bytes per waiting job ({PAYLOAD_BYTES}-byte payload): pool ZSET {:.0} + records HASH {:.0}, the rest allocator and dict overhead  {}",
+        "{:<10} {:.0} bytes per waiting job ({PAYLOAD_BYTES}-byte payload{}): pool ZSET {:.0} + records HASH {:.0}, the rest allocator and dict overhead  {}",
         "memory",
         used / nf,
+        if b.args.partitions > 1 {
+            ", partitioned: 21-byte ids made by the client"
+        } else {
+            ""
+        },
         pool as f64 / nf,
         jobs as f64 / nf,
         status(ok)
@@ -449,7 +513,7 @@ pub async fn drain(b: &Bench, scheduler: bool) -> Result<Report> {
     let (_, created) = load(b, &producer, n, When::Now, &bar).await?;
     bar.finish_and_clear();
     let rec = Recorder::new(n, false);
-    let conns = Consumer::connect(b, scheduler).await?;
+    let conns = Consumer::connect(b, b.args.consumers, scheduler).await?;
     let deadline = Instant::now() + Duration::from_secs(120) + Duration::from_millis(n);
     let bar = b.bar(n, name);
     let before = Snapshot::take(&b.target).await?;
@@ -474,16 +538,25 @@ pub async fn drain(b: &Bench, scheduler: bool) -> Result<Report> {
         .set("concurrency", b.args.concurrency)
         .set("claim_batch", b.args.claim_batch)
         .set("scheduler", scheduler)
-        .set("ok", ok);
+        .set("consumers", b.args.consumers)
+        .set("partitions", b.args.partitions);
+    b.set_placement(&mut r).await?;
+    r.set("ok", ok);
     if !ok {
         counts(&mut r, &tally, sets, records);
     }
     r.set("profile", serde_json::to_value(&profile)?);
+    let workers = if b.args.consumers == 1 {
+        "worker".to_string()
+    } else {
+        format!("{} workers", b.args.consumers)
+    };
     r.text = format!(
-        "{name:<10} {n} due jobs, {} (concurrency {}, claims of up to {}): last ack after {:.3} s: {:.0} jobs/s  {}\n{}",
-        if scheduler { "worker + scheduler" } else { "worker alone" },
+        "{name:<10} {n} due jobs, {} (concurrency {}, claims of up to {}{}): last ack after {:.3} s: {:.0} jobs/s  {}\n{}",
+        if scheduler { format!("{workers} + scheduler") } else { format!("{workers} alone") },
         b.args.concurrency,
         b.args.claim_batch,
+        if b.args.partitions > 1 { format!(", {} partitions", b.args.partitions) } else { String::new() },
         elapsed.as_secs_f64(),
         per_s(tally.handled, elapsed),
         status(ok),
@@ -499,9 +572,10 @@ pub async fn precision(b: &Bench) -> Result<Report> {
     let total = rate * secs;
     let rec = Recorder::new(total, true);
     let producer = b.queue().await?;
-    let conns = Consumer::connect(b, true).await?;
+    let conns = Consumer::connect(b, b.args.consumers, true).await?;
     let consumer = Consumer::start(conns, rec.clone(), b.consumer_config());
-    b.wait_listening(1, true, "precision").await?;
+    b.wait_listening(b.args.consumers, true, "precision")
+        .await?;
     let bar = b.bar(total, "precision");
     let before = Snapshot::take(&b.target).await?;
     let t0 = Instant::now();
@@ -558,8 +632,12 @@ pub async fn precision(b: &Bench) -> Result<Report> {
         .set(
             "parts_ms",
             json!({"due_to_claim": at_claim.json(), "claim_to_start": to_start.json()}),
-        )
-        .set("ok", ok);
+        );
+    if b.args.consumers > 1 {
+        r.set("consumers", b.args.consumers);
+    }
+    b.set_partitions(&mut r);
+    r.set("ok", ok);
     if !ok {
         counts(&mut r, &tally, sets, records);
     }
@@ -581,7 +659,7 @@ pub async fn precision(b: &Bench) -> Result<Report> {
 pub async fn idle(b: &Bench) -> Result<Report> {
     let secs = b.args.idle_secs;
     let rec = Recorder::new(0, false);
-    let conns = Consumer::connect(b, true).await?;
+    let conns = Consumer::connect(b, 1, true).await?;
     let consumer = Consumer::start(conns, rec.clone(), WorkerConfig::default().concurrency(64));
     b.wait_listening(1, true, "idle").await?;
     // Let the start-up calls (first tick, first claim) pass.
@@ -631,18 +709,24 @@ pub async fn promote(b: &Bench) -> Result<Report> {
     .await?;
     bar.finish_and_clear();
     // Wait until the last job is due.
-    let last: Vec<(String, f64)> = b
-        .target
-        .query(
-            redis::cmd("ZRANGE")
-                .arg(key("pool"))
-                .arg(-1)
-                .arg(-1)
-                .arg("WITHSCORES"),
-        )
-        .await?;
-    if let Some((_, due)) = last.first() {
-        let wait = *due as i64 - b.target.now_ms().await? + 2;
+    let mut last_due: Option<f64> = None;
+    for k in b.target.keys("pool") {
+        let last: Vec<(String, f64)> = b
+            .target
+            .query(
+                redis::cmd("ZRANGE")
+                    .arg(k)
+                    .arg(-1)
+                    .arg(-1)
+                    .arg("WITHSCORES"),
+            )
+            .await?;
+        if let Some((_, due)) = last.first() {
+            last_due = Some(last_due.map_or(*due, |d| d.max(*due)));
+        }
+    }
+    if let Some(due) = last_due {
+        let wait = due as i64 - b.target.now_ms().await? + 2;
         if wait > 0 {
             tokio::time::sleep(Duration::from_millis(wait as u64)).await;
         }
@@ -652,29 +736,43 @@ pub async fn promote(b: &Bench) -> Result<Report> {
     let deadline = Instant::now() + Duration::from_secs(120) + Duration::from_millis(n);
     let before = Snapshot::take(&b.target).await?;
     let t0 = Instant::now();
-    let mut promoted = 0u64;
-    let mut ticks = 0u64;
-    loop {
-        let t = ticker
-            .tick(
-                TOPIC,
-                punctual::MAX_BATCH,
-                1_000_000_000,
-                punctual::MAX_BATCH,
-            )
-            .await
-            .context("promote: tick failed")?;
-        ticks += 1;
-        promoted += t.promoted;
-        bar.set_position(promoted);
-        if t.more {
-            continue;
+    let progress = AtomicU64::new(0);
+    // One tick loop per partition, all at once, as the scheduler runs them.
+    let loops = b.target.parts.iter().map(|physical| {
+        let (ticker, bar, progress) = (&ticker, &bar, &progress);
+        async move {
+            let mut promoted = 0u64;
+            let mut ticks = 0u64;
+            loop {
+                let t = ticker
+                    .tick(
+                        physical,
+                        punctual::MAX_BATCH,
+                        1_000_000_000,
+                        punctual::MAX_BATCH,
+                    )
+                    .await
+                    .context("promote: tick failed")?;
+                ticks += 1;
+                promoted += t.promoted;
+                bar.set_position(progress.fetch_add(t.promoted, Ordering::Relaxed) + t.promoted);
+                if t.more {
+                    continue;
+                }
+                match t.next_due {
+                    None => break,
+                    Some(_) if Instant::now() > deadline => break,
+                    Some(d) => tokio::time::sleep(d.max(Duration::from_millis(1))).await,
+                }
+            }
+            Ok::<_, anyhow::Error>((promoted, ticks))
         }
-        match t.next_due {
-            None => break,
-            Some(_) if Instant::now() > deadline => break,
-            Some(d) => tokio::time::sleep(d.max(Duration::from_millis(1))).await,
-        }
+    });
+    let (mut promoted, mut ticks) = (0u64, 0u64);
+    for r in futures::future::join_all(loops).await {
+        let (p, t) = r?;
+        promoted += p;
+        ticks += t;
     }
     let elapsed = t0.elapsed();
     let after = Snapshot::take(&b.target).await?;
@@ -687,8 +785,9 @@ pub async fn promote(b: &Bench) -> Result<Report> {
         .set("jobs_per_s", per_s(promoted, elapsed))
         .set("secs", round(elapsed.as_secs_f64(), 3))
         .set("batch", punctual::MAX_BATCH as u64)
-        .set("ticks", ticks)
-        .set("ok", ok);
+        .set("ticks", ticks);
+    b.set_partitions(&mut r);
+    r.set("ok", ok);
     if !ok {
         r.set("promoted", promoted).set(
             "left",
@@ -755,47 +854,62 @@ pub async fn scripts(b: &Bench) -> Result<Report> {
     measure("enqueue", &before, &after, n);
     tokio::time::sleep(Duration::from_millis(60)).await;
 
+    // Partitions one after the other: one call at a time throughout.
+    let parts = &b.target.parts;
     let before = Snapshot::take(&b.target).await?;
     let mut promoted = 0;
-    loop {
-        let t = q
-            .tick(
-                TOPIC,
-                punctual::MAX_BATCH,
-                1_000_000_000,
-                punctual::MAX_BATCH,
-            )
-            .await?;
-        promoted += t.promoted;
-        bar.inc(t.promoted);
-        if !t.more && t.next_due.is_none() {
-            break;
-        }
-        if !t.more {
-            tokio::time::sleep(Duration::from_millis(1)).await;
+    for physical in parts {
+        loop {
+            let t = q
+                .tick(
+                    physical,
+                    punctual::MAX_BATCH,
+                    1_000_000_000,
+                    punctual::MAX_BATCH,
+                )
+                .await?;
+            promoted += t.promoted;
+            bar.inc(t.promoted);
+            if !t.more && t.next_due.is_none() {
+                break;
+            }
+            if !t.more {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
         }
     }
     let after = Snapshot::take(&b.target).await?;
     measure("promote", &before, &after, promoted);
 
     let before = Snapshot::take(&b.target).await?;
-    let mut claimed: Vec<(String, i64)> = Vec::with_capacity(n as usize);
-    loop {
-        let got = q.claim(TOPIC, chunk, Duration::from_secs(60)).await?;
-        if got.is_empty() {
-            break;
+    // Per partition: (id, token) of each claimed job.
+    let mut claimed: Vec<Vec<(String, i64)>> = vec![Vec::new(); parts.len()];
+    for (physical, held) in parts.iter().zip(claimed.iter_mut()) {
+        loop {
+            let got = q.claim(physical, chunk, Duration::from_secs(60)).await?;
+            if got.is_empty() {
+                break;
+            }
+            bar.inc(got.len() as u64);
+            held.extend(got.into_iter().map(|d| (d.id, d.token)));
         }
-        bar.inc(got.len() as u64);
-        claimed.extend(got.into_iter().map(|d| (d.id, d.token)));
     }
+    let n_claimed: u64 = claimed.iter().map(|c| c.len() as u64).sum();
     let after = Snapshot::take(&b.target).await?;
-    measure("claim", &before, &after, claimed.len() as u64);
+    measure("claim", &before, &after, n_claimed);
 
     let before = Snapshot::take(&b.target).await?;
     let mut acked = 0u64;
-    for pairs in claimed.chunks(chunk) {
-        acked += q.ack(TOPIC, pairs).await?.iter().filter(|ok| **ok).count() as u64;
-        bar.inc(pairs.len() as u64);
+    for (physical, held) in parts.iter().zip(&claimed) {
+        for pairs in held.chunks(chunk) {
+            acked += q
+                .ack(physical, pairs)
+                .await?
+                .iter()
+                .filter(|ok| **ok)
+                .count() as u64;
+            bar.inc(pairs.len() as u64);
+        }
     }
     let after = Snapshot::take(&b.target).await?;
     measure("ack", &before, &after, acked);
@@ -805,7 +919,7 @@ pub async fn scripts(b: &Bench) -> Result<Report> {
     let records = b.target.records().await?;
     let ok = created == n
         && promoted == n
-        && claimed.len() as u64 == n
+        && n_claimed == n
         && acked == n
         && sets == [0; 4]
         && records == 0;
@@ -815,12 +929,13 @@ pub async fn scripts(b: &Bench) -> Result<Report> {
         .set("batch", CHUNK)
         .set("script_us_per_job", serde_json::Value::Object(cost.clone()))
         .set("redis_cpu_us_per_job", serde_json::Value::Object(cpu))
-        .set("drain_ceiling_jobs_per_s", ceiling)
-        .set("ok", ok);
+        .set("drain_ceiling_jobs_per_s", ceiling);
+    b.set_partitions(&mut r);
+    r.set("ok", ok);
     if !ok {
         r.set("created", created)
             .set("promoted", promoted)
-            .set("claimed", claimed.len() as u64)
+            .set("claimed", n_claimed)
             .set("acked", acked);
     }
     let part = |k: &str| cost.get(k).and_then(|v| v.as_f64()).unwrap_or(0.0);
@@ -861,8 +976,10 @@ shutdown_timeout = "10s"
 [topics.{TOPIC}]
 exec = [{true_path:?}]
 timeout = "30s"
+partitions = {partitions}
 "#,
             url = b.target.url,
+            partitions = b.args.partitions,
         ),
     )?;
     let log = dir.path().join("serve.log");
@@ -955,8 +1072,9 @@ timeout = "30s"
         .set("concurrency", concurrency as u64)
         .set("handler", "exec true")
         .set("jobs_per_s", per_s(done, elapsed))
-        .set("secs", round(elapsed.as_secs_f64(), 3))
-        .set("ok", ok);
+        .set("secs", round(elapsed.as_secs_f64(), 3));
+    b.set_partitions(&mut r);
+    r.set("ok", ok);
     if !ok {
         r.set("done", done)
             .set("retried", get("retried"))

@@ -17,8 +17,10 @@ use super::target::{info, Target};
 pub struct Snapshot {
     /// INFO stats total_commands_processed (script-internal commands count).
     commands: u64,
-    /// Redis main thread CPU, seconds (user + sys).
+    /// Redis main thread CPU, seconds (user + sys), summed over masters.
     redis_cpu: f64,
+    /// Per master: main thread CPU (s) and run-queue wait (ns, when local).
+    nodes: Vec<(f64, Option<u64>)>,
     /// command -> (calls, usec).
     cmdstats: HashMap<String, (u64, u64)>,
     /// INFO memory used_memory.
@@ -28,7 +30,7 @@ pub struct Snapshot {
     /// Waited-for children's CPU, microseconds.
     children_cpu_us: u64,
     /// Time Redis's main thread spent runnable but waiting for a CPU, ns
-    /// (/proc schedstat; only for a Redis on this host).
+    /// (/proc schedstat; only for a Redis on this host), summed over masters.
     redis_wait_ns: Option<u64>,
     /// The same for every thread of this process, summed.
     self_wait_ns: u64,
@@ -67,33 +69,56 @@ fn cpu_us(who: UsageWho) -> u64 {
 }
 
 impl Snapshot {
-    /// Reads the counters now (one INFO call).
+    /// Reads the counters now (one INFO call per master; a cluster's
+    /// masters are summed).
     pub async fn take(target: &Target) -> Result<Snapshot> {
-        let m = info(&target.conn, &["stats", "cpu", "commandstats", "memory"]).await?;
-        let num = |k: &str| m.get(k).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-        let mut cmdstats = HashMap::new();
-        for (k, v) in &m {
-            let Some(cmd) = k.strip_prefix("cmdstat_") else {
-                continue;
-            };
-            let field = |name: &str| {
-                v.split(',')
-                    .find_map(|kv| kv.strip_prefix(name))
-                    .and_then(|x| x.parse::<u64>().ok())
-                    .unwrap_or(0)
-            };
-            cmdstats.insert(cmd.to_string(), (field("calls="), field("usec=")));
+        let infos = futures::future::try_join_all(
+            target
+                .masters
+                .iter()
+                .map(|m| info(&m.conn, &["stats", "cpu", "commandstats", "memory"])),
+        )
+        .await?;
+        let mut commands = 0u64;
+        let mut redis_cpu = 0.0;
+        let mut used_memory = 0u64;
+        let mut nodes = Vec::with_capacity(infos.len());
+        let mut cmdstats: HashMap<String, (u64, u64)> = HashMap::new();
+        for (m, node) in infos.iter().zip(&target.masters) {
+            let num = |k: &str| m.get(k).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+            for (k, v) in m {
+                let Some(cmd) = k.strip_prefix("cmdstat_") else {
+                    continue;
+                };
+                let field = |name: &str| {
+                    v.split(',')
+                        .find_map(|kv| kv.strip_prefix(name))
+                        .and_then(|x| x.parse::<u64>().ok())
+                        .unwrap_or(0)
+                };
+                let c = cmdstats.entry(cmd.to_string()).or_default();
+                c.0 += field("calls=");
+                c.1 += field("usec=");
+            }
+            let cpu = num("used_cpu_user_main_thread") + num("used_cpu_sys_main_thread");
+            commands += num("total_commands_processed") as u64;
+            used_memory += num("used_memory") as u64;
+            redis_cpu += cpu;
+            let wait = node
+                .pid
+                .and_then(|pid| runqueue_wait_ns(&format!("/proc/{pid}/schedstat")));
+            nodes.push((cpu, wait));
         }
+        let waits: Vec<u64> = nodes.iter().filter_map(|n| n.1).collect();
         Ok(Snapshot {
-            commands: num("total_commands_processed") as u64,
-            redis_cpu: num("used_cpu_user_main_thread") + num("used_cpu_sys_main_thread"),
+            commands,
+            redis_cpu,
+            nodes,
             cmdstats,
-            used_memory: num("used_memory") as u64,
+            used_memory,
             self_cpu_us: cpu_us(UsageWho::RUSAGE_SELF),
             children_cpu_us: cpu_us(UsageWho::RUSAGE_CHILDREN),
-            redis_wait_ns: target
-                .pid
-                .and_then(|pid| runqueue_wait_ns(&format!("/proc/{pid}/schedstat"))),
+            redis_wait_ns: (!waits.is_empty()).then(|| waits.iter().sum()),
             self_wait_ns: self_wait_ns(),
         })
     }
@@ -177,14 +202,39 @@ impl Snapshot {
         };
         let client_waiting =
             self.self_wait_ns.saturating_sub(before.self_wait_ns) as f64 / 1e9 / wall_s;
-        let bound = if redis_busy >= 0.8 {
-            "redis-cpu"
-        } else if redis_busy + redis_waiting.unwrap_or(0.0) >= 0.8 {
+        // Per master (one for a single Redis): busy, and busy + waiting.
+        let per_node: Vec<(f64, f64)> = self
+            .nodes
+            .iter()
+            .zip(&before.nodes)
+            .map(|(a, b)| {
+                let busy = (a.0 - b.0).max(0.0) / wall_s;
+                let wait = match (a.1, b.1) {
+                    (Some(x), Some(y)) => x.saturating_sub(y) as f64 / 1e9 / wall_s,
+                    _ => 0.0,
+                };
+                (busy, busy + wait)
+            })
+            .collect();
+        let busiest = per_node.iter().map(|n| n.0).fold(0.0, f64::max);
+        let busiest_with_wait = per_node.iter().map(|n| n.1).fold(0.0, f64::max);
+        let cluster = self.nodes.len() > 1;
+        let bound = if busiest >= 0.8 {
+            if cluster {
+                "redis-cpu (the busiest master)"
+            } else {
+                "redis-cpu"
+            }
+        } else if busiest_with_wait >= 0.8 {
             "redis-cpu, shared (Redis waited for a core)"
         } else if redis_busy + client_busy >= 0.8 * cores {
             "cpu (all cores busy)"
         } else if client_busy >= 0.8 {
             "client-cpu"
+        } else if redis_busy + redis_waiting.unwrap_or(0.0) + client_busy + client_waiting
+            >= 0.8 * cores
+        {
+            "cpu, shared (threads waited for a core)"
         } else {
             "latency (round trips, waits)"
         };
@@ -193,6 +243,9 @@ impl Snapshot {
             redis_cpu_us_per_job: round(redis_cpu * 1e6 / n, 2),
             redis_busy_pct: round(100.0 * redis_busy, 1),
             redis_waiting_pct: redis_waiting.map(|w| round(100.0 * w, 1)),
+            redis_masters: cluster.then_some(self.nodes.len()),
+            redis_busy_by_master_pct: cluster
+                .then(|| per_node.iter().map(|n| round(100.0 * n.0, 1)).collect()),
             client_cpu_us_per_job: round(client_cpu * 1e6 / n, 2),
             client_cpu_pct: round(100.0 * client_busy, 1),
             client_waiting_pct: round(100.0 * client_waiting, 1),
@@ -217,6 +270,13 @@ pub struct Profile {
     /// time (a shared machine; absent when Redis is on another host).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub redis_waiting_pct: Option<f64>,
+    /// A cluster's masters (the Redis figures above are their sums).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redis_masters: Option<usize>,
+    /// A cluster: each master's main-thread CPU over wall time, in the
+    /// order of their addresses.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redis_busy_by_master_pct: Option<Vec<f64>>,
     /// This process's CPU per job (all threads).
     pub client_cpu_us_per_job: f64,
     /// This process's CPU over wall time (100 per core).
@@ -259,8 +319,16 @@ impl Profile {
             .take(5)
             .map(|c| format!("{} {:.2}", c.cmd, c.us_per_job))
             .collect();
+        let masters = self
+            .redis_busy_by_master_pct
+            .as_ref()
+            .map(|b| {
+                let each: Vec<String> = b.iter().map(|x| format!("{x:.0}%")).collect();
+                format!(", {} masters: {}", b.len(), each.join(" "))
+            })
+            .unwrap_or_default();
         format!(
-            "           Redis {:.2} µs/job ({:.0}% busy{}), client {:.2} µs/job ({:.0}% of a core), {:.2} commands/job, {:.1} script calls/1k jobs; bound: {}\n           Redis µs/job by command: {}",
+            "           Redis {:.2} µs/job ({:.0}% busy{}{masters}), client {:.2} µs/job ({:.0}% of a core), {:.2} commands/job, {:.1} script calls/1k jobs; bound: {}\n           Redis µs/job by command: {}",
             self.redis_cpu_us_per_job,
             self.redis_busy_pct,
             self.redis_waiting_pct
