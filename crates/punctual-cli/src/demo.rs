@@ -6,7 +6,6 @@
 
 use std::io::{Read, Write};
 use std::path::Path;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -35,19 +34,6 @@ pub struct DemoArgs {
 const TOPIC: &str = "demo";
 const LOG_ENV: &str = "PUNCTUAL_DEMO_LOG";
 
-/// A private redis-server, stopped on drop.
-struct PrivateRedis {
-    child: std::process::Child,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for PrivateRedis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 async fn reachable(url: &str) -> bool {
     Queue::builder(url)
         .connect_timeout(Duration::from_millis(500))
@@ -57,40 +43,13 @@ async fn reachable(url: &str) -> bool {
         .is_ok()
 }
 
-async fn start_private_redis() -> Result<(String, PrivateRedis)> {
-    let dir = tempfile::Builder::new()
-        .prefix("punctual-demo-redis-")
-        .tempdir()?;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    let child = std::process::Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-        .arg("--dir")
-        .arg(dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("no Redis answers and redis-server cannot be started: install it (sudo apt-get install redis-server, or brew install redis)")?;
-    let private = PrivateRedis { child, _dir: dir };
-    let url = format!("redis://127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !reachable(&url).await {
-        if Instant::now() > deadline {
-            bail!("the private redis-server on port {port} did not start within 10 s");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    Ok((url, private))
-}
-
 /// Runs the demo.
 pub async fn run(redis_url: &str, args: DemoArgs) -> Result<()> {
     let (url, _private) = if reachable(redis_url).await {
         println!("Using the Redis at {}", crate::context::redact(redis_url));
         (redis_url.to_string(), None)
     } else {
-        let (url, p) = start_private_redis().await?;
+        let (url, p) = crate::private_redis::start("punctual-demo-redis-")?;
         println!(
             "No Redis answers at {}; started a private redis-server at {url}",
             crate::context::redact(redis_url)

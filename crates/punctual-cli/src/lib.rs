@@ -30,6 +30,7 @@ mod doctor;
 mod exit;
 mod input;
 mod output;
+mod private_redis;
 mod serve;
 
 use cli::{Cli, Command};

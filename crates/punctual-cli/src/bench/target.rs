@@ -5,8 +5,8 @@
 //! keys, and reading `INFO`, on every master of a cluster.
 
 use std::collections::HashMap;
-use std::process::{Child, Stdio};
-use std::time::{Duration, Instant};
+
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use redis::aio::{ConnectionLike, MultiplexedConnection};
@@ -31,20 +31,6 @@ pub fn key(part: &str) -> String {
 /// `key_of("bench#2", "pool")`.
 pub fn key_of(physical: &str, part: &str) -> String {
     format!("{PREFIX}:{{{physical}}}:{part}")
-}
-
-/// A private redis-server, stopped on drop.
-#[derive(Debug)]
-pub struct PrivateRedis {
-    child: Child,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for PrivateRedis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// The connection for commands on keys: the node itself, or a slot-aware
@@ -113,7 +99,7 @@ pub struct Target {
     /// The physical names of the bench topic: `[TOPIC]`, or its partitions.
     pub parts: Vec<String>,
     /// Set when the bench started the server itself.
-    pub private: Option<PrivateRedis>,
+    pub private: Option<crate::private_redis::PrivateRedis>,
 }
 
 impl std::fmt::Debug for Target {
@@ -182,7 +168,7 @@ pub async fn open(url: &str, explicit: bool, partitions: u32) -> Result<Target> 
             Ok(conn) => ((seeds[0].to_string(), conn), None),
             Err(e) if explicit => return Err(e),
             Err(_) => {
-                let (url, private) = start_private()?;
+                let (url, private) = crate::private_redis::start("punctual-bench-redis-")?;
                 let conn = connect(&url, Duration::from_secs(2)).await?;
                 ((url, conn), Some(private))
             }
@@ -382,40 +368,6 @@ fn is_local(url: &str) -> bool {
 /// Whether process `pid` of this host is a redis-server.
 fn is_redis_process(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.contains("redis"))
-}
-
-fn start_private() -> Result<(String, PrivateRedis)> {
-    let dir = tempfile::Builder::new()
-        .prefix("punctual-bench-redis-")
-        .tempdir()?;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    let child = std::process::Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args(["--save", "", "--appendonly", "no"])
-        .arg("--dir")
-        .arg(dir.path())
-        .arg("--logfile")
-        .arg(dir.path().join("redis.log"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("no Redis answers at the default address and redis-server cannot be started: install it (sudo apt-get install redis-server) or pass --redis URL")?;
-    let mut private = PrivateRedis { child, _dir: dir };
-    let addr = format!("127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(&addr).is_err() {
-        if let Ok(Some(status)) = private.child.try_wait() {
-            bail!("the private redis-server exited at start: {status}");
-        }
-        if Instant::now() > deadline {
-            bail!("the private redis-server on port {port} did not start within 10 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Ok((format!("redis://{addr}"), private))
 }
 
 impl Target {
