@@ -388,8 +388,11 @@ async fn fetch_loop(
             p = slots.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
         };
         let mut permits = vec![first];
-        if backlog && batch > 1 {
-            let want = (batch / 2) as u32 - 1;
+        // Every entry of `permits` must hold exactly one slot: it is one job.
+        // (A claim batch of 2 or 3 makes `want` 0, and `acquire_many(0)`
+        // yields a permit for no slot at all.)
+        let want = (batch / 2).saturating_sub(1) as u32;
+        if backlog && want > 0 {
             if let Ok(Ok(more)) = tokio::time::timeout(
                 Duration::from_millis(2),
                 slots.clone().acquire_many_owned(want),

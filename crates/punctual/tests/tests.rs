@@ -5,4 +5,5 @@ mod util;
 mod cluster;
 mod faults;
 mod queue;
+mod runtime_regressions;
 mod worker;
