@@ -74,4 +74,9 @@ if #gone > 0 then
   variadic('HDEL', K_ATT, gone)
   redis.call('HINCRBY', K_STATS, 'orphans', #gone)
 end
+-- Wake the schedulers when these leases end before every other one: an idle
+-- scheduler sleeps towards the earliest deadline it saw at its last tick.
+if #leases > 0 and earliest(K_RUNNING) == deadline then
+  redis.call('PUBLISH', K_POOL, deadline)
+end
 return out

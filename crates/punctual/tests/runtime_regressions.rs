@@ -3,11 +3,12 @@
 //! calls that must not wait behind each other, and leases that must be
 //! reclaimed on time with the default safety nets.
 
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use punctual::{Job, Outcome, Queue, Worker, WorkerConfig};
+use punctual::{Job, Outcome, Queue, Scheduler, SchedulerConfig, State, Worker, WorkerConfig};
 use punctual_testkit::RedisServer;
 use tokio_util::sync::CancellationToken;
 
@@ -101,4 +102,195 @@ async fn handlers_never_run_more_than_concurrency_at_once_for_any_claim_batch() 
         under.is_empty(),
         "(concurrency, claim_batch, most at once) never reached the limit: {under:?}"
     );
+}
+
+// ---- 3. leases are reclaimed one lease after they were last extended -------
+
+const CHILD_ENV: &str = "PUNCTUAL_RUNTIME_CHILD";
+
+/// Not a test on its own: when `PUNCTUAL_RUNTIME_CHILD` is set, this process
+/// is a worker for topic `t` with the default safety nets and the lease in
+/// `PUNCTUAL_TEST_LEASE_MS`. Mode "hang": handlers never finish (the test
+/// SIGKILLs the process). Mode "crash": the process aborts on its first job.
+#[test]
+fn child_worker() {
+    let Ok(mode) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let url = std::env::var("PUNCTUAL_TEST_REDIS").expect("redis url");
+    let lease: u64 = std::env::var("PUNCTUAL_TEST_LEASE_MS")
+        .expect("lease")
+        .parse()
+        .expect("lease in ms");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async move {
+        let q = Queue::connect(url).await.unwrap();
+        let worker = Worker::new(
+            q,
+            WorkerConfig::default().lease(Duration::from_millis(lease)),
+        )
+        .handle("t", move |_| {
+            let crash = mode == "crash";
+            async move {
+                if crash {
+                    std::process::abort();
+                }
+                futures::future::pending::<Outcome>().await
+            }
+        });
+        worker.run(futures::future::pending()).await.unwrap();
+    });
+}
+
+/// A child worker, SIGKILLed when dropped (also when a test fails).
+struct ChildWorker(Child);
+
+impl Drop for ChildWorker {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn_child(mode: &str, url: &str, lease: Duration) -> ChildWorker {
+    let child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "runtime_regressions::child_worker",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ENV, mode)
+        .env("PUNCTUAL_TEST_REDIS", url)
+        .env("PUNCTUAL_TEST_LEASE_MS", lease.as_millis().to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn child worker");
+    ChildWorker(child)
+}
+
+/// A scheduler with the DEFAULT settings (`max_sleep` 30 s), for topic `t`.
+fn default_scheduler(q: &Queue, stop: &CancellationToken) -> tokio::task::JoinHandle<()> {
+    let s = Scheduler::new(q.clone(), SchedulerConfig::default()).topic("t");
+    let stop = stop.clone();
+    tokio::spawn(async move { s.run(stop.cancelled_owned()).await.expect("scheduler") })
+}
+
+/// Enqueues `job` due in 300 ms and waits until the scheduler promoted it:
+/// that tick saw nothing else due and nothing running, so from then on an
+/// idle scheduler plans to sleep its whole `max_sleep`.
+async fn promoted_by_an_idle_scheduler(q: &Queue, job: Job) {
+    let id = q
+        .enqueue("t", job.delay(Duration::from_millis(300)))
+        .await
+        .unwrap()
+        .id;
+    wait_until(
+        Duration::from_secs(10),
+        "the job to be promoted",
+        async || q.get("t", &id).await.unwrap().map(|j| j.state) == Some(State::Ready),
+    )
+    .await;
+}
+
+async fn state(q: &Queue, id: &str) -> Option<State> {
+    q.get("t", id).await.unwrap().map(|j| j.state)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_taken_after_the_schedulers_last_tick_is_reclaimed_one_lease_after_its_worker_died()
+{
+    let server = RedisServer::start();
+    let q = crate::util::queue(&server).await;
+    let stop = CancellationToken::new();
+    let sched = default_scheduler(&q, &stop);
+    let lease = Duration::from_secs(1);
+    promoted_by_an_idle_scheduler(&q, Job::new("x").id("j").backoff(vec![Duration::ZERO])).await;
+
+    let mut child = spawn_child("hang", &server.url(), lease);
+    wait_until(
+        Duration::from_secs(20),
+        "the child to hold the job",
+        async || state(&q, "j").await == Some(State::Running),
+    )
+    .await;
+    child.0.kill().unwrap(); // SIGKILL, mid-job
+    child.0.wait().unwrap();
+    let killed = std::time::Instant::now();
+
+    // docs/operations.md: a killed worker's job is reclaimed at most `lease`
+    // later. The margin is generous for a busy machine, and far below the
+    // scheduler's 30 s safety net.
+    wait_until(
+        lease + Duration::from_secs(7),
+        "the dead worker's job to be reclaimed",
+        async || state(&q, "j").await == Some(State::Ready),
+    )
+    .await;
+    eprintln!("reclaimed {:?} after the SIGKILL", killed.elapsed());
+    let job = q.get("t", "j").await.unwrap().unwrap();
+    assert_eq!(job.attempts, 1);
+    assert!(
+        job.last_error
+            .as_deref()
+            .unwrap_or("")
+            .contains("lease expired"),
+        "{job:?}"
+    );
+    stop.cancel();
+    sched.await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_that_kills_every_worker_reaches_dead_within_a_few_leases() {
+    let server = RedisServer::start();
+    let q = crate::util::queue(&server).await;
+    let stop = CancellationToken::new();
+    let sched = default_scheduler(&q, &stop);
+    let lease = Duration::from_secs(1);
+    promoted_by_an_idle_scheduler(
+        &q,
+        Job::new("poison")
+            .id("poison")
+            .max_attempts(3)
+            .backoff(vec![Duration::ZERO]),
+    )
+    .await;
+
+    // One worker at a time, each crashed by the job; a new one as soon as
+    // the last died, as a supervisor would restart it.
+    let started = std::time::Instant::now();
+    let deadline = started + 3 * lease + Duration::from_secs(12);
+    let mut crashes = 0;
+    let in_time = |crashes: usize| {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the poison job is not dead {:?} after its first delivery ({crashes} workers crashed); \
+             with a lease of {lease:?} its 3 attempts take about 3 s",
+            started.elapsed()
+        );
+    };
+    while state(&q, "poison").await != Some(State::Dead) {
+        let mut child = spawn_child("crash", &server.url(), lease);
+        loop {
+            in_time(crashes);
+            if let Some(status) = child.0.try_wait().unwrap() {
+                assert!(!status.success(), "the child crashed on the job");
+                crashes += 1;
+                break;
+            }
+            if state(&q, "poison").await == Some(State::Dead) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    eprintln!("dead {:?} after the first delivery", started.elapsed());
+    assert_eq!(crashes, 3, "attempts count at claim: exactly 3 deliveries");
+    let job = q.get("t", "poison").await.unwrap().unwrap();
+    assert_eq!(job.attempts, 3);
+    assert!(job.last_error.unwrap().contains("lease expired"));
+    stop.cancel();
+    sched.await.unwrap();
 }
