@@ -1,4 +1,4 @@
-#!lua
+#!lua flags=allow-oom
 -- fail: the attempt failed. Retry after a backoff, or move to dead when the
 -- failure is permanent or the attempts are used up. Fenced like ack.
 -- KEYS: the nine topic keys.

@@ -1,8 +1,9 @@
 //! The worker runtime: one fetcher claims in batches and hands jobs to
 //! `concurrency` slots; a keeper extends the leases of running jobs; a
-//! settler acks and fails in batches. Idle, the fetcher blocks on a wake-up.
+//! settler records outcomes (acks batched per topic, each fail on its own,
+//! none waiting behind another). Idle, the fetcher blocks on a wake-up.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
@@ -11,7 +12,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use tokio::sync::{mpsc, Notify, Semaphore};
-use tokio::task::AbortHandle;
+use tokio::task::{AbortHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -527,63 +528,104 @@ pub(crate) fn humanize(d: Duration) -> String {
     }
 }
 
-/// Records outcomes: acks in batches per topic, fails one by one (all
-/// concurrently). A Redis error is retried; meanwhile the keeper keeps the
-/// leases alive, so an outcome is never lost to a short outage.
+/// Records outcomes. No call waits behind another: every fail is its own
+/// task, and each topic has its own lane of acks, one call in flight at a
+/// time, which takes whatever has queued up for that topic meanwhile (so
+/// acks still go out in batches). A Redis error is retried; meanwhile the
+/// keeper keeps the leases alive, so an outcome is never lost to a short
+/// outage, and a call that Redis keeps refusing holds up nothing but its
+/// own job. Ends when every sender is gone and every call has finished.
 async fn settle_loop(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Settle>) {
-    while let Some(first) = rx.recv().await {
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(s) => batch.push(s),
-                Err(_) => break,
-            }
-        }
-        let mut acks: HashMap<usize, Vec<(String, i64)>> = HashMap::new();
-        let mut fails = Vec::new();
-        for s in batch {
-            match s.outcome {
-                Outcome::Done => acks.entry(s.topic).or_default().push((s.id, s.token)),
-                _ => fails.push(s),
-            }
-        }
-        let ack_calls = acks.into_iter().map(|(ti, pairs)| {
-            let shared = shared.clone();
-            async move {
-                let topic = &shared.topics[ti].name;
-                let flags = retry_forever(|| shared.queue.ack(topic, &pairs)).await;
-                for ((id, token), ok) in pairs.into_iter().zip(flags) {
-                    if !ok {
-                        tracing::warn!(topic = %topic, id = %id, "ack refused: the lease was lost and the job re-delivered or cancelled");
+    // Per topic: acks waiting for the lane; the topics with a call in flight.
+    let mut waiting: HashMap<usize, Vec<(String, i64)>> = HashMap::new();
+    let mut busy: HashSet<usize> = HashSet::new();
+    let mut in_flight: HashMap<tokio::task::Id, usize> = HashMap::new();
+    let mut acks: JoinSet<()> = JoinSet::new();
+    let mut fails: JoinSet<()> = JoinSet::new();
+    let mut open = true;
+    while open || !acks.is_empty() || !fails.is_empty() {
+        tokio::select! {
+            s = rx.recv(), if open => match s {
+                Some(first) => {
+                    let mut next = Some(first);
+                    let mut taken = 0;
+                    while let Some(s) = next.take() {
+                        match s.outcome {
+                            Outcome::Done => waiting.entry(s.topic).or_default().push((s.id, s.token)),
+                            _ => {
+                                fails.spawn(fail_one(shared.clone(), s).in_current_span());
+                            }
+                        }
+                        taken += 1;
+                        if taken < MAX_BATCH {
+                            next = rx.try_recv().ok();
+                        }
                     }
-                    forget(&shared, ti, &id, token);
                 }
-            }
-        });
-        let fail_calls = fails.into_iter().map(|s| {
-            let shared = shared.clone();
-            async move {
-                let topic = &shared.topics[s.topic].name;
-                let (error, after, permanent) = match &s.outcome {
-                    Outcome::Retry { error, after } => (error.as_str(), *after, false),
-                    Outcome::Permanent { error } => (error.as_str(), None, true),
-                    Outcome::Done => unreachable!("done outcomes are acked"),
+                None => open = false,
+            },
+            Some(done) = acks.join_next_with_id(), if !acks.is_empty() => {
+                let id = match done {
+                    Ok((id, ())) => id,
+                    Err(e) => e.id(),
                 };
-                let r = retry_forever(|| shared.queue.fail(topic, &s.id, s.token, error, after, permanent)).await;
-                match r {
-                    Failed::Retry => tracing::info!(topic = %topic, id = %s.id, error, "job failed; will retry"),
-                    Failed::Dead => tracing::warn!(topic = %topic, id = %s.id, error, "job failed; moved to dead"),
-                    Failed::Stale => tracing::warn!(topic = %topic, id = %s.id, "fail refused: the lease was lost"),
+                if let Some(ti) = in_flight.remove(&id) {
+                    busy.remove(&ti);
                 }
-                forget(&shared, s.topic, &s.id, s.token);
             }
-        });
-        futures::future::join(
-            futures::future::join_all(ack_calls),
-            futures::future::join_all(fail_calls),
-        )
-        .await;
+            Some(_) = fails.join_next(), if !fails.is_empty() => {}
+        }
+        // Start a call for every topic with acks waiting and none in flight.
+        let ready: Vec<usize> = waiting
+            .keys()
+            .copied()
+            .filter(|ti| !busy.contains(ti))
+            .collect();
+        for ti in ready {
+            let pairs = waiting.remove(&ti).expect("listed above");
+            let call = acks.spawn(ack_many(shared.clone(), ti, pairs).in_current_span());
+            in_flight.insert(call.id(), ti);
+            busy.insert(ti);
+        }
     }
+}
+
+async fn ack_many(shared: Arc<Shared>, ti: usize, pairs: Vec<(String, i64)>) {
+    let topic = &shared.topics[ti].name;
+    let flags = retry_forever(|| shared.queue.ack(topic, &pairs)).await;
+    for ((id, token), ok) in pairs.into_iter().zip(flags) {
+        if !ok {
+            tracing::warn!(topic = %topic, id = %id, "ack refused: the lease was lost and the job re-delivered or cancelled");
+        }
+        forget(&shared, ti, &id, token);
+    }
+}
+
+async fn fail_one(shared: Arc<Shared>, s: Settle) {
+    let topic = &shared.topics[s.topic].name;
+    let (error, after, permanent) = match &s.outcome {
+        Outcome::Retry { error, after } => (error.as_str(), *after, false),
+        Outcome::Permanent { error } => (error.as_str(), None, true),
+        Outcome::Done => unreachable!("done outcomes are acked"),
+    };
+    let r = retry_forever(|| {
+        shared
+            .queue
+            .fail(topic, &s.id, s.token, error, after, permanent)
+    })
+    .await;
+    match r {
+        Failed::Retry => {
+            tracing::info!(topic = %topic, id = %s.id, error, "job failed; will retry")
+        }
+        Failed::Dead => {
+            tracing::warn!(topic = %topic, id = %s.id, error, "job failed; moved to dead")
+        }
+        Failed::Stale => {
+            tracing::warn!(topic = %topic, id = %s.id, "fail refused: the lease was lost")
+        }
+    }
+    forget(&shared, s.topic, &s.id, s.token);
 }
 
 async fn retry_forever<T, F, Fut>(mut call: F) -> T

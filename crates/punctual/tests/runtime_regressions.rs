@@ -12,7 +12,7 @@ use punctual::{Job, Outcome, Queue, Scheduler, SchedulerConfig, State, Worker, W
 use punctual_testkit::RedisServer;
 use tokio_util::sync::CancellationToken;
 
-use crate::util::wait_until;
+use crate::util::{key, wait_until};
 
 /// Counts the handlers running at once and remembers the most seen.
 #[derive(Default)]
@@ -293,4 +293,187 @@ async fn a_job_that_kills_every_worker_reaches_dead_within_a_few_leases() {
     assert!(job.last_error.unwrap().contains("lease expired"));
     stop.cancel();
     sched.await.unwrap();
+}
+
+// ---- 2. no outcome waits behind a fail that Redis refuses -----------------
+
+/// Handlers that wait until the test releases them, then return the outcome
+/// it gave; `running` counts the handlers started.
+#[derive(Default)]
+struct Gate {
+    running: AtomicUsize,
+    release: std::sync::Mutex<std::collections::HashMap<String, Outcome>>,
+}
+
+impl Gate {
+    fn open(&self, id: &str, outcome: Outcome) {
+        self.release.lock().unwrap().insert(id.to_string(), outcome);
+    }
+
+    async fn pass(&self, id: &str) -> Outcome {
+        self.running.fetch_add(1, Ordering::SeqCst);
+        loop {
+            if let Some(o) = self.release.lock().unwrap().remove(id) {
+                return o;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+/// `INFO errorstats`: how many error replies of this kind (e.g. "OOM").
+fn error_count(server: &RedisServer, kind: &str) -> u64 {
+    let info = server.cli(&["INFO", "errorstats"]).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("errorstat_{kind}:count=")))
+        .map(|v| v.split(',').next().unwrap().trim().parse().unwrap())
+        .unwrap_or(0)
+}
+
+fn gated_worker(q: &Queue, topics: &[&str], gate: &Arc<Gate>, config: WorkerConfig) -> Worker {
+    let mut w = Worker::new(q.clone(), config);
+    for t in topics {
+        let gate = gate.clone();
+        w = w.handle(*t, move |d| {
+            let gate = gate.clone();
+            async move { gate.pass(&d.id).await }
+        });
+    }
+    w
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_redis_records_a_workers_failures_and_acks_and_its_shutdown_drains() {
+    let server = RedisServer::start_with(&["--maxmemory-policy", "noeviction"]);
+    let q = crate::util::queue(&server).await;
+    for id in ["a", "b"] {
+        q.enqueue("t", Job::new(id).id(id).backoff(vec![Duration::ZERO]))
+            .await
+            .unwrap();
+    }
+    let gate = Arc::new(Gate::default());
+    let stop = CancellationToken::new();
+    let worker = gated_worker(&q, &["t"], &gate, WorkerConfig::default().concurrency(2));
+    let w = tokio::spawn(worker.run(stop.clone().cancelled_owned()));
+    wait_until(Duration::from_secs(10), "both jobs to run", async || {
+        gate.running.load(Ordering::SeqCst) == 2
+    })
+    .await;
+
+    // Redis is full: every script that may add data is refused whole.
+    server.cli(&["CONFIG", "SET", "maxmemory", "1"]).unwrap();
+    let oom_before = error_count(&server, "OOM");
+    // Job a fails first ...
+    gate.open("a", Outcome::retry_after("boom", Duration::from_secs(60)));
+    wait_until(
+        Duration::from_secs(10),
+        "a's failure to be recorded or refused",
+        async || {
+            error_count(&server, "OOM") > oom_before
+                || q.get("t", "a").await.unwrap().map(|j| j.state) != Some(State::Running)
+        },
+    )
+    .await;
+    // ... then b is done: its ack must not wait behind a's failure.
+    gate.open("b", Outcome::Done);
+    wait_until(
+        Duration::from_secs(10),
+        "b's ack while Redis is full",
+        async || q.get("t", "b").await.unwrap().is_none(),
+    )
+    .await;
+    // A failure is recorded too (fail is allow-oom: its writes are bounded).
+    wait_until(
+        Duration::from_secs(10),
+        "a's failure while Redis is full",
+        async || q.get("t", "a").await.unwrap().map(|j| j.state) == Some(State::Pool),
+    )
+    .await;
+    let a = q.get("t", "a").await.unwrap().unwrap();
+    assert_eq!(a.last_error.as_deref(), Some("boom"));
+    // And a shutdown drains at once instead of waiting out its timeout.
+    stop.cancel();
+    let stopped = w.await.unwrap().unwrap();
+    assert_eq!(stopped.abandoned, 0, "nothing was left behind");
+    server.cli(&["CONFIG", "SET", "maxmemory", "0"]).unwrap();
+    assert!(q.check("t").await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acks_go_out_while_redis_keeps_refusing_a_fail_and_the_job_is_not_lost() {
+    let server = RedisServer::start();
+    let q = crate::util::queue(&server).await;
+    q.enqueue("a", Job::new("a").id("a")).await.unwrap();
+    q.enqueue("b", Job::new("b").id("b")).await.unwrap();
+    let gate = Arc::new(Gate::default());
+    let stop = CancellationToken::new();
+    let lease = Duration::from_secs(1);
+    let worker = gated_worker(
+        &q,
+        &["a", "b"],
+        &gate,
+        WorkerConfig::default()
+            .concurrency(2)
+            .lease(lease)
+            .shutdown_timeout(Duration::from_secs(2)),
+    );
+    let w = tokio::spawn(worker.run(stop.clone().cancelled_owned()));
+    wait_until(Duration::from_secs(10), "both jobs to run", async || {
+        gate.running.load(Ordering::SeqCst) == 2
+    })
+    .await;
+
+    // Redis refuses every fail of topic a: its dead set is not a sorted set
+    // (a stand-in for any refusal that lasts: a shard down, an ACL, a bug).
+    server
+        .cli(&["SET", &key("a", "dead"), "not a zset"])
+        .unwrap();
+    let refused_before = error_count(&server, "WRONGTYPE");
+    gate.open("a", Outcome::permanent("bad input"));
+    wait_until(
+        Duration::from_secs(10),
+        "a's fail to be refused",
+        async || error_count(&server, "WRONGTYPE") > refused_before,
+    )
+    .await;
+    gate.open("b", Outcome::Done);
+    wait_until(
+        Duration::from_secs(10),
+        "b's ack while a's fail is refused",
+        async || q.get("b", "b").await.unwrap().is_none(),
+    )
+    .await;
+    assert_eq!(
+        q.get("a", "a").await.unwrap().map(|j| j.state),
+        Some(State::Running),
+        "a's fail was refused, the job is still leased"
+    );
+    // The shutdown waits for the refused fail only up to its timeout, then
+    // leaves the job to its lease.
+    stop.cancel();
+    let stopped = w.await.unwrap().unwrap();
+    assert_eq!(stopped.abandoned, 1, "the job whose fail was refused");
+
+    // Not lost: once Redis takes writes again, its lease expires and a
+    // scheduler reclaims it like any job whose worker died.
+    server.cli(&["DEL", &key("a", "dead")]).unwrap();
+    let sched_stop = CancellationToken::new();
+    let s = Scheduler::new(q.clone(), SchedulerConfig::default()).topic("a");
+    let sched = tokio::spawn({
+        let stop = sched_stop.clone();
+        async move { s.run(stop.cancelled_owned()).await.unwrap() }
+    });
+    wait_until(
+        lease + Duration::from_secs(7),
+        "a to be reclaimed",
+        async || q.get("a", "a").await.unwrap().map(|j| j.state) != Some(State::Running),
+    )
+    .await;
+    let a = q.get("a", "a").await.unwrap().unwrap();
+    assert_eq!(a.attempts, 1);
+    assert!(a.last_error.unwrap().contains("lease expired"));
+    sched_stop.cancel();
+    sched.await.unwrap();
+    assert!(q.check("a").await.unwrap().is_empty());
+    assert!(q.check("b").await.unwrap().is_empty());
 }
