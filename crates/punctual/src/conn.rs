@@ -1,13 +1,27 @@
 //! The connection to Redis: one node (a reconnecting multiplexed connection)
 //! or a Redis Cluster (slot-aware, following MOVED/ASK and failovers). Only
 //! this module and `wake.rs` open connections.
+//!
+//! No call that must not run twice is ever sent twice by the client. The
+//! single-node `ConnectionManager` never resends a command (it reconnects
+//! and returns the error). The cluster client resends a command after any
+//! error, also after a dropped connection or a timeout, when the command
+//! may have run: fine for the idempotent calls (fenced `ack`, `fail` and
+//! `extend`, `tick`, reads, `enqueue` of jobs that all carry an id), wrong
+//! for `claim` (a resent claim leases more jobs to nobody, each losing an
+//! attempt) and for `enqueue` of a job without an id (a resent one is a
+//! second job). Those go over a second cluster connection without
+//! automatic resends, and are resent here only after an error that proves
+//! Redis did not run them (see `did_not_run`).
 
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, Pipeline, RedisFuture, Value};
+use redis::{
+    Arg, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult, ServerErrorKind, Value,
+};
 
 use crate::error::{Error, Result};
 
@@ -15,14 +29,24 @@ use crate::error::{Error, Result};
 #[derive(Clone)]
 pub(crate) enum Conn {
     Single(ConnectionManager),
-    Cluster(ClusterConnection),
+    Cluster {
+        /// Follows redirections and failovers by itself, resending a command
+        /// after any error: for everything that may run twice.
+        retrying: ClusterConnection,
+        /// Resends nothing by itself: for the scripts that must not run
+        /// twice (`must_not_repeat`), resent by `send_once` only.
+        once: ClusterConnection,
+    },
 }
 
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Conn::Single(c) => c.req_packed_command(cmd),
-            Conn::Cluster(c) => c.req_packed_command(cmd),
+            Conn::Cluster { once, .. } if must_not_repeat(cmd) => {
+                Box::pin(send_once(once.clone(), cmd))
+            }
+            Conn::Cluster { retrying, .. } => retrying.req_packed_command(cmd),
         }
     }
 
@@ -34,16 +58,91 @@ impl ConnectionLike for Conn {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Conn::Single(c) => c.req_packed_commands(cmd, offset, count),
-            Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+            Conn::Cluster { retrying, .. } => retrying.req_packed_commands(cmd, offset, count),
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
             Conn::Single(c) => c.get_db(),
-            Conn::Cluster(c) => c.get_db(),
+            Conn::Cluster { retrying, .. } => retrying.get_db(),
         }
     }
+}
+
+/// Whether running `cmd` twice could do harm: a `claim`, or an `enqueue`
+/// with a job that has no id or with replace. Recognised by the script's
+/// SHA and, for `enqueue`, its ARGV (see `lua/enqueue.lua`); a call that
+/// does not parse as expected counts as unsafe.
+fn must_not_repeat(cmd: &Cmd) -> bool {
+    let args: Vec<&[u8]> = cmd
+        .args_iter()
+        .map(|a| match a {
+            Arg::Simple(a) => a,
+            _ => &[][..],
+        })
+        .collect();
+    let Some(name) = args.first() else {
+        return false;
+    };
+    if !name.eq_ignore_ascii_case(b"EVALSHA") || args.len() < 3 {
+        return false;
+    }
+    let scripts = &crate::scripts::SCRIPTS;
+    let sha = args[1];
+    if sha == scripts.claim.get_hash().as_bytes() {
+        return true;
+    }
+    if sha != scripts.enqueue.get_hash().as_bytes() {
+        return false;
+    }
+    let num = |a: &[u8]| std::str::from_utf8(a).ok()?.parse::<usize>().ok();
+    let Some(argv) = num(args[2]).and_then(|k| args.get(3 + k..)) else {
+        return true;
+    };
+    // ARGV: max payload, replace, n, then n groups of (id, payload, when,
+    // max attempts, backoff).
+    let (Some(replace), Some(n)) = (argv.get(1), argv.get(2).and_then(|n| num(n))) else {
+        return true;
+    };
+    if *replace != b"0" || argv.len() != 3 + 5 * n {
+        return true;
+    }
+    (0..n).any(|i| argv[3 + 5 * i].is_empty())
+}
+
+/// Whether Redis certainly did not run the command that failed with `e`:
+/// it was refused before it ran (a redirect, a cluster or a replica not
+/// ready), or it was never sent (no connection).
+fn did_not_run(e: &RedisError) -> bool {
+    matches!(
+        e.kind(),
+        ErrorKind::Server(
+            ServerErrorKind::Moved
+                | ServerErrorKind::TryAgain
+                | ServerErrorKind::ClusterDown
+                | ServerErrorKind::MasterDown
+                | ServerErrorKind::BusyLoading
+                | ServerErrorKind::ReadOnly
+        ) | ErrorKind::ClusterConnectionNotFound
+    ) || e.is_connection_refusal()
+}
+
+/// Sends `cmd` over the connection without automatic resends, and resends it
+/// (with backoff, a few times) only while Redis certainly did not run it.
+/// Any other error is returned: the command may or may not have run.
+async fn send_once(mut conn: ClusterConnection, cmd: &Cmd) -> RedisResult<Value> {
+    let mut backoff = Duration::from_millis(50);
+    for _ in 0..6 {
+        match conn.req_packed_command(cmd).await {
+            Err(e) if did_not_run(&e) => {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+            }
+            r => return r,
+        }
+    }
+    conn.req_packed_command(cmd).await
 }
 
 /// What `connect` made: the connection, and the nodes a pub/sub listener
@@ -101,13 +200,22 @@ pub(crate) async fn connect(
             });
         }
     }
-    let cluster = ClusterClientBuilder::new(urls.clone())
-        .connection_timeout(connect_timeout)
-        .response_timeout(response_timeout)
-        .retries(6)
-        .build()
-        .map_err(|e| Error::invalid(format!("invalid cluster URLs: {e}")))?;
-    let mut conn = cluster.get_async_connection().await.map_err(Error::Redis)?;
+    let client = |retries: u32| {
+        ClusterClientBuilder::new(urls.clone())
+            .connection_timeout(connect_timeout)
+            .response_timeout(response_timeout)
+            .retries(retries)
+            .build()
+            .map_err(|e| Error::invalid(format!("invalid cluster URLs: {e}")))
+    };
+    let mut conn = client(6)?
+        .get_async_connection()
+        .await
+        .map_err(Error::Redis)?;
+    let once = client(0)?
+        .get_async_connection()
+        .await
+        .map_err(Error::Redis)?;
     // Subscribe on any node: the seeds, then every node the cluster knows.
     let mut pubsub = clients;
     let nodes: String = redis::cmd("CLUSTER")
@@ -129,7 +237,10 @@ pub(crate) async fn connect(
         }
     }
     Ok(Connected {
-        conn: Conn::Cluster(conn),
+        conn: Conn::Cluster {
+            retrying: conn,
+            once,
+        },
         pubsub,
         cluster: true,
     })
@@ -149,7 +260,49 @@ fn with_hostport(url: &str, hostport: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::with_hostport;
+    use super::{must_not_repeat, with_hostport};
+    use crate::scripts::SCRIPTS;
+
+    fn evalsha<S: AsRef<str>>(sha: &str, argv: &[S]) -> redis::Cmd {
+        let mut c = redis::cmd("EVALSHA");
+        c.arg(sha).arg(9);
+        for k in 0..9 {
+            c.arg(format!("k{k}"));
+        }
+        for a in argv {
+            c.arg(a.as_ref());
+        }
+        c
+    }
+
+    #[test]
+    fn claims_and_enqueues_that_make_ids_or_replace_are_never_resent_blindly() {
+        let claim = SCRIPTS.claim.get_hash();
+        let enqueue = SCRIPTS.enqueue.get_hash();
+        assert!(must_not_repeat(&evalsha(claim, &["10", "30000"])));
+        let batch = |replace: &str, ids: &[&str]| {
+            let mut argv = vec!["1048576".to_string(), replace.into(), ids.len().to_string()];
+            for id in ids {
+                argv.extend([*id, "payload", "d0", "", ""].map(String::from));
+            }
+            evalsha(enqueue, &argv)
+        };
+        assert!(!must_not_repeat(&batch("0", &["a", "b"])), "ids: safe");
+        assert!(must_not_repeat(&batch("0", &["a", ""])), "a generated id");
+        assert!(must_not_repeat(&batch("1", &["a"])), "replace");
+        assert!(
+            must_not_repeat(&evalsha(enqueue, &["1048576", "0"])),
+            "malformed"
+        );
+        for safe in ["ack", "fail", "extend", "tick", "get", "stats"] {
+            let sha = crate::scripts::script_source(safe).map(|s| redis::Script::new(&s));
+            let sha = sha.expect("a script").get_hash().to_string();
+            assert!(!must_not_repeat(&evalsha(&sha, &["x"])), "{safe}");
+        }
+        assert!(!must_not_repeat(
+            redis::cmd("SADD").arg("P:topics").arg("t")
+        ));
+    }
 
     #[test]
     fn host_and_port_are_replaced_keeping_credentials() {

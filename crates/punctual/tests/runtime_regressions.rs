@@ -12,7 +12,7 @@ use punctual::{Job, Outcome, Queue, Scheduler, SchedulerConfig, State, Worker, W
 use punctual_testkit::RedisServer;
 use tokio_util::sync::CancellationToken;
 
-use crate::util::{key, wait_until};
+use crate::util::{key, wait_until, LONG_LEASE as LONG};
 
 /// Counts the handlers running at once and remembers the most seen.
 #[derive(Default)]
@@ -476,4 +476,150 @@ async fn acks_go_out_while_redis_keeps_refusing_a_fail_and_the_job_is_not_lost()
     sched.await.unwrap();
     assert!(q.check("a").await.unwrap().is_empty());
     assert!(q.check("b").await.unwrap().is_empty());
+}
+
+// ---- 4. no automatic resend of a call that must not run twice -------------
+
+/// A TCP proxy in front of one Redis. When armed, it passes the next
+/// `EVALSHA` to Redis, waits for the reply, swallows it and drops the
+/// client's connection: the call ran, and its caller cannot know.
+struct CuttingProxy {
+    port: u16,
+    armed: Arc<std::sync::atomic::AtomicBool>,
+    cuts: Arc<AtomicUsize>,
+}
+
+impl CuttingProxy {
+    async fn start(upstream: impl Fn() -> u16 + Send + 'static) -> CuttingProxy {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let armed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let cuts = Arc::new(AtomicUsize::new(0));
+        let (a, c) = (armed.clone(), cuts.clone());
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut client, _)) = listener.accept().await else {
+                    return;
+                };
+                let (armed, cuts, upstream) = (a.clone(), c.clone(), upstream());
+                tokio::spawn(async move {
+                    let Ok(mut server) =
+                        tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await
+                    else {
+                        return;
+                    };
+                    let (mut up, mut down) = (vec![0u8; 1 << 16], vec![0u8; 1 << 16]);
+                    loop {
+                        tokio::select! {
+                            n = client.read(&mut up) => {
+                                let Ok(n @ 1..) = n else { return };
+                                let cut = up[..n].windows(7).any(|w| w == b"EVALSHA")
+                                    && armed.swap(false, Ordering::SeqCst);
+                                if server.write_all(&up[..n]).await.is_err() {
+                                    return;
+                                }
+                                if cut {
+                                    // It ran once its reply starts; drop both sides.
+                                    let _ = server.read(&mut down).await;
+                                    cuts.fetch_add(1, Ordering::SeqCst);
+                                    return;
+                                }
+                            }
+                            n = server.read(&mut down) => {
+                                let Ok(n @ 1..) = n else { return };
+                                if client.write_all(&down[..n]).await.is_err() {
+                                    return;
+                                }
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        CuttingProxy { port, armed, cuts }
+    }
+
+    /// Cuts the next script call; returns the number of cuts so far.
+    fn arm(&self) -> usize {
+        self.armed.store(true, Ordering::SeqCst);
+        self.cuts.load(Ordering::SeqCst)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_a_claim_or_an_enqueue_without_id_is_never_resent_after_it_may_have_run() {
+    // A one-node Redis Cluster that tells clients to use the proxy's port.
+    let redis_port = Arc::new(AtomicUsize::new(0));
+    let rp = redis_port.clone();
+    let proxy = CuttingProxy::start(move || rp.load(Ordering::SeqCst) as u16).await;
+    let bus = punctual_testkit::free_port().to_string();
+    let announce = proxy.port.to_string();
+    let server = RedisServer::start_with(&[
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        "nodes.conf",
+        "--cluster-port",
+        &bus,
+        "--cluster-announce-ip",
+        "127.0.0.1",
+        "--cluster-announce-port",
+        &announce,
+    ]);
+    redis_port.store(server.port() as usize, Ordering::SeqCst);
+    server
+        .cli(&["CLUSTER", "ADDSLOTSRANGE", "0", "16383"])
+        .unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        "the cluster to be ok",
+        async || {
+            server
+                .cli(&["CLUSTER", "INFO"])
+                .unwrap()
+                .contains("cluster_state:ok")
+        },
+    )
+    .await;
+    let q = Queue::connect(format!("redis://127.0.0.1:{}", proxy.port))
+        .await
+        .unwrap();
+    assert!(q.is_cluster());
+    // Two ready jobs; every script loaded by a call that is not cut.
+    for id in ["j1", "j2"] {
+        q.enqueue("t", Job::new(id).id(id)).await.unwrap();
+    }
+    assert!(q.claim("other", 1, LONG).await.unwrap().is_empty());
+    q.stats("g").await.unwrap();
+
+    // A claim whose reply is lost is reported, not sent again: a second run
+    // would lease another job to nobody.
+    let cuts = proxy.arm();
+    let r = q.claim("t", 1, LONG).await;
+    assert_eq!(proxy.cuts.load(Ordering::SeqCst), cuts + 1);
+    let s = q.stats("t").await.unwrap();
+    assert_eq!(
+        (s.ready, s.running, s.counters.get("claimed").copied()),
+        (1, 1, Some(1)),
+        "the claim ran exactly once (the caller got {r:?})"
+    );
+    let e = r.expect_err("the claim's reply was lost");
+    assert!(e.is_retryable(), "{e}");
+
+    // The same for an enqueue of a job without an id: a second run would be
+    // a second job.
+    let cuts = proxy.arm();
+    let r = q.enqueue("g", Job::new("no id")).await;
+    assert_eq!(proxy.cuts.load(Ordering::SeqCst), cuts + 1);
+    let s = q.stats("g").await.unwrap();
+    assert_eq!(s.ready, 1, "one job, not two (the caller got {r:?})");
+    assert!(r.is_err());
+
+    // An enqueue whose jobs all carry ids may run twice: it is resent.
+    let cuts = proxy.arm();
+    q.enqueue("t", Job::new("j3").id("j3")).await.unwrap();
+    assert_eq!(proxy.cuts.load(Ordering::SeqCst), cuts + 1);
+    assert_eq!(q.stats("t").await.unwrap().ready, 2);
+    assert!(q.check("t").await.unwrap().is_empty());
 }
