@@ -76,7 +76,7 @@ if #gone > 0 then
 end
 -- Wake the schedulers when these leases end before every other one: an idle
 -- scheduler sleeps towards the earliest deadline it saw at its last tick.
-if #leases > 0 and earliest(K_RUNNING) == deadline then
+if #leases > 0 and redis.call('ZCOUNT', K_RUNNING, '-inf', deadline) <= #leases / 2 then
   redis.call('PUBLISH', K_POOL, deadline)
 end
 return out

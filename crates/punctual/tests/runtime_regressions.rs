@@ -623,3 +623,70 @@ async fn on_a_cluster_a_claim_or_an_enqueue_without_id_is_never_resent_after_it_
     assert_eq!(q.stats("t").await.unwrap().ready, 2);
     assert!(q.check("t").await.unwrap().is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_publishes_on_the_pool_channel_exactly_when_its_lease_ends_first() {
+    use futures::StreamExt;
+    let server = RedisServer::start();
+    let q = crate::util::queue(&server).await;
+    for i in 0..4 {
+        q.enqueue("t", Job::new("x").id(format!("j{i}")))
+            .await
+            .unwrap();
+    }
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut pubsub = client.get_async_pubsub().await.unwrap();
+    let channel = key("t", "pool");
+    pubsub.subscribe(&channel).await.unwrap();
+    let mut messages = pubsub.into_on_message();
+    let c = crate::util::conn(&server).await;
+    // The messages on the pool channel since the last call: up to a marker
+    // published now (messages arrive in the order Redis ran the PUBLISHes).
+    let mut wake_ups = async || -> Vec<String> {
+        let _: i64 = redis::cmd("PUBLISH")
+            .arg(&channel)
+            .arg("marker")
+            .query_async(&mut c.clone())
+            .await
+            .unwrap();
+        let mut got = Vec::new();
+        loop {
+            let m = tokio::time::timeout(Duration::from_secs(5), messages.next())
+                .await
+                .expect("the marker")
+                .unwrap();
+            match m.get_payload::<String>().unwrap() {
+                p if p == "marker" => return got,
+                p => got.push(p),
+            }
+        }
+    };
+
+    // Nothing running: the new lease ends first.
+    q.claim("t", 1, Duration::from_secs(60)).await.unwrap();
+    assert_eq!(
+        wake_ups().await.len(),
+        1,
+        "the first lease wakes the schedulers"
+    );
+    // A lease that ends after the one running: the schedulers wake in time.
+    q.claim("t", 1, Duration::from_secs(120)).await.unwrap();
+    assert_eq!(wake_ups().await, Vec::<String>::new(), "a later lease");
+    // A lease that ends before every other one.
+    q.claim("t", 1, Duration::from_secs(10)).await.unwrap();
+    let m = wake_ups().await;
+    assert_eq!(m.len(), 1, "the earlier lease wakes the schedulers");
+    let deadline: i64 = m[0].parse().expect("the lease deadline in ms");
+    let leased: Vec<(String, f64)> = redis::cmd("ZRANGE")
+        .arg(key("t", "running"))
+        .arg(0)
+        .arg(0)
+        .arg("WITHSCORES")
+        .query_async(&mut c.clone())
+        .await
+        .unwrap();
+    assert_eq!(
+        leased[0].1 as i64, deadline,
+        "the message is the new deadline"
+    );
+}
