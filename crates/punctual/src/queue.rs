@@ -18,6 +18,14 @@ use crate::partition::{generate_id, partition_name, partition_of, MAX_PARTITIONS
 use crate::reply::Reply;
 use crate::scripts::SCRIPTS;
 
+/// Largest integer the scripts take (2^53: Lua numbers are doubles).
+const MAX_SAFE: usize = 1 << 53;
+
+/// A lease as the scripts take it: 1 ms to ten years.
+fn lease_ms(lease: Duration) -> u64 {
+    lease.min(crate::job::MAX_DELAY).as_millis().max(1) as u64
+}
+
 /// Default largest payload: 64 KiB.
 pub const DEFAULT_MAX_PAYLOAD: usize = 64 * 1024;
 /// Default key prefix.
@@ -79,6 +87,7 @@ impl QueueBuilder {
                 prefix: self.prefix,
                 max_payload: self.max_payload,
                 registered: Mutex::new(HashSet::new()),
+                skipped_logged: Mutex::new(HashSet::new()),
                 partitions: Mutex::new(HashMap::new()),
             }),
         })
@@ -124,6 +133,8 @@ struct Inner {
     prefix: String,
     max_payload: usize,
     registered: Mutex<HashSet<String>>,
+    /// Invalid names in the set of known topics, logged once each.
+    skipped_logged: Mutex<HashSet<String>>,
     /// Partition counts read from Redis, with when they were read.
     partitions: Mutex<HashMap<String, (u32, std::time::Instant)>>,
 }
@@ -190,6 +201,27 @@ impl Delivery {
             ))
         })
     }
+}
+
+/// The set of known topics, read by [`Queue::list_topics`].
+#[derive(Debug, Clone, Default, serde::Serialize)]
+#[non_exhaustive]
+pub struct Topics {
+    /// The valid topic names, sorted.
+    pub valid: Vec<String>,
+    /// Names in the set that are not valid topics, sorted.
+    pub skipped: Vec<SkippedTopic>,
+}
+
+/// A name in the set of known topics that is not a valid topic.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct SkippedTopic {
+    /// The name, escaped for printing (bytes that are not UTF-8 as `\xNN`,
+    /// invisible and control characters as `\u{..}`).
+    pub name: String,
+    /// Why it is not a valid topic.
+    pub reason: String,
 }
 
 /// What one scheduler tick did ([`Queue::tick`]).
@@ -429,7 +461,9 @@ impl Queue {
             }
             encoded.push(job.when.encode()?);
         }
-        self.register(topic).await?;
+        // The topic is registered only once a script has accepted a job, so
+        // an enqueue refused by the script (e.g. a time more than ten years
+        // ahead of Redis's clock) changes nothing.
         let k = self.partitions(topic).await?;
         // Which script call each job goes in: per partition, at most 1,000.
         let mut ids: Vec<Option<String>> = jobs.iter().map(|j| j.id.clone()).collect();
@@ -517,6 +551,17 @@ impl Queue {
             .buffered(8)
             .collect()
             .await;
+        let accepted = results.iter().any(|(_, r)| {
+            r.as_ref()
+                .is_ok_and(|out| out.iter().any(|e| !e.is_duplicate()))
+        });
+        if accepted {
+            if let Err(e) = self.register(topic).await {
+                // The jobs are written: report them, not this. The topic is
+                // registered by the next enqueue that reaches Redis.
+                tracing::warn!(topic, error = %e, "could not add the topic to the set of known topics");
+            }
+        }
         let mut failed = Vec::new();
         let mut first_error = None;
         for (idx, out) in results {
@@ -699,12 +744,55 @@ impl Queue {
     }
 
     /// The known topics (every topic that was ever enqueued to), sorted.
+    /// Names in the set that are not valid topics (anyone may `SADD` it) are
+    /// left out and logged (once per name and process);
+    /// [`Queue::list_topics`] reports them.
     pub async fn topics(&self) -> Result<Vec<String>> {
-        let mut t: Vec<String> = self
+        let listed = self.list_topics().await?;
+        let mut logged = self.inner.skipped_logged.lock().unwrap();
+        for s in &listed.skipped {
+            if logged.insert(s.name.clone()) {
+                tracing::warn!(topic = %s.name, reason = %s.reason, "skipped an invalid name in the set of known topics");
+            }
+        }
+        Ok(listed.valid)
+    }
+
+    /// The known topics, sorted, and the names in the set of known topics
+    /// that are not valid topic names (not UTF-8, or refused by
+    /// [`crate::validate_topic`]): one bad name never hides the others.
+    ///
+    /// ```no_run
+    /// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+    /// let topics = queue.list_topics().await?;
+    /// for s in &topics.skipped {
+    ///     eprintln!("skipped {}: {}", s.name, s.reason);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn list_topics(&self) -> Result<Topics> {
+        let names: Vec<Vec<u8>> = self
             .cmd(redis::cmd("SMEMBERS").arg(topics_key(&self.inner.prefix)))
             .await?;
-        t.sort();
-        Ok(t)
+        let mut out = Topics::default();
+        for raw in names {
+            match String::from_utf8(raw) {
+                Ok(name) => match validate_topic(&name) {
+                    Ok(()) => out.valid.push(name),
+                    Err(e) => out.skipped.push(SkippedTopic {
+                        name: name.escape_debug().to_string(),
+                        reason: e.to_string(),
+                    }),
+                },
+                Err(e) => out.skipped.push(SkippedTopic {
+                    name: e.as_bytes().escape_ascii().to_string(),
+                    reason: "not valid UTF-8".into(),
+                }),
+            }
+        }
+        out.valid.sort();
+        out.skipped.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
     }
 
     /// A page of dead jobs, most recent death first.
@@ -828,6 +916,57 @@ impl Queue {
                         total += n;
                         all.extend(ids);
                     }
+                }
+            }
+            DeadSelector::Oldest(n) if k > 1 => {
+                // The oldest across partitions: each round reads the oldest
+                // deaths of every partition, merges them by time of death
+                // and acts on the first ones by id (an id that left dead
+                // meanwhile is skipped by the script). At most what is dead
+                // now, so jobs that die again as fast as they are replayed
+                // cannot keep this going.
+                let mut left = n.min(self.stats(topic).await?.dead as usize);
+                while left > 0 {
+                    let want = left.min(MAX_BATCH);
+                    let mut oldest: Vec<(i64, u32, String)> = Vec::new();
+                    for p in 0..k {
+                        let keys = self.keys(&partition_name(topic, p, k));
+                        let items: Vec<(String, f64)> = self
+                            .cmd(
+                                redis::cmd("ZRANGE")
+                                    .arg(keys.dead())
+                                    .arg(0)
+                                    .arg(want - 1)
+                                    .arg("WITHSCORES"),
+                            )
+                            .await?;
+                        oldest.extend(items.into_iter().map(|(id, s)| (s as i64, p, id)));
+                    }
+                    oldest.sort();
+                    oldest.truncate(want);
+                    if oldest.is_empty() {
+                        break;
+                    }
+                    let mut by_part: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+                    for (_, p, id) in oldest {
+                        by_part.entry(p).or_default().push(id);
+                    }
+                    let mut round = 0;
+                    for (p, ids) in by_part {
+                        let v = self
+                            .run(script, &partition_name(topic, p, k), |inv| {
+                                inv.arg("ids").arg(&ids);
+                            })
+                            .await?;
+                        let (done, ids) = read(v)?;
+                        round += done;
+                        total += done;
+                        all.extend(ids);
+                    }
+                    if round == 0 {
+                        break;
+                    }
+                    left = left.saturating_sub(round);
                 }
             }
             DeadSelector::Oldest(_) | DeadSelector::All => {
@@ -969,8 +1108,8 @@ impl Queue {
         backoff: Option<&[Duration]>,
     ) -> Result<()> {
         validate_topic(topic)?;
-        if max_attempts == Some(0) {
-            return Err(Error::invalid("max attempts must be at least 1"));
+        if let Some(m) = max_attempts {
+            crate::job::check_max_attempts(m)?;
         }
         if let Some(step) = backoff
             .into_iter()
@@ -1092,8 +1231,7 @@ impl Queue {
     pub async fn claim(&self, topic: &str, k: usize, lease: Duration) -> Result<Vec<Delivery>> {
         let v = self
             .run(&SCRIPTS.claim, topic, |inv| {
-                inv.arg(k.clamp(1, MAX_BATCH))
-                    .arg(lease.as_millis().max(1) as u64);
+                inv.arg(k.clamp(1, MAX_BATCH)).arg(lease_ms(lease));
             })
             .await?;
         let received = std::time::Instant::now();
@@ -1108,8 +1246,8 @@ impl Queue {
                 topic: topic.to_string(),
                 id: r.string()?,
                 token: r.int()?,
-                attempt: r.int()? as u32,
-                max_attempts: r.int()? as u32,
+                attempt: r.int()?.clamp(0, u32::MAX as i64) as u32,
+                max_attempts: r.int()?.clamp(0, u32::MAX as i64) as u32,
                 due_ms: r.int()?,
                 created_ms: r.int()?,
                 payload: r.bytes()?,
@@ -1157,7 +1295,7 @@ impl Queue {
                     .arg(error)
                     .arg(
                         retry_after
-                            .map(|d| d.as_millis().to_string())
+                            .map(|d| d.min(crate::job::MAX_DELAY).as_millis().to_string())
                             .unwrap_or_default(),
                     )
                     .arg(if permanent { "1" } else { "0" });
@@ -1183,7 +1321,7 @@ impl Queue {
         for chunk in held.chunks(MAX_BATCH) {
             let v = self
                 .run(&SCRIPTS.extend, topic, |inv| {
-                    inv.arg(lease.as_millis().max(1) as u64);
+                    inv.arg(lease_ms(lease));
                     for (id, token) in chunk {
                         inv.arg(id).arg(token);
                     }
@@ -1208,7 +1346,7 @@ impl Queue {
         let v = self
             .run(&SCRIPTS.tick, topic, |inv| {
                 inv.arg(batch.clamp(1, MAX_BATCH))
-                    .arg(max_ready.max(1))
+                    .arg(max_ready.clamp(1, MAX_SAFE))
                     .arg(reclaim_batch.clamp(1, MAX_BATCH));
             })
             .await?;

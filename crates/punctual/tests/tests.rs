@@ -4,5 +4,6 @@ mod util;
 
 mod cluster;
 mod faults;
+mod integrity;
 mod queue;
 mod worker;
