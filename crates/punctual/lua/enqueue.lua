@@ -6,6 +6,11 @@
 --   id ("" = generate), payload, when ("d<ms>" delay or "a<ms>" epoch ms),
 --   max attempts ("" = topic default), backoff ladder ("" = topic default,
 --   else ms values separated by commas).
+-- ARGV[4 + 5n], optional: the partition count the caller routed the jobs
+-- with (1 for a topic that is not partitioned). When given, and the topic's
+-- meta holds another count ("partitions", written by set_partitions), the
+-- call is refused with "PUNCTUAL_STALE ..." and nothing is written: read
+-- P:partitions again and route anew.
 -- Returns: a flat array id1, status1, id2, status2 ... where status is
 -- 1 created, 0 duplicate (nothing changed), 2 replaced.
 -- Errors: "PUNCTUAL_INVALID <reason>" and nothing is written, when any job of
@@ -14,8 +19,15 @@
 local max_payload = int_arg(ARGV[1], 0, MAX_SAFE)
 local replace = ARGV[2] == '1'
 local n = int_arg(ARGV[3], 1, 1000)
-if not max_payload or (ARGV[2] ~= '0' and ARGV[2] ~= '1') or not n or #ARGV ~= 3 + 5 * n then
-  return invalid('enqueue expects a max payload, replace (0 or 1) and 1 to 1000 jobs of five arguments each')
+if not max_payload or (ARGV[2] ~= '0' and ARGV[2] ~= '1') or not n
+  or (#ARGV ~= 3 + 5 * n and #ARGV ~= 4 + 5 * n) then
+  return invalid('enqueue expects a max payload, replace (0 or 1), 1 to 1000 jobs of five arguments each '
+    .. 'and optionally the partition count')
+end
+local routed = nil
+if #ARGV == 4 + 5 * n then
+  routed = int_arg(ARGV[4 + 5 * n], 1, 1024)
+  if not routed then return invalid('enqueue expects a partition count of 1 to 1024 after the jobs') end
 end
 
 -- The topic, from the hash tag of the keys: the script refuses what
@@ -38,6 +50,14 @@ if string.find(topic, '[%c%s\128-\255]') then
   if bad then
     return invalid('topic names may not contain whitespace, control characters, invisible or '
       .. 'bidirectional formatting characters, or bytes that are not UTF-8')
+  end
+end
+
+if routed then
+  local layout = redis.call('HGET', K_META, 'partitions')
+  if layout and tonumber(layout) ~= routed then
+    return redis.error_reply('PUNCTUAL_STALE the topic has ' .. layout .. ' partition(s) now, not '
+      .. routed .. ': read P:partitions again and route the jobs anew')
   end
 end
 

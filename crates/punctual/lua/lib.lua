@@ -10,7 +10,8 @@
 --   KEYS[3] P:{T}:running  ZSET id -> lease deadline ms
 --   KEYS[4] P:{T}:dead     ZSET id -> time of death ms
 --   KEYS[5] P:{T}:jobs     HASH id -> record
---   KEYS[6] P:{T}:meta     HASH topic settings: max_attempts, backoff, paused
+--   KEYS[6] P:{T}:meta     HASH topic settings: max_attempts, backoff, paused,
+--                          partitions (the count set_partitions last wrote)
 --   KEYS[7] P:{T}:stats    HASH counters
 --   KEYS[8] P:{T}:seq      STRING counter for generated ids and lease tokens
 --   KEYS[9] P:{T}:attempts HASH id -> "A:T": deliveries so far and the token

@@ -94,6 +94,41 @@ impl QueueBuilder {
     }
 }
 
+/// Which script call each of the jobs `pending` goes in: per partition (of
+/// `k`), at most 1,000 per call. A partitioned topic's missing ids are made
+/// here, since the id picks the partition.
+fn route_jobs(
+    topic: &str,
+    k: u32,
+    pending: &[usize],
+    ids: &mut [Option<String>],
+) -> Vec<(String, Vec<usize>)> {
+    let mut groups = Vec::new();
+    if k <= 1 {
+        for chunk in pending.chunks(MAX_BATCH) {
+            groups.push((topic.to_string(), chunk.to_vec()));
+        }
+        return groups;
+    }
+    let mut by_part: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+    for &i in pending {
+        let id = ids[i].get_or_insert_with(generate_id);
+        by_part.entry(partition_of(id, k)).or_default().push(i);
+    }
+    for (p, idx) in by_part {
+        for chunk in idx.chunks(MAX_BATCH) {
+            groups.push((partition_name(topic, p, k), chunk.to_vec()));
+        }
+    }
+    groups
+}
+
+/// The enqueue script's refusal of a call routed with a stale partition
+/// count.
+fn is_stale_layout(e: &Error) -> bool {
+    matches!(e, Error::Redis(r) if r.code() == Some("PUNCTUAL_STALE"))
+}
+
 /// Removes a password from a URL before it is printed.
 pub(crate) fn redact(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
@@ -382,6 +417,11 @@ impl Queue {
 
     /// Splits `topic` into `k` partitions (1 undoes it). Refused while the
     /// topic holds jobs, since ids would no longer map to where they are.
+    /// Safe against producers enqueueing meanwhile: each partition is
+    /// checked empty and marked with the new count in one script, and the
+    /// enqueue script refuses a call routed with another count (the library
+    /// then reads the count again and routes anew). Do not run two changes
+    /// of one topic at once.
     pub async fn set_partitions(&self, topic: &str, k: u32) -> Result<()> {
         validate_topic(topic)?;
         if k == 0 || k > MAX_PARTITIONS {
@@ -394,12 +434,45 @@ impl Queue {
         if now == k {
             return Ok(());
         }
-        let s = self.stats(topic).await?;
-        let live = s.pool + s.ready + s.running + s.dead;
-        if live > 0 {
+        // Mark every physical topic of the current layout with the new
+        // count, each in one script with the check that it holds no job:
+        // from then on, an enqueue routed with the old count (a producer
+        // that read it before the change, or cached it) is refused there
+        // and routes again, so no job can land in the old layout after the
+        // check. When one is not empty, the marks made so far are undone.
+        let old: Vec<String> = (0..now).map(|i| partition_name(topic, i, now)).collect();
+        let mut held = 0;
+        let mut marked = Vec::new();
+        for p in &old {
+            match self.layout(p, k, true).await {
+                Ok(0) => marked.push(p),
+                Ok(n) => {
+                    held = n;
+                    break;
+                }
+                Err(e) => {
+                    for m in &marked {
+                        let _ = self.layout(m, now, false).await;
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        if held > 0 {
+            for m in &marked {
+                self.layout(m, now, false).await?;
+            }
+            let s = self.stats(topic).await?;
+            let live = (s.pool + s.ready + s.running + s.dead).max(held);
             return Err(Error::invalid(format!(
                 "topic {topic:?} holds {live} jobs in {now} partition(s): drain it (or purge its dead jobs) before changing its partitions to {k}"
             )));
+        }
+        for i in 0..k {
+            let p = partition_name(topic, i, k);
+            if !old.contains(&p) {
+                self.layout(&p, k, false).await?;
+            }
         }
         let key = partitions_key(&self.inner.prefix);
         if k == 1 {
@@ -412,6 +485,19 @@ impl Queue {
         self.register(topic).await?;
         self.inner.partitions.lock().unwrap().remove(topic);
         Ok(())
+    }
+
+    /// Runs the layout script on one physical topic; returns the jobs it
+    /// holds (with `check`, anything but 0 means nothing was written).
+    async fn layout(&self, physical: &str, k: u32, check: bool) -> Result<u64> {
+        let v = self
+            .run(&SCRIPTS.layout, physical, |inv| {
+                inv.arg(k).arg(if check { "check" } else { "set" });
+            })
+            .await?;
+        redis::from_redis_value::<i64>(v)
+            .map(|n| n.max(0) as u64)
+            .map_err(|e| Error::protocol("layout", e.to_string()))
     }
 
     /// Enqueues one job.
@@ -461,15 +547,10 @@ impl Queue {
             }
             encoded.push(job.when.encode()?);
         }
-        // The topic is registered only once a script has accepted a job, so
-        // an enqueue refused by the script (e.g. a time more than ten years
-        // ahead of Redis's clock) changes nothing.
-        let k = self.partitions(topic).await?;
-        // Which script call each job goes in: per partition, at most 1,000.
-        let mut ids: Vec<Option<String>> = jobs.iter().map(|j| j.id.clone()).collect();
         // An id given twice in one batch: the first wins, the later ones are
         // duplicates and not sent (calls run concurrently, so Redis alone
         // could not tell which came first).
+        let mut ids: Vec<Option<String>> = jobs.iter().map(|j| j.id.clone()).collect();
         let mut placed: Vec<Option<Enqueued>> = vec![None; jobs.len()];
         let mut first_of: HashMap<&str, usize> = HashMap::new();
         for (i, job) in jobs.iter().enumerate() {
@@ -482,99 +563,61 @@ impl Queue {
                 }
             }
         }
-        let mut sent = (0..jobs.len()).filter(|i| placed[*i].is_none());
-        let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
-        if k <= 1 {
-            loop {
-                let chunk: Vec<usize> = sent.by_ref().take(MAX_BATCH).collect();
-                if chunk.is_empty() {
-                    break;
+        let replace = if opts.replace { "1" } else { "0" };
+        let mut pending: Vec<usize> = (0..jobs.len()).filter(|i| placed[*i].is_none()).collect();
+        let mut failed = Vec::new();
+        let mut first_error = None;
+        let mut accepted = false;
+        let mut round = 0;
+        while !pending.is_empty() {
+            round += 1;
+            let k = self.partitions(topic).await?;
+            let groups = route_jobs(topic, k, &pending, &mut ids);
+            let results: Vec<(Vec<usize>, Result<Vec<Enqueued>>)> = stream::iter(groups)
+                .map(|(physical, idx)| {
+                    let (jobs, encoded, ids) = (&jobs, &encoded, &ids);
+                    async move {
+                        let r = self
+                            .enqueue_call(&physical, k, replace, &idx, jobs, encoded, ids)
+                            .await;
+                        (idx, r)
+                    }
+                })
+                .buffered(8)
+                .collect()
+                .await;
+            pending.clear();
+            for (idx, out) in results {
+                match out {
+                    Ok(out) => {
+                        accepted |= out.iter().any(|e| !e.is_duplicate());
+                        for (i, e) in idx.into_iter().zip(out) {
+                            placed[i] = Some(e);
+                        }
+                    }
+                    // The partition count changed since it was read (see
+                    // set_partitions): nothing was written; route again.
+                    Err(e) if is_stale_layout(&e) && round < 5 => pending.extend(idx),
+                    Err(e) => {
+                        failed.extend(idx);
+                        first_error.get_or_insert(e);
+                    }
                 }
-                groups.push((topic.to_string(), chunk));
             }
-        } else {
-            let mut by_part: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
-            for i in sent {
-                // The id picks the partition, so it is made here.
-                let id = ids[i].get_or_insert_with(generate_id);
-                by_part.entry(partition_of(id, k)).or_default().push(i);
-            }
-            for (p, idx) in by_part {
-                for chunk in idx.chunks(MAX_BATCH) {
-                    groups.push((partition_name(topic, p, k), chunk.to_vec()));
-                }
+            if !pending.is_empty() {
+                pending.sort_unstable();
+                self.inner.partitions.lock().unwrap().remove(topic);
+                tokio::time::sleep(Duration::from_millis(20 * round)).await;
             }
         }
-        let replace = if opts.replace { "1" } else { "0" };
-        let results: Vec<(Vec<usize>, Result<Vec<Enqueued>>)> = stream::iter(groups)
-            .map(|(physical, idx)| {
-                let (jobs, encoded, ids) = (&jobs, &encoded, &ids);
-                async move {
-                    let call = async {
-                        let v = self
-                            .run(&SCRIPTS.enqueue, &physical, |inv| {
-                                inv.arg(self.inner.max_payload).arg(replace).arg(idx.len());
-                                for &i in &idx {
-                                    let job = &jobs[i];
-                                    inv.arg(ids[i].as_deref().unwrap_or(""))
-                                        .arg(&job.payload[..])
-                                        .arg(&encoded[i])
-                                        .arg(
-                                            job.max_attempts
-                                                .map(|m| m.to_string())
-                                                .unwrap_or_default(),
-                                        )
-                                        .arg(job.backoff_arg());
-                                }
-                            })
-                            .await?;
-                        let mut r = Reply::new("enqueue", v)?;
-                        let mut out = Vec::with_capacity(idx.len());
-                        while !r.is_empty() {
-                            let id = r.string()?;
-                            let status = match r.int()? {
-                                0 => EnqueueStatus::Duplicate,
-                                2 => EnqueueStatus::Replaced,
-                                _ => EnqueueStatus::Created,
-                            };
-                            out.push(Enqueued { id, status });
-                        }
-                        if out.len() != idx.len() {
-                            return Err(Error::protocol("enqueue", "one result per job expected"));
-                        }
-                        Ok::<_, Error>(out)
-                    };
-                    let r = call.await;
-                    (idx, r)
-                }
-            })
-            .buffered(8)
-            .collect()
-            .await;
-        let accepted = results.iter().any(|(_, r)| {
-            r.as_ref()
-                .is_ok_and(|out| out.iter().any(|e| !e.is_duplicate()))
-        });
+        // The topic is registered only once a script has accepted a job, so
+        // an enqueue refused by the script (e.g. a time more than ten years
+        // ahead of Redis's clock) changes nothing.
         if accepted {
             if let Err(e) = self.register(topic).await {
                 // The jobs are written: report them, not this. The topic is
                 // registered by the next enqueue that reaches Redis.
                 tracing::warn!(topic, error = %e, "could not add the topic to the set of known topics");
-            }
-        }
-        let mut failed = Vec::new();
-        let mut first_error = None;
-        for (idx, out) in results {
-            match out {
-                Ok(out) => {
-                    for (i, e) in idx.into_iter().zip(out) {
-                        placed[i] = Some(e);
-                    }
-                }
-                Err(e) => {
-                    failed.extend(idx);
-                    first_error.get_or_insert(e);
-                }
             }
         }
         if let Some(source) = first_error {
@@ -600,6 +643,51 @@ impl Queue {
             .into_iter()
             .map(|e| e.expect("every job has a result"))
             .collect())
+    }
+
+    /// One call of the enqueue script: the jobs `idx` of a batch, routed
+    /// with `k` partitions (sent last, so the script can refuse a stale
+    /// count).
+    #[allow(clippy::too_many_arguments)]
+    async fn enqueue_call(
+        &self,
+        physical: &str,
+        k: u32,
+        replace: &str,
+        idx: &[usize],
+        jobs: &[Job],
+        encoded: &[String],
+        ids: &[Option<String>],
+    ) -> Result<Vec<Enqueued>> {
+        let v = self
+            .run(&SCRIPTS.enqueue, physical, |inv| {
+                inv.arg(self.inner.max_payload).arg(replace).arg(idx.len());
+                for &i in idx {
+                    let job = &jobs[i];
+                    inv.arg(ids[i].as_deref().unwrap_or(""))
+                        .arg(&job.payload[..])
+                        .arg(&encoded[i])
+                        .arg(job.max_attempts.map(|m| m.to_string()).unwrap_or_default())
+                        .arg(job.backoff_arg());
+                }
+                inv.arg(k);
+            })
+            .await?;
+        let mut r = Reply::new("enqueue", v)?;
+        let mut out = Vec::with_capacity(idx.len());
+        while !r.is_empty() {
+            let id = r.string()?;
+            let status = match r.int()? {
+                0 => EnqueueStatus::Duplicate,
+                2 => EnqueueStatus::Replaced,
+                _ => EnqueueStatus::Created,
+            };
+            out.push(Enqueued { id, status });
+        }
+        if out.len() != idx.len() {
+            return Err(Error::protocol("enqueue", "one result per job expected"));
+        }
+        Ok(out)
     }
 
     /// One job by id, or `None` when no such job is live.

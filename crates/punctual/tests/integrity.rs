@@ -670,3 +670,65 @@ async fn check_reports_a_running_job_without_an_attempts_entry() {
     assert_eq!(found[0].id, "x");
     assert_eq!(found[0].problem, "running without an attempts entry");
 }
+
+// ---- changing the partition count under a producer -------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_producer_with_a_stale_partition_count_cannot_strand_a_job() {
+    let f = Fixture::new().await;
+    let t = "re-part";
+    // Another process that read the count (1) just before the change, and
+    // caches it for a second.
+    let stale = crate::util::queue(&f.server).await;
+    assert_eq!(stale.partitions(t).await.unwrap(), 1);
+    f.queue.set_partitions(t, 3).await.unwrap();
+    let r = stale.enqueue(t, Job::new("x").id("late")).await.unwrap();
+    assert_eq!(r.status, EnqueueStatus::Created);
+    // Not in the old layout, where no worker of the 3 partitions looks ...
+    for set in ["pool", "ready"] {
+        assert_eq!(f.card(t, set).await, 0, "a job was left in {t}'s {set}");
+    }
+    // ... but in its partition.
+    let info = f.queue.get(t, "late").await.unwrap();
+    assert_eq!(info.map(|i| i.state), Some(State::Ready));
+    assert!(f.queue.check(t).await.unwrap().is_empty());
+
+    // The script refuses a call routed with a stale count, writing nothing.
+    let snap = f.snapshot().await;
+    let mut c = f.conn.clone();
+    let p0 = punctual::partition_name(t, 0, 3);
+    let err = eval(
+        "enqueue",
+        &topic_keys(&p0),
+        &["65536", "0", "1", "", "p", "d0", "", "", "2"],
+    )
+    .query_async::<redis::Value>(&mut c)
+    .await
+    .unwrap_err();
+    assert_eq!(err.code(), Some("PUNCTUAL_STALE"), "{err}");
+    assert_eq!(f.snapshot().await, snap);
+    // Without the count (older producers) the call is not checked.
+    let id0 = (0..)
+        .map(|i| format!("raw{i}"))
+        .find(|id| punctual::partition_of(id, 3) == 0)
+        .unwrap();
+    let ok: Vec<redis::Value> = eval(
+        "enqueue",
+        &topic_keys(&p0),
+        &["65536", "0", "1", &id0, "p", "d0", "", ""],
+    )
+    .query_async(&mut c)
+    .await
+    .unwrap();
+    assert_eq!(ok.len(), 2);
+
+    // A change refused because a partition holds jobs leaves every mark as
+    // it was: producers routing with 3 still get in.
+    let err = f.queue.set_partitions(t, 2).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput);
+    let fresh = crate::util::queue(&f.server).await;
+    let many: Vec<Job> = (0..30).map(|i| Job::new("y").id(format!("m{i}"))).collect();
+    let r = fresh.enqueue_batch(t, many).await.unwrap();
+    assert!(r.iter().all(|e| e.status == EnqueueStatus::Created));
+    assert!(f.queue.check(t).await.unwrap().is_empty());
+}
