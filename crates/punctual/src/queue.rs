@@ -194,7 +194,9 @@ pub struct Delivery {
     pub topic: String,
     /// The job id.
     pub id: String,
-    /// The lease token (fencing): unique per claim within the topic.
+    /// The lease token (fencing): unique per claim within the topic, and
+    /// never handed out again, even after a Redis restart or failover that
+    /// lost writes (tokens are at least Redis's clock in microseconds).
     pub token: i64,
     /// Which delivery this is: 1 on the first.
     pub attempt: u32,
@@ -1329,19 +1331,50 @@ impl Queue {
         }
         let claimed_us = r.int()?;
         let mut out = Vec::with_capacity(r.len() / 7);
+        let mut not_text = Vec::new();
         while !r.is_empty() {
+            let raw = r.bytes()?;
+            let token = r.int()?;
+            let attempt = r.int()?.clamp(0, u32::MAX as i64) as u32;
+            let max_attempts = r.int()?.clamp(0, u32::MAX as i64) as u32;
+            let (due_ms, created_ms, payload) = (r.int()?, r.int()?, r.bytes()?);
+            let id = match String::from_utf8(raw) {
+                Ok(id) => id,
+                Err(e) => {
+                    not_text.push((e.into_bytes(), token));
+                    continue;
+                }
+            };
             out.push(Delivery {
                 topic: topic.to_string(),
-                id: r.string()?,
-                token: r.int()?,
-                attempt: r.int()?.clamp(0, u32::MAX as i64) as u32,
-                max_attempts: r.int()?.clamp(0, u32::MAX as i64) as u32,
-                due_ms: r.int()?,
-                created_ms: r.int()?,
-                payload: r.bytes()?,
+                id,
+                token,
+                attempt,
+                max_attempts,
+                due_ms,
+                created_ms,
+                payload,
                 claimed_us,
                 received,
             });
+        }
+        // An id that is not UTF-8 (stored before enqueue refused them)
+        // cannot be handed out: a Delivery's id is text, and its ack would
+        // name another id. It goes to dead at once, for a person to see.
+        for (raw, token) in not_text {
+            let dead = self
+                .run(&SCRIPTS.fail, topic, |inv| {
+                    inv.arg(&raw[..])
+                        .arg(token)
+                        .arg("the id is not valid UTF-8, so no client can ack it (stored before punctual refused such ids): purge it, or enqueue it again under a UTF-8 id")
+                        .arg("")
+                        .arg("1");
+                })
+                .await;
+            if let Err(e) = dead {
+                // Its lease expires and a later claim tries again.
+                tracing::warn!(topic, id = %raw.escape_ascii(), error = %e, "could not move a job whose id is not UTF-8 to dead");
+            }
         }
         Ok(out)
     }

@@ -732,3 +732,56 @@ async fn a_producer_with_a_stale_partition_count_cannot_strand_a_job() {
     assert!(r.iter().all(|e| e.status == EnqueueStatus::Created));
     assert!(f.queue.check(t).await.unwrap().is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stored_id_that_is_not_utf8_goes_to_dead_at_its_first_claim() {
+    // Written before the scripts refused such ids: claim cannot hand it out
+    // (Delivery::id is text, so its ack would name another id).
+    let f = Fixture::new().await;
+    let (q, t) = (&f.queue, "old-bytes");
+    q.enqueue(t, Job::new("fine").id("fine")).await.unwrap();
+    let mut c = f.conn.clone();
+    let bad: &[u8] = b"old\xff";
+    let rec: String = redis::cmd("HGET")
+        .arg(key(t, "jobs"))
+        .arg("fine")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let _: () = redis::pipe()
+        .cmd("HSET")
+        .arg(key(t, "jobs"))
+        .arg(bad)
+        .arg(&rec)
+        .ignore()
+        .cmd("ZADD")
+        .arg(key(t, "ready"))
+        .arg(0)
+        .arg(bad)
+        .ignore()
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let got = q.claim(t, 10, LONG_LEASE).await.unwrap();
+    let ids: Vec<&str> = got.iter().map(|d| d.id.as_str()).collect();
+    assert_eq!(ids, vec!["fine"], "a non-UTF-8 id was handed out");
+    let dead: Option<f64> = redis::cmd("ZSCORE")
+        .arg(key(t, "dead"))
+        .arg(bad)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert!(dead.is_some(), "the job is not in dead");
+    let listed = q.dead_list(t, 0, 10).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert!(
+        listed[0]
+            .last_error
+            .as_deref()
+            .unwrap_or("")
+            .contains("UTF-8"),
+        "{listed:?}"
+    );
+    assert_eq!(q.dead_purge(t, DeadSelector::Oldest(1)).await.unwrap(), 1);
+    assert!(q.check(t).await.unwrap().is_empty());
+}
