@@ -1018,10 +1018,12 @@ impl Queue {
                 let mut left = n.min(self.stats(topic).await?.dead as usize);
                 while left > 0 {
                     let want = left.min(MAX_BATCH);
-                    let mut oldest: Vec<(i64, u32, String)> = Vec::new();
+                    let mut oldest: Vec<(i64, u32, Vec<u8>)> = Vec::new();
                     for p in 0..k {
                         let keys = self.keys(&partition_name(topic, p, k));
-                        let items: Vec<(String, f64)> = self
+                        // Bytes: an id stored before ids had to be UTF-8
+                        // must still be purged.
+                        let items: Vec<(Vec<u8>, f64)> = self
                             .cmd(
                                 redis::cmd("ZRANGE")
                                     .arg(keys.dead())
@@ -1037,7 +1039,7 @@ impl Queue {
                     if oldest.is_empty() {
                         break;
                     }
-                    let mut by_part: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+                    let mut by_part: BTreeMap<u32, Vec<Vec<u8>>> = BTreeMap::new();
                     for (_, p, id) in oldest {
                         by_part.entry(p).or_default().push(id);
                     }
@@ -1298,7 +1300,7 @@ impl Queue {
                 State::Running => keys.running(),
                 _ => keys.dead(),
             };
-            let items: Vec<(String, f64)> = self
+            let items: Vec<(Vec<u8>, f64)> = self
                 .cmd(
                     redis::cmd("ZRANGE")
                         .arg(key)
@@ -1307,7 +1309,11 @@ impl Queue {
                         .arg("WITHSCORES"),
                 )
                 .await?;
-            all.extend(items.into_iter().map(|(id, s)| (id, s as i64)));
+            all.extend(
+                items
+                    .into_iter()
+                    .map(|(id, s)| (String::from_utf8_lossy(&id).into_owned(), s as i64)),
+            );
         }
         all.sort_by_key(|(_, score)| *score);
         all.truncate(count);

@@ -785,3 +785,32 @@ async fn a_stored_id_that_is_not_utf8_goes_to_dead_at_its_first_claim() {
     assert_eq!(q.dead_purge(t, DeadSelector::Oldest(1)).await.unwrap(), 1);
     assert!(q.check(t).await.unwrap().is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oldest_dead_of_a_partitioned_topic_purges_an_id_that_is_not_utf8() {
+    let f = Fixture::new().await;
+    let (q, t) = (&f.queue, "old-bytes-parts");
+    q.set_partitions(t, 2).await.unwrap();
+    let p0 = punctual::partition_name(t, 0, 2);
+    let mut c = f.conn.clone();
+    let bad: &[u8] = b"old\xfe";
+    let _: () = redis::pipe()
+        .cmd("HSET")
+        .arg(key(&p0, "jobs"))
+        .arg(bad)
+        .arg(":mx3pabym:0::0:x")
+        .ignore()
+        .cmd("ZADD")
+        .arg(key(&p0, "dead"))
+        .arg(1)
+        .arg(bad)
+        .ignore()
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let peek = q.peek(t, State::Dead, 10).await.unwrap();
+    assert_eq!(peek.len(), 1);
+    assert_eq!(q.dead_purge(t, DeadSelector::Oldest(5)).await.unwrap(), 1);
+    assert_eq!(f.card(&p0, "dead").await, 0);
+    assert_eq!(f.card(&p0, "jobs").await, 0);
+}
