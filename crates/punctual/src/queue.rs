@@ -663,7 +663,9 @@ impl Queue {
     ) -> Result<Vec<Enqueued>> {
         let v = self
             .run(&SCRIPTS.enqueue, physical, |inv| {
-                inv.arg(self.inner.max_payload).arg(replace).arg(idx.len());
+                inv.arg(self.inner.max_payload.min(MAX_SAFE))
+                    .arg(replace)
+                    .arg(idx.len());
                 for &i in idx {
                     let job = &jobs[i];
                     inv.arg(ids[i].as_deref().unwrap_or(""))
