@@ -1045,3 +1045,37 @@ fn short_or_malformed_tokens_are_refused_at_start() {
         "{err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_name_in_the_topic_set_is_listed_as_skipped_not_a_500() {
+    let redis = redis();
+    let q = Queue::connect(redis.url()).await.unwrap();
+    seed(&q).await;
+    let mut con = redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: i64 = redis::cmd("SADD")
+        .arg("punctual:topics")
+        .arg(&b"bad\xff"[..])
+        .arg("a{b}")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let api = Server::api(&redis.url(), Some(TOKEN), &[]).await;
+    let (status, v) = api.call("GET", "/api/v1/topics", None, None).await;
+    assert_eq!(status, 200, "{v}");
+    let topics = v["topics"].as_array().unwrap();
+    assert_eq!(topics.len(), 1, "{v}");
+    assert_eq!(topics[0]["topic"], "orders");
+    let skipped = v["skipped"].as_array().unwrap();
+    assert_eq!(skipped.len(), 2, "{v}");
+    assert_eq!(skipped[0]["name"], "a{b}");
+    assert!(
+        skipped[0]["reason"].as_str().unwrap().contains("braces"),
+        "{v}"
+    );
+    assert_eq!(skipped[1]["name"], "bad\\xff");
+    assert_eq!(skipped[1]["reason"], "not valid UTF-8");
+}

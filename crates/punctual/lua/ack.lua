@@ -22,6 +22,11 @@ for i = 1, n do
     done[#done + 1] = ids[i]
     out[i] = 1
   else
+    -- Checked only when refused, so a good ack pays nothing: a token that
+    -- is not an integer is an error, not a refusal.
+    if not int_arg(ARGV[2 * i], 0, MAX_SAFE) then
+      return invalid('ack expects tokens as decimal integers, got "' .. ARGV[2 * i] .. '"')
+    end
     out[i] = 0
   end
 end

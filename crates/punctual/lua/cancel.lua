@@ -6,6 +6,7 @@
 -- job is live. A worker still running a cancelled job cannot ack
 -- or fail it afterwards (its lease is gone).
 
+if #ARGV ~= 1 then return invalid('cancel expects one id') end
 local id = ARGV[1]
 local st = state_of(id)
 local had = redis.call('HDEL', K_JOBS, id)

@@ -4,7 +4,8 @@
 -- page of an HSCAN of jobs or a ZSCAN of a set.
 -- Returns a flat array id, problem for every id that breaks the invariant:
 --   "in pool,ready" (more than one set), "no record (in running)",
---   "record in no set", "unreadable record", "attempts entry without a record".
+--   "record in no set", "unreadable record", "attempts entry without a record",
+--   "running without an attempts entry".
 -- An id in no set and without a record is fine: it finished meanwhile.
 
 if #ARGV < 1 or #ARGV > 1000 then return invalid('check expects 1 to 1000 ids') end
@@ -27,6 +28,9 @@ for _, id in ipairs(ARGV) do
     problem = 'unreadable record'
   elseif not rec and redis.call('HEXISTS', K_ATT, id) == 1 then
     problem = 'attempts entry without a record'
+  elseif sets[1] == 'running' and redis.call('HEXISTS', K_ATT, id) == 0 then
+    -- A lease needs its token: without one, nobody can ack the job.
+    problem = 'running without an attempts entry'
   end
   if problem then
     out[#out + 1] = id

@@ -2,7 +2,8 @@
 -- claim: take up to k ready jobs and lease them, in one step, so a consumer
 -- that dies after the claim leaves a lease to reclaim, never a lost job.
 -- Counts the attempt now (attempts count at claim time). The records are only
--- read: attempts and the new token go to the attempts hash.
+-- read: attempts and the new token go to the attempts hash. Tokens never
+-- repeat, even after a restart that lost writes (see reserve_tokens).
 -- KEYS: the nine topic keys. ARGV[1] k (1..1000), ARGV[2] lease in ms.
 -- Returns a flat array: the server time of the claim in microseconds, then
 -- seven entries per job: id, token, attempt, max attempts, due ms, created ms,
@@ -10,10 +11,10 @@
 -- id whose record vanished (eviction, restore) is dropped and counted as
 -- "orphans"; one whose record cannot be read is moved to dead.
 
-local k = tonumber(ARGV[1])
-local lease = tonumber(ARGV[2])
-if not k or k < 1 or k > 1000 or not lease or lease < 1 then
-  return invalid('claim expects 1 to 1000 jobs and a positive lease')
+local k = int_arg(ARGV[1], 1, 1000)
+local lease = int_arg(ARGV[2], 1, MAX_DELAY_MS)
+if not k or not lease or #ARGV ~= 2 then
+  return invalid('claim expects 1 to 1000 jobs and a lease of 1 ms to ten years')
 end
 if redis.call('HGET', K_META, 'paused') == '1' then return {} end
 
@@ -29,7 +30,7 @@ local deadline = now + lease
 local recs = redis.call('HMGET', K_JOBS, unpack(ids))
 local atts = redis.call('HMGET', K_ATT, unpack(ids))
 local topic_max = topic_defaults()
-local first = redis.call('INCRBY', K_SEQ, #ids) - #ids
+local first = reserve_tokens(#ids, now_us)
 
 local out, counts, leases, parked, gone = { now_us }, {}, {}, {}, {}
 for i, id in ipairs(ids) do
@@ -40,7 +41,7 @@ for i, id in ipairs(ids) do
     local attempts = att_of(atts[i]) + 1
     local token = first + i
     counts[#counts + 1] = id
-    counts[#counts + 1] = attempts .. ':' .. token
+    counts[#counts + 1] = string.format('%d:%d', attempts, token)
     leases[#leases + 1] = deadline
     leases[#leases + 1] = id
     local due = tonumber(d, 36)

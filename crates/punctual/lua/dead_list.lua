@@ -5,8 +5,8 @@
 --   id, died ms, attempts, max attempts, due ms (of the last attempt),
 --   created ms, last error, payload
 
-local offset, count = tonumber(ARGV[1]), tonumber(ARGV[2])
-if not offset or offset < 0 or not count or count < 1 or count > 1000 then
+local offset, count = int_arg(ARGV[1], 0, MAX_SAFE), int_arg(ARGV[2], 1, 1000)
+if not offset or not count or #ARGV ~= 2 then
   return invalid('dead list expects an offset and a count of 1 to 1000')
 end
 local page = redis.call('ZRANGE', K_DEAD, offset, offset + count - 1, 'REV', 'WITHSCORES')

@@ -11,8 +11,8 @@ if mode == 'ids' then
   ids = {}
   for i = 2, #ARGV do ids[#ids + 1] = ARGV[i] end
 elseif mode == 'oldest' then
-  local n = tonumber(ARGV[2])
-  if not n or n < 1 or n > 1000 then return invalid('replay expects 1 to 1000 jobs') end
+  local n = int_arg(ARGV[2], 1, 1000)
+  if not n or #ARGV ~= 2 then return invalid('replay expects 1 to 1000 jobs') end
   ids = redis.call('ZRANGE', K_DEAD, 0, n - 1)
   if #ids == 0 then return {} end
 else

@@ -6,19 +6,62 @@
 --   id ("" = generate), payload, when ("d<ms>" delay or "a<ms>" epoch ms),
 --   max attempts ("" = topic default), backoff ladder ("" = topic default,
 --   else ms values separated by commas).
+-- ARGV[4 + 5n], optional: the partition count the caller routed the jobs
+-- with (1 for a topic that is not partitioned). When given, and the topic's
+-- meta holds another count ("partitions", written by set_partitions), the
+-- call is refused with "PUNCTUAL_STALE ..." and nothing is written: read
+-- P:partitions again and route anew.
 -- Returns: a flat array id1, status1, id2, status2 ... where status is
 -- 1 created, 0 duplicate (nothing changed), 2 replaced.
 -- Errors: "PUNCTUAL_INVALID <reason>" and nothing is written, when any job of
 -- the batch is invalid.
 
-local max_payload = tonumber(ARGV[1])
+local max_payload = int_arg(ARGV[1], 0, MAX_SAFE)
 local replace = ARGV[2] == '1'
-local n = tonumber(ARGV[3])
-if not max_payload or not n or n < 1 or n > 1000 or #ARGV ~= 3 + 5 * n then
-  return invalid('enqueue expects 1 to 1000 jobs of five arguments each')
+local n = int_arg(ARGV[3], 1, 1000)
+if not max_payload or (ARGV[2] ~= '0' and ARGV[2] ~= '1') or not n
+  or (#ARGV ~= 3 + 5 * n and #ARGV ~= 4 + 5 * n) then
+  return invalid('enqueue expects a max payload, replace (0 or 1), 1 to 1000 jobs of five arguments each '
+    .. 'and optionally the partition count')
+end
+local routed = nil
+if #ARGV == 4 + 5 * n then
+  routed = int_arg(ARGV[4 + 5 * n], 1, 1024)
+  if not routed then return invalid('enqueue expects a partition count of 1 to 1024 after the jobs') end
 end
 
-local now = now_ms()
+-- The topic, from the hash tag of the keys: the script refuses what
+-- validate_topic refuses among whitespace, control characters, bytes that
+-- are not UTF-8, and invisible or bidirectional formatting characters, which
+-- would let one topic pass for another. (Only a name with such bytes pays.)
+local topic = string.match(KEY_BASE, '{([^{}]+)}:$')
+if string.find(topic, '[%c%s\128-\255]') then
+  local bad = string.find(topic, '[%c%s]') or not utf8_ok(topic)
+  if not bad then
+    for _, p in ipairs({
+      '\194[\128-\160\173]', '\216[\128-\133\156]', '\219\157', '\220\143', '\225\133[\159\160]',
+      '\225\154\128', '\225\160\142', '\226\128[\128-\143\168-\175]', '\226\129[\159-\175]',
+      '\227\128\128', '\227\133\164', '\239\187\191', '\239\190\160', '\239\191[\185-\187]',
+      '\240\145\130[\189]', '\240\145\131[\141]', '\240\157\133[\179-\186]', '\243\160[\128\129]',
+    }) do
+      if string.find(topic, p) then bad = true break end
+    end
+  end
+  if bad then
+    return invalid('topic names may not contain whitespace, control characters, invisible or '
+      .. 'bidirectional formatting characters, or bytes that are not UTF-8')
+  end
+end
+
+if routed then
+  local layout = redis.call('HGET', K_META, 'partitions')
+  if layout and tonumber(layout) ~= routed then
+    return redis.error_reply('PUNCTUAL_STALE the topic has ' .. layout .. ' partition(s) now, not '
+      .. routed .. ': read P:partitions again and route the jobs anew')
+  end
+end
+
+local now, up = clock()
 local dues = {}
 local generate = 0
 for i = 1, n do
@@ -28,16 +71,22 @@ for i = 1, n do
     generate = generate + 1
   elseif #id > 200 then
     return invalid('job ' .. i .. ': id is ' .. #id .. ' bytes, over the 200-byte limit')
-  elseif string.find(id, '%c') then
-    return invalid('job ' .. i .. ': ids may not contain control characters')
+  elseif string.find(id, '[%c\128-\255]') then
+    -- Only an id with a control character or a byte over 127 pays for this.
+    if string.find(id, '%c') or string.find(id, '\194[\128-\159]') then
+      return invalid('job ' .. i .. ': ids may not contain control characters')
+    end
+    if not utf8_ok(id) then
+      return invalid('job ' .. i .. ': ids must be valid UTF-8')
+    end
   end
   if #payload > max_payload then
     return invalid('job ' .. i .. ': payload is ' .. #payload .. ' bytes, over the ' .. max_payload .. '-byte limit')
   end
-  local due, why = due_of(when, now)
+  local due, why = due_of(when, now, up)
   if not due then return invalid('job ' .. i .. ': ' .. why) end
-  if not string.match(max, '^%d*$') or #max > 10 or (max ~= '' and tonumber(max) < 1) then
-    return invalid('job ' .. i .. ': max attempts must be a positive integer')
+  if max ~= '' and (string.sub(max, 1, 1) == '0' or not int_arg(max, 1, MAX_ATTEMPTS)) then
+    return invalid('job ' .. i .. ': max attempts must be an integer from 1 to ' .. MAX_ATTEMPTS)
   end
   if not string.match(backoff, '^[%d,]*$') then
     return invalid('job ' .. i .. ': backoff must be ms values separated by commas')
@@ -60,6 +109,27 @@ local stamp = b36(now, 8)
 -- Record headers, built once per distinct due time.
 local heads = {}
 
+-- Given ids without a record are looked up in the four sets (one ZMSCORE
+-- each per call): an id left in a set without its record (a broken
+-- invariant that check reports) counts as live, so it never gets a second
+-- state; a replace repairs it.
+local has_rec, stray, absent = {}, {}, {}
+for i = 1, n do
+  local id = ARGV[3 + 5 * (i - 1) + 1]
+  if id ~= '' and has_rec[id] == nil then
+    has_rec[id] = redis.call('HEXISTS', K_JOBS, id) == 1
+    if not has_rec[id] then absent[#absent + 1] = id end
+  end
+end
+if #absent > 0 then
+  for _, st in ipairs({ 'dead', 'running', 'ready', 'pool' }) do
+    local scores = redis.call('ZMSCORE', STATE_KEY[st], unpack(absent))
+    for j, id in ipairs(absent) do
+      if scores[j] then stray[id] = st end
+    end
+  end
+end
+
 local out, records, to_pool, to_ready = {}, {}, {}, {}
 local seen = {}
 -- Replaced ids and the set they were in: left only after the new entry is written.
@@ -80,10 +150,10 @@ for i = 1, n do
   elseif seen[id] then
     -- The same id twice in one batch: the first one wins, even with replace.
     status = 0
-  elseif redis.call('HEXISTS', K_JOBS, id) == 1 then
+  elseif has_rec[id] or stray[id] then
     if replace then
       status = 2
-      old_state[id] = state_of(id) or false
+      if has_rec[id] then old_state[id] = state_of(id) or false else old_state[id] = stray[id] end
     else
       status = 0
     end

@@ -4,10 +4,10 @@
 -- KEYS: the nine topic keys. ARGV[1] lease ms, then pairs id, token.
 -- Returns one integer per pair: 1 extended, 0 the lease is lost (stop work).
 
-local lease = tonumber(ARGV[1])
+local lease = int_arg(ARGV[1], 1, MAX_DELAY_MS)
 local n = (#ARGV - 1) / 2
-if not lease or lease < 1 or n < 1 or n > 1000 or (#ARGV - 1) % 2 ~= 0 then
-  return invalid('extend expects a lease and 1 to 1000 pairs of id, token')
+if not lease or n < 1 or n > 1000 or (#ARGV - 1) % 2 ~= 0 then
+  return invalid('extend expects a lease of 1 ms to ten years and 1 to 1000 pairs of id, token')
 end
 local ids = {}
 for i = 1, n do ids[i] = ARGV[2 * i] end
@@ -22,6 +22,10 @@ for i = 1, n do
     leases[#leases + 1] = ids[i]
     out[i] = 1
   else
+    -- As in ack: checked only when refused.
+    if not int_arg(ARGV[2 * i + 1], 0, MAX_SAFE) then
+      return invalid('extend expects tokens as decimal integers, got "' .. ARGV[2 * i + 1] .. '"')
+    end
     out[i] = 0
   end
 end

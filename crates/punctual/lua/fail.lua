@@ -6,18 +6,19 @@
 -- ARGV[4] retry delay in ms ("" = the backoff ladder), ARGV[5] "1" permanent.
 -- Returns {"retry", due ms} | {"dead", time ms} | {"stale", 0}.
 
-local id, token, err = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local id, token, err = ARGV[1], int_arg(ARGV[2], 0, MAX_SAFE), ARGV[3]
 local delay = ARGV[4]
 local permanent = ARGV[5] == '1'
-if delay ~= '' and not string.match(delay, '^%d+$') then
-  return invalid('fail expects a retry delay in ms or ""')
+if #ARGV ~= 5 or not token or (delay ~= '' and not int_arg(delay, 0, MAX_SAFE))
+  or (ARGV[5] ~= '0' and ARGV[5] ~= '1') then
+  return invalid('fail expects an id, a token, an error, a retry delay in ms or "", and permanent (0 or 1)')
 end
 if #err > 4096 then err = string.sub(err, -4096) end
 
 if not redis.call('ZSCORE', K_RUNNING, id) then return { 'stale', 0 } end
 local attempts, current = att_of(redis.call('HGET', K_ATT, id))
 if current ~= token then return { 'stale', 0 } end
-local now = now_ms()
+local now, up = clock()
 local rec = redis.call('HGET', K_JOBS, id)
 local r = decode(rec)
 if not r then
@@ -47,7 +48,8 @@ end
 local wait
 if delay == '' then wait = backoff_ms(r, topic_backoff, attempts) else wait = tonumber(delay) end
 if wait > MAX_DELAY_MS then wait = MAX_DELAY_MS end
-r.due = now + wait
+-- A delay counts from the rounded-up ms: never before now + wait.
+if wait == 0 then r.due = now else r.due = up + wait end
 redis.call('HSET', K_JOBS, id, encode(r))
 if wait == 0 then
   redis.call('ZADD', K_READY, r.due, id)

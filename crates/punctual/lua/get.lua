@@ -8,6 +8,7 @@
 -- which punctual check reports) and score is the due time (pool, ready), the
 -- lease deadline (running) or the time of death (dead).
 
+if #ARGV ~= 1 then return invalid('get expects one id') end
 local id = ARGV[1]
 local rec = redis.call('HGET', K_JOBS, id)
 local st, score = state_of(id)

@@ -5,10 +5,12 @@
 -- change for a job that is running or dead (use dead replay); nil when no such
 -- job is live.
 
+if #ARGV ~= 2 then return invalid('reschedule expects an id and a due time') end
 local id = ARGV[1]
-local now = now_ms()
-local due, why = due_of(ARGV[2], now)
+local now, up = clock()
+local due, why = due_of(ARGV[2], now, up)
 if not due then return invalid(why) end
+-- (the record keeps its creation time)
 local st = state_of(id)
 if not st then return false end
 if st == 'running' or st == 'dead' then return { st, 0 } end

@@ -10,13 +10,13 @@
 --          ms until the next lease deadline (-1: nothing running)}.
 -- `more` is 1 when a batch limit was hit and another tick should follow now.
 
-local batch = tonumber(ARGV[1])
-local max_ready = tonumber(ARGV[2])
-local rbatch = tonumber(ARGV[3])
-if not batch or batch < 1 or batch > 1000 or not max_ready or not rbatch or rbatch < 1 or rbatch > 1000 then
-  return invalid('tick expects batches of 1 to 1000 and a max ready')
+local batch = int_arg(ARGV[1], 1, 1000)
+local max_ready = int_arg(ARGV[2], 1, MAX_SAFE)
+local rbatch = int_arg(ARGV[3], 1, 1000)
+if not batch or not max_ready or not rbatch or #ARGV ~= 3 then
+  return invalid('tick expects batches of 1 to 1000 and a max ready of at least 1')
 end
-local now = now_ms()
+local now, up = clock()
 local more = 0
 
 -- Reclaim: leases whose deadline has passed.
@@ -39,7 +39,8 @@ if #expired > 0 then
         to_dead[#to_dead + 1] = id
         died = died + 1
       else
-        r.due = now + backoff_ms(r, topic_backoff, attempts)
+        local wait = backoff_ms(r, topic_backoff, attempts)
+        if wait == 0 then r.due = now else r.due = up + wait end
         if r.due <= now then
           to_ready[#to_ready + 1] = r.due
           to_ready[#to_ready + 1] = id

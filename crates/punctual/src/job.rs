@@ -7,6 +7,10 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::keys::validate_id;
 
+/// Most deliveries a job may be given ([`Job::max_attempts`], and a topic's
+/// default): a larger number is refused as a mistake.
+pub const MAX_ATTEMPTS: u32 = 10_000;
+
 /// Ten years: a longer delay is refused as a mistake.
 pub const MAX_DELAY: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
@@ -118,7 +122,7 @@ impl Job {
     }
 
     /// How many deliveries before the job goes to dead (default: the topic's
-    /// setting, else 6).
+    /// setting, else 6): 1 to [`MAX_ATTEMPTS`].
     pub fn max_attempts(mut self, n: u32) -> Self {
         self.max_attempts = Some(n);
         self
@@ -142,8 +146,8 @@ impl Job {
         if let Some(id) = &self.id {
             validate_id(id)?;
         }
-        if self.max_attempts == Some(0) {
-            return Err(Error::invalid("max attempts must be at least 1"));
+        if let Some(m) = self.max_attempts {
+            check_max_attempts(m)?;
         }
         if let Some(ladder) = &self.backoff {
             if let Some(step) = ladder.iter().find(|d| **d > MAX_DELAY) {
@@ -167,6 +171,16 @@ impl Job {
             })
             .unwrap_or_default()
     }
+}
+
+/// Refuses a max attempts outside 1..=[`MAX_ATTEMPTS`].
+pub(crate) fn check_max_attempts(m: u32) -> Result<()> {
+    if m == 0 || m > MAX_ATTEMPTS {
+        return Err(Error::invalid(format!(
+            "invalid max attempts {m}: max attempts must be at least 1 and at most {MAX_ATTEMPTS}"
+        )));
+    }
+    Ok(())
 }
 
 /// Options of one enqueue call.

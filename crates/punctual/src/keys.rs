@@ -8,7 +8,9 @@ pub const MAX_TOPIC_LEN: usize = 100;
 pub const MAX_ID_LEN: usize = 200;
 
 /// Checks a topic name: 1 to 100 bytes, no braces (they would break the hash
-/// tag), no `#` (reserved for partitions), no whitespace or control characters.
+/// tag), no `#` (reserved for partitions), no whitespace or control
+/// characters, and no invisible or bidirectional formatting characters (such
+/// as U+202E or U+200B), which would let one topic pass for another.
 ///
 /// ```
 /// assert!(punctual::validate_topic("orders").is_ok());
@@ -32,7 +34,40 @@ pub fn validate_topic(topic: &str) -> Result<()> {
     if topic.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return bad("topic names may not contain spaces or control characters");
     }
+    if let Some(c) = topic.chars().find(|c| is_invisible(*c)) {
+        return bad(&format!(
+            "topic names may not contain invisible or bidirectional formatting characters (U+{:04X})",
+            c as u32
+        ));
+    }
     Ok(())
+}
+
+/// Characters that show nothing or reorder text: Unicode's format characters
+/// (general category Cf: bidi controls and isolates, zero-width characters,
+/// the byte order mark, soft hyphen, tags...) and the Hangul fillers. The
+/// enqueue script refuses the same list.
+fn is_invisible(c: char) -> bool {
+    matches!(c,
+        '\u{AD}'
+        | '\u{600}'..='\u{605}'
+        | '\u{61C}'
+        | '\u{6DD}'
+        | '\u{70F}'
+        | '\u{115F}'..='\u{1160}'
+        | '\u{180E}'
+        | '\u{200B}'..='\u{200F}'
+        | '\u{202A}'..='\u{202E}'
+        | '\u{2060}'..='\u{206F}'
+        | '\u{3164}'
+        | '\u{FEFF}'
+        | '\u{FFA0}'
+        | '\u{FFF9}'..='\u{FFFB}'
+        | '\u{110BD}'
+        | '\u{110CD}'
+        | '\u{1D173}'..='\u{1D17A}'
+        | '\u{E0000}'..='\u{E007F}'
+    )
 }
 
 /// Checks a job id: 1 to 200 bytes, no control characters.

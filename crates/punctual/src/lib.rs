@@ -23,12 +23,13 @@ mod worker;
 pub use error::{Error, ErrorKind, Result};
 pub use job::{
     DeadSelector, EnqueueOptions, EnqueueStatus, Enqueued, Job, JobInfo, State, TopicStats,
-    Violation, When, MAX_DELAY,
+    Violation, When, MAX_ATTEMPTS, MAX_DELAY,
 };
 pub use keys::{validate_id, validate_topic, MAX_ID_LEN, MAX_TOPIC_LEN};
 pub use partition::{partition_name, partition_of, MAX_PARTITIONS};
 pub use queue::{
-    Delivery, Failed, Queue, QueueBuilder, Tick, DEFAULT_MAX_PAYLOAD, DEFAULT_PREFIX, MAX_BATCH,
+    Delivery, Failed, Queue, QueueBuilder, SkippedTopic, Tick, Topics, DEFAULT_MAX_PAYLOAD,
+    DEFAULT_PREFIX, MAX_BATCH,
 };
 pub use scheduler::{Scheduler, SchedulerConfig};
 pub use scripts::{script_names, script_source};

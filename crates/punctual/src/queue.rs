@@ -18,6 +18,14 @@ use crate::partition::{generate_id, partition_name, partition_of, MAX_PARTITIONS
 use crate::reply::Reply;
 use crate::scripts::SCRIPTS;
 
+/// Largest integer the scripts take (2^53: Lua numbers are doubles).
+const MAX_SAFE: usize = 1 << 53;
+
+/// A lease as the scripts take it: 1 ms to ten years.
+fn lease_ms(lease: Duration) -> u64 {
+    lease.min(crate::job::MAX_DELAY).as_millis().max(1) as u64
+}
+
 /// Default largest payload: 64 KiB.
 pub const DEFAULT_MAX_PAYLOAD: usize = 64 * 1024;
 /// Default key prefix.
@@ -79,10 +87,46 @@ impl QueueBuilder {
                 prefix: self.prefix,
                 max_payload: self.max_payload,
                 registered: Mutex::new(HashSet::new()),
+                skipped_logged: Mutex::new(HashSet::new()),
                 partitions: Mutex::new(HashMap::new()),
             }),
         })
     }
+}
+
+/// Which script call each of the jobs `pending` goes in: per partition (of
+/// `k`), at most 1,000 per call. A partitioned topic's missing ids are made
+/// here, since the id picks the partition.
+fn route_jobs(
+    topic: &str,
+    k: u32,
+    pending: &[usize],
+    ids: &mut [Option<String>],
+) -> Vec<(String, Vec<usize>)> {
+    let mut groups = Vec::new();
+    if k <= 1 {
+        for chunk in pending.chunks(MAX_BATCH) {
+            groups.push((topic.to_string(), chunk.to_vec()));
+        }
+        return groups;
+    }
+    let mut by_part: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+    for &i in pending {
+        let id = ids[i].get_or_insert_with(generate_id);
+        by_part.entry(partition_of(id, k)).or_default().push(i);
+    }
+    for (p, idx) in by_part {
+        for chunk in idx.chunks(MAX_BATCH) {
+            groups.push((partition_name(topic, p, k), chunk.to_vec()));
+        }
+    }
+    groups
+}
+
+/// The enqueue script's refusal of a call routed with a stale partition
+/// count.
+fn is_stale_layout(e: &Error) -> bool {
+    matches!(e, Error::Redis(r) if r.code() == Some("PUNCTUAL_STALE"))
 }
 
 /// Removes a password from a URL before it is printed.
@@ -124,6 +168,8 @@ struct Inner {
     prefix: String,
     max_payload: usize,
     registered: Mutex<HashSet<String>>,
+    /// Invalid names in the set of known topics, logged once each.
+    skipped_logged: Mutex<HashSet<String>>,
     /// Partition counts read from Redis, with when they were read.
     partitions: Mutex<HashMap<String, (u32, std::time::Instant)>>,
 }
@@ -148,7 +194,9 @@ pub struct Delivery {
     pub topic: String,
     /// The job id.
     pub id: String,
-    /// The lease token (fencing): unique per claim within the topic.
+    /// The lease token (fencing): unique per claim within the topic, and
+    /// never handed out again, even after a Redis restart or failover that
+    /// lost writes (tokens are at least Redis's clock in microseconds).
     pub token: i64,
     /// Which delivery this is: 1 on the first.
     pub attempt: u32,
@@ -190,6 +238,27 @@ impl Delivery {
             ))
         })
     }
+}
+
+/// The set of known topics, read by [`Queue::list_topics`].
+#[derive(Debug, Clone, Default, serde::Serialize)]
+#[non_exhaustive]
+pub struct Topics {
+    /// The valid topic names, sorted.
+    pub valid: Vec<String>,
+    /// Names in the set that are not valid topics, sorted.
+    pub skipped: Vec<SkippedTopic>,
+}
+
+/// A name in the set of known topics that is not a valid topic.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct SkippedTopic {
+    /// The name, escaped for printing (bytes that are not UTF-8 as `\xNN`,
+    /// invisible and control characters as `\u{..}`).
+    pub name: String,
+    /// Why it is not a valid topic.
+    pub reason: String,
 }
 
 /// What one scheduler tick did ([`Queue::tick`]).
@@ -350,6 +419,11 @@ impl Queue {
 
     /// Splits `topic` into `k` partitions (1 undoes it). Refused while the
     /// topic holds jobs, since ids would no longer map to where they are.
+    /// Safe against producers enqueueing meanwhile: each partition is
+    /// checked empty and marked with the new count in one script, and the
+    /// enqueue script refuses a call routed with another count (the library
+    /// then reads the count again and routes anew). Do not run two changes
+    /// of one topic at once.
     pub async fn set_partitions(&self, topic: &str, k: u32) -> Result<()> {
         validate_topic(topic)?;
         if k == 0 || k > MAX_PARTITIONS {
@@ -362,12 +436,45 @@ impl Queue {
         if now == k {
             return Ok(());
         }
-        let s = self.stats(topic).await?;
-        let live = s.pool + s.ready + s.running + s.dead;
-        if live > 0 {
+        // Mark every physical topic of the current layout with the new
+        // count, each in one script with the check that it holds no job:
+        // from then on, an enqueue routed with the old count (a producer
+        // that read it before the change, or cached it) is refused there
+        // and routes again, so no job can land in the old layout after the
+        // check. When one is not empty, the marks made so far are undone.
+        let old: Vec<String> = (0..now).map(|i| partition_name(topic, i, now)).collect();
+        let mut held = 0;
+        let mut marked = Vec::new();
+        for p in &old {
+            match self.layout(p, k, true).await {
+                Ok(0) => marked.push(p),
+                Ok(n) => {
+                    held = n;
+                    break;
+                }
+                Err(e) => {
+                    for m in &marked {
+                        let _ = self.layout(m, now, false).await;
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        if held > 0 {
+            for m in &marked {
+                self.layout(m, now, false).await?;
+            }
+            let s = self.stats(topic).await?;
+            let live = (s.pool + s.ready + s.running + s.dead).max(held);
             return Err(Error::invalid(format!(
                 "topic {topic:?} holds {live} jobs in {now} partition(s): drain it (or purge its dead jobs) before changing its partitions to {k}"
             )));
+        }
+        for i in 0..k {
+            let p = partition_name(topic, i, k);
+            if !old.contains(&p) {
+                self.layout(&p, k, false).await?;
+            }
         }
         let key = partitions_key(&self.inner.prefix);
         if k == 1 {
@@ -380,6 +487,19 @@ impl Queue {
         self.register(topic).await?;
         self.inner.partitions.lock().unwrap().remove(topic);
         Ok(())
+    }
+
+    /// Runs the layout script on one physical topic; returns the jobs it
+    /// holds (with `check`, anything but 0 means nothing was written).
+    async fn layout(&self, physical: &str, k: u32, check: bool) -> Result<u64> {
+        let v = self
+            .run(&SCRIPTS.layout, physical, |inv| {
+                inv.arg(k).arg(if check { "check" } else { "set" });
+            })
+            .await?;
+        redis::from_redis_value::<i64>(v)
+            .map(|n| n.max(0) as u64)
+            .map_err(|e| Error::protocol("layout", e.to_string()))
     }
 
     /// Enqueues one job.
@@ -429,13 +549,10 @@ impl Queue {
             }
             encoded.push(job.when.encode()?);
         }
-        self.register(topic).await?;
-        let k = self.partitions(topic).await?;
-        // Which script call each job goes in: per partition, at most 1,000.
-        let mut ids: Vec<Option<String>> = jobs.iter().map(|j| j.id.clone()).collect();
         // An id given twice in one batch: the first wins, the later ones are
         // duplicates and not sent (calls run concurrently, so Redis alone
         // could not tell which came first).
+        let mut ids: Vec<Option<String>> = jobs.iter().map(|j| j.id.clone()).collect();
         let mut placed: Vec<Option<Enqueued>> = vec![None; jobs.len()];
         let mut first_of: HashMap<&str, usize> = HashMap::new();
         for (i, job) in jobs.iter().enumerate() {
@@ -448,88 +565,61 @@ impl Queue {
                 }
             }
         }
-        let mut sent = (0..jobs.len()).filter(|i| placed[*i].is_none());
-        let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
-        if k <= 1 {
-            loop {
-                let chunk: Vec<usize> = sent.by_ref().take(MAX_BATCH).collect();
-                if chunk.is_empty() {
-                    break;
-                }
-                groups.push((topic.to_string(), chunk));
-            }
-        } else {
-            let mut by_part: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
-            for i in sent {
-                // The id picks the partition, so it is made here.
-                let id = ids[i].get_or_insert_with(generate_id);
-                by_part.entry(partition_of(id, k)).or_default().push(i);
-            }
-            for (p, idx) in by_part {
-                for chunk in idx.chunks(MAX_BATCH) {
-                    groups.push((partition_name(topic, p, k), chunk.to_vec()));
-                }
-            }
-        }
         let replace = if opts.replace { "1" } else { "0" };
-        let results: Vec<(Vec<usize>, Result<Vec<Enqueued>>)> = stream::iter(groups)
-            .map(|(physical, idx)| {
-                let (jobs, encoded, ids) = (&jobs, &encoded, &ids);
-                async move {
-                    let call = async {
-                        let v = self
-                            .run(&SCRIPTS.enqueue, &physical, |inv| {
-                                inv.arg(self.inner.max_payload).arg(replace).arg(idx.len());
-                                for &i in &idx {
-                                    let job = &jobs[i];
-                                    inv.arg(ids[i].as_deref().unwrap_or(""))
-                                        .arg(&job.payload[..])
-                                        .arg(&encoded[i])
-                                        .arg(
-                                            job.max_attempts
-                                                .map(|m| m.to_string())
-                                                .unwrap_or_default(),
-                                        )
-                                        .arg(job.backoff_arg());
-                                }
-                            })
-                            .await?;
-                        let mut r = Reply::new("enqueue", v)?;
-                        let mut out = Vec::with_capacity(idx.len());
-                        while !r.is_empty() {
-                            let id = r.string()?;
-                            let status = match r.int()? {
-                                0 => EnqueueStatus::Duplicate,
-                                2 => EnqueueStatus::Replaced,
-                                _ => EnqueueStatus::Created,
-                            };
-                            out.push(Enqueued { id, status });
-                        }
-                        if out.len() != idx.len() {
-                            return Err(Error::protocol("enqueue", "one result per job expected"));
-                        }
-                        Ok::<_, Error>(out)
-                    };
-                    let r = call.await;
-                    (idx, r)
-                }
-            })
-            .buffered(8)
-            .collect()
-            .await;
+        let mut pending: Vec<usize> = (0..jobs.len()).filter(|i| placed[*i].is_none()).collect();
         let mut failed = Vec::new();
         let mut first_error = None;
-        for (idx, out) in results {
-            match out {
-                Ok(out) => {
-                    for (i, e) in idx.into_iter().zip(out) {
-                        placed[i] = Some(e);
+        let mut accepted = false;
+        let mut round = 0;
+        while !pending.is_empty() {
+            round += 1;
+            let k = self.partitions(topic).await?;
+            let groups = route_jobs(topic, k, &pending, &mut ids);
+            let results: Vec<(Vec<usize>, Result<Vec<Enqueued>>)> = stream::iter(groups)
+                .map(|(physical, idx)| {
+                    let (jobs, encoded, ids) = (&jobs, &encoded, &ids);
+                    async move {
+                        let r = self
+                            .enqueue_call(&physical, k, replace, &idx, jobs, encoded, ids)
+                            .await;
+                        (idx, r)
+                    }
+                })
+                .buffered(8)
+                .collect()
+                .await;
+            pending.clear();
+            for (idx, out) in results {
+                match out {
+                    Ok(out) => {
+                        accepted |= out.iter().any(|e| !e.is_duplicate());
+                        for (i, e) in idx.into_iter().zip(out) {
+                            placed[i] = Some(e);
+                        }
+                    }
+                    // The partition count changed since it was read (see
+                    // set_partitions): nothing was written; route again.
+                    Err(e) if is_stale_layout(&e) && round < 5 => pending.extend(idx),
+                    Err(e) => {
+                        failed.extend(idx);
+                        first_error.get_or_insert(e);
                     }
                 }
-                Err(e) => {
-                    failed.extend(idx);
-                    first_error.get_or_insert(e);
-                }
+            }
+            if !pending.is_empty() {
+                pending.sort_unstable();
+                self.inner.partitions.lock().unwrap().remove(topic);
+                tokio::time::sleep(Duration::from_millis(20 * round)).await;
+            }
+        }
+        // The topic is registered only once a script has accepted a job, so
+        // an enqueue refused by the script (e.g. a time more than ten years
+        // ahead of Redis's clock) changes nothing.
+        if accepted {
+            if let Err(e) = self.register(topic).await {
+                // The jobs are written: report them, not this. The topic is
+                // registered by the next enqueue that reaches Redis.
+                tracing::warn!(topic, error = %e, "could not add the topic to the set of known topics");
             }
         }
         if let Some(source) = first_error {
@@ -555,6 +645,53 @@ impl Queue {
             .into_iter()
             .map(|e| e.expect("every job has a result"))
             .collect())
+    }
+
+    /// One call of the enqueue script: the jobs `idx` of a batch, routed
+    /// with `k` partitions (sent last, so the script can refuse a stale
+    /// count).
+    #[allow(clippy::too_many_arguments)]
+    async fn enqueue_call(
+        &self,
+        physical: &str,
+        k: u32,
+        replace: &str,
+        idx: &[usize],
+        jobs: &[Job],
+        encoded: &[String],
+        ids: &[Option<String>],
+    ) -> Result<Vec<Enqueued>> {
+        let v = self
+            .run(&SCRIPTS.enqueue, physical, |inv| {
+                inv.arg(self.inner.max_payload.min(MAX_SAFE))
+                    .arg(replace)
+                    .arg(idx.len());
+                for &i in idx {
+                    let job = &jobs[i];
+                    inv.arg(ids[i].as_deref().unwrap_or(""))
+                        .arg(&job.payload[..])
+                        .arg(&encoded[i])
+                        .arg(job.max_attempts.map(|m| m.to_string()).unwrap_or_default())
+                        .arg(job.backoff_arg());
+                }
+                inv.arg(k);
+            })
+            .await?;
+        let mut r = Reply::new("enqueue", v)?;
+        let mut out = Vec::with_capacity(idx.len());
+        while !r.is_empty() {
+            let id = r.string()?;
+            let status = match r.int()? {
+                0 => EnqueueStatus::Duplicate,
+                2 => EnqueueStatus::Replaced,
+                _ => EnqueueStatus::Created,
+            };
+            out.push(Enqueued { id, status });
+        }
+        if out.len() != idx.len() {
+            return Err(Error::protocol("enqueue", "one result per job expected"));
+        }
+        Ok(out)
     }
 
     /// One job by id, or `None` when no such job is live.
@@ -699,12 +836,55 @@ impl Queue {
     }
 
     /// The known topics (every topic that was ever enqueued to), sorted.
+    /// Names in the set that are not valid topics (anyone may `SADD` it) are
+    /// left out and logged (once per name and process);
+    /// [`Queue::list_topics`] reports them.
     pub async fn topics(&self) -> Result<Vec<String>> {
-        let mut t: Vec<String> = self
+        let listed = self.list_topics().await?;
+        let mut logged = self.inner.skipped_logged.lock().unwrap();
+        for s in &listed.skipped {
+            if logged.insert(s.name.clone()) {
+                tracing::warn!(topic = %s.name, reason = %s.reason, "skipped an invalid name in the set of known topics");
+            }
+        }
+        Ok(listed.valid)
+    }
+
+    /// The known topics, sorted, and the names in the set of known topics
+    /// that are not valid topic names (not UTF-8, or refused by
+    /// [`crate::validate_topic`]): one bad name never hides the others.
+    ///
+    /// ```no_run
+    /// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+    /// let topics = queue.list_topics().await?;
+    /// for s in &topics.skipped {
+    ///     eprintln!("skipped {}: {}", s.name, s.reason);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn list_topics(&self) -> Result<Topics> {
+        let names: Vec<Vec<u8>> = self
             .cmd(redis::cmd("SMEMBERS").arg(topics_key(&self.inner.prefix)))
             .await?;
-        t.sort();
-        Ok(t)
+        let mut out = Topics::default();
+        for raw in names {
+            match String::from_utf8(raw) {
+                Ok(name) => match validate_topic(&name) {
+                    Ok(()) => out.valid.push(name),
+                    Err(e) => out.skipped.push(SkippedTopic {
+                        name: name.escape_debug().to_string(),
+                        reason: e.to_string(),
+                    }),
+                },
+                Err(e) => out.skipped.push(SkippedTopic {
+                    name: e.as_bytes().escape_ascii().to_string(),
+                    reason: "not valid UTF-8".into(),
+                }),
+            }
+        }
+        out.valid.sort();
+        out.skipped.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
     }
 
     /// A page of dead jobs, most recent death first.
@@ -828,6 +1008,59 @@ impl Queue {
                         total += n;
                         all.extend(ids);
                     }
+                }
+            }
+            DeadSelector::Oldest(n) if k > 1 => {
+                // The oldest across partitions: each round reads the oldest
+                // deaths of every partition, merges them by time of death
+                // and acts on the first ones by id (an id that left dead
+                // meanwhile is skipped by the script). At most what is dead
+                // now, so jobs that die again as fast as they are replayed
+                // cannot keep this going.
+                let mut left = n.min(self.stats(topic).await?.dead as usize);
+                while left > 0 {
+                    let want = left.min(MAX_BATCH);
+                    let mut oldest: Vec<(i64, u32, Vec<u8>)> = Vec::new();
+                    for p in 0..k {
+                        let keys = self.keys(&partition_name(topic, p, k));
+                        // Bytes: an id stored before ids had to be UTF-8
+                        // must still be purged.
+                        let items: Vec<(Vec<u8>, f64)> = self
+                            .cmd(
+                                redis::cmd("ZRANGE")
+                                    .arg(keys.dead())
+                                    .arg(0)
+                                    .arg(want - 1)
+                                    .arg("WITHSCORES"),
+                            )
+                            .await?;
+                        oldest.extend(items.into_iter().map(|(id, s)| (s as i64, p, id)));
+                    }
+                    oldest.sort();
+                    oldest.truncate(want);
+                    if oldest.is_empty() {
+                        break;
+                    }
+                    let mut by_part: BTreeMap<u32, Vec<Vec<u8>>> = BTreeMap::new();
+                    for (_, p, id) in oldest {
+                        by_part.entry(p).or_default().push(id);
+                    }
+                    let mut round = 0;
+                    for (p, ids) in by_part {
+                        let v = self
+                            .run(script, &partition_name(topic, p, k), |inv| {
+                                inv.arg("ids").arg(&ids);
+                            })
+                            .await?;
+                        let (done, ids) = read(v)?;
+                        round += done;
+                        total += done;
+                        all.extend(ids);
+                    }
+                    if round == 0 {
+                        break;
+                    }
+                    left = left.saturating_sub(round);
                 }
             }
             DeadSelector::Oldest(_) | DeadSelector::All => {
@@ -969,8 +1202,8 @@ impl Queue {
         backoff: Option<&[Duration]>,
     ) -> Result<()> {
         validate_topic(topic)?;
-        if max_attempts == Some(0) {
-            return Err(Error::invalid("max attempts must be at least 1"));
+        if let Some(m) = max_attempts {
+            crate::job::check_max_attempts(m)?;
         }
         if let Some(step) = backoff
             .into_iter()
@@ -1069,7 +1302,7 @@ impl Queue {
                 State::Running => keys.running(),
                 _ => keys.dead(),
             };
-            let items: Vec<(String, f64)> = self
+            let items: Vec<(Vec<u8>, f64)> = self
                 .cmd(
                     redis::cmd("ZRANGE")
                         .arg(key)
@@ -1078,7 +1311,11 @@ impl Queue {
                         .arg("WITHSCORES"),
                 )
                 .await?;
-            all.extend(items.into_iter().map(|(id, s)| (id, s as i64)));
+            all.extend(
+                items
+                    .into_iter()
+                    .map(|(id, s)| (String::from_utf8_lossy(&id).into_owned(), s as i64)),
+            );
         }
         all.sort_by_key(|(_, score)| *score);
         all.truncate(count);
@@ -1092,8 +1329,7 @@ impl Queue {
     pub async fn claim(&self, topic: &str, k: usize, lease: Duration) -> Result<Vec<Delivery>> {
         let v = self
             .run(&SCRIPTS.claim, topic, |inv| {
-                inv.arg(k.clamp(1, MAX_BATCH))
-                    .arg(lease.as_millis().max(1) as u64);
+                inv.arg(k.clamp(1, MAX_BATCH)).arg(lease_ms(lease));
             })
             .await?;
         let received = std::time::Instant::now();
@@ -1103,19 +1339,50 @@ impl Queue {
         }
         let claimed_us = r.int()?;
         let mut out = Vec::with_capacity(r.len() / 7);
+        let mut not_text = Vec::new();
         while !r.is_empty() {
+            let raw = r.bytes()?;
+            let token = r.int()?;
+            let attempt = r.int()?.clamp(0, u32::MAX as i64) as u32;
+            let max_attempts = r.int()?.clamp(0, u32::MAX as i64) as u32;
+            let (due_ms, created_ms, payload) = (r.int()?, r.int()?, r.bytes()?);
+            let id = match String::from_utf8(raw) {
+                Ok(id) => id,
+                Err(e) => {
+                    not_text.push((e.into_bytes(), token));
+                    continue;
+                }
+            };
             out.push(Delivery {
                 topic: topic.to_string(),
-                id: r.string()?,
-                token: r.int()?,
-                attempt: r.int()? as u32,
-                max_attempts: r.int()? as u32,
-                due_ms: r.int()?,
-                created_ms: r.int()?,
-                payload: r.bytes()?,
+                id,
+                token,
+                attempt,
+                max_attempts,
+                due_ms,
+                created_ms,
+                payload,
                 claimed_us,
                 received,
             });
+        }
+        // An id that is not UTF-8 (stored before enqueue refused them)
+        // cannot be handed out: a Delivery's id is text, and its ack would
+        // name another id. It goes to dead at once, for a person to see.
+        for (raw, token) in not_text {
+            let dead = self
+                .run(&SCRIPTS.fail, topic, |inv| {
+                    inv.arg(&raw[..])
+                        .arg(token)
+                        .arg("the id is not valid UTF-8, so no client can ack it (stored before punctual refused such ids): purge it, or enqueue it again under a UTF-8 id")
+                        .arg("")
+                        .arg("1");
+                })
+                .await;
+            if let Err(e) = dead {
+                // Its lease expires and a later claim tries again.
+                tracing::warn!(topic, id = %raw.escape_ascii(), error = %e, "could not move a job whose id is not UTF-8 to dead");
+            }
         }
         Ok(out)
     }
@@ -1157,7 +1424,7 @@ impl Queue {
                     .arg(error)
                     .arg(
                         retry_after
-                            .map(|d| d.as_millis().to_string())
+                            .map(|d| d.min(crate::job::MAX_DELAY).as_millis().to_string())
                             .unwrap_or_default(),
                     )
                     .arg(if permanent { "1" } else { "0" });
@@ -1183,7 +1450,7 @@ impl Queue {
         for chunk in held.chunks(MAX_BATCH) {
             let v = self
                 .run(&SCRIPTS.extend, topic, |inv| {
-                    inv.arg(lease.as_millis().max(1) as u64);
+                    inv.arg(lease_ms(lease));
                     for (id, token) in chunk {
                         inv.arg(id).arg(token);
                     }
@@ -1208,7 +1475,7 @@ impl Queue {
         let v = self
             .run(&SCRIPTS.tick, topic, |inv| {
                 inv.arg(batch.clamp(1, MAX_BATCH))
-                    .arg(max_ready.max(1))
+                    .arg(max_ready.clamp(1, MAX_SAFE))
                     .arg(reclaim_batch.clamp(1, MAX_BATCH));
             })
             .await?;

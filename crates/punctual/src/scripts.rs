@@ -26,6 +26,7 @@ const SOURCES: &[(&str, &str)] = &[
     ("dead_purge", include_str!("../lua/dead_purge.lua")),
     ("stats", include_str!("../lua/stats.lua")),
     ("check", include_str!("../lua/check.lua")),
+    ("layout", include_str!("../lua/layout.lua")),
 ];
 
 /// Puts the shared helpers after the shebang line of `body`.
@@ -49,6 +50,7 @@ pub(crate) struct Scripts {
     pub dead_purge: Script,
     pub stats: Script,
     pub check: Script,
+    pub layout: Script,
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
@@ -68,6 +70,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
         dead_purge: s("dead_purge"),
         stats: s("stats"),
         check: s("check"),
+        layout: s("layout"),
     }
 });
 

@@ -197,10 +197,12 @@ async fn never_early_every_claim_is_at_or_after_its_due_time() {
                 d.id,
                 d.due_ms
             );
-            assert_eq!(
-                d.due_ms - d.created_ms,
-                delay,
-                "job {}: due must be created + the requested delay",
+            // A delay counts from the enqueue's ms rounded up (never
+            // early to the microsecond); created is that ms rounded down.
+            let gap = d.due_ms - d.created_ms;
+            assert!(
+                gap == delay || (delay > 0 && gap == delay + 1),
+                "job {}: due must be created + the requested delay, got {gap} for {delay}",
                 d.id
             );
             assert!(
@@ -607,14 +609,17 @@ async fn enqueue_script_called_raw_rejects_bad_due_times_and_writes_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn max_attempts_up_to_u32_max_are_accepted() {
+async fn max_attempts_up_to_the_bound_are_accepted() {
     let f = Fixture::new().await;
     let (q, t) = (&f.queue, "max-attempts");
-    q.enqueue(t, Job::new("x").id("x").max_attempts(u32::MAX))
-        .await
-        .unwrap();
+    q.enqueue(
+        t,
+        Job::new("x").id("x").max_attempts(punctual::MAX_ATTEMPTS),
+    )
+    .await
+    .unwrap();
     let d = claim_one(q, t, LONG_LEASE).await;
-    assert_eq!(d.max_attempts, u32::MAX);
+    assert_eq!(d.max_attempts, punctual::MAX_ATTEMPTS);
     assert!(q.check(t).await.unwrap().is_empty());
 }
 
@@ -714,7 +719,9 @@ async fn get_cancel_and_reschedule_by_id_in_every_state() {
         assert_eq!(info.payload, id.as_bytes());
         match want {
             State::Pool => {
-                assert_eq!(info.due_ms - info.created_ms, 3_600_000);
+                // Counted from the enqueue's ms rounded up.
+                let gap = info.due_ms - info.created_ms;
+                assert!((3_600_000..=3_600_001).contains(&gap), "{gap}");
                 assert!(info.due_ms > info.now_ms);
             }
             State::Running => {
@@ -759,7 +766,8 @@ async fn get_cancel_and_reschedule_by_id_in_every_state() {
     let after = f.now_ms().await;
     let info = q.get(t, "pool").await.unwrap().unwrap();
     assert_eq!(info.state, State::Pool);
-    assert!((before + 7_200_000..=after + 7_200_000).contains(&info.due_ms));
+    // The delay counts from the call's ms rounded up: at most `after` + 1.
+    assert!((before + 7_200_000..=after + 7_200_001).contains(&info.due_ms));
 
     // Pool -> earlier, still in the future: ready only once due, via tick.
     let before = f.now_ms().await;

@@ -4,6 +4,7 @@ mod util;
 
 mod cluster;
 mod faults;
+mod integrity;
 mod queue;
 mod runtime_regressions;
 mod worker;

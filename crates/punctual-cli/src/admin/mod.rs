@@ -15,14 +15,31 @@ use punctual::Queue;
 use crate::context::Ctx;
 
 /// The given topic, or every known topic when none is given (sorted).
+/// Invalid names in the set of known topics are skipped, with a warning on
+/// stderr each.
 async fn topics_or_all(queue: &Queue, topic: Option<&str>) -> Result<Vec<String>> {
     match topic {
         Some(t) => {
             punctual::validate_topic(t)?;
             Ok(vec![t.to_string()])
         }
-        None => Ok(queue.topics().await?),
+        None => all_topics(queue).await,
     }
+}
+
+/// Every valid known topic (sorted); warns on stderr about each invalid name
+/// in the set of known topics, which is skipped.
+async fn all_topics(queue: &Queue) -> Result<Vec<String>> {
+    let listed = queue.list_topics().await?;
+    for s in &listed.skipped {
+        eprintln!(
+            "punctual: warning: skipped \"{}\" in {}:topics: {} (remove it with SREM)",
+            s.name,
+            queue.prefix(),
+            s.reason
+        );
+    }
+    Ok(listed.valid)
 }
 
 /// The note printed (to stderr) when no topic exists yet.

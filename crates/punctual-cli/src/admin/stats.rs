@@ -76,7 +76,7 @@ fn table(all: &[TopicStats]) -> String {
 /// Runs `topics`.
 pub async fn topics(ctx: &Ctx) -> Result<()> {
     let queue = ctx.queue().await?;
-    let topics = queue.topics().await?;
+    let topics = super::all_topics(&queue).await?;
     if ctx.json() {
         return emit_json(&topics);
     }

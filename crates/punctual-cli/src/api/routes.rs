@@ -154,9 +154,12 @@ async fn auth_check(_: Authorized) -> Json<Value> {
     Json(json!({"authorized": true}))
 }
 
+/// Every valid known topic's stats, and under `skipped` the names in the
+/// set of known topics that are not valid topics (one bad name never hides
+/// the others).
 async fn all_topics(State(s): St) -> ApiResult<Json<Value>> {
-    let topics = s.queue.topics().await?;
-    let stats: Vec<punctual::TopicStats> = stream::iter(topics)
+    let listed = s.queue.list_topics().await?;
+    let stats: Vec<punctual::TopicStats> = stream::iter(listed.valid)
         .map(|t| {
             let q = s.queue.clone();
             async move { q.stats(&t).await }
@@ -164,7 +167,7 @@ async fn all_topics(State(s): St) -> ApiResult<Json<Value>> {
         .buffered(16)
         .try_collect()
         .await?;
-    Ok(Json(json!({ "topics": stats })))
+    Ok(Json(json!({ "topics": stats, "skipped": listed.skipped })))
 }
 
 async fn topic_stats(State(s): St, Path(topic): Path<String>) -> ApiResult<Json<Value>> {

@@ -1,0 +1,20 @@
+#!lua
+-- layout: part of changing a topic's partition count (Queue::set_partitions).
+-- Writes the new count into this physical topic's meta ("partitions"), so an
+-- enqueue routed with another count is refused (see enqueue), and, with
+-- "check", does so only when the physical topic holds no job, in the same
+-- atomic step: no job can slip in between the check and the change.
+-- KEYS: the nine topic keys (of a partition T#i, or of T itself).
+-- ARGV[1] the count (1..1024), ARGV[2] "check" or "set".
+-- Returns the number of jobs held (pool + ready + running + dead); with
+-- "check", anything but 0 means nothing was written.
+
+local k = int_arg(ARGV[1], 1, 1024)
+if not k or (ARGV[2] ~= 'check' and ARGV[2] ~= 'set') or #ARGV ~= 2 then
+  return invalid('layout expects a partition count of 1 to 1024 and "check" or "set"')
+end
+local held = redis.call('ZCARD', K_POOL) + redis.call('ZCARD', K_READY)
+  + redis.call('ZCARD', K_RUNNING) + redis.call('ZCARD', K_DEAD)
+if ARGV[2] == 'check' and held > 0 then return held end
+redis.call('HSET', K_META, 'partitions', k)
+return held

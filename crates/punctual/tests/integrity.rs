@@ -1,0 +1,816 @@
+//! Regression tests of the outside review (issue 9), each against a private
+//! redis-server: fencing tokens across a restart that loses writes, ids and
+//! topic names that cannot be used, script arguments that are not finite
+//! integers, KEYS that do not belong together, the oldest dead jobs of a
+//! partitioned topic, and bad input that must change nothing.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
+
+use punctual::{DeadSelector, EnqueueOptions, EnqueueStatus, ErrorKind, Failed, Job, Queue, State};
+
+use crate::util::{key, topic_keys, wait_until, Fixture, RedisServer, LONG_LEASE, PREFIX};
+
+/// Calls `op` until it succeeds (Redis may still be coming back).
+async fn until_ok<T, Fut>(what: &str, mut op: impl FnMut() -> Fut) -> T
+where
+    Fut: std::future::Future<Output = punctual::Result<T>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match op().await {
+            Ok(v) => return v,
+            Err(e) if e.is_retryable() && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("{what}: {e}"),
+        }
+    }
+}
+
+async fn claim_one(q: &Queue, t: &str) -> punctual::Delivery {
+    let mut got = until_ok("claim", || q.claim(t, 1, LONG_LEASE)).await;
+    assert_eq!(got.len(), 1, "expected one job, got {got:?}");
+    got.remove(0)
+}
+
+/// A stale holder (A) must be refused everything once B holds the job.
+async fn assert_fenced(q: &Queue, t: &str, a: &punctual::Delivery, b: &punctual::Delivery) {
+    assert_eq!(a.id, b.id);
+    assert_ne!(
+        a.token, b.token,
+        "the token of the claim before the restart was handed out again"
+    );
+    assert!(
+        b.token > a.token,
+        "tokens went back: {} then {}",
+        a.token,
+        b.token
+    );
+    let stale = (a.id.clone(), a.token);
+    assert_eq!(
+        q.ack(t, std::slice::from_ref(&stale)).await.unwrap(),
+        vec![false]
+    );
+    assert_eq!(
+        q.extend(t, std::slice::from_ref(&stale), LONG_LEASE)
+            .await
+            .unwrap(),
+        vec![false]
+    );
+    assert_eq!(
+        q.fail(t, &a.id, a.token, "stale", None, true)
+            .await
+            .unwrap(),
+        Failed::Stale
+    );
+    let info = q
+        .get(t, &b.id)
+        .await
+        .unwrap()
+        .expect("B's job is still there");
+    assert_eq!(info.state, State::Running);
+    // B, the holder, can ack.
+    assert_eq!(
+        q.ack(t, &[(b.id.clone(), b.token)]).await.unwrap(),
+        vec![true]
+    );
+    assert!(q.check(t).await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_do_not_repeat_after_a_restart_from_an_rdb_snapshot() {
+    let mut server = RedisServer::start();
+    let q = crate::util::queue(&server).await;
+    let t = "rdb";
+    q.enqueue(t, Job::new("x").id("x")).await.unwrap();
+    assert_eq!(server.cli(&["SAVE"]).unwrap().trim(), "OK");
+    // A claims after the snapshot: its claim is lost with the restart.
+    let a = claim_one(&q, t).await;
+    server.restart();
+    let b = claim_one(&q, t).await;
+    assert_eq!(b.attempt, 1, "the restart rolled the claim back");
+    assert_fenced(&q, t, &a, &b).await;
+}
+
+/// The AOF file that receives new writes (Redis 7: appendonlydir/*.incr.aof).
+fn incr_aof(dir: &Path) -> PathBuf {
+    std::fs::read_dir(dir.join("appendonlydir"))
+        .expect("appendonlydir")
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().ends_with(".incr.aof"))
+        .expect("an incr AOF file")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_do_not_repeat_after_an_aof_everysec_restart_that_lost_the_claim() {
+    let mut server = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "everysec"]);
+    let q = crate::util::queue(&server).await;
+    let t = "aof";
+    q.enqueue(t, Job::new("x").id("x")).await.unwrap();
+    let aof = incr_aof(server.dir());
+    let size = |p: &Path| std::fs::metadata(p).unwrap().len();
+    wait_until(
+        Duration::from_secs(5),
+        "the enqueue in the AOF",
+        async || size(&aof) > 0,
+    )
+    .await;
+    let before = size(&aof);
+    let a = claim_one(&q, t).await;
+    wait_until(Duration::from_secs(5), "the claim in the AOF", async || {
+        size(&aof) > before
+    })
+    .await;
+    // What `appendfsync everysec` loses when the host dies within a second:
+    // the claim's writes never reached the disk.
+    server.kill();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&aof)
+        .unwrap()
+        .set_len(before)
+        .unwrap();
+    server.restart();
+    let b = claim_one(&q, t).await;
+    assert_eq!(b.attempt, 1, "the restart rolled the claim back");
+    assert_fenced(&q, t, &a, &b).await;
+}
+
+// ---- script arguments ---------------------------------------------------
+
+/// Values that are not finite integers in any range a script takes.
+const NOT_INTEGERS: &[&str] = &[
+    "inf",
+    "-inf",
+    "nan",
+    "-nan",
+    "1e400",
+    "1e3",
+    "1.5",
+    "",
+    "abc",
+    "0x10",
+    " 5",
+    "5 ",
+    "99999999999999999999",
+    "-1",
+];
+
+/// EVAL of a script with the nine keys of `t` and `argv`.
+fn eval(script: &str, keys: &[String], argv: &[&str]) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(punctual::script_source(script).unwrap())
+        .arg(keys.len())
+        .arg(keys)
+        .arg(argv);
+    cmd
+}
+
+/// A topic with a job in each state and a running lease: returns the token.
+async fn seed(f: &Fixture, t: &str) -> i64 {
+    let q = &f.queue;
+    q.enqueue(t, Job::new("p").id("dead")).await.unwrap();
+    let d = claim_one(q, t).await;
+    assert_eq!(d.id, "dead");
+    assert_eq!(
+        q.fail(t, "dead", d.token, "x", None, true).await.unwrap(),
+        Failed::Dead
+    );
+    q.enqueue(t, Job::new("p").id("run")).await.unwrap();
+    let d = claim_one(q, t).await;
+    assert_eq!(d.id, "run");
+    q.enqueue(t, Job::new("p").id("ready")).await.unwrap();
+    q.enqueue(t, Job::new("p").id("pool").delay(Duration::from_secs(3600)))
+        .await
+        .unwrap();
+    d.token
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_numeric_argument_of_every_script_must_be_a_finite_integer() {
+    let f = Fixture::new().await;
+    let t = "argv";
+    let token = seed(&f, t).await.to_string();
+    let keys = topic_keys(t);
+    let snap = f.snapshot().await;
+    let mut c = f.conn.clone();
+    for bad in NOT_INTEGERS {
+        let calls: Vec<(&str, Vec<&str>)> = vec![
+            ("claim", vec![bad, "1000"]),
+            ("claim", vec!["1", bad]),
+            ("extend", vec![bad, "run", &token]),
+            ("extend", vec!["1000", "run", bad]),
+            ("ack", vec!["run", bad]),
+            ("fail", vec!["run", bad, "err", "", "0"]),
+            ("fail", vec!["run", &token, "err", bad, "0"]),
+            ("fail", vec!["run", &token, "err", "", bad]),
+            ("tick", vec![bad, "1000", "1000"]),
+            ("tick", vec!["1000", bad, "1000"]),
+            ("tick", vec!["1000", "1000", bad]),
+            ("enqueue", vec![bad, "0", "1", "new", "p", "d0", "", ""]),
+            ("enqueue", vec!["65536", bad, "1", "new", "p", "d0", "", ""]),
+            ("enqueue", vec!["65536", "0", bad, "new", "p", "d0", "", ""]),
+            (
+                "enqueue",
+                vec!["65536", "0", "1", "new", "p", "d0", bad, ""],
+            ),
+            ("dead_list", vec![bad, "10"]),
+            ("dead_list", vec!["0", bad]),
+            ("dead_replay", vec!["oldest", bad]),
+            ("dead_purge", vec!["oldest", bad]),
+        ];
+        for (script, argv) in calls {
+            // An empty max attempts or retry delay means "the default": fine.
+            let default_ok = (script == "enqueue" && argv[6].is_empty())
+                || (script == "fail" && argv[3].is_empty());
+            if default_ok && bad.is_empty() {
+                continue;
+            }
+            let r = eval(script, &keys, &argv)
+                .query_async::<redis::Value>(&mut c)
+                .await;
+            let err = r.expect_err(&format!("{script} {argv:?} was accepted"));
+            assert_eq!(
+                err.code(),
+                Some("PUNCTUAL_INVALID"),
+                "{script} {argv:?}: {err}"
+            );
+            assert_eq!(
+                f.snapshot().await,
+                snap,
+                "{script} {argv:?}: something was written"
+            );
+        }
+    }
+    // Delays and due times given as "d<ms>" / "a<ms>" with such values.
+    for bad in [
+        "dinf",
+        "dnan",
+        "d1e400",
+        "ainf",
+        "d1.5",
+        "d-1",
+        "d99999999999999999999",
+    ] {
+        for (script, argv) in [
+            ("enqueue", vec!["65536", "0", "1", "new", "p", bad, "", ""]),
+            ("reschedule", vec!["pool", bad]),
+        ] {
+            let err = eval(script, &keys, &argv)
+                .query_async::<redis::Value>(&mut c)
+                .await
+                .expect_err(&format!("{script} {argv:?} was accepted"));
+            assert_eq!(err.code(), Some("PUNCTUAL_INVALID"), "{script}: {err}");
+            assert_eq!(f.snapshot().await, snap, "{script} {argv:?}: written");
+        }
+    }
+    // The good calls still work.
+    let ok: Vec<i64> = eval("extend", &keys, &["1000", "run", &token])
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(ok, vec![1]);
+    assert!(f.queue.check(t).await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_refuse_keys_that_are_not_the_nine_keys_of_one_topic() {
+    let f = Fixture::new().await;
+    let t = "keys";
+    let token = seed(&f, t).await.to_string();
+    seed(&f, "other").await;
+    let snap = f.snapshot().await;
+    let mut c = f.conn.clone();
+    let nine = topic_keys(t);
+    let other = topic_keys("other");
+    let mut mixed = nine.clone();
+    mixed[2] = other[2].clone();
+    let mut swapped = nine.clone();
+    swapped.swap(0, 1);
+    let mut prefixed = nine.clone();
+    prefixed[4] = format!("x{}", nine[4]);
+    let layouts: Vec<(&str, Vec<String>)> = vec![
+        ("three keys", nine[..3].to_vec()),
+        ("eight keys", nine[..8].to_vec()),
+        ("ten keys", [nine.clone(), vec![nine[0].clone()]].concat()),
+        ("another topic's running", mixed),
+        ("pool and ready swapped", swapped),
+        ("another prefix", prefixed),
+        (
+            "no hash tag",
+            nine.iter().map(|k| k.replace(['{', '}'], "")).collect(),
+        ),
+    ];
+    for (what, keys) in &layouts {
+        let calls: Vec<(&str, Vec<&str>)> = vec![
+            ("claim", vec!["10", "60000"]),
+            ("tick", vec!["1000", "1000", "1000"]),
+            ("ack", vec!["run", &token]),
+            ("enqueue", vec!["65536", "0", "1", "new", "p", "d0", "", ""]),
+            ("cancel", vec!["pool"]),
+            ("get", vec!["pool"]),
+            ("stats", vec![]),
+        ];
+        for (script, argv) in calls {
+            let err = eval(script, keys, &argv)
+                .query_async::<redis::Value>(&mut c)
+                .await
+                .expect_err(&format!("{script} with {what} was accepted"));
+            assert_eq!(
+                err.code(),
+                Some("PUNCTUAL_INVALID"),
+                "{script} {what}: {err}"
+            );
+            assert_eq!(f.snapshot().await, snap, "{script} with {what}: written");
+        }
+    }
+}
+
+// ---- ids and topic names -------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enqueue_refuses_ids_that_are_not_utf8_or_hold_c1_controls() {
+    let f = Fixture::new().await;
+    let t = "utf8";
+    f.queue
+        .enqueue(t, Job::new("seed").id("seed"))
+        .await
+        .unwrap();
+    let snap = f.snapshot().await;
+    let mut c = f.conn.clone();
+    let bad_ids: Vec<Vec<u8>> = vec![
+        b"\xff".to_vec(),
+        b"order:\xc3".to_vec(),         // cut short
+        b"\xc0\xafx".to_vec(),          // overlong
+        b"\xed\xa0\x80".to_vec(),       // a surrogate
+        b"\xf4\x90\x80\x80".to_vec(),   // past U+10FFFF
+        "a\u{85}b".as_bytes().to_vec(), // a C1 control
+    ];
+    for id in &bad_ids {
+        for replace in ["0", "1"] {
+            let mut cmd = redis::cmd("EVAL");
+            cmd.arg(punctual::script_source("enqueue").unwrap())
+                .arg(9)
+                .arg(topic_keys(t))
+                .arg("65536")
+                .arg(replace)
+                .arg(2)
+                .arg("fine")
+                .arg("p")
+                .arg("d0")
+                .arg("")
+                .arg("")
+                .arg(&id[..])
+                .arg("p")
+                .arg("d0")
+                .arg("")
+                .arg("");
+            let err = cmd
+                .query_async::<redis::Value>(&mut c)
+                .await
+                .expect_err(&format!("id {id:?} was accepted"));
+            assert_eq!(err.code(), Some("PUNCTUAL_INVALID"), "{id:?}: {err}");
+            assert_eq!(f.snapshot().await, snap, "id {id:?}: written");
+        }
+    }
+    // Valid UTF-8 beyond ASCII is fine, and such a job can be acked.
+    let id = "commande:é-ü-😀";
+    f.queue.enqueue(t, Job::new("x").id(id)).await.unwrap();
+    let _ = claim_one(&f.queue, t).await; // seed
+    let d = claim_one(&f.queue, t).await;
+    assert_eq!(d.id, id);
+    assert_eq!(
+        f.queue.ack(t, &[(d.id.clone(), d.token)]).await.unwrap(),
+        vec![true]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topic_names_with_invisible_or_bidi_characters_are_refused() {
+    let f = Fixture::new().await;
+    f.queue.enqueue("seed", Job::new("x")).await.unwrap();
+    let snap = f.snapshot().await;
+    let mut c = f.conn.clone();
+    for name in [
+        "ord\u{202e}sre",
+        "orders\u{200b}",
+        "\u{2066}orders\u{2069}",
+        "or\u{200e}ders",
+        "orders\u{200f}",
+        "\u{feff}orders",
+        "or\u{ad}ders",
+        "or\u{2060}ders",
+        "or\u{61c}ders",
+    ] {
+        let err = f.queue.enqueue(name, Job::new("x")).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidInput, "{name:?}");
+        assert!(err.to_string().contains("invisible"), "{err}");
+        assert!(punctual::validate_topic(name).is_err());
+        // The script refuses such a topic too.
+        let err = eval(
+            "enqueue",
+            &topic_keys(name),
+            &["65536", "0", "1", "", "p", "d0", "", ""],
+        )
+        .query_async::<redis::Value>(&mut c)
+        .await
+        .expect_err(&format!("the script accepted topic {name:?}"));
+        assert_eq!(err.code(), Some("PUNCTUAL_INVALID"), "{err}");
+        assert_eq!(f.snapshot().await, snap, "{name:?}: written");
+    }
+    // A topic that is not UTF-8, through the script.
+    let keys: Vec<Vec<u8>> = topic_keys("bad-")
+        .iter()
+        .map(|k| k.replace("bad-", "bad\u{1}").into_bytes())
+        .map(|k| {
+            k.into_iter()
+                .map(|b| if b == 1 { 0xff } else { b })
+                .collect()
+        })
+        .collect();
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(punctual::script_source("enqueue").unwrap())
+        .arg(9)
+        .arg(keys)
+        .arg(&["65536", "0", "1", "", "p", "d0", "", ""]);
+    let err = cmd.query_async::<redis::Value>(&mut c).await.unwrap_err();
+    assert_eq!(err.code(), Some("PUNCTUAL_INVALID"), "{err}");
+    assert_eq!(f.snapshot().await, snap);
+    // Other scripts can still reach an existing topic with accents.
+    f.queue.enqueue("café", Job::new("x")).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_attempts_are_bounded_in_the_library_and_the_script() {
+    let f = Fixture::new().await;
+    let (q, t) = (&f.queue, "max-attempts");
+    q.enqueue(t, Job::new("seed").id("seed")).await.unwrap();
+    let snap = f.snapshot().await;
+    for m in [10_001, 1_410_065_407, u32::MAX] {
+        let err = q
+            .enqueue(t, Job::new("x").max_attempts(m))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidInput);
+        assert!(err.to_string().contains("10000"), "{err}");
+        let err = q.set_topic_defaults(t, Some(m), None).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidInput);
+        assert_eq!(f.snapshot().await, snap);
+    }
+    let mut c = f.conn.clone();
+    for m in ["10001", "9999999999", "4294967296"] {
+        let err = eval(
+            "enqueue",
+            &topic_keys(t),
+            &["65536", "0", "1", "", "p", "d0", m, ""],
+        )
+        .query_async::<redis::Value>(&mut c)
+        .await
+        .expect_err(&format!("max attempts {m} was accepted"));
+        assert_eq!(err.code(), Some("PUNCTUAL_INVALID"), "{err}");
+        assert_eq!(f.snapshot().await, snap);
+    }
+    q.enqueue(t, Job::new("x").id("x").max_attempts(10_000))
+        .await
+        .unwrap();
+    q.cancel(t, "seed").await.unwrap();
+    let d = claim_one(q, t).await;
+    assert_eq!(d.max_attempts, 10_000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_enqueue_does_not_register_the_topic() {
+    let f = Fixture::new().await;
+    let snap = f.snapshot().await;
+    // Valid as far as the library can tell; Redis's clock refuses it.
+    let at = SystemTime::now() + Duration::from_secs(11 * 365 * 24 * 3600);
+    let err = f
+        .queue
+        .enqueue("fresh", Job::new("x").at(at))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+    assert_eq!(
+        f.snapshot().await,
+        snap,
+        "a refused enqueue wrote something"
+    );
+    assert!(f.queue.topics().await.unwrap().is_empty());
+    // A good one registers it.
+    f.queue.enqueue("fresh", Job::new("x")).await.unwrap();
+    assert_eq!(f.queue.topics().await.unwrap(), vec!["fresh".to_string()]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_name_in_the_topic_set_is_skipped_and_reported() {
+    let f = Fixture::new().await;
+    f.queue.enqueue("good", Job::new("x")).await.unwrap();
+    let set = format!("{PREFIX}:topics");
+    let mut c = f.conn.clone();
+    let _: i64 = redis::cmd("SADD")
+        .arg(&set)
+        .arg(&b"bad\xff"[..])
+        .arg("a{b}")
+        .arg("or\u{202e}ders")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(f.queue.topics().await.unwrap(), vec!["good".to_string()]);
+    let listed = f.queue.list_topics().await.unwrap();
+    assert_eq!(listed.valid, vec!["good".to_string()]);
+    let mut skipped: Vec<String> = listed.skipped.iter().map(|s| s.name.clone()).collect();
+    skipped.sort();
+    assert_eq!(skipped.len(), 3, "{skipped:?}");
+    assert!(skipped.contains(&"a{b}".to_string()));
+    assert!(skipped.iter().all(|s| !s.is_empty()));
+    assert!(listed.skipped.iter().all(|s| !s.reason.is_empty()));
+}
+
+// ---- partitioned topics ---------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oldest_dead_jobs_of_a_partitioned_topic_are_the_oldest_across_partitions() {
+    let f = Fixture::new().await;
+    let (q, t) = (&f.queue, "parts");
+    q.set_partitions(t, 3).await.unwrap();
+    // Ids in partition 1 or 2 die first, then ids in partition 0.
+    let pick = |p: u32, n: usize| -> Vec<String> {
+        (0..)
+            .map(|i| format!("{p}-{i}"))
+            .filter(|id| punctual::partition_of(id, 3) == p)
+            .take(n)
+            .collect()
+    };
+    let early: Vec<String> = [pick(1, 2), pick(2, 2)].concat();
+    let late: Vec<String> = pick(0, 3);
+    for id in early.iter().chain(&late) {
+        q.enqueue(t, Job::new("x").id(id.as_str())).await.unwrap();
+        let physical = punctual::partition_name(t, punctual::partition_of(id, 3), 3);
+        let d = claim_one(q, &physical).await;
+        assert_eq!(&d.id, id);
+        assert_eq!(
+            q.fail(&physical, id, d.token, "e", None, true)
+                .await
+                .unwrap(),
+            Failed::Dead
+        );
+        let died = q.get(t, id).await.unwrap().unwrap().state_since_ms.unwrap();
+        f.wait_past(died).await;
+    }
+    // Purge the 3 oldest: the first three to die.
+    assert_eq!(q.dead_purge(t, DeadSelector::Oldest(3)).await.unwrap(), 3);
+    for id in &early[..3] {
+        assert!(q.get(t, id).await.unwrap().is_none(), "{id} was not purged");
+    }
+    for id in early[3..].iter().chain(&late) {
+        assert!(q.get(t, id).await.unwrap().is_some(), "{id} was purged");
+    }
+    // Replay the 2 oldest left: early[3] and late[0].
+    let mut replayed = q.dead_replay(t, DeadSelector::Oldest(2)).await.unwrap();
+    replayed.sort();
+    let mut want = vec![early[3].clone(), late[0].clone()];
+    want.sort();
+    assert_eq!(replayed, want);
+    assert!(q.check(t).await.unwrap().is_empty());
+}
+
+// ---- never early, to the microsecond ------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delayed_job_never_starts_before_enqueue_time_plus_delay_to_the_microsecond() {
+    let f = Fixture::new().await;
+    let (q, t) = (&f.queue, "sub-ms");
+    let mut c = f.conn.clone();
+    for i in 0..40 {
+        let (s, us): (i64, i64) = redis::cmd("TIME").query_async(&mut c).await.unwrap();
+        let before_us = s * 1_000_000 + us;
+        q.enqueue(
+            t,
+            Job::new("x")
+                .id(format!("j{i}"))
+                .delay(Duration::from_millis(1)),
+        )
+        .await
+        .unwrap();
+        let d = loop {
+            q.tick(t, 1000, 1_000_000, 1000).await.unwrap();
+            let mut got = q.claim(t, 1, LONG_LEASE).await.unwrap();
+            if let Some(d) = got.pop() {
+                break d;
+            }
+        };
+        assert!(
+            d.claimed_us >= before_us + 1000,
+            "job {i} started {} us early (enqueued after {before_us} us, claimed at {} us)",
+            before_us + 1000 - d.claimed_us,
+            d.claimed_us
+        );
+        assert_eq!(
+            q.ack(t, &[(d.id.clone(), d.token)]).await.unwrap(),
+            vec![true]
+        );
+    }
+}
+
+// ---- ids in a state set without a record ----------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enqueue_never_gives_a_second_state_to_an_id_left_in_a_set_without_its_record() {
+    let f = Fixture::new().await;
+    let (q, t) = (&f.queue, "stray");
+    for set in ["pool", "ready", "running", "dead"] {
+        let id = format!("in-{set}");
+        assert_eq!(f.cli(&["ZADD", &key(t, set), "1", &id]).trim(), "1");
+        let snap = f.snapshot().await;
+        let r = q
+            .enqueue(
+                t,
+                Job::new("x").id(id.as_str()).delay(Duration::from_secs(60)),
+            )
+            .await
+            .unwrap();
+        assert_eq!(r.status, EnqueueStatus::Duplicate, "{set}");
+        // Nothing but the duplicates counter moved.
+        let no_stats = |m: std::collections::BTreeMap<String, Vec<u8>>| {
+            m.into_iter()
+                .filter(|(k, _)| !k.ends_with(":stats"))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            no_stats(f.snapshot().await),
+            no_stats(snap),
+            "{set}: written"
+        );
+        // Replace repairs it: one state, with a record.
+        let r = q
+            .enqueue_with(
+                t,
+                vec![Job::new("y").id(id.as_str()).delay(Duration::from_secs(60))],
+                &EnqueueOptions::default().replace(true),
+            )
+            .await
+            .unwrap();
+        assert_eq!(r[0].status, EnqueueStatus::Replaced, "{set}");
+        assert_eq!(q.get(t, &id).await.unwrap().unwrap().state, State::Pool);
+    }
+    assert!(q.check(t).await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_reports_a_running_job_without_an_attempts_entry() {
+    let f = Fixture::new().await;
+    let (q, t) = (&f.queue, "no-attempts");
+    q.enqueue(t, Job::new("x").id("x")).await.unwrap();
+    claim_one(q, t).await;
+    assert!(q.check(t).await.unwrap().is_empty());
+    assert_eq!(f.cli(&["HDEL", &key(t, "attempts"), "x"]).trim(), "1");
+    let found = q.check(t).await.unwrap();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].id, "x");
+    assert_eq!(found[0].problem, "running without an attempts entry");
+}
+
+// ---- changing the partition count under a producer -------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_producer_with_a_stale_partition_count_cannot_strand_a_job() {
+    let f = Fixture::new().await;
+    let t = "re-part";
+    // Another process that read the count (1) just before the change, and
+    // caches it for a second.
+    let stale = crate::util::queue(&f.server).await;
+    assert_eq!(stale.partitions(t).await.unwrap(), 1);
+    f.queue.set_partitions(t, 3).await.unwrap();
+    let r = stale.enqueue(t, Job::new("x").id("late")).await.unwrap();
+    assert_eq!(r.status, EnqueueStatus::Created);
+    // Not in the old layout, where no worker of the 3 partitions looks ...
+    for set in ["pool", "ready"] {
+        assert_eq!(f.card(t, set).await, 0, "a job was left in {t}'s {set}");
+    }
+    // ... but in its partition.
+    let info = f.queue.get(t, "late").await.unwrap();
+    assert_eq!(info.map(|i| i.state), Some(State::Ready));
+    assert!(f.queue.check(t).await.unwrap().is_empty());
+
+    // The script refuses a call routed with a stale count, writing nothing.
+    let snap = f.snapshot().await;
+    let mut c = f.conn.clone();
+    let p0 = punctual::partition_name(t, 0, 3);
+    let err = eval(
+        "enqueue",
+        &topic_keys(&p0),
+        &["65536", "0", "1", "", "p", "d0", "", "", "2"],
+    )
+    .query_async::<redis::Value>(&mut c)
+    .await
+    .unwrap_err();
+    assert_eq!(err.code(), Some("PUNCTUAL_STALE"), "{err}");
+    assert_eq!(f.snapshot().await, snap);
+    // Without the count (older producers) the call is not checked.
+    let id0 = (0..)
+        .map(|i| format!("raw{i}"))
+        .find(|id| punctual::partition_of(id, 3) == 0)
+        .unwrap();
+    let ok: Vec<redis::Value> = eval(
+        "enqueue",
+        &topic_keys(&p0),
+        &["65536", "0", "1", &id0, "p", "d0", "", ""],
+    )
+    .query_async(&mut c)
+    .await
+    .unwrap();
+    assert_eq!(ok.len(), 2);
+
+    // A change refused because a partition holds jobs leaves every mark as
+    // it was: producers routing with 3 still get in.
+    let err = f.queue.set_partitions(t, 2).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput);
+    let fresh = crate::util::queue(&f.server).await;
+    let many: Vec<Job> = (0..30).map(|i| Job::new("y").id(format!("m{i}"))).collect();
+    let r = fresh.enqueue_batch(t, many).await.unwrap();
+    assert!(r.iter().all(|e| e.status == EnqueueStatus::Created));
+    assert!(f.queue.check(t).await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stored_id_that_is_not_utf8_goes_to_dead_at_its_first_claim() {
+    // Written before the scripts refused such ids: claim cannot hand it out
+    // (Delivery::id is text, so its ack would name another id).
+    let f = Fixture::new().await;
+    let (q, t) = (&f.queue, "old-bytes");
+    q.enqueue(t, Job::new("fine").id("fine")).await.unwrap();
+    let mut c = f.conn.clone();
+    let bad: &[u8] = b"old\xff";
+    let rec: String = redis::cmd("HGET")
+        .arg(key(t, "jobs"))
+        .arg("fine")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let _: () = redis::pipe()
+        .cmd("HSET")
+        .arg(key(t, "jobs"))
+        .arg(bad)
+        .arg(&rec)
+        .ignore()
+        .cmd("ZADD")
+        .arg(key(t, "ready"))
+        .arg(0)
+        .arg(bad)
+        .ignore()
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let got = q.claim(t, 10, LONG_LEASE).await.unwrap();
+    let ids: Vec<&str> = got.iter().map(|d| d.id.as_str()).collect();
+    assert_eq!(ids, vec!["fine"], "a non-UTF-8 id was handed out");
+    let dead: Option<f64> = redis::cmd("ZSCORE")
+        .arg(key(t, "dead"))
+        .arg(bad)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert!(dead.is_some(), "the job is not in dead");
+    let listed = q.dead_list(t, 0, 10).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert!(
+        listed[0]
+            .last_error
+            .as_deref()
+            .unwrap_or("")
+            .contains("UTF-8"),
+        "{listed:?}"
+    );
+    assert_eq!(q.dead_purge(t, DeadSelector::Oldest(1)).await.unwrap(), 1);
+    assert!(q.check(t).await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oldest_dead_of_a_partitioned_topic_purges_an_id_that_is_not_utf8() {
+    let f = Fixture::new().await;
+    let (q, t) = (&f.queue, "old-bytes-parts");
+    q.set_partitions(t, 2).await.unwrap();
+    let p0 = punctual::partition_name(t, 0, 2);
+    let mut c = f.conn.clone();
+    let bad: &[u8] = b"old\xfe";
+    let _: () = redis::pipe()
+        .cmd("HSET")
+        .arg(key(&p0, "jobs"))
+        .arg(bad)
+        .arg(":mx3pabym:0::0:x")
+        .ignore()
+        .cmd("ZADD")
+        .arg(key(&p0, "dead"))
+        .arg(1)
+        .arg(bad)
+        .ignore()
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let peek = q.peek(t, State::Dead, 10).await.unwrap();
+    assert_eq!(peek.len(), 1);
+    assert_eq!(q.dead_purge(t, DeadSelector::Oldest(5)).await.unwrap(), 1);
+    assert_eq!(f.card(&p0, "dead").await, 0);
+    assert_eq!(f.card(&p0, "jobs").await, 0);
+}
