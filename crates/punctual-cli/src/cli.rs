@@ -160,8 +160,10 @@ pub enum Command {
     /// dead letters, pause/resume; see docs/openapi.yaml) and a dashboard at
     /// /. Calls that change something need `Authorization: Bearer <token>`
     /// with the token from PUNCTUAL_API_TOKEN or --token-file; without a
-    /// token everything is read-only. `punctual serve --http ADDR` serves
-    /// the same next to /healthz and /metrics.
+    /// token everything is read-only. Reads need the token too with
+    /// --require-token-for-reads. Requests naming a Host other than an IP
+    /// address, localhost or an --allowed-host get 421. `punctual serve
+    /// --http ADDR` serves the same next to /healthz and /metrics.
     #[command(after_help = API_EXAMPLES)]
     Api(crate::api::cmd::ApiArgs),
 

@@ -46,13 +46,13 @@ async fn reachable(url: &str) -> bool {
 /// Runs the demo.
 pub async fn run(redis_url: &str, args: DemoArgs) -> Result<()> {
     let (url, _private) = if reachable(redis_url).await {
-        println!("Using the Redis at {}", crate::context::redact(redis_url));
+        println!("Using the Redis at {}", punctual::redact(redis_url));
         (redis_url.to_string(), None)
     } else {
         let (url, p) = crate::private_redis::start("punctual-demo-redis-")?;
         println!(
             "No Redis answers at {}; started a private redis-server at {url}",
-            crate::context::redact(redis_url)
+            punctual::redact(redis_url)
         );
         (url, Some(p))
     };

@@ -9,9 +9,10 @@ use clap::Args;
 use redis::aio::MultiplexedConnection;
 use serde::Serialize;
 
-use crate::context::{redact, Ctx};
+use crate::context::Ctx;
 use crate::exit;
 use crate::output::{emit, emit_json};
+use punctual::redact;
 
 /// Arguments of `doctor`.
 #[derive(Debug, Args)]

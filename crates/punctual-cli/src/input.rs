@@ -57,6 +57,74 @@ pub fn parse_max_payload(s: &str) -> Result<usize, String> {
     Ok(n)
 }
 
+/// Refuses JSON that gives one key twice in an object (at any depth), which
+/// serde_json would otherwise take silently, keeping the last value. The
+/// error names the key. Syntax errors are left to the real parse.
+pub fn no_duplicate_keys(json: &[u8]) -> Result<(), String> {
+    let mut de = serde_json::Deserializer::from_slice(json);
+    match serde::Deserialize::deserialize(&mut de) {
+        Ok(NoDuplicates) => Ok(()),
+        Err(e) if e.is_data() => Err(e
+            .to_string()
+            .split(" at line ")
+            .next()
+            .unwrap_or_default()
+            .to_string()),
+        Err(_) => Ok(()),
+    }
+}
+
+/// Any JSON value, checked for keys given twice.
+struct NoDuplicates;
+
+impl<'de> serde::Deserialize<'de> for NoDuplicates {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(NoDuplicates)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for NoDuplicates {
+    type Value = NoDuplicates;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(NoDuplicates)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(NoDuplicates)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(NoDuplicates)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(NoDuplicates)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(NoDuplicates)
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(NoDuplicates)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        while seq.next_element::<NoDuplicates>()?.is_some() {}
+        Ok(NoDuplicates)
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut seen = std::collections::HashSet::new();
+        while let Some(key) = map.next_key::<String>()? {
+            map.next_value::<NoDuplicates>()?;
+            if !seen.insert(key.clone()) {
+                return Err(serde::de::Error::custom(format!(
+                    "the key {key:?} is given twice in one object (JSON keys must be unique)"
+                )));
+            }
+        }
+        Ok(NoDuplicates)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -96,5 +164,18 @@ mod tests {
         assert_eq!(parse_max_payload("65536"), Ok(65536));
         assert!(parse_max_payload("0").is_err());
         assert!(parse_max_payload("64k").is_err());
+    }
+
+    #[test]
+    fn keys_given_twice_are_refused_by_name() {
+        assert_eq!(no_duplicate_keys(br#"{"a":1,"b":[{"a":2}]}"#), Ok(()));
+        let e = no_duplicate_keys(br#"{"payload":1,"payload":2}"#).unwrap_err();
+        assert!(e.contains("\"payload\" is given twice"), "{e}");
+        let e = no_duplicate_keys(br#"[{"payload":{"x":1,"y":2,"x":3}}]"#).unwrap_err();
+        assert!(e.contains("\"x\""), "{e}");
+        // Escapes are decoded first: "\u0061" is "a".
+        assert!(no_duplicate_keys(br#"{"a":1,"\u0061":2}"#).is_err());
+        // Syntax errors are for the real parser to report.
+        assert_eq!(no_duplicate_keys(b"{not json"), Ok(()));
     }
 }

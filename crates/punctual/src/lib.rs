@@ -14,6 +14,7 @@ mod job;
 mod keys;
 mod partition;
 mod queue;
+mod redact;
 mod reply;
 mod scheduler;
 mod scripts;
@@ -31,6 +32,7 @@ pub use queue::{
     Delivery, Failed, Queue, QueueBuilder, SkippedTopic, Tick, Topics, DEFAULT_MAX_PAYLOAD,
     DEFAULT_PREFIX, MAX_BATCH,
 };
+pub use redact::redact;
 pub use scheduler::{Scheduler, SchedulerConfig};
 pub use scripts::{script_names, script_source};
 pub use worker::{Outcome, Stopped, Worker, WorkerConfig};

@@ -129,18 +129,9 @@ fn is_stale_layout(e: &Error) -> bool {
     matches!(e, Error::Redis(r) if r.code() == Some("PUNCTUAL_STALE"))
 }
 
-/// Removes a password from a URL before it is printed.
+/// Removes the secrets from a URL before it is printed (see [`crate::redact`]).
 pub(crate) fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => {
-            let auth = &url[s + 3..at];
-            match auth.split_once(':') {
-                Some((user, _)) => format!("{}{user}:***{}", &url[..s + 3], &url[at..]),
-                None => url.to_string(),
-            }
-        }
-        _ => url.to_string(),
-    }
+    crate::redact::redact(url)
 }
 
 /// A handle on punctual's data in one Redis. Cheap to clone; clones share

@@ -103,6 +103,10 @@ pub struct WorkerConfig {
     /// their acks before giving up on them (their leases will expire and the
     /// jobs be re-delivered) (default 30 s).
     pub shutdown_timeout: Duration,
+    /// Longest wait a handler may ask for with [`Outcome::retry_after`]
+    /// (an HTTP `Retry-After`, say): longer ones are cut to this, so no
+    /// answer can park a job for years (default 1 day).
+    pub max_retry_delay: Duration,
 }
 
 impl Default for WorkerConfig {
@@ -114,6 +118,7 @@ impl Default for WorkerConfig {
             idle_check: Duration::from_secs(30),
             timeout: Duration::from_secs(30),
             shutdown_timeout: Duration::from_secs(30),
+            max_retry_delay: Duration::from_secs(24 * 3600),
         }
     }
 }
@@ -147,6 +152,11 @@ impl WorkerConfig {
     /// Shutdown grace period.
     pub fn shutdown_timeout(mut self, d: Duration) -> Self {
         self.shutdown_timeout = d;
+        self
+    }
+    /// Longest retry delay a handler may ask for.
+    pub fn max_retry_delay(mut self, d: Duration) -> Self {
+        self.max_retry_delay = d;
         self
     }
 }
@@ -604,7 +614,12 @@ async fn ack_many(shared: Arc<Shared>, ti: usize, pairs: Vec<(String, i64)>) {
 async fn fail_one(shared: Arc<Shared>, s: Settle) {
     let topic = &shared.topics[s.topic].name;
     let (error, after, permanent) = match &s.outcome {
-        Outcome::Retry { error, after } => (error.as_str(), *after, false),
+        // The one place every retry delay passes: capped here.
+        Outcome::Retry { error, after } => (
+            error.as_str(),
+            after.map(|a| a.min(shared.config.max_retry_delay)),
+            false,
+        ),
         Outcome::Permanent { error } => (error.as_str(), None, true),
         Outcome::Done => unreachable!("done outcomes are acked"),
     };

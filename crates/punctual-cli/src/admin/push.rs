@@ -124,6 +124,7 @@ fn json_message(e: &serde_json::Error) -> String {
 
 /// Turns one input line into a job, or says what is wrong with it.
 fn parse_line(text: &str, defaults: &PushArgs, max: usize) -> Result<Job, String> {
+    crate::input::no_duplicate_keys(text.as_bytes())?;
     let line: Line = serde_json::from_str(text).map_err(|e| {
         format!(
             "{}; expected {{\"payload\": ..., \"delay_ms\": N, \"at\": \"RFC3339\", \"id\": \"...\", \"max_attempts\": N}}",

@@ -106,14 +106,10 @@ impl FromRequestParts<Arc<ApiState>> for Authorized {
                 "this call changes data and needs the API token: send the header `Authorization: Bearer <token>`",
             ));
         };
-        let given = value.as_bytes();
-        let given = given
-            .strip_prefix(b"Bearer ")
-            .or_else(|| given.strip_prefix(b"bearer "))
-            .ok_or_else(|| {
-                ApiError::unauthorized("the Authorization header must be `Bearer <token>`")
-            })?;
-        if token.matches(given.trim_ascii()) {
+        let given = bearer(value.as_bytes()).ok_or_else(|| {
+            ApiError::unauthorized("the Authorization header must be `Bearer <token>`")
+        })?;
+        if token.matches(given) {
             Ok(Authorized)
         } else {
             Err(ApiError::unauthorized(
@@ -121,6 +117,17 @@ impl FromRequestParts<Arc<ApiState>> for Authorized {
             ))
         }
     }
+}
+
+/// The credentials of a `Bearer` Authorization header. The scheme is
+/// case-insensitive (RFC 7235 section 2.1): `bearer` and `BEARER` work too.
+fn bearer(header: &[u8]) -> Option<&[u8]> {
+    let header = header.trim_ascii();
+    let split = header.iter().position(|b| *b == b' ' || *b == b'\t')?;
+    let (scheme, rest) = header.split_at(split);
+    scheme
+        .eq_ignore_ascii_case(b"bearer")
+        .then(|| rest.trim_ascii())
 }
 
 #[cfg(test)]
@@ -137,6 +144,22 @@ mod tests {
         assert!(!t.matches(b""));
         // A prefix padded with zero bytes is still wrong.
         assert!(!t.matches(b"0123456789abcdef0123\0"));
+    }
+
+    #[test]
+    fn the_scheme_is_case_insensitive() {
+        for h in [
+            "Bearer abc",
+            "bearer abc",
+            "BEARER abc",
+            "bEaReR  abc ",
+            "Bearer\tabc",
+        ] {
+            assert_eq!(bearer(h.as_bytes()), Some(&b"abc"[..]), "{h:?}");
+        }
+        for h in ["Basic abc", "Bearerabc", "Bearer", "abc"] {
+            assert_eq!(bearer(h.as_bytes()), None, "{h:?}");
+        }
     }
 
     #[test]

@@ -43,6 +43,32 @@ pub struct ApiArgs {
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
 
+    /// Refuse the reads too (jobs, payloads, errors, stats) without the
+    /// token; only /healthz, /api/v1/info and the dashboard's page stay
+    /// open. Needs a token.
+    #[arg(long)]
+    pub require_token_for_reads: bool,
+
+    /// Also answer requests that name this host (repeat for several).
+    /// IP addresses and localhost are always answered; any other Host
+    /// header gets 421, which defeats DNS rebinding. `*`: answer any.
+    #[arg(
+        long,
+        value_name = "NAME",
+        env = "PUNCTUAL_API_ALLOWED_HOSTS",
+        value_delimiter = ','
+    )]
+    pub allowed_host: Vec<String>,
+
+    /// Time for a client to send a request's headers, from when it
+    /// connects or got its previous answer (so idle connections close too).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub header_timeout: Duration,
+
+    /// Time for a client to send a request's body.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    pub body_timeout: Duration,
+
     /// How often to read each topic's numbers for the dashboard's charts,
     /// which show the last hour (kept in memory only).
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
@@ -81,22 +107,42 @@ pub async fn run(ctx: &Ctx, args: ApiArgs) -> Result<()> {
             "--sample-interval must be at least 100ms (the charts show one hour)",
         ));
     }
+    if args.header_timeout < Duration::from_millis(100)
+        || args.body_timeout < Duration::from_millis(100)
+    {
+        return Err(exit::invalid(
+            "--header-timeout and --body-timeout must be at least 100ms",
+        ));
+    }
     let token = token(&args)?;
+    if args.require_token_for_reads && token.is_none() {
+        return Err(exit::invalid(
+            "--require-token-for-reads needs a token: set PUNCTUAL_API_TOKEN or give --token-file",
+        ));
+    }
     let queue = ctx.queue().await?;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen on {addr} (is another process using it? choose another address with --listen)"))?;
     let sampler = Arc::new(Sampler::new(args.sample_interval, None));
     let sampling = super::start_sampler(sampler.clone(), queue.clone());
-    super::log_start(&addr, token.as_ref());
+    super::log_start(&addr, token.as_ref(), args.require_token_for_reads);
     let app = Router::new()
         .route("/healthz", get(healthz))
         .with_state(queue.clone())
-        .merge(super::router(ApiState::new(queue, token, sampler, "api")));
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown())
-        .await
-        .context("the API server stopped")?;
+        .merge(super::router(ApiState::new(
+            queue,
+            token,
+            args.require_token_for_reads,
+            sampler,
+            "api",
+        )));
+    let opts = super::HttpOptions {
+        header_timeout: args.header_timeout,
+        body_timeout: args.body_timeout,
+        allowed_hosts: args.allowed_host.clone(),
+    };
+    super::server::serve(listener, app, &opts, shutdown()).await;
     sampling.abort();
     tracing::info!("punctual api stopped");
     Ok(())

@@ -8,6 +8,7 @@
 //! - `error`: JSON errors with a stable code and a message.
 //! - `sampler`: the last hour of each topic's numbers, for the charts.
 //! - `dashboard`: the page and its assets, embedded in the binary.
+//! - `server`: serving over HTTP/1.1 with time limits and a Host check.
 //! - `cmd`: the `punctual api` command.
 
 pub mod auth;
@@ -16,15 +17,19 @@ mod dashboard;
 mod error;
 mod routes;
 pub mod sampler;
+pub mod server;
 
 use std::sync::Arc;
 
-use axum::extract::DefaultBodyLimit;
+use axum::extract::{DefaultBodyLimit, FromRequestParts, Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use axum::Router;
 use punctual::Queue;
 
 pub use auth::Token;
 pub use sampler::Sampler;
+pub use server::HttpOptions;
 
 /// Largest request body: 16 MiB (a batch of jobs).
 pub const MAX_BODY: usize = 16 << 20;
@@ -35,6 +40,8 @@ pub struct ApiState {
     queue: Queue,
     /// `None`: the API only reads (mutating calls get 403 `read_only`).
     token: Option<Token>,
+    /// Reads need the token too (all but `/api/v1/info`).
+    reads_need_token: bool,
     sampler: Arc<Sampler>,
     /// `serve` or `api`, shown by `/api/v1/info`.
     mode: &'static str,
@@ -44,12 +51,14 @@ impl ApiState {
     pub fn new(
         queue: Queue,
         token: Option<Token>,
+        reads_need_token: bool,
         sampler: Arc<Sampler>,
         mode: &'static str,
     ) -> Arc<ApiState> {
         Arc::new(ApiState {
             queue,
             token,
+            reads_need_token,
             sampler,
             mode,
         })
@@ -60,11 +69,29 @@ impl ApiState {
 /// every other path. Merge it with other routes that have no fallback.
 pub fn router(state: Arc<ApiState>) -> Router {
     Router::new()
-        .nest("/api/v1", routes::routes())
+        .nest(
+            "/api/v1",
+            routes::routes().route_layer(axum::middleware::from_fn_with_state(
+                state.clone(),
+                read_guard,
+            )),
+        )
         .merge(dashboard::routes())
         .fallback(routes::not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(state)
+}
+
+/// With `reads_need_token`, every route but `/api/v1/info` needs the token.
+async fn read_guard(State(s): State<Arc<ApiState>>, req: Request, next: Next) -> Response {
+    if !s.reads_need_token || matches!(req.uri().path(), "/info" | "/api/v1/info") {
+        return next.run(req).await;
+    }
+    let (mut parts, body) = req.into_parts();
+    if let Err(e) = auth::Authorized::from_request_parts(&mut parts, &s).await {
+        return e.into_response();
+    }
+    next.run(Request::from_parts(parts, body)).await
 }
 
 /// Starts the sampler that feeds the charts; it stops when the returned
@@ -74,17 +101,17 @@ pub fn start_sampler(sampler: Arc<Sampler>, queue: Queue) -> tokio::task::JoinHa
 }
 
 /// Logs where the API listens and what it allows.
-pub fn log_start(addr: &std::net::SocketAddr, token: Option<&Token>) {
+pub fn log_start(addr: &std::net::SocketAddr, token: Option<&Token>, reads_need_token: bool) {
     let changes = if token.is_some() {
         "changes need the API token"
     } else {
         "read-only: set PUNCTUAL_API_TOKEN to allow changes"
     };
     tracing::info!(%addr, "dashboard at http://{addr}/, API at http://{addr}/api/v1 ({changes})");
-    if !addr.ip().is_loopback() {
+    if !addr.ip().is_loopback() && !reads_need_token {
         tracing::warn!(
             %addr,
-            "the dashboard and read-only API routes are open to anyone who can reach {addr}; bind 127.0.0.1 or put an authenticating proxy with TLS in front"
+            "the dashboard and read-only API routes are open to anyone who can reach {addr}; bind 127.0.0.1, set require_token_for_reads (serve) or --require-token-for-reads (api), or put an authenticating proxy with TLS in front"
         );
     }
 }

@@ -110,6 +110,8 @@ fn body<T: DeserializeOwned>(
             "the request body is empty: send a JSON object; nothing was changed",
         ));
     }
+    crate::input::no_duplicate_keys(&bytes)
+        .map_err(|e| ApiError::invalid(format!("{e}; nothing was changed")))?;
     serde_json::from_slice(&bytes).map_err(|e| json_error(e, headers))
 }
 
@@ -137,7 +139,10 @@ async fn info(State(s): St) -> Json<Value> {
         "version": env!("CARGO_PKG_VERSION"),
         "mode": s.mode,
         "prefix": s.queue.prefix(),
-        "redis": s.queue.url_redacted(),
+        // What a visitor without the token may see: not where Redis is
+        // when reads need the token.
+        "redis": (!s.reads_need_token).then(|| s.queue.url_redacted()),
+        "reads_need_token": s.reads_need_token,
         "max_payload": s.queue.max_payload(),
         "changes_allowed": s.token.is_some(),
         "sample_interval_ms": s.sampler.interval().as_millis() as u64,

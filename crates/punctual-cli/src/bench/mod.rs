@@ -23,8 +23,9 @@ use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::Value;
 
-use crate::context::{redact, Ctx};
+use crate::context::Ctx;
 use crate::exit;
+use punctual::redact;
 
 use target::PREFIX;
 

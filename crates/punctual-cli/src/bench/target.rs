@@ -14,7 +14,7 @@ use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
-use crate::context::redact;
+use punctual::redact;
 
 /// Every key the bench writes starts with `PREFIX:`.
 pub const PREFIX: &str = "punctual-bench";

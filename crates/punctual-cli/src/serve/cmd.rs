@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 
 use super::config::{Config, Overrides};
-use super::supervisor::{CONFIG_ENV, METRICS_ENV};
+use super::supervisor::{CONFIG_FD_ENV, METRICS_ENV};
 use crate::exit;
 use crate::input::parse_duration;
 
@@ -33,8 +33,9 @@ pub struct ServeArgs {
 
     /// Serve /healthz, /metrics, the HTTP API (/api/v1) and the dashboard
     /// (/) on this address, e.g. 127.0.0.1:9464 (overrides `http`). API
-    /// calls that change something need the token from PUNCTUAL_API_TOKEN
-    /// or `api_token`; without one the API only reads.
+    /// calls that change something need the token from PUNCTUAL_API_TOKEN,
+    /// `api_token_file` or `api_token`; without one the API only reads
+    /// (`require_token_for_reads` puts the reads behind it too).
     #[arg(long, value_name = "ADDR", env = "PUNCTUAL_HTTP")]
     pub http: Option<String>,
 
@@ -95,10 +96,26 @@ pub fn load(
         Config::load(&args.config, &o, &rust).map_err(|e| exit::invalid(format!("{e:#}")))?;
     // The API token: the environment wins over the file; checked here so a
     // bad one fails at start.
-    if let Some(token) = crate::api::auth::resolve(cfg.api_token.as_deref())
+    if let Some(path) = &cfg.api_token_file {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            exit::invalid(format!(
+                "{}: api_token_file {path}: cannot read it: {e}",
+                args.config.display()
+            ))
+        })?;
+        cfg.api_token = Some(text.lines().next().unwrap_or("").trim().to_string());
+    }
+    match crate::api::auth::resolve(cfg.api_token.as_deref())
         .map_err(|e| exit::invalid(format!("{}: {e}", args.config.display())))?
     {
-        cfg.api_token = Some(token.reveal());
+        Some(token) => cfg.api_token = Some(token.reveal()),
+        None if cfg.require_token_for_reads => {
+            return Err(exit::invalid(format!(
+                "{}: require_token_for_reads needs a token: set api_token_file, api_token or PUNCTUAL_API_TOKEN",
+                args.config.display()
+            )))
+        }
+        None => {}
     }
     super::supervisor::check_programs(&cfg).map_err(|e| {
         exit::invalid(format!(
@@ -119,10 +136,32 @@ pub async fn serve(cfg: Config) -> Result<()> {
     }
 }
 
+/// The config the supervisor writes into the pipe named by
+/// `PUNCTUAL_SERVE_CONFIG_FD`; the pipe is closed after reading, so no
+/// handler inherits it. Also makes this process non-dumpable: other
+/// processes of the same user (handlers) cannot read its memory, where the
+/// config's secrets now live.
+#[allow(unsafe_code)]
 fn child_config() -> Result<Config> {
-    let json = std::env::var(CONFIG_ENV).with_context(|| {
-        format!("{CONFIG_ENV} is not set: this command is run by `punctual serve`, not by hand")
-    })?;
+    use std::io::Read;
+    use std::os::fd::FromRawFd;
+
+    let _ = nix::sys::prctl::set_dumpable(false);
+    let fd: i32 = std::env::var(CONFIG_FD_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .with_context(|| {
+            format!(
+                "{CONFIG_FD_ENV} is not set: this command is run by `punctual serve`, not by hand"
+            )
+        })?;
+    // SAFETY: the supervisor opened this descriptor for us alone; nothing
+    // else in this process uses it, and the File closes it.
+    let mut pipe = unsafe { std::fs::File::from_raw_fd(fd) };
+    let mut json = String::new();
+    pipe.read_to_string(&mut json)
+        .context("cannot read the config from the supervisor")?;
+    drop(pipe);
     serde_json::from_str(&json).context("the config passed by the supervisor is malformed")
 }
 

@@ -58,6 +58,31 @@ pub struct Config {
     /// Never passed to the child processes.
     #[serde(default, skip_serializing)]
     pub api_token: Option<String>,
+    /// A file whose first line is the API token: keeps it out of the
+    /// config file and out of every process's environment.
+    #[serde(default, skip_serializing)]
+    pub api_token_file: Option<String>,
+    /// Refuse the API's reads too (jobs, payloads, errors, stats) without
+    /// the token. /healthz, /metrics, /api/v1/info and the dashboard's page
+    /// stay open.
+    #[serde(default)]
+    pub require_token_for_reads: bool,
+    /// Host names (besides IP addresses and `localhost`) the HTTP server
+    /// answers to; requests naming another host get 421. `["*"]`: any.
+    #[serde(default)]
+    pub api_allowed_hosts: Vec<String>,
+    /// Time for a client to send a request's headers, counted from when the
+    /// connection opens or the previous response was sent (so it also
+    /// closes idle connections).
+    #[serde(default = "default_http_header_timeout", with = "humantime_serde")]
+    pub http_header_timeout: Duration,
+    /// Time for a client to send a request's body.
+    #[serde(default = "default_http_body_timeout", with = "humantime_serde")]
+    pub http_body_timeout: Duration,
+    /// Longest retry delay a handler may ask for (an HTTP Retry-After, a
+    /// Rust handler's `Outcome::retry_after`); longer ones are cut to it.
+    #[serde(default = "default_max_retry_delay", with = "humantime_serde")]
+    pub max_retry_delay: Duration,
     /// Write the supervisor's pid here.
     #[serde(default)]
     pub pidfile: Option<String>,
@@ -152,6 +177,15 @@ fn default_max_payload() -> usize {
 }
 fn default_idle_check() -> Duration {
     Duration::from_secs(30)
+}
+fn default_http_header_timeout() -> Duration {
+    Duration::from_secs(30)
+}
+fn default_http_body_timeout() -> Duration {
+    Duration::from_secs(60)
+}
+fn default_max_retry_delay() -> Duration {
+    Duration::from_secs(24 * 3600)
 }
 fn default_log_format() -> String {
     "text".into()
@@ -271,6 +305,24 @@ impl Config {
         }
         if self.idle_check < Duration::from_millis(100) {
             bail!("idle_check must be at least 100ms");
+        }
+        if self.max_retry_delay < Duration::from_secs(1)
+            || self.max_retry_delay > punctual::MAX_DELAY
+        {
+            bail!("max_retry_delay must be 1s to ten years");
+        }
+        if self.http_header_timeout < Duration::from_millis(100)
+            || self.http_body_timeout < Duration::from_millis(100)
+        {
+            bail!("http_header_timeout and http_body_timeout must be at least 100ms");
+        }
+        if self.api_token.is_some() && self.api_token_file.is_some() {
+            bail!("give api_token or api_token_file, not both");
+        }
+        for h in &self.api_allowed_hosts {
+            if h.is_empty() || h.contains(['/', ' ', '@']) {
+                bail!("api_allowed_hosts: {h:?} is not a host name (give e.g. \"queue.example.com\", or \"*\" for any)");
+            }
         }
         if !matches!(self.log_format.as_str(), "text" | "json") {
             bail!(

@@ -13,6 +13,7 @@ use axum::{Json, Router};
 use metrics_exporter_prometheus::PrometheusHandle;
 use punctual::Queue;
 
+use super::config::Config;
 use super::supervisor::Children;
 use crate::api::{self, ApiState, Sampler, Token};
 
@@ -26,17 +27,25 @@ struct AppState {
     topics: Vec<String>,
 }
 
-/// Binds `addr` and serves in the background. `api_token` was checked when
-/// the config was loaded.
+/// Binds the config's `http` address and serves in the background. The
+/// API token was checked when the config was loaded.
 pub async fn serve(
-    addr: &str,
+    cfg: &Config,
     children: Children,
     handle: PrometheusHandle,
     queue: Queue,
-    topics: Vec<String>,
-    api_token: Option<&str>,
 ) -> Result<tokio::task::JoinHandle<()>> {
-    let token = api_token
+    let addr = cfg.http.as_deref().context("no http address")?;
+    let topics: Vec<String> = cfg.topics.keys().cloned().collect();
+    let reads_need_token = cfg.require_token_for_reads;
+    let opts = crate::api::HttpOptions {
+        header_timeout: cfg.http_header_timeout,
+        body_timeout: cfg.http_body_timeout,
+        allowed_hosts: cfg.api_allowed_hosts.clone(),
+    };
+    let token = cfg
+        .api_token
+        .as_deref()
         .map(Token::new)
         .transpose()
         .map_err(|e| anyhow::anyhow!("api_token: {e}"))?;
@@ -48,8 +57,8 @@ pub async fn serve(
     // this supervisor's workers report.
     let sampler = Arc::new(Sampler::new(SAMPLE_INTERVAL, Some(handle.clone())));
     let sampling = api::start_sampler(sampler.clone(), queue.clone());
-    api::log_start(&local, token.as_ref());
-    let api_state = ApiState::new(queue.clone(), token, sampler, "serve");
+    api::log_start(&local, token.as_ref(), reads_need_token);
+    let api_state = ApiState::new(queue.clone(), token, reads_need_token, sampler, "serve");
     let state = Arc::new(AppState {
         children,
         handle,
@@ -62,9 +71,8 @@ pub async fn serve(
         .with_state(state)
         .merge(api::router(api_state));
     Ok(tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
-            tracing::error!(error = %e, "http server stopped");
-        }
+        // Runs until this task is aborted.
+        api::server::serve(listener, app, &opts, std::future::pending()).await;
         sampling.abort();
     }))
 }

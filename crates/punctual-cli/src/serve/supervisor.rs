@@ -30,20 +30,30 @@ pub struct ChildStatus {
 
 pub type Children = Arc<Mutex<Vec<ChildStatus>>>;
 
-/// Environment variable carrying the effective config (JSON) to children.
-pub const CONFIG_ENV: &str = "PUNCTUAL_SERVE_CONFIG";
+/// Environment variable naming the file descriptor (always
+/// [`CHILD_CONFIG_FD`]) from which a child reads the effective config
+/// (JSON), once, at start. A pipe, not the environment: whatever is in a
+/// process's environment, its handlers can read in `/proc/$PPID/environ`.
+pub const CONFIG_FD_ENV: &str = "PUNCTUAL_SERVE_CONFIG_FD";
+/// The descriptor the config pipe's read end has in a child.
+pub const CHILD_CONFIG_FD: i32 = 3;
 /// Environment variable naming the metrics socket for workers.
 pub const METRICS_ENV: &str = "PUNCTUAL_METRICS_SOCKET";
 /// Environment variable with the log format for children.
 pub const LOG_FORMAT_ENV: &str = "PUNCTUAL_CHILD_LOG_FORMAT";
+/// Secrets punctual reads from the environment: the supervisor keeps them
+/// out of its children's environment (the config pipe carries what they
+/// need), so a handler can find them neither in its own environment nor in
+/// its parent's.
+pub const SECRET_ENV: [&str; 2] = ["PUNCTUAL_REDIS_URL", "PUNCTUAL_API_TOKEN"];
 /// What no handler sees: what the supervisor passes to its children, and
 /// the secrets punctual itself reads from the environment.
 pub const INTERNAL_ENV: [&str; 5] = [
-    CONFIG_ENV,
+    CONFIG_FD_ENV,
     METRICS_ENV,
     LOG_FORMAT_ENV,
-    "PUNCTUAL_REDIS_URL",
-    "PUNCTUAL_API_TOKEN",
+    SECRET_ENV[0],
+    SECRET_ENV[1],
 ];
 
 const RESTART_MIN: Duration = Duration::from_millis(500);
@@ -107,6 +117,9 @@ fn write_pidfile(path: &str) -> Result<()> {
 /// Runs the service until a signal; returns the process exit code: 0 after
 /// a clean drain, 1 when children had to be killed.
 pub async fn supervise(cfg: Config) -> Result<i32> {
+    // Handlers run as our user: keep them from reading this process's
+    // memory and /proc files (environ, where PUNCTUAL_API_TOKEN may be).
+    let _ = nix::sys::prctl::set_dumpable(false);
     // Fail fast on an unreachable Redis, and store the topic defaults where
     // the scripts read them.
     let queue = connect(&cfg).await?;
@@ -135,7 +148,7 @@ pub async fn supervise(cfg: Config) -> Result<i32> {
 
     let exe =
         std::env::current_exe().context("cannot find this program's path to re-execute it")?;
-    let config_json = serde_json::to_string(&cfg)?;
+    let config_json: Arc<str> = serde_json::to_string(&cfg)?.into();
     let mut slots = Vec::new();
     for i in 0..cfg.schedulers {
         slots.push(("scheduler", i));
@@ -158,17 +171,7 @@ pub async fn supervise(cfg: Config) -> Result<i32> {
     ));
 
     let http = match &cfg.http {
-        Some(addr) => Some(
-            super::http::serve(
-                addr,
-                children.clone(),
-                handle,
-                queue.clone(),
-                cfg.topics.keys().cloned().collect(),
-                cfg.api_token.as_deref(),
-            )
-            .await?,
-        ),
+        Some(_) => Some(super::http::serve(&cfg, children.clone(), handle, queue.clone()).await?),
         None => None,
     };
 
@@ -176,18 +179,23 @@ pub async fn supervise(cfg: Config) -> Result<i32> {
     let kill_now = CancellationToken::new();
     let mut tasks = Vec::new();
     for (si, (role, index)) in slots.into_iter().enumerate() {
-        let mut cmd = tokio::process::Command::new(&exe);
+        let mut cmd = std::process::Command::new(&exe);
         cmd.arg(format!("__{role}"))
             .arg("--index")
             .arg(index.to_string())
-            .env(CONFIG_ENV, &config_json)
-            .env(LOG_FORMAT_ENV, &cfg.log_format)
-            .kill_on_drop(true);
+            .env(CONFIG_FD_ENV, CHILD_CONFIG_FD.to_string())
+            .env(LOG_FORMAT_ENV, &cfg.log_format);
+        for var in SECRET_ENV {
+            cmd.env_remove(var);
+        }
         if role == "worker" {
             cmd.env(METRICS_ENV, &metrics_path);
         }
         tasks.push(tokio::spawn(run_slot(
-            cmd,
+            ChildCommand {
+                base: cmd,
+                config: config_json.clone(),
+            },
             role,
             index,
             si,
@@ -238,11 +246,67 @@ pub async fn supervise(cfg: Config) -> Result<i32> {
     }
 }
 
+/// How to start one child: its command line and environment, and the
+/// config it reads from a pipe.
+struct ChildCommand {
+    base: std::process::Command,
+    config: Arc<str>,
+}
+
+impl ChildCommand {
+    /// Starts the child with a fresh config pipe at [`CHILD_CONFIG_FD`], and
+    /// writes the config into it (in the background: it may be larger than
+    /// the pipe's buffer).
+    #[allow(unsafe_code)]
+    fn spawn(&self) -> std::io::Result<tokio::process::Child> {
+        use std::io::Write;
+        use std::os::fd::{AsRawFd, BorrowedFd};
+        use std::os::unix::process::CommandExt;
+
+        let (mut reader, writer) = std::io::pipe()?;
+        if reader.as_raw_fd() == CHILD_CONFIG_FD {
+            // dup2 onto itself would keep close-on-exec set: move it first.
+            reader = reader.try_clone()?;
+        }
+        let raw = reader.as_raw_fd();
+        let mut cmd = std::process::Command::new(self.base.get_program());
+        cmd.args(self.base.get_args());
+        for (k, v) in self.base.get_envs() {
+            match v {
+                Some(v) => cmd.env(k, v),
+                None => cmd.env_remove(k),
+            };
+        }
+        // SAFETY: between fork and exec only dup2(2) runs, which is
+        // async-signal-safe; the returned descriptor is the child's fd 3,
+        // left open (forgotten) for the program to read.
+        unsafe {
+            cmd.pre_exec(move || {
+                let fd = nix::unistd::dup2_raw(BorrowedFd::borrow_raw(raw), CHILD_CONFIG_FD)?;
+                std::mem::forget(fd);
+                Ok(())
+            });
+        }
+        let mut cmd = tokio::process::Command::from(cmd);
+        cmd.kill_on_drop(true);
+        let child = cmd.spawn();
+        drop(reader);
+        let child = child?;
+        let config = self.config.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut writer = writer;
+            // A child that dies before reading closes the pipe: nothing to do.
+            let _ = writer.write_all(config.as_bytes());
+        });
+        Ok(child)
+    }
+}
+
 /// Keeps one child running until `stop`; returns whether it then exited
 /// cleanly within the shutdown timeout.
 #[allow(clippy::too_many_arguments)]
 async fn run_slot(
-    mut cmd: tokio::process::Command,
+    cmd: ChildCommand,
     role: &'static str,
     index: usize,
     si: usize,

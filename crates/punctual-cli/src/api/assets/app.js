@@ -47,7 +47,8 @@ class ApiError extends Error {
 async function api(method, path, body, { auth = method !== 'GET' } = {}) {
   const headers = { Accept: 'application/json' };
   if (body !== undefined) headers['Content-Type'] = 'application/json';
-  if (auth && state.token) headers.Authorization = 'Bearer ' + state.token;
+  const needed = auth || (state.info && state.info.reads_need_token);
+  if (needed && state.token) headers.Authorization = 'Bearer ' + state.token;
   const resp = await fetch('/api/v1' + path, {
     method,
     headers,
@@ -75,7 +76,7 @@ function flash(message, isError) {
 }
 
 function explain(e) {
-  if (e.status === 401) return 'Enter the API token at the top to make changes. (' + e.message + ')';
+  if (e.status === 401) return 'Enter the API token at the top' + (state.info && state.info.reads_need_token ? '' : ' to make changes') + '. (' + e.message + ')';
   return e.message || String(e);
 }
 
@@ -469,7 +470,7 @@ async function start() {
   $('#purge-all').addEventListener('click', () => state.selected && purge(state.selected, null));
   try {
     state.info = await api('GET', '/info');
-    $('#server').textContent = state.info.redis + ' · prefix ' + state.info.prefix + ' · punctual ' +
+    $('#server').textContent = (state.info.redis || 'Redis') + ' · prefix ' + state.info.prefix + ' · punctual ' +
       state.info.mode + ' ' + state.info.version;
   } catch (e) {
     $('#server').textContent = 'cannot reach the API: ' + explain(e);
