@@ -139,7 +139,7 @@ impl Exec {
 /// Makes the child get SIGKILL when this worker process dies, even by
 /// SIGKILL: a handler never outlives the worker that runs it.
 #[allow(unsafe_code)]
-fn die_with_parent(cmd: &mut tokio::process::Command) {
+pub(crate) fn die_with_parent(cmd: &mut tokio::process::Command) {
     // SAFETY: the closure runs in the child between fork and exec; it only
     // makes the prctl(2) system call, which is async-signal-safe, and
     // allocates nothing.
