@@ -904,3 +904,54 @@ async fn a_rust_program_runs_the_same_service_with_its_own_handlers() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("[topics.emails]"));
 }
+
+/// Issue 9 item 9: the exit decides, not the end of stderr. A handler that
+/// exits 0 but leaves a background process holding its stderr is done at
+/// once (not timed out, retried and dead), and what it left behind in its
+/// process group is killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exec_handler_that_exits_is_done_even_if_a_background_process_holds_stderr() {
+    let redis = RedisServer::start();
+    let mut svc = Service::new();
+    let handler = svc.script(
+        "bg.sh",
+        "cat > /dev/null\nsleep 30 &\necho $! >> \"$(dirname \"$0\")/bgpids\"\necho \"$PUNCTUAL_JOB_ID $PUNCTUAL_ATTEMPT\" >> \"$(dirname \"$0\")/records\"\nexit 0",
+    );
+    svc.config(
+        &redis.url(),
+        "workers = 1\nconcurrency = 2",
+        &format!(
+            "[topics.bg]\nexec = [{:?}]\ntimeout = \"3s\"\nmax_attempts = 2\nbackoff = [\"0s\"]",
+            handler.display().to_string()
+        ),
+    );
+    svc.start();
+    let q = Queue::connect(redis.url()).await.unwrap();
+    q.enqueue("bg", Job::new("x").id("b")).await.unwrap();
+    eventually(Duration::from_secs(30), "the job settled", || async {
+        live(&q, "bg").await == 0 || q.stats("bg").await.unwrap().dead == 1
+    })
+    .await;
+    assert_eq!(
+        q.stats("bg").await.unwrap().dead,
+        0,
+        "exit 0 is done, not dead; log:\n{}",
+        svc.log()
+    );
+    let recs = svc.records();
+    assert_eq!(
+        recs.len(),
+        1,
+        "ran once, not timed out and retried: {recs:?}"
+    );
+    let pids = std::fs::read_to_string(svc.path("bgpids")).unwrap();
+    let bg: i32 = pids.trim().parse().unwrap();
+    eventually(
+        Duration::from_secs(10),
+        "the background process killed",
+        || async { gone(bg) },
+    )
+    .await;
+    svc.signal(Signal::SIGTERM);
+    svc.wait(Duration::from_secs(10));
+}

@@ -82,6 +82,23 @@ pub struct TopicConfig {
     /// POST each job to a URL.
     #[serde(default)]
     pub http: Option<HttpConfig>,
+    /// Run long-lived programs that take jobs over fds 3 and 4 (argv, no
+    /// shell): docs/RESIDENT.md.
+    #[serde(default)]
+    pub resident: Option<Vec<String>>,
+    /// Resident programs of this topic in each worker process (default 1).
+    #[serde(default)]
+    pub processes: Option<usize>,
+    /// Recycle a resident program after this many jobs (0: never; default
+    /// 10000).
+    #[serde(default)]
+    pub max_jobs: Option<u64>,
+    /// Recycle a resident program when its RSS exceeds this ("512MiB").
+    #[serde(default)]
+    pub max_memory: Option<String>,
+    /// How long a resident program may take to say "ready" (default 60s).
+    #[serde(default, with = "humantime_serde::option")]
+    pub start_timeout: Option<Duration>,
     /// Handler timeout.
     #[serde(default = "default_timeout", with = "humantime_serde")]
     pub timeout: Duration,
@@ -101,6 +118,55 @@ pub struct TopicConfig {
     /// shards). Stored in Redis at start; refused while the topic holds jobs.
     #[serde(default = "default_partitions")]
     pub partitions: u32,
+}
+
+/// A resident topic's effective settings (see docs/RESIDENT.md).
+#[derive(Debug, Clone)]
+pub struct ResidentConfig {
+    pub argv: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub cwd: Option<String>,
+    /// Programs per worker process.
+    pub processes: usize,
+    /// Jobs before a program is recycled (0: never).
+    pub max_jobs: u64,
+    /// RSS in bytes above which a program is recycled.
+    pub max_memory: Option<u64>,
+    pub start_timeout: Duration,
+    /// Per job, from when it is sent to the program.
+    pub timeout: Duration,
+}
+
+/// Default `max_jobs` of a resident topic.
+pub const DEFAULT_MAX_JOBS: u64 = 10_000;
+/// Default `start_timeout` of a resident topic.
+pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A size like `512MiB`, `1GB`, `800M` or `1048576` (bytes).
+pub fn parse_size(s: &str) -> Result<u64> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| anyhow::anyhow!("not a size like 512MiB or 1GB"))?;
+    let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kb" => 1e3,
+        "kib" => 1024.0,
+        "m" | "mb" => 1e6,
+        "mib" => 1024.0 * 1024.0,
+        "g" | "gb" => 1e9,
+        "gib" => 1024.0 * 1024.0 * 1024.0,
+        other => bail!("unknown unit {other:?} (use B, KB, KiB, MB, MiB, GB or GiB)"),
+    };
+    let bytes = n * mult;
+    if !(1.0..1e15).contains(&bytes) {
+        bail!("must be at least 1 byte");
+    }
+    Ok(bytes as u64)
 }
 
 /// The `http` handler of a topic.
@@ -285,19 +351,53 @@ impl Config {
         }
         for (name, t) in &self.topics {
             punctual::validate_topic(name).map_err(|e| anyhow::anyhow!("[topics.{name}]: {e}"))?;
+            let resident_keys = [
+                ("processes", t.processes.is_some()),
+                ("max_jobs", t.max_jobs.is_some()),
+                ("max_memory", t.max_memory.is_some()),
+                ("start_timeout", t.start_timeout.is_some()),
+            ];
+            if let Some(argv) = &t.resident {
+                if t.exec.is_some() || t.http.is_some() {
+                    bail!("[topics.{name}]: give one of exec, http and resident, not several");
+                }
+                if rust.contains(&name.as_str()) {
+                    bail!("[topics.{name}]: has a Rust handler, so it may not name resident too");
+                }
+                if argv.is_empty() || argv[0].is_empty() {
+                    bail!("[topics.{name}]: resident must name a program: resident = [\"php\", \"worker.php\"]");
+                }
+                let r = self.resident(name).expect("a resident topic");
+                if r.processes == 0 || r.processes > 1000 {
+                    bail!(
+                        "[topics.{name}]: processes = {}: must be 1 to 1000",
+                        r.processes
+                    );
+                }
+                if r.start_timeout.is_zero() {
+                    bail!("[topics.{name}]: start_timeout must be more than 0s");
+                }
+                if let Some(m) = &t.max_memory {
+                    parse_size(m)
+                        .map_err(|e| anyhow::anyhow!("[topics.{name}]: max_memory = {m:?}: {e}"))?;
+                }
+            } else if let Some((key, _)) = resident_keys.iter().find(|(_, set)| *set) {
+                bail!("[topics.{name}]: {key} applies to resident handlers only (add resident = [\"program\", \"arg\"])");
+            }
             match (&t.exec, &t.http) {
+                _ if t.resident.is_some() => {}
                 (Some(_), Some(_)) => bail!("[topics.{name}]: give exec or http, not both"),
                 (None, None) if rust.contains(&name.as_str()) => {}
                 (Some(_), _) | (_, Some(_)) if rust.contains(&name.as_str()) => {
                     bail!("[topics.{name}]: has a Rust handler, so it may not name exec or http too")
                 }
-                (None, None) => bail!("[topics.{name}]: no handler: add exec = [\"program\", \"arg\"] or http = {{ url = \"...\" }}"),
+                (None, None) => bail!("[topics.{name}]: no handler: add exec = [\"program\", \"arg\"], resident = [\"program\", \"arg\"] or http = {{ url = \"...\" }}"),
                 (Some(argv), None) if argv.is_empty() || argv[0].is_empty() => {
                     bail!("[topics.{name}]: exec must name a program: exec = [\"program\", \"arg\"]")
                 }
                 (None, Some(h)) => {
                     if !t.env.is_empty() || t.cwd.is_some() {
-                        bail!("[topics.{name}]: env and cwd apply to exec handlers only");
+                        bail!("[topics.{name}]: env and cwd apply to exec and resident handlers only");
                     }
                     if h.timeout.is_some_and(|d| d.is_zero()) {
                         bail!("[topics.{name}]: http.timeout must be more than 0s");
@@ -337,6 +437,22 @@ impl Config {
             self.ladder(name)?;
         }
         Ok(())
+    }
+
+    /// A resident topic's settings, defaults filled in (None for other
+    /// topics). Call after `validate`.
+    pub fn resident(&self, topic: &str) -> Option<ResidentConfig> {
+        let t = &self.topics[topic];
+        Some(ResidentConfig {
+            argv: t.resident.clone()?,
+            env: t.env.clone(),
+            cwd: t.cwd.clone(),
+            processes: t.processes.unwrap_or(1),
+            max_jobs: t.max_jobs.unwrap_or(DEFAULT_MAX_JOBS),
+            max_memory: t.max_memory.as_deref().and_then(|m| parse_size(m).ok()),
+            start_timeout: t.start_timeout.unwrap_or(DEFAULT_START_TIMEOUT),
+            timeout: t.timeout,
+        })
     }
 
     /// A topic's backoff ladder, parsed.
@@ -456,6 +572,49 @@ http = { url = "http://127.0.0.1:8080/hooks/coupon", timeout = "10s" }
 
         let e = parse("[topics.a]\nexec = [\"true\"]\nbackoff = [\"1s\", \"x\"]\n").unwrap_err();
         assert!(format!("{e:#}").contains("backoff step \"x\""));
+    }
+
+    #[test]
+    fn resident_topics_parse_and_their_keys_are_checked() {
+        let c = parse(
+            "[topics.o]\nresident = [\"php\", \"w.php\"]\nprocesses = 4\nmax_memory = \"512MiB\"\nstart_timeout = \"5s\"\n",
+        )
+        .unwrap();
+        let r = c.resident("o").unwrap();
+        assert_eq!(
+            (r.processes, r.max_jobs, r.max_memory, r.start_timeout),
+            (4, DEFAULT_MAX_JOBS, Some(512 << 20), Duration::from_secs(5))
+        );
+        let bad = |text: &str, want: &str| {
+            let msg = format!("{:#}", parse(text).unwrap_err());
+            assert!(msg.contains(want), "{want:?} not in {msg}");
+        };
+        bad(
+            "[topics.o]\nexec = [\"true\"]\nprocesses = 2\n",
+            "processes applies to resident handlers only",
+        );
+        bad(
+            "[topics.o]\nresident = [\"x\"]\nexec = [\"true\"]\n",
+            "not several",
+        );
+        bad(
+            "[topics.o]\nresident = []\n",
+            "resident must name a program",
+        );
+        bad(
+            "[topics.o]\nresident = [\"x\"]\nprocesses = 0\n",
+            "processes = 0",
+        );
+        bad(
+            "[topics.o]\nresident = [\"x\"]\nmax_memory = \"lots\"\n",
+            "max_memory = \"lots\"",
+        );
+        bad(
+            "[topics.o]\nresident = [\"x\"]\nstart_timeout = \"0s\"\n",
+            "start_timeout must be",
+        );
+        assert_eq!(parse_size("1GB").unwrap(), 1_000_000_000);
+        assert_eq!(parse_size("800K").unwrap(), 800_000);
     }
 
     #[test]

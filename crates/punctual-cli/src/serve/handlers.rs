@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 use std::process::Stdio;
 use std::time::{Duration, SystemTime};
 
+use futures::future::FusedFuture;
+use futures::FutureExt;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use punctual::{Delivery, Outcome};
@@ -16,6 +18,9 @@ use super::config::HttpConfig;
 pub const EXIT_PERMANENT: i32 = 65;
 /// How much of a handler's stderr (or response body) becomes the last error.
 const ERROR_TAIL: usize = 2048;
+/// After an exec handler exits, how long its pipes are still read (what it
+/// wrote just before exiting); then the rest of its process group is killed.
+const EXIT_GRACE: Duration = Duration::from_millis(100);
 
 /// An `exec` handler: argv, extra env, working directory.
 #[derive(Debug, Clone)]
@@ -25,8 +30,9 @@ pub struct Exec {
     pub cwd: Option<String>,
 }
 
-/// Kills a process group when dropped, unless disarmed: a handler future
-/// dropped on timeout, lease loss or shutdown takes its processes with it.
+/// Kills a process group when dropped: a handler future dropped on timeout,
+/// lease loss or shutdown takes its processes with it, and so does a program
+/// that exited (whatever it left running in its group dies with the job).
 struct GroupGuard(Option<Pid>);
 
 impl Drop for GroupGuard {
@@ -73,31 +79,45 @@ impl Exec {
             Ok(c) => c,
             Err(e) => return Outcome::retry(format!("cannot run {:?}: {e}", self.argv[0])),
         };
-        let mut guard = GroupGuard(child.id().map(|p| Pid::from_raw(p as i32)));
+        let guard = GroupGuard(child.id().map(|p| Pid::from_raw(p as i32)));
         let mut stdin = child.stdin.take().expect("stdin is piped");
         let mut stderr = child.stderr.take().expect("stderr is piped");
         let payload = d.payload.clone();
-        let feed = async move {
-            // A program that does not read its stdin is fine (EPIPE ignored).
-            let _ = stdin.write_all(&payload).await;
-            drop(stdin);
-        };
-        let collect = async move {
-            let mut tail = Vec::new();
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = stderr.read(&mut buf).await {
-                if n == 0 {
-                    break;
+        let mut tail = Vec::new();
+        let status = {
+            let feed = async move {
+                // A program that does not read its stdin is fine (EPIPE ignored).
+                let _ = stdin.write_all(&payload).await;
+                drop(stdin);
+            };
+            let collect = async {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = stderr.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                    tail.extend_from_slice(&buf[..n]);
+                    if tail.len() > 2 * ERROR_TAIL {
+                        tail.drain(..tail.len() - ERROR_TAIL);
+                    }
                 }
-                tail.extend_from_slice(&buf[..n]);
-                if tail.len() > 2 * ERROR_TAIL {
-                    tail.drain(..tail.len() - ERROR_TAIL);
-                }
+            };
+            let io = futures::future::join(feed, collect).fuse();
+            tokio::pin!(io);
+            // The exit decides, not the end of stderr: a background process
+            // the program left behind may hold its pipes open for ever.
+            let status = tokio::select! {
+                s = child.wait() => s,
+                _ = &mut io => child.wait().await,
+            };
+            if !io.is_terminated() {
+                // What it wrote just before exiting is still in the pipe.
+                let _ = tokio::time::timeout(EXIT_GRACE, &mut io).await;
             }
-            tail
+            status
         };
-        let (_, tail, status) = tokio::join!(feed, collect, child.wait());
-        guard.0 = None;
+        // Whatever it left running in its process group dies with the job.
+        drop(guard);
         let tail = tail_text(&tail);
         match status {
             Ok(s) => match (s.code(), std::os::unix::process::ExitStatusExt::signal(&s)) {
@@ -119,7 +139,7 @@ impl Exec {
 /// Makes the child get SIGKILL when this worker process dies, even by
 /// SIGKILL: a handler never outlives the worker that runs it.
 #[allow(unsafe_code)]
-fn die_with_parent(cmd: &mut tokio::process::Command) {
+pub(crate) fn die_with_parent(cmd: &mut tokio::process::Command) {
     // SAFETY: the closure runs in the child between fork and exec; it only
     // makes the prctl(2) system call, which is async-signal-safe, and
     // allocates nothing.

@@ -2,9 +2,14 @@
 //! datagrams of tab-separated lines (topic, lateness µs, duration µs,
 //! outcome) to a Unix socket the supervisor owns; the supervisor records
 //! them as Prometheus histograms. Lost datagrams only lose samples.
+//! Resident pools add lines starting with `#` (never a topic's first
+//! character): `#resident pid topic alive jobs` every second (absolute
+//! processes alive, jobs handled since the last line) and
+//! `#restart topic reason`.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio::net::UnixDatagram;
@@ -23,14 +28,20 @@ pub struct JobRecord {
 /// datagrams every 100 ms.
 #[derive(Debug, Clone)]
 pub struct MetricsSender {
-    tx: mpsc::UnboundedSender<JobRecord>,
+    tx: mpsc::UnboundedSender<Msg>,
+}
+
+#[derive(Debug)]
+enum Msg {
+    Job(JobRecord),
+    Line(String),
 }
 
 impl MetricsSender {
     /// Starts the sending task for the socket at `path`.
     pub fn start(path: PathBuf) -> std::io::Result<MetricsSender> {
         let sock = UnixDatagram::unbound()?;
-        let (tx, mut rx) = mpsc::unbounded_channel::<JobRecord>();
+        let (tx, mut rx) = mpsc::unbounded_channel::<Msg>();
         tokio::spawn(async move {
             let mut buf = String::new();
             loop {
@@ -55,12 +66,35 @@ impl MetricsSender {
 
     /// Queues a record (never blocks).
     pub fn send(&self, r: JobRecord) {
-        let _ = self.tx.send(r);
+        let _ = self.tx.send(Msg::Job(r));
+    }
+
+    /// A resident program of `topic` was replaced (or recycled).
+    pub fn resident_restart(&self, topic: &str, reason: &str) {
+        let _ = self
+            .tx
+            .send(Msg::Line(format!("#restart\t{topic}\t{reason}\n")));
+    }
+
+    /// This worker's resident programs of `topic` alive now, and the jobs
+    /// they handled since the last call.
+    pub fn resident_counts(&self, topic: &str, alive: usize, jobs: u64) {
+        let pid = std::process::id();
+        let _ = self.tx.send(Msg::Line(format!(
+            "#resident\t{pid}\t{topic}\t{alive}\t{jobs}\n"
+        )));
     }
 }
 
-fn push_line(buf: &mut String, r: &JobRecord) {
+fn push_line(buf: &mut String, m: &Msg) {
     use std::fmt::Write;
+    let r = match m {
+        Msg::Job(r) => r,
+        Msg::Line(l) => {
+            buf.push_str(l);
+            return;
+        }
+    };
     let _ = writeln!(
         buf,
         "{}\t{}\t{}\t{}",
@@ -87,12 +121,23 @@ pub fn receive(path: &Path) -> std::io::Result<tokio::task::JoinHandle<()>> {
     let sock = UnixDatagram::bind(path)?;
     Ok(tokio::spawn(async move {
         let mut buf = vec![0u8; 64 * 1024];
+        // (worker pid, topic) -> (resident programs alive, last report).
+        let mut alive: HashMap<(String, String), (f64, Instant)> = HashMap::new();
+        let mut tick = tokio::time::interval(Duration::from_secs(2));
         loop {
-            let Ok(n) = sock.recv(&mut buf).await else {
-                return;
+            let n = tokio::select! {
+                r = sock.recv(&mut buf) => match r { Ok(n) => n, Err(_) => return },
+                _ = tick.tick() => {
+                    resident_gauges(&mut alive);
+                    continue;
+                }
             };
             let text = String::from_utf8_lossy(&buf[..n]);
             for line in text.lines() {
+                if line.starts_with('#') {
+                    resident_line(line, &mut alive);
+                    continue;
+                }
                 let mut f = line.split('\t');
                 let (Some(topic), Some(lat), Some(dur), Some(outcome)) =
                     (f.next(), f.next(), f.next(), f.next())
@@ -111,4 +156,43 @@ pub fn receive(path: &Path) -> std::io::Result<tokio::task::JoinHandle<()>> {
             }
         }
     }))
+}
+
+type Alive = HashMap<(String, String), (f64, Instant)>;
+
+fn resident_line(line: &str, alive: &mut Alive) {
+    let f: Vec<&str> = line.split('\t').collect();
+    match f.as_slice() {
+        ["#restart", topic, reason] => {
+            metrics::counter!("punctual_resident_restarts_total", "topic" => topic.to_string(), "reason" => reason.to_string()).increment(1);
+        }
+        ["#resident", pid, topic, n, jobs] => {
+            let (Ok(n), Ok(jobs)) = (n.parse::<f64>(), jobs.parse::<u64>()) else {
+                return;
+            };
+            metrics::counter!("punctual_resident_jobs_total", "topic" => topic.to_string())
+                .increment(jobs);
+            alive.insert((pid.to_string(), topic.to_string()), (n, Instant::now()));
+            resident_gauges(alive);
+        }
+        _ => {}
+    }
+}
+
+/// Sums the programs alive per topic over the workers heard from lately.
+fn resident_gauges(alive: &mut Alive) {
+    let mut per_topic: HashMap<String, f64> = HashMap::new();
+    for ((_, topic), (n, _)) in alive.iter() {
+        *per_topic.entry(topic.clone()).or_default() += n;
+    }
+    // A worker not heard from for 5 s is gone (its programs died with it).
+    alive.retain(|_, (_, at)| at.elapsed() < Duration::from_secs(5));
+    let mut fresh: HashMap<String, f64> = HashMap::new();
+    for ((_, topic), (n, _)) in alive.iter() {
+        *fresh.entry(topic.clone()).or_default() += n;
+    }
+    for topic in per_topic.keys() {
+        let n = fresh.get(topic).copied().unwrap_or(0.0);
+        metrics::gauge!("punctual_resident_processes", "topic" => topic.clone()).set(n);
+    }
 }

@@ -2,6 +2,8 @@
 //! promotes and reclaims. Both stop on SIGTERM or SIGINT, or when their
 //! supervisor disappears.
 
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,6 +14,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use super::config::Config;
 use super::handlers::{Exec, Http};
 use super::metrics::{JobRecord, MetricsSender};
+use super::resident::{Pool, StopTimes};
 
 /// Connects to Redis with the config's URL, prefix and payload limit.
 pub async fn connect(cfg: &Config) -> Result<Queue> {
@@ -57,11 +60,48 @@ pub async fn stop_signal() {
 /// A worker process: every configured topic, its handler wrapped to report
 /// lateness and duration to the supervisor.
 pub async fn run_worker(
-    cfg: Config,
+    mut cfg: Config,
     metrics: Option<MetricsSender>,
     rust: super::rust::Handlers,
 ) -> Result<()> {
     let queue = connect(&cfg).await?;
+    let metrics = metrics.map(Arc::new);
+    // Signals are watched from here on: a SIGTERM while resident programs
+    // boot stops them cleanly.
+    let stop = stop_signal();
+    tokio::pin!(stop);
+    let pools = start_pools(&cfg, metrics.clone());
+    // Wait for each pool's first handshake (or failure), to learn how many
+    // jobs a program takes at once: the worker runs at least enough jobs at
+    // once to keep every resident program busy.
+    let firsts = futures::future::join_all(pools.iter().map(|(name, pool)| {
+        let start = cfg
+            .resident(name)
+            .map(|r| r.start_timeout)
+            .unwrap_or_default();
+        async move {
+            let n = tokio::time::timeout(start, pool.first_ready())
+                .await
+                .ok()
+                .flatten();
+            n.unwrap_or(1) * pool.processes()
+        }
+    }));
+    let need: usize = tokio::select! {
+        n = firsts => n.into_iter().sum(),
+        _ = &mut stop => {
+            stop_pools(&pools).await;
+            return Ok(());
+        }
+    };
+    if need > cfg.concurrency {
+        tracing::info!(
+            concurrency = need,
+            configured = cfg.concurrency,
+            "raising the worker's concurrency to keep every resident program busy"
+        );
+        cfg.concurrency = need;
+    }
     // The worker gives up on running jobs a little before the supervisor's
     // SIGKILL, so it can kill their process groups itself.
     let grace = cfg
@@ -73,10 +113,15 @@ pub async fn run_worker(
         .idle_check(cfg.idle_check)
         .shutdown_timeout(grace);
     let mut worker = Worker::new(queue, wc);
-    let metrics = metrics.map(Arc::new);
     for (name, t) in &cfg.topics {
         let metrics = metrics.clone();
-        if let Some(argv) = &t.exec {
+        if let Some(pool) = pools.get(name) {
+            let pool = pool.clone();
+            worker = worker.handle_with_timeout(name.clone(), pool.backstop(), move |d| {
+                let (pool, metrics) = (pool.clone(), metrics.clone());
+                async move { measured(&d, metrics.as_deref(), pool.run(d.clone())).await }
+            });
+        } else if let Some(argv) = &t.exec {
             let exec = Arc::new(Exec {
                 argv: argv.clone(),
                 env: t.env.clone(),
@@ -109,7 +154,10 @@ pub async fn run_worker(
         concurrency = cfg.concurrency,
         "worker started"
     );
-    let stopped = worker.run(stop_signal()).await?;
+    let stopped = worker.run(&mut stop).await;
+    // Every job is settled or abandoned: now the programs get EOF on fd 3.
+    stop_pools(&pools).await;
+    let stopped = stopped?;
     if stopped.abandoned > 0 {
         anyhow::bail!(
             "stopped with {} job(s) unfinished at the shutdown timeout; they will be re-delivered",
@@ -118,6 +166,46 @@ pub async fn run_worker(
     }
     tracing::info!("worker stopped");
     Ok(())
+}
+
+type Pools = BTreeMap<String, Arc<Pool>>;
+
+/// One pool of resident programs per resident topic, with a task reporting
+/// their counts to the supervisor every second.
+fn start_pools(cfg: &Config, metrics: Option<Arc<MetricsSender>>) -> Pools {
+    let times = StopTimes::default();
+    let pools: Pools = cfg
+        .topics
+        .keys()
+        .filter_map(|name| {
+            let r = cfg.resident(name)?;
+            Some((name.clone(), Pool::start(name, r, times, metrics.clone())))
+        })
+        .collect();
+    if let (Some(m), false) = (metrics, pools.is_empty()) {
+        let pools = pools.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            let mut last: BTreeMap<String, u64> = BTreeMap::new();
+            loop {
+                tick.tick().await;
+                for (name, pool) in &pools {
+                    let jobs = pool.stats.jobs.load(Ordering::Relaxed);
+                    let before = last.insert(name.clone(), jobs).unwrap_or(0);
+                    m.resident_counts(
+                        name,
+                        pool.stats.alive.load(Ordering::Relaxed),
+                        jobs - before,
+                    );
+                }
+            }
+        });
+    }
+    pools
+}
+
+async fn stop_pools(pools: &Pools) {
+    futures::future::join_all(pools.values().map(|p| p.shutdown())).await;
 }
 
 async fn measured(

@@ -61,7 +61,11 @@ pub fn check_programs(cfg: &Config) -> Result<()> {
         std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
     };
     for (name, t) in &cfg.topics {
-        let Some(argv) = &t.exec else { continue };
+        let (kind, argv) = match (&t.exec, &t.resident) {
+            (Some(a), _) => ("exec", a),
+            (None, Some(a)) => ("resident", a),
+            _ => continue,
+        };
         if let Some(dir) = &t.cwd {
             if !std::path::Path::new(dir).is_dir() {
                 bail!("[topics.{name}]: cwd {dir:?} is not a directory");
@@ -81,7 +85,7 @@ pub fn check_programs(cfg: &Config) -> Result<()> {
         };
         if !found {
             bail!(
-                "[topics.{name}]: exec program {:?} not found or not executable (give a path or a program on PATH; chmod +x a script)",
+                "[topics.{name}]: {kind} program {:?} not found or not executable (give a path or a program on PATH; chmod +x a script)",
                 argv[0]
             );
         }

@@ -1,0 +1,924 @@
+//! Resident handlers: long-running programs that take jobs over fd 3 and
+//! reply over fd 4, one JSON object per line (the protocol is
+//! docs/RESIDENT.md).
+//!
+//! Each worker process runs one [`Pool`] per resident topic: `processes`
+//! managers, each owning one program at a time. The worker's handler
+//! closure puts a job on the pool's queue and awaits its outcome; an idle
+//! manager (fewer jobs in flight than the program declared) takes it,
+//! writes it to fd 3 and routes the reply naming its id back to that
+//! handler. Replies only ever reach the handler of the delivery they were
+//! sent for, and the worker acks with that delivery's fenced lease token,
+//! so a late reply can never ack a re-delivery.
+
+use std::collections::HashMap;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use base64::Engine;
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use punctual::{Delivery, Outcome};
+use serde::Serialize;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::unix::pipe;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::config::ResidentConfig;
+use super::metrics::MetricsSender;
+
+/// The protocol version this side speaks.
+pub const PROTOCOL: u64 = 1;
+/// Most jobs one program may take at once.
+const MAX_INFLIGHT: u64 = 1000;
+/// First restart delay after a failure; doubles up to `RESTART_MAX`.
+const RESTART_MIN: Duration = Duration::from_millis(500);
+const RESTART_MAX: Duration = Duration::from_secs(30);
+/// Longest reply line read from fd 4 (longer is a protocol violation).
+const MAX_REPLY_LINE: u64 = 1 << 20;
+/// Longest stdout/stderr line logged as one (longer is split).
+const MAX_LOG_LINE: u64 = 16 << 10;
+/// How much of a reply's `error` is kept.
+const ERROR_MAX: usize = 2048;
+
+/// How a program is stopped when it is retired (recycle, shutdown): fd 3
+/// closed, then SIGTERM after `eof`, then SIGKILL after `term` more.
+#[derive(Debug, Clone, Copy)]
+pub struct StopTimes {
+    pub eof: Duration,
+    pub term: Duration,
+}
+
+impl Default for StopTimes {
+    fn default() -> Self {
+        StopTimes {
+            eof: Duration::from_secs(5),
+            term: Duration::from_secs(1),
+        }
+    }
+}
+
+/// One job waiting for (or held by) a program.
+struct Request {
+    d: Delivery,
+    reply: oneshot::Sender<Outcome>,
+    /// Cancelled when the handler future is dropped before the reply
+    /// (timeout backstop, lease lost, shutdown abandon).
+    cancel: CancellationToken,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Readiness {
+    Starting,
+    Ready(usize),
+    Failed,
+}
+
+/// Counters shared by a pool's managers (for /metrics).
+#[derive(Debug, Default)]
+pub struct PoolStats {
+    pub alive: AtomicUsize,
+    pub jobs: AtomicU64,
+}
+
+/// The resident programs of one topic in this worker process.
+pub struct Pool {
+    topic: String,
+    cfg: Arc<ResidentConfig>,
+    tx: mpsc::UnboundedSender<Request>,
+    stop: CancellationToken,
+    managers: Mutex<Vec<JoinHandle<()>>>,
+    ready: watch::Receiver<Readiness>,
+    pub stats: Arc<PoolStats>,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool").field("topic", &self.topic).finish()
+    }
+}
+
+impl Pool {
+    /// Starts `cfg.processes` programs for `topic`.
+    pub fn start(
+        topic: &str,
+        cfg: ResidentConfig,
+        times: StopTimes,
+        metrics: Option<Arc<MetricsSender>>,
+    ) -> Arc<Pool> {
+        let cfg = Arc::new(cfg);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let rx = Arc::new(tokio::sync::Mutex::new(rx));
+        let stop = CancellationToken::new();
+        let (ready_tx, ready) = watch::channel(Readiness::Starting);
+        let ready_tx = Arc::new(ready_tx);
+        let stats = Arc::new(PoolStats::default());
+        let managers = (0..cfg.processes)
+            .map(|slot| {
+                let m = Manager {
+                    topic: topic.to_string(),
+                    slot,
+                    cfg: cfg.clone(),
+                    rx: rx.clone(),
+                    stop: stop.clone(),
+                    ready: ready_tx.clone(),
+                    times,
+                    metrics: metrics.clone(),
+                    stats: stats.clone(),
+                    carry: None,
+                    retiring: Vec::new(),
+                };
+                tokio::spawn(m.run())
+            })
+            .collect();
+        Arc::new(Pool {
+            topic: topic.to_string(),
+            cfg,
+            tx,
+            stop,
+            managers: Mutex::new(managers),
+            ready,
+            stats,
+        })
+    }
+
+    /// Programs in this pool.
+    pub fn processes(&self) -> usize {
+        self.cfg.processes
+    }
+
+    /// How many jobs one program takes at once, from the first handshake
+    /// (None if the first start failed).
+    pub async fn first_ready(&self) -> Option<usize> {
+        let mut rx = self.ready.clone();
+        let r = *rx.wait_for(|r| *r != Readiness::Starting).await.ok()?;
+        match r {
+            Readiness::Ready(n) => Some(n),
+            _ => None,
+        }
+    }
+
+    /// The worker's timeout for a job of this topic: only a backstop. The
+    /// job's own `timeout` starts when it is written to a program, so time
+    /// spent waiting for a free program does not count against it.
+    pub fn backstop(&self) -> Duration {
+        self.cfg.timeout + self.cfg.start_timeout + RESTART_MAX + Duration::from_secs(5)
+    }
+
+    /// Runs one job on a program of the pool.
+    pub async fn run(&self, d: Delivery) -> Outcome {
+        let (reply, answer) = oneshot::channel();
+        let cancel = CancellationToken::new();
+        let guard = cancel.clone().drop_guard();
+        if self.tx.send(Request { d, reply, cancel }).is_err() {
+            return Outcome::retry("the resident pool is stopped");
+        }
+        let outcome = answer.await.unwrap_or_else(|_| {
+            Outcome::retry(format!(
+                "the resident program of {} stopped before replying",
+                self.topic
+            ))
+        });
+        guard.disarm();
+        outcome
+    }
+
+    /// Retires every program (fd 3 closed, SIGTERM, SIGKILL: see
+    /// `StopTimes`) and waits for them. Call after the worker stopped.
+    pub async fn shutdown(&self) {
+        self.stop.cancel();
+        let managers = std::mem::take(&mut *self.managers.lock().unwrap());
+        for m in managers {
+            let _ = m.await;
+        }
+    }
+}
+
+/// One running program.
+struct Proc {
+    child: tokio::process::Child,
+    pid: u32,
+    /// Lines for fd 3 (None once closed).
+    jobs: Option<mpsc::UnboundedSender<Vec<u8>>>,
+    /// Lines read from fd 4 (closed at its EOF).
+    replies: mpsc::Receiver<Vec<u8>>,
+    /// Ids of the jobs in flight, for the log lines of stdout and stderr.
+    current: Arc<Mutex<String>>,
+}
+
+impl Proc {
+    fn pgid(&self) -> Pid {
+        Pid::from_raw(self.pid as i32)
+    }
+
+    /// SIGKILLs its process group and reaps it.
+    async fn kill(mut self) {
+        let _ = killpg(self.pgid(), Signal::SIGKILL);
+        let _ = self.child.start_kill();
+        let _ = self.child.wait().await;
+    }
+}
+
+/// How a program's service ended.
+enum End {
+    /// Retire it gracefully (max_jobs, max_memory); start the next at once.
+    Recycle(&'static str),
+    /// Shutdown: retire it, start no other.
+    Stop,
+    /// It was killed by us (timeout, abandoned job): replace at once.
+    Killed(&'static str),
+    /// It failed (exit, protocol violation): replace with backoff.
+    Failed(&'static str),
+}
+
+struct Manager {
+    topic: String,
+    slot: usize,
+    cfg: Arc<ResidentConfig>,
+    rx: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<Request>>>,
+    stop: CancellationToken,
+    ready: Arc<watch::Sender<Readiness>>,
+    times: StopTimes,
+    metrics: Option<Arc<MetricsSender>>,
+    stats: Arc<PoolStats>,
+    /// A job taken but not sent: goes to the next program first.
+    carry: Option<Request>,
+    retiring: Vec<JoinHandle<()>>,
+}
+
+struct InFlight {
+    seq: u64,
+    reply: oneshot::Sender<Outcome>,
+    cancel: CancellationToken,
+    deadline: Instant,
+}
+
+#[derive(Serialize)]
+struct JobMsg<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    id: &'a str,
+    topic: &'a str,
+    attempt: u32,
+    max_attempts: u32,
+    due_ms: i64,
+    created_ms: i64,
+    timeout_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    payload: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    payload_b64: Option<String>,
+}
+
+/// A job as the line written to fd 3.
+fn job_line(d: &Delivery, timeout: Duration) -> Vec<u8> {
+    let (payload, payload_b64) = match std::str::from_utf8(&d.payload) {
+        Ok(s) => (Some(s), None),
+        Err(_) => (
+            None,
+            Some(base64::engine::general_purpose::STANDARD.encode(&d.payload)),
+        ),
+    };
+    let msg = JobMsg {
+        kind: "job",
+        id: &d.id,
+        topic: &d.topic,
+        attempt: d.attempt,
+        max_attempts: d.max_attempts,
+        due_ms: d.due_ms,
+        created_ms: d.created_ms,
+        timeout_ms: timeout.as_millis() as u64,
+        payload,
+        payload_b64,
+    };
+    let mut line = serde_json::to_vec(&msg).expect("a job serializes");
+    line.push(b'\n');
+    line
+}
+
+/// A reply line: (id, outcome), or why it breaks the protocol.
+pub fn parse_reply(line: &[u8]) -> Result<(String, Outcome), String> {
+    let v: serde_json::Value = serde_json::from_slice(line).map_err(|_| {
+        format!(
+            "not a JSON object: {:?}",
+            String::from_utf8_lossy(&line[..line.len().min(200)])
+        )
+    })?;
+    let obj = v.as_object().ok_or("a reply must be a JSON object")?;
+    let kind = obj.get("type").and_then(|t| t.as_str()).unwrap_or("");
+    let id = obj
+        .get("id")
+        .and_then(|t| t.as_str())
+        .ok_or("a reply must name the job's id")?
+        .to_string();
+    let error = obj
+        .get("error")
+        .and_then(|e| e.as_str())
+        .map(|e| truncate(e, ERROR_MAX));
+    let outcome = match kind {
+        "done" => Outcome::Done,
+        "retry" => {
+            let error = error.unwrap_or_else(|| "the handler asked for a retry".into());
+            match obj.get("delay_ms").and_then(|d| d.as_u64()) {
+                Some(ms) => Outcome::retry_after(error, Duration::from_millis(ms)),
+                None => Outcome::retry(error),
+            }
+        }
+        "dead" => {
+            Outcome::permanent(error.unwrap_or_else(|| "the handler declared it dead".into()))
+        }
+        other => return Err(format!("unknown reply type {other:?}")),
+    };
+    Ok((id, outcome))
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_string()
+}
+
+/// Makes the program's job and reply pipe ends fds 3 and 4 and gives it
+/// PR_SET_PDEATHSIG. Both fds are above 9 in the parent, CLOEXEC there, so
+/// no other child inherits them and dup2 cannot clobber one with the other.
+#[allow(unsafe_code)]
+fn wire_fds(cmd: &mut tokio::process::Command, jobs: i32, replies: i32) {
+    super::handlers::die_with_parent(cmd);
+    // SAFETY: runs in the child between fork and exec; dup2(2) is
+    // async-signal-safe and nothing is allocated.
+    unsafe {
+        cmd.pre_exec(move || {
+            if nix::libc::dup2(jobs, 3) < 0 || nix::libc::dup2(replies, 4) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// A duplicate of `fd` numbered 10 or more, close-on-exec.
+#[allow(unsafe_code)]
+fn high_fd(fd: OwnedFd) -> std::io::Result<OwnedFd> {
+    let raw = nix::fcntl::fcntl(&fd, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(10))?;
+    // SAFETY: fcntl just returned this new descriptor; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+fn forward_log<R>(
+    src: R,
+    topic: String,
+    pid: u32,
+    stream: &'static str,
+    current: Arc<Mutex<String>>,
+) where
+    R: tokio::io::AsyncRead + Unpin + Send + 'static,
+{
+    tokio::spawn(async move {
+        let mut r = BufReader::new(src);
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            match (&mut r)
+                .take(MAX_LOG_LINE)
+                .read_until(b'\n', &mut buf)
+                .await
+            {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {
+                    let line = String::from_utf8_lossy(&buf);
+                    let job = current.lock().unwrap().clone();
+                    tracing::info!(target: "punctual::resident", topic = %topic, pid, job = %job, stream, "{}", line.trim_end());
+                }
+            }
+        }
+    });
+}
+
+impl Manager {
+    fn restarted(&self, reason: &'static str) {
+        if let Some(m) = &self.metrics {
+            m.resident_restart(&self.topic, reason);
+        }
+    }
+
+    fn spawn(&self) -> std::io::Result<Proc> {
+        let (jobs_r, jobs_w) = std::io::pipe()?;
+        let (replies_r, replies_w) = std::io::pipe()?;
+        let child_jobs = high_fd(OwnedFd::from(jobs_r))?;
+        let child_replies = high_fd(OwnedFd::from(replies_w))?;
+        let argv = &self.cfg.argv;
+        let mut cmd = tokio::process::Command::new(&argv[0]);
+        cmd.args(&argv[1..])
+            .envs(&self.cfg.env)
+            .env("PUNCTUAL_PROTOCOL", PROTOCOL.to_string())
+            .env("PUNCTUAL_JOBS_FD", "3")
+            .env("PUNCTUAL_REPLIES_FD", "4")
+            .env("PUNCTUAL_TOPIC", &self.topic)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // Its own process group: a kill takes everything it started,
+            // and a terminal's Ctrl-C does not reach it.
+            .process_group(0)
+            .kill_on_drop(true);
+        for var in super::supervisor::INTERNAL_ENV {
+            cmd.env_remove(var);
+        }
+        if let Some(dir) = &self.cfg.cwd {
+            cmd.current_dir(dir);
+        }
+        wire_fds(&mut cmd, child_jobs.as_raw_fd(), child_replies.as_raw_fd());
+        let mut child = cmd.spawn()?;
+        // Our copies of the program's ends: closed, so EOF means it is gone.
+        drop((child_jobs, child_replies));
+        let pid = child.id().unwrap_or(0);
+        let current = Arc::new(Mutex::new(String::new()));
+        if let Some(out) = child.stdout.take() {
+            forward_log(out, self.topic.clone(), pid, "stdout", current.clone());
+        }
+        if let Some(err) = child.stderr.take() {
+            forward_log(err, self.topic.clone(), pid, "stderr", current.clone());
+        }
+        // fd 3: a writer task, so a program slow to read never blocks us.
+        let mut w = pipe::Sender::from_owned_fd(OwnedFd::from(jobs_w))?;
+        let (jobs, mut job_rx) = mpsc::unbounded_channel::<Vec<u8>>();
+        tokio::spawn(async move {
+            let mut buf = Vec::new();
+            while let Some(line) = job_rx.recv().await {
+                buf.clear();
+                buf.extend_from_slice(&line);
+                while let Ok(more) = job_rx.try_recv() {
+                    buf.extend_from_slice(&more);
+                }
+                if w.write_all(&buf).await.is_err() {
+                    return;
+                }
+            }
+            // Dropping `w` closes fd 3: EOF for the program.
+        });
+        // fd 4: a reader task handing over whole lines.
+        let r = pipe::Receiver::from_owned_fd(OwnedFd::from(replies_r))?;
+        let (lines, replies) = mpsc::channel::<Vec<u8>>(256);
+        tokio::spawn(async move {
+            let mut r = BufReader::new(r);
+            loop {
+                let mut buf = Vec::new();
+                match (&mut r)
+                    .take(MAX_REPLY_LINE)
+                    .read_until(b'\n', &mut buf)
+                    .await
+                {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {
+                        if lines.send(buf).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+        Ok(Proc {
+            child,
+            pid,
+            jobs: Some(jobs),
+            replies,
+            current,
+        })
+    }
+
+    /// Waits for `{"type":"ready","protocol":1}`: Ok(inflight), or Err with
+    /// the reason and whether to restart at all.
+    async fn handshake(&self, p: &mut Proc) -> Result<usize, (&'static str, String, bool)> {
+        tokio::select! {
+            line = p.replies.recv() => {
+                let Some(line) = line else {
+                    return Err(("exit", "closed fd 4 before saying ready".into(), true));
+                };
+                let v: serde_json::Value = serde_json::from_slice(&line).map_err(|_| {
+                    ("violation", format!("its first line on fd 4 is not JSON: {:?}", String::from_utf8_lossy(&line).trim_end()), true)
+                })?;
+                if v.get("type").and_then(|t| t.as_str()) != Some("ready") {
+                    return Err(("violation", format!("its first line on fd 4 is not a ready message: {}", v), true));
+                }
+                match v.get("protocol").and_then(|p| p.as_u64()) {
+                    Some(PROTOCOL) => {}
+                    other => return Err(("protocol", format!("it speaks protocol {other:?}; this punctual speaks {PROTOCOL}: it is not restarted until the worker restarts"), false)),
+                }
+                match v.get("inflight") {
+                    None => Ok(1),
+                    Some(n) => match n.as_u64() {
+                        Some(n @ 1..=MAX_INFLIGHT) => Ok(n as usize),
+                        _ => Err(("violation", format!("inflight = {n}: must be 1 to {MAX_INFLIGHT}"), true)),
+                    },
+                }
+            }
+            st = p.child.wait() => Err(("exit", format!("exited before saying ready ({})", status_text(st)), true)),
+            _ = tokio::time::sleep(self.cfg.start_timeout) => Err(("start_timeout", format!("did not say ready within start_timeout ({})", humantime::format_duration(self.cfg.start_timeout)), true)),
+            _ = self.stop.cancelled() => Err(("stop", "stopping".into(), false)),
+        }
+    }
+
+    async fn run(mut self) {
+        let mut delay = RESTART_MIN;
+        let mut wait = Duration::ZERO;
+        let mut disabled: Option<String> = None;
+        loop {
+            if !wait.is_zero() {
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = self.stop.cancelled() => break,
+                }
+            }
+            if self.stop.is_cancelled() {
+                break;
+            }
+            if let Some(why) = &disabled {
+                // A program speaking another protocol is not restarted:
+                // its jobs are retried, for a worker that can run them.
+                self.refuse(why.clone()).await;
+                break;
+            }
+            let mut p = match self.spawn() {
+                Ok(p) => p,
+                Err(e) => {
+                    tracing::warn!(topic = %self.topic, program = ?self.cfg.argv[0], error = %e, "cannot start the resident program; retrying in {delay:?}");
+                    self.failed_start();
+                    self.restarted("spawn");
+                    wait = delay;
+                    delay = (delay * 2).min(RESTART_MAX);
+                    continue;
+                }
+            };
+            self.stats.alive.fetch_add(1, Ordering::Relaxed);
+            let cap = match self.handshake(&mut p).await {
+                Ok(n) => n,
+                Err((reason, why, restart)) => {
+                    let pid = p.pid;
+                    p.kill().await;
+                    self.stats.alive.fetch_sub(1, Ordering::Relaxed);
+                    if reason == "stop" {
+                        break;
+                    }
+                    self.failed_start();
+                    self.restarted(reason);
+                    if !restart {
+                        tracing::error!(topic = %self.topic, pid, "resident program refused: {why}");
+                        disabled = Some(format!("resident program refused: {why}"));
+                        wait = Duration::ZERO;
+                        continue;
+                    }
+                    tracing::warn!(topic = %self.topic, pid, "resident program {why}; restarting in {delay:?}");
+                    wait = delay;
+                    delay = (delay * 2).min(RESTART_MAX);
+                    continue;
+                }
+            };
+            self.ready.send_if_modified(|r| {
+                let first = *r == Readiness::Starting;
+                if first {
+                    *r = Readiness::Ready(cap);
+                }
+                first
+            });
+            tracing::info!(topic = %self.topic, pid = p.pid, slot = self.slot, inflight = cap, "resident program ready");
+            let end = self.serve(&mut p, cap, &mut delay).await;
+            self.stats.alive.fetch_sub(1, Ordering::Relaxed);
+            match end {
+                End::Recycle(reason) => {
+                    tracing::info!(topic = %self.topic, pid = p.pid, reason, "recycling the resident program");
+                    self.restarted(reason);
+                    let times = self.times;
+                    self.retiring.retain(|h| !h.is_finished());
+                    self.retiring.push(tokio::spawn(retire(p, times)));
+                    wait = Duration::ZERO;
+                }
+                End::Stop => {
+                    retire(p, self.times).await;
+                    break;
+                }
+                End::Killed(reason) => {
+                    p.kill().await;
+                    self.restarted(reason);
+                    wait = Duration::ZERO;
+                }
+                End::Failed(reason) => {
+                    p.kill().await;
+                    self.restarted(reason);
+                    tracing::warn!(topic = %self.topic, "restarting the resident program in {delay:?}");
+                    wait = delay;
+                    delay = (delay * 2).min(RESTART_MAX);
+                }
+            }
+        }
+        if let Some(req) = self.carry.take() {
+            let _ = req.reply.send(Outcome::retry("the worker is stopping"));
+        }
+        for h in self.retiring.drain(..) {
+            let _ = h.await;
+        }
+    }
+
+    fn failed_start(&self) {
+        self.ready.send_if_modified(|r| {
+            let first = *r == Readiness::Starting;
+            if first {
+                *r = Readiness::Failed;
+            }
+            first
+        });
+    }
+
+    /// Answers every job with a retry until the pool stops.
+    async fn refuse(&mut self, why: String) {
+        if let Some(req) = self.carry.take() {
+            let _ = req.reply.send(Outcome::retry(why.clone()));
+        }
+        let rx = self.rx.clone();
+        loop {
+            let req = tokio::select! {
+                r = async { rx.lock().await.recv().await } => r,
+                _ = self.stop.cancelled() => return,
+            };
+            match req {
+                Some(req) => {
+                    let _ = req.reply.send(Outcome::retry(why.clone()));
+                }
+                None => return,
+            }
+        }
+    }
+
+    /// Feeds jobs to a ready program until it must end.
+    async fn serve(&mut self, p: &mut Proc, cap: usize, delay: &mut Duration) -> End {
+        let mut inflight: HashMap<String, InFlight> = HashMap::new();
+        let mut cancels = FuturesUnordered::new();
+        let mut seq = 0u64;
+        let mut sent = 0u64;
+        let mut draining = false;
+        let mut replied = false;
+        let max_jobs = self.cfg.max_jobs;
+        let rx = self.rx.clone();
+        let pid = p.pid;
+        loop {
+            if inflight.is_empty() {
+                if draining {
+                    return End::Stop;
+                }
+                if max_jobs > 0 && sent >= max_jobs {
+                    return End::Recycle("max_jobs");
+                }
+                if replied {
+                    replied = false;
+                    if let (Some(max), Some(rss)) = (self.cfg.max_memory, rss_bytes(pid)) {
+                        if rss > max {
+                            tracing::info!(topic = %self.topic, pid, rss, max, "resident program over max_memory");
+                            return End::Recycle("max_memory");
+                        }
+                    }
+                }
+            }
+            let can_take = !draining && inflight.len() < cap && (max_jobs == 0 || sent < max_jobs);
+            if can_take {
+                if let Some(req) = self.carry.take() {
+                    self.send(p, req, &mut inflight, &mut cancels, &mut seq, &mut sent);
+                    continue;
+                }
+            }
+            let deadline = inflight.values().map(|f| f.deadline).min();
+            tokio::select! {
+                biased;
+                line = p.replies.recv() => match line {
+                    Some(line) => match parse_reply(&line) {
+                        Ok((id, outcome)) => match inflight.remove(&id) {
+                            Some(f) => {
+                                f.cancel.cancel();
+                                let _ = f.reply.send(outcome);
+                                *delay = RESTART_MIN;
+                                replied = true;
+                                self.stats.jobs.fetch_add(1, Ordering::Relaxed);
+                                set_current(p, &inflight);
+                            }
+                            None => {
+                                return self.violation(p, inflight, format!("a reply for job {id:?}, which it does not hold"));
+                            }
+                        },
+                        Err(why) => return self.violation(p, inflight, why),
+                    },
+                    None => {
+                        // fd 4 closed: it exited (or is about to).
+                        let st = tokio::time::timeout(Duration::from_secs(1), p.child.wait()).await;
+                        let what = match st {
+                            Ok(st) => status_text(st),
+                            Err(_) => "closed fd 4 but kept running".into(),
+                        };
+                        return self.exited(p, inflight, what);
+                    }
+                },
+                st = p.child.wait() => {
+                    // Replies written just before the exit are still in the pipe.
+                    let mut inflight = inflight;
+                    let _ = tokio::time::timeout(Duration::from_millis(200), async {
+                        while let Some(line) = p.replies.recv().await {
+                            if let Ok((id, outcome)) = parse_reply(&line) {
+                                if let Some(f) = inflight.remove(&id) {
+                                    f.cancel.cancel();
+                                    let _ = f.reply.send(outcome);
+                                }
+                            }
+                        }
+                    }).await;
+                    return self.exited(p, inflight, status_text(st));
+                }
+                Some((id, s)) = cancels.next(), if !cancels.is_empty() => {
+                    if inflight.get(&id).is_some_and(|f: &InFlight| f.seq == s) {
+                        inflight.remove(&id);
+                        tracing::warn!(topic = %self.topic, pid, job = %id, "the worker gave up on a job (lease lost, or abandoned at shutdown): killing its resident program");
+                        fail_all(inflight, &format!("the resident program (pid {pid}) was killed: the worker gave up on job {id} it was running"));
+                        return End::Killed("abandoned");
+                    }
+                }
+                _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
+                    let now = Instant::now();
+                    let late: Vec<String> = inflight.iter().filter(|(_, f)| f.deadline <= now).map(|(id, _)| id.clone()).collect();
+                    let t = humantime::format_duration(self.cfg.timeout);
+                    for id in &late {
+                        if let Some(f) = inflight.remove(id) {
+                            f.cancel.cancel();
+                            let _ = f.reply.send(Outcome::retry(format!("handler timed out after {t}")));
+                        }
+                    }
+                    tracing::warn!(topic = %self.topic, pid, jobs = ?late, "a job overran its timeout ({t}): killing its resident program");
+                    fail_all(inflight, &format!("the resident program (pid {pid}) was killed: job {} overran its timeout", late.join(", ")));
+                    return End::Killed("timeout");
+                }
+                req = async { rx.lock().await.recv().await }, if can_take => match req {
+                    Some(req) => {
+                        if req.reply.is_closed() {
+                            // Given up on while it waited: never sent.
+                            continue;
+                        }
+                        if inflight.contains_key(&req.d.id) {
+                            // A re-delivery of a job this program still runs:
+                            // the worker gave up on the old run. The old run
+                            // dies with its program; the new one goes to the next.
+                            let id = req.d.id.clone();
+                            self.carry = Some(req);
+                            inflight.remove(&id);
+                            fail_all(inflight, &format!("the resident program (pid {pid}) was killed: job {id} was re-delivered while it ran"));
+                            return End::Killed("abandoned");
+                        }
+                        self.send(p, req, &mut inflight, &mut cancels, &mut seq, &mut sent);
+                    }
+                    None => draining = true,
+                },
+                _ = self.stop.cancelled(), if !draining => draining = true,
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn send(
+        &self,
+        p: &mut Proc,
+        req: Request,
+        inflight: &mut HashMap<String, InFlight>,
+        cancels: &mut FuturesUnordered<futures::future::BoxFuture<'static, (String, u64)>>,
+        seq: &mut u64,
+        sent: &mut u64,
+    ) {
+        let line = job_line(&req.d, self.cfg.timeout);
+        *seq += 1;
+        *sent += 1;
+        let s = *seq;
+        let id = req.d.id.clone();
+        if let Some(jobs) = &p.jobs {
+            let _ = jobs.send(line);
+        }
+        let id2 = id.clone();
+        cancels.push(
+            req.cancel
+                .clone()
+                .cancelled_owned()
+                .map(move |_| (id2, s))
+                .boxed(),
+        );
+        inflight.insert(
+            id,
+            InFlight {
+                seq: s,
+                reply: req.reply,
+                cancel: req.cancel,
+                deadline: Instant::now() + self.cfg.timeout,
+            },
+        );
+        set_current(p, inflight);
+    }
+
+    fn violation(&self, p: &Proc, inflight: HashMap<String, InFlight>, why: String) -> End {
+        tracing::warn!(topic = %self.topic, pid = p.pid, "resident program broke the protocol: {why}; killing it");
+        fail_all(
+            inflight,
+            &format!(
+                "the resident program (pid {}) broke the protocol: {why}",
+                p.pid
+            ),
+        );
+        End::Failed("violation")
+    }
+
+    fn exited(&self, p: &Proc, inflight: HashMap<String, InFlight>, what: String) -> End {
+        tracing::warn!(topic = %self.topic, pid = p.pid, jobs = inflight.len(), "resident program {what}");
+        fail_all(
+            inflight,
+            &format!("the resident program (pid {}) {what}", p.pid),
+        );
+        End::Failed("exit")
+    }
+}
+
+fn set_current(p: &Proc, inflight: &HashMap<String, InFlight>) {
+    let mut cur = p.current.lock().unwrap();
+    cur.clear();
+    for (i, id) in inflight.keys().enumerate() {
+        if i > 0 {
+            cur.push(',');
+        }
+        cur.push_str(id);
+    }
+}
+
+fn fail_all(inflight: HashMap<String, InFlight>, why: &str) {
+    for (_, f) in inflight {
+        f.cancel.cancel();
+        let _ = f.reply.send(Outcome::retry(why));
+    }
+}
+
+fn status_text(st: std::io::Result<std::process::ExitStatus>) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match st {
+        Ok(s) => match (s.code(), s.signal()) {
+            (Some(c), _) => format!("exited with status {c}"),
+            (None, Some(sig)) => format!("was killed by signal {sig}"),
+            _ => "ended".into(),
+        },
+        Err(e) => format!("could not be waited for: {e}"),
+    }
+}
+
+/// VmRSS of a process, bytes.
+fn rss_bytes(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// Stops a program gracefully: fd 3 closed (EOF), `eof` to exit, then
+/// SIGTERM to its group, `term` more, then SIGKILL. Whatever it left in its
+/// process group is killed afterwards.
+async fn retire(mut p: Proc, times: StopTimes) {
+    drop(p.jobs.take());
+    let pgid = p.pgid();
+    let exited = match tokio::time::timeout(times.eof, p.child.wait()).await {
+        Ok(Ok(st)) => {
+            use std::os::unix::process::ExitStatusExt;
+            match st.code() {
+                Some(code) => tracing::info!(pid = p.pid, status = code, "resident program exited"),
+                None => {
+                    tracing::info!(pid = p.pid, signal = st.signal(), "resident program exited")
+                }
+            }
+            true
+        }
+        Ok(Err(_)) => true,
+        Err(_) => false,
+    };
+    if !exited {
+        tracing::warn!(
+            pid = p.pid,
+            "resident program did not exit after EOF on fd 3; sending SIGTERM"
+        );
+        let _ = killpg(pgid, Signal::SIGTERM);
+        if tokio::time::timeout(times.term, p.child.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                pid = p.pid,
+                "resident program ignored SIGTERM; sending SIGKILL"
+            );
+        }
+    }
+    p.kill().await;
+}

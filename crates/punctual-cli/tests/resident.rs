@@ -1,0 +1,533 @@
+//! Resident handlers (docs/RESIDENT.md) end to end: the real `punctual
+//! serve`, a real redis-server, resident programs written in Python 3 with
+//! the standard library only.
+
+use std::collections::{HashMap, HashSet};
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use punctual::{Job, Queue};
+use punctual_testkit::{free_port, RedisServer};
+
+const BIN: &str = env!("CARGO_BIN_EXE_punctual");
+
+/// The resident handler under test. It appends to `records` (next to it):
+/// `ready PID`, `job ID ATTEMPT PID HEX(payload bytes) DUE_MS START_MS`,
+/// `eof PID`. What it does depends on the payload:
+/// `hold` / `hang` (first attempt): sleep; `sleep:S`: sleep S seconds;
+/// `retry:MS`: ask for a retry after MS; `dead`: declare it dead; `junk`:
+/// print junk (JSON-looking too) on stdout and stderr; `violate` (first
+/// attempt): reply for an id it does not hold; `garbage` (first attempt):
+/// a line that is not JSON on fd 4; anything else: done.
+const HANDLER: &str = r#"#!/usr/bin/env python3
+import base64, json, os, sys, time
+
+here = os.path.dirname(os.path.abspath(__file__))
+def record(line):
+    with open(os.path.join(here, "records"), "a") as f:
+        f.write(line + "\n")
+
+jobs = os.fdopen(int(os.environ["PUNCTUAL_JOBS_FD"]), "rb")
+replies = os.fdopen(int(os.environ["PUNCTUAL_REPLIES_FD"]), "w")
+def send(msg):
+    replies.write(json.dumps(msg) + "\n")
+    replies.flush()
+
+pid = os.getpid()
+assert os.environ.get("PUNCTUAL_PROTOCOL") == "1"
+leaked = [v for v in ("PUNCTUAL_SERVE_CONFIG", "PUNCTUAL_METRICS_SOCKET") if v in os.environ]
+record("ready %d %s" % (pid, ",".join(leaked) or "-"))
+send({"type": "ready", "protocol": 1, "inflight": int(os.environ.get("INFLIGHT", "1"))})
+for line in jobs:
+    job = json.loads(line)
+    if "payload_b64" in job:
+        data = base64.b64decode(job["payload_b64"])
+    else:
+        data = job["payload"].encode("utf-8")
+    start = int(time.time() * 1000)
+    jid, attempt = job["id"], job["attempt"]
+    record("job %s %d %d %s %d %d" % (jid, attempt, pid, data.hex() or "-", job["due_ms"], start))
+    first = attempt == 1
+    if data in (b"hold", b"hang") and first:
+        time.sleep(60)
+    elif data.startswith(b"sleep:"):
+        time.sleep(float(data[6:]))
+    if data.startswith(b"retry:"):
+        send({"type": "retry", "id": jid, "error": "bank closed", "delay_ms": int(data[6:])})
+    elif data == b"dead":
+        send({"type": "dead", "id": jid, "error": "no such order"})
+    elif data == b"violate" and first:
+        send({"type": "done", "id": "not-" + jid})
+    elif data == b"garbage" and first:
+        replies.write("this is not json\n")
+        replies.flush()
+    else:
+        if data == b"junk":
+            print('{"type":"done","id":"%s"}' % jid, flush=True)
+            print("PHP Notice: undefined index", flush=True)
+            sys.stderr.write('{"type":"retry","id":"%s"}\nwarning: \xff\n' % jid)
+            sys.stderr.flush()
+            sys.stdout.write("no newline at the end")
+            sys.stdout.flush()
+        send({"type": "done", "id": jid})
+record("eof %d" % pid)
+sys.exit(0)
+"#;
+
+/// A `serve` process with its own directory, killed on drop.
+struct Service {
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl Service {
+    fn new() -> Service {
+        let s = Service {
+            dir: tempfile::tempdir().unwrap(),
+            child: None,
+        };
+        let p = s.path("handler.py");
+        std::fs::write(&p, HANDLER).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        s
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Writes the config: `extra` settings and one resident topic `t` with
+    /// `keys`, then starts serve.
+    fn start(&mut self, redis: &str, extra: &str, keys: &str) {
+        let text = format!(
+            "redis = {redis:?}\nhttp = \"127.0.0.1:{}\"\n{extra}\n[topics.t]\nresident = [\"python3\", {:?}]\n{keys}\n",
+            free_port(),
+            self.path("handler.py").display().to_string()
+        );
+        std::fs::write(self.path("punctual.toml"), text).unwrap();
+        let log = std::fs::File::create(self.path("serve.log")).unwrap();
+        let child = Command::new(BIN)
+            .arg("serve")
+            .arg("--config")
+            .arg(self.path("punctual.toml"))
+            .env("PUNCTUAL_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+    }
+
+    fn signal(&self, sig: Signal) {
+        kill(Pid::from_raw(self.child.as_ref().unwrap().id() as i32), sig).unwrap();
+    }
+
+    fn wait(&mut self, limit: Duration) -> ExitStatus {
+        let deadline = Instant::now() + limit;
+        let child = self.child.as_mut().unwrap();
+        loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                self.child = None;
+                return s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "serve did not exit within {limit:?}; log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.path("serve.log")).unwrap_or_default()
+    }
+
+    fn records(&self) -> Vec<Vec<String>> {
+        std::fs::read_to_string(self.path("records"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| l.split_whitespace().map(String::from).collect())
+            .collect()
+    }
+
+    /// The `job` records: (id, attempt, pid, hex, due_ms, start_ms).
+    fn jobs(&self) -> Vec<JobRec> {
+        self.records()
+            .into_iter()
+            .filter(|r| r[0] == "job")
+            .map(|r| JobRec {
+                id: r[1].clone(),
+                attempt: r[2].parse().unwrap(),
+                pid: r[3].parse().unwrap(),
+                hex: r[4].clone(),
+                due_ms: r[5].parse().unwrap(),
+                start_ms: r[6].parse().unwrap(),
+            })
+            .collect()
+    }
+
+    /// Pids that recorded `kind` (ready, eof).
+    fn pids(&self, kind: &str) -> Vec<i32> {
+        self.records()
+            .into_iter()
+            .filter(|r| r[0] == kind)
+            .map(|r| r[1].parse().unwrap())
+            .collect()
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = kill(Pid::from_raw(c.id() as i32), Signal::SIGKILL);
+            let _ = c.wait();
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct JobRec {
+    id: String,
+    attempt: u32,
+    pid: i32,
+    hex: String,
+    due_ms: i64,
+    start_ms: i64,
+}
+
+async fn eventually<F, Fut>(timeout: Duration, what: &str, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    while !cond().await {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn live(q: &Queue) -> u64 {
+    let s = q.stats("t").await.unwrap();
+    s.pool + s.ready + s.running + s.dead
+}
+
+fn gone(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|st| {
+            st.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+        .unwrap_or(true)
+}
+
+fn hex(b: &[u8]) -> String {
+    if b.is_empty() {
+        return "-".into();
+    }
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_job_runs_at_least_once_and_none_early_over_several_programs() {
+    let redis = RedisServer::start();
+    let mut svc = Service::new();
+    svc.start(
+        &redis.url(),
+        "workers = 2\nconcurrency = 4",
+        "processes = 3\ntimeout = \"10s\"",
+    );
+    let q = Queue::connect(redis.url()).await.unwrap();
+    let n = 300;
+    let mut payloads = HashMap::new();
+    for i in 0..n {
+        let payload = format!("{{\"order\":{i}}}");
+        payloads.insert(format!("o{i}"), hex(payload.as_bytes()));
+        let delay = Duration::from_millis((i * 37 % 2500) as u64);
+        q.enqueue("t", Job::new(payload).id(format!("o{i}")).delay(delay))
+            .await
+            .unwrap();
+    }
+    eventually(Duration::from_secs(60), "every job done", || async {
+        live(&q).await == 0
+    })
+    .await;
+    let jobs = svc.jobs();
+    let ids: HashSet<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
+    assert_eq!(ids.len(), n, "every job ran");
+    for j in &jobs {
+        assert!(
+            j.start_ms >= j.due_ms,
+            "{} started {} ms early",
+            j.id,
+            j.due_ms - j.start_ms
+        );
+        assert_eq!(j.hex, payloads[&j.id], "{}: payload bytes", j.id);
+    }
+    let pids: HashSet<i32> = jobs.iter().map(|j| j.pid).collect();
+    assert!(pids.len() >= 2, "several programs took jobs: {pids:?}");
+    for r in svc.records().iter().filter(|r| r[0] == "ready") {
+        assert_eq!(r[2], "-", "internal variables leaked: {r:?}");
+    }
+    assert_eq!(
+        svc.pids("ready").len(),
+        6,
+        "2 workers x 3 programs, none restarted; log:\n{}",
+        svc.log()
+    );
+    svc.signal(Signal::SIGTERM);
+    assert!(svc.wait(Duration::from_secs(20)).success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn payloads_round_trip_exactly_even_when_not_json_nor_utf8() {
+    let redis = RedisServer::start();
+    let mut svc = Service::new();
+    svc.start(&redis.url(), "workers = 1", "processes = 1");
+    let q = Queue::connect(redis.url()).await.unwrap();
+    let payloads: Vec<Vec<u8>> = vec![
+        b"{\"a\":1}".to_vec(),
+        b"not json {".to_vec(),
+        b"line\nbreaks\r\n\"quotes\" \\ and \t tabs".to_vec(),
+        vec![0xff, 0xfe, 0x00, 0x80, b'\n', 0xc3],
+        "h\u{e9}llo \u{1f600}".as_bytes().to_vec(),
+        vec![0u8; 3],
+        Vec::new(),
+    ];
+    for (i, p) in payloads.iter().enumerate() {
+        q.enqueue("t", Job::new(p.clone()).id(format!("p{i}")))
+            .await
+            .unwrap();
+    }
+    eventually(Duration::from_secs(30), "every job done", || async {
+        live(&q).await == 0
+    })
+    .await;
+    let got: HashMap<String, String> = svc.jobs().into_iter().map(|j| (j.id, j.hex)).collect();
+    for (i, p) in payloads.iter().enumerate() {
+        assert_eq!(got[&format!("p{i}")], hex(p), "payload {i}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replies_decide_retry_with_delay_and_dead_with_error() {
+    let redis = RedisServer::start();
+    let mut svc = Service::new();
+    svc.start(&redis.url(), "workers = 1", "processes = 1");
+    let q = Queue::connect(redis.url()).await.unwrap();
+    q.enqueue("t", Job::new("retry:600000").id("r"))
+        .await
+        .unwrap();
+    q.enqueue("t", Job::new("dead").id("d")).await.unwrap();
+    eventually(Duration::from_secs(30), "both replied", || async {
+        let s = q.stats("t").await.unwrap();
+        s.dead == 1 && s.pool == 1 && s.running == 0
+    })
+    .await;
+    let d = q.get("t", "d").await.unwrap().unwrap();
+    assert_eq!(d.attempts, 1);
+    assert_eq!(d.last_error.as_deref(), Some("no such order"));
+    let r = q.get("t", "r").await.unwrap().unwrap();
+    assert_eq!(r.last_error.as_deref(), Some("bank closed"));
+    // The pool score, straight from Redis, against Redis's clock.
+    let score: f64 = redis
+        .cli(&["ZSCORE", "punctual:{t}:pool", "r"])
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let time = redis.cli(&["TIME"]).unwrap();
+    let t: Vec<f64> = time
+        .split_whitespace()
+        .map(|x| x.parse().unwrap())
+        .collect();
+    let now_ms = t[0] * 1000.0 + t[1] / 1000.0;
+    let ahead = score - now_ms;
+    assert!(
+        (590_000.0..=600_500.0).contains(&ahead),
+        "due about now + 600 s, is now + {ahead} ms"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_program_killed_mid_job_is_replaced_and_the_job_retried() {
+    let redis = RedisServer::start();
+    let mut svc = Service::new();
+    svc.start(
+        &redis.url(),
+        "workers = 1",
+        "processes = 1\nbackoff = [\"0s\"]",
+    );
+    let q = Queue::connect(redis.url()).await.unwrap();
+    q.enqueue("t", Job::new("hold").id("h")).await.unwrap();
+    eventually(Duration::from_secs(20), "the job started", || async {
+        !svc.jobs().is_empty()
+    })
+    .await;
+    let first = svc.jobs()[0].pid;
+    kill(Pid::from_raw(first), Signal::SIGKILL).unwrap();
+    eventually(Duration::from_secs(20), "the job done", || async {
+        live(&q).await == 0
+    })
+    .await;
+    let jobs = svc.jobs();
+    assert_eq!(jobs.len(), 2, "{jobs:?}");
+    assert_eq!(jobs[1].attempt, 2, "retried as attempt 2");
+    assert_ne!(jobs[1].pid, first, "on a new program");
+    assert_eq!(svc.pids("ready").len(), 2, "the program was replaced");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn junk_on_stdout_and_stderr_breaks_nothing() {
+    let redis = RedisServer::start();
+    let mut svc = Service::new();
+    svc.start(&redis.url(), "workers = 1", "processes = 1");
+    let q = Queue::connect(redis.url()).await.unwrap();
+    for i in 0..20 {
+        q.enqueue("t", Job::new("junk").id(format!("j{i}")))
+            .await
+            .unwrap();
+    }
+    eventually(Duration::from_secs(30), "every job done", || async {
+        live(&q).await == 0
+    })
+    .await;
+    let jobs = svc.jobs();
+    assert_eq!(jobs.len(), 20, "each ran once: {jobs:?}");
+    assert!(jobs.iter().all(|j| j.attempt == 1));
+    assert_eq!(svc.pids("ready").len(), 1, "never restarted");
+    let log = svc.log();
+    assert!(
+        log.contains("PHP Notice: undefined index") && log.contains("job=j"),
+        "stdout is logged with the job id:\n{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timeout_overrun_kills_and_replaces_the_program() {
+    let redis = RedisServer::start();
+    let mut svc = Service::new();
+    svc.start(
+        &redis.url(),
+        "workers = 1",
+        "processes = 1\ntimeout = \"1s\"\nbackoff = [\"0s\"]",
+    );
+    let q = Queue::connect(redis.url()).await.unwrap();
+    q.enqueue("t", Job::new("hang").id("h")).await.unwrap();
+    eventually(Duration::from_secs(30), "the job done", || async {
+        live(&q).await == 0
+    })
+    .await;
+    let jobs = svc.jobs();
+    assert_eq!(jobs.len(), 2, "{jobs:?}");
+    assert_eq!(jobs[1].attempt, 2);
+    assert_ne!(jobs[1].pid, jobs[0].pid);
+    assert!(gone(jobs[0].pid), "the overrunning program was killed");
+    assert!(svc.log().contains("overran its timeout"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_protocol_violation_retries_the_job_on_a_new_program() {
+    let redis = RedisServer::start();
+    let mut svc = Service::new();
+    svc.start(
+        &redis.url(),
+        "workers = 1",
+        "processes = 1\nbackoff = [\"0s\"]",
+    );
+    let q = Queue::connect(redis.url()).await.unwrap();
+    q.enqueue("t", Job::new("violate").id("v")).await.unwrap();
+    q.enqueue("t", Job::new("garbage").id("g")).await.unwrap();
+    eventually(Duration::from_secs(30), "both done", || async {
+        live(&q).await == 0
+    })
+    .await;
+    let jobs = svc.jobs();
+    for id in ["v", "g"] {
+        let runs: Vec<&JobRec> = jobs.iter().filter(|j| j.id == id).collect();
+        assert_eq!(runs.len(), 2, "{id}: {jobs:?}");
+        assert_eq!(runs[1].attempt, 2);
+        assert_ne!(runs[0].pid, runs[1].pid, "{id}: the violator was replaced");
+        assert!(gone(runs[0].pid));
+    }
+    assert!(svc.log().contains("broke the protocol"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_jobs_recycles_programs_between_jobs_and_no_job_fails() {
+    let redis = RedisServer::start();
+    let mut svc = Service::new();
+    svc.start(&redis.url(), "workers = 1", "processes = 1\nmax_jobs = 5");
+    let q = Queue::connect(redis.url()).await.unwrap();
+    for i in 0..23 {
+        q.enqueue("t", Job::new("x").id(format!("m{i}")))
+            .await
+            .unwrap();
+    }
+    eventually(Duration::from_secs(60), "every job done", || async {
+        live(&q).await == 0
+    })
+    .await;
+    let jobs = svc.jobs();
+    assert_eq!(jobs.len(), 23, "each ran once: {jobs:?}");
+    assert!(jobs.iter().all(|j| j.attempt == 1), "no job failed");
+    let mut per_pid: HashMap<i32, usize> = HashMap::new();
+    for j in &jobs {
+        *per_pid.entry(j.pid).or_default() += 1;
+    }
+    assert_eq!(per_pid.len(), 5, "23 jobs, 5 per program: {per_pid:?}");
+    assert!(per_pid.values().all(|n| *n <= 5), "{per_pid:?}");
+    // The four full programs were told to stop with EOF on fd 3.
+    eventually(
+        Duration::from_secs(10),
+        "the recycled programs saw EOF",
+        || async { svc.pids("eof").len() >= 4 },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_the_job_in_flight_then_the_program_sees_eof_and_exits() {
+    let redis = RedisServer::start();
+    let mut svc = Service::new();
+    svc.start(
+        &redis.url(),
+        "workers = 1\nshutdown_timeout = \"20s\"",
+        "processes = 1",
+    );
+    let q = Queue::connect(redis.url()).await.unwrap();
+    q.enqueue("t", Job::new("sleep:2").id("s")).await.unwrap();
+    eventually(Duration::from_secs(20), "the job started", || async {
+        !svc.jobs().is_empty()
+    })
+    .await;
+    let pid = svc.jobs()[0].pid;
+    svc.signal(Signal::SIGTERM);
+    let status = svc.wait(Duration::from_secs(30));
+    assert!(status.success(), "serve exits 0; log:\n{}", svc.log());
+    assert_eq!(
+        live(&q).await,
+        0,
+        "the job in flight finished and was acked"
+    );
+    assert_eq!(svc.jobs().len(), 1, "and ran once");
+    assert_eq!(svc.pids("eof"), vec![pid], "the program read EOF on fd 3");
+    assert!(
+        svc.log()
+            .contains(&format!("resident program exited pid={pid} status=0")),
+        "and exited 0:\n{}",
+        svc.log()
+    );
+    assert!(gone(pid));
+}
