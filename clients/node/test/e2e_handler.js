@@ -2,7 +2,7 @@
 // The resident handler used by the tests (worker.test.js's fake driver and
 // crates/punctual-cli/tests/clients.rs), the same as the Python one: what it
 // does depends on the payload {"do": ok|print|retry|dead|raise|hang|slow|once},
-// and every delivery is recorded with RPUSH on e2e:TOPIC:seen. It takes up to
+// and every delivery is recorded with RPUSH on $E2E_KEY:seen (default e2e:TOPIC:seen). It takes up to
 // E2E_INFLIGHT jobs at once (default 4).
 
 const { connect } = require('./common');
@@ -30,7 +30,7 @@ async function main() {
         now_ms: Number(sec) * 1000 + Math.floor(Number(usec) / 1000), pid: process.pid,
         payload_hex: job.payload.toString('hex'), do: d,
       });
-      const key = `e2e:${job.topic}`;
+      const key = process.env.E2E_KEY || `e2e:${job.topic}`;
       if (d === 'print') {
         console.log('{"type":"done","id":"not-a-reply"}');
         console.log('junk on stdout');

@@ -3,7 +3,7 @@
 // The resident handler used by the tests (tests/run.php's fake driver and
 // crates/punctual-cli/tests/clients.rs), the same as the Python one: what it
 // does depends on the payload {"do": ok|print|retry|dead|raise|hang|slow|once},
-// and every delivery is recorded with RPUSH on e2e:TOPIC:seen.
+// and every delivery is recorded with RPUSH on $E2E_KEY:seen (default e2e:TOPIC:seen).
 
 declare(strict_types=1);
 
@@ -33,7 +33,7 @@ Worker::run(function (Job $job) use ($redis): void {
         'now_ms' => (int) $sec * 1000 + intdiv((int) $usec, 1000), 'pid' => getmypid(),
         'payload_hex' => bin2hex($job->payload), 'do' => $do,
     ]);
-    $key = 'e2e:' . $job->topic;
+    $key = getenv('E2E_KEY') ?: 'e2e:' . $job->topic;
     if ($do === 'print') {
         echo '{"type":"done","id":"not-a-reply"}', "\n", "junk on stdout\n";
         fwrite(STDERR, "junk on stderr\n");

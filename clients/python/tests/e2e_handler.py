@@ -6,7 +6,7 @@ ok (default), print (junk on stdout and stderr), retry (Retry with
 "delay_ms"), dead, raise (ValueError), hang (first attempt: sleeps until
 killed), slow (sleeps "ms"), once (a side effect through job.once, then a
 retry on the first attempt). Every delivery is recorded with RPUSH on
-e2e:TOPIC:seen: id, attempt, due_ms, Redis TIME in ms, pid, the payload in hex.
+$E2E_KEY:seen (default e2e:TOPIC:seen): id, attempt, due_ms, Redis TIME in ms, pid, the payload in hex.
 """
 
 import json
@@ -40,7 +40,7 @@ def handle(job: punctual.Job) -> None:
         "now_ms": int(sec) * 1000 + int(usec) // 1000, "pid": os.getpid(),
         "payload_hex": job.payload.hex(), "do": do,
     }
-    key = f"e2e:{job.topic}"
+    key = os.environ.get("E2E_KEY") or f"e2e:{job.topic}"
     if do == "print":
         print('{"type":"done","id":"not-a-reply"}')
         print("junk on stdout", flush=True)
