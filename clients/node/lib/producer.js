@@ -1,0 +1,272 @@
+'use strict';
+// Enqueues and inspects punctual jobs from Node, through punctual's own Lua
+// scripts (copies in ../lua, identical to `punctual script NAME`), called by
+// EVALSHA. On NOSCRIPT the script is sent once with EVAL, which also caches
+// it on the node that holds the keys (so this works on Redis Cluster too).
+
+const crypto = require('node:crypto');
+const fs = require('node:fs');
+const path = require('node:path');
+const zlib = require('node:zlib');
+const { RESP_TYPES } = require('redis');
+const { InvalidInput, encodeJob, encodeWhen, validateId, validatePrefix, validateTopic } = require('./validate');
+
+const DEFAULT_PREFIX = 'punctual';
+const DEFAULT_MAX_PAYLOAD = 64 * 1024;
+const MAX_BATCH = 1000;
+const KEYS = ['pool', 'ready', 'running', 'dead', 'jobs', 'meta', 'stats', 'seq', 'attempts'];
+const STATUS = { 0: 'duplicate', 1: 'created', 2: 'replaced' };
+const DIGITS = '0123456789abcdefghijklmnopqrstuvwxyz';
+
+/** A batch that took several script calls failed part way. */
+class PartialBatch extends Error {
+  constructor(total, written, failed, source) {
+    super(
+      `${source.message} (the batch of ${total} jobs went in calls of up to 1,000: ` +
+        `${written.size} written, ${failed.length} not; enqueue those again, ids make that safe)`,
+      { cause: source },
+    );
+    this.name = 'PartialBatch';
+    this.total = total;
+    this.written = written; // Map: batch index -> {id, status}
+    this.failed = failed; // batch indexes not written
+  }
+}
+
+let table = null;
+/** IEEE CRC-32, as zlib and PHP's crc32() compute it (zlib.crc32 needs Node 20.15). */
+function crc32(buf) {
+  if (typeof zlib.crc32 === 'function') return zlib.crc32(buf);
+  if (!table) {
+    table = new Uint32Array(256);
+    for (let n = 0; n < 256; n++) {
+      let c = n;
+      for (let j = 0; j < 8; j++) c = c & 1 ? 0xedb88320 ^ (c >>> 1) : c >>> 1;
+      table[n] = c >>> 0;
+    }
+  }
+  let c = 0xffffffff;
+  for (const b of buf) c = table[(c ^ b) & 0xff] ^ (c >>> 8);
+  return (c ^ 0xffffffff) >>> 0;
+}
+
+/** The partition of `id` among k: IEEE CRC-32 of its bytes, mod k. */
+function partitionOf(id, k) {
+  return k <= 1 ? 0 : crc32(Buffer.from(id)) % k;
+}
+
+const partitionName = (topic, i, k) => (k <= 1 ? topic : `${topic}#${i}`);
+
+/** An id for a partitioned topic: 9 base-36 digits of the time in ms, then 12 random ones. */
+function generateId() {
+  let ms = Date.now();
+  let head = '';
+  for (let i = 0; i < 9; i++) {
+    head = DIGITS[ms % 36] + head;
+    ms = Math.floor(ms / 36);
+  }
+  for (let i = 0; i < 12; i++) head += DIGITS[crypto.randomInt(36)];
+  return head;
+}
+
+const text = (v) => (Buffer.isBuffer(v) ? v.toString() : String(v));
+
+class Producer {
+  /**
+   * @param client a connected client of the `redis` package (createClient or
+   *   createCluster); replies are read as Buffers, so payloads keep their bytes.
+   * @param {{prefix?: string, maxPayload?: number}} options
+   */
+  constructor(client, { prefix = DEFAULT_PREFIX, maxPayload = DEFAULT_MAX_PAYLOAD } = {}) {
+    validatePrefix(prefix);
+    this.client = client.withTypeMapping({ [RESP_TYPES.BLOB_STRING]: Buffer });
+    this.prefix = prefix;
+    this.maxPayload = maxPayload;
+    this.scripts = {};
+    for (const name of ['enqueue', 'get', 'cancel', 'reschedule']) {
+      const source = fs.readFileSync(path.join(__dirname, '..', 'lua', `${name}.lua`));
+      this.scripts[name] = { source, sha: crypto.createHash('sha1').update(source).digest('hex') };
+    }
+    this.registered = new Set();
+    this.partitionCache = new Map();
+  }
+
+  /** The nine keys of one topic (or partition `T#i`), in script order. */
+  keys(topic) {
+    return KEYS.map((n) => `${this.prefix}:{${topic}}:${n}`);
+  }
+
+  async call(name, topic, argv) {
+    const { source, sha } = this.scripts[name];
+    const options = { keys: this.keys(topic), arguments: argv.map((a) => (Buffer.isBuffer(a) ? a : String(a))) };
+    try {
+      try {
+        return await this.client.evalSha(sha, options);
+      } catch (e) {
+        if (!String(e?.message).startsWith('NOSCRIPT')) throw e;
+        // Empty script cache (restart, failover, SCRIPT FLUSH): EVAL runs the
+        // text and caches it on the node that holds the keys.
+        return await this.client.eval(source.toString(), options);
+      }
+    } catch (e) {
+      const msg = String(e?.message);
+      if (msg.startsWith('PUNCTUAL_INVALID ')) throw new InvalidInput(msg.slice('PUNCTUAL_INVALID '.length));
+      throw e;
+    }
+  }
+
+  /** How many partitions `topic` has (1: not partitioned); cached for 1 s. */
+  async partitions(topic) {
+    validateTopic(topic);
+    const hit = this.partitionCache.get(topic);
+    if (hit && Date.now() - hit.at < 1000) return hit.k;
+    const v = await this.client.hGet(`${this.prefix}:partitions`, topic);
+    const k = v == null ? 1 : Math.max(1, parseInt(text(v), 10) || 1);
+    this.partitionCache.set(topic, { k, at: Date.now() });
+    return k;
+  }
+
+  async route(topic, id) {
+    const k = await this.partitions(topic);
+    return partitionName(topic, partitionOf(id, k), k);
+  }
+
+  /**
+   * Enqueues one job: due now, `delayMs` after Redis gets it, or `at` (a
+   * Date or epoch ms, Redis clock). Options: id (default: generated),
+   * delayMs, at, maxAttempts, backoffMs (array of ms), replace.
+   * @returns {Promise<{id: string, status: 'created'|'duplicate'|'replaced'}>}
+   */
+  async enqueue(topic, payload, { replace = false, ...options } = {}) {
+    return (await this.enqueueBatch(topic, [{ payload, ...options }], { replace }))[0];
+  }
+
+  /**
+   * Enqueues jobs ({payload, ...options of enqueue}): one atomic script call
+   * per 1,000 jobs (per partition). Every job is checked before anything is
+   * written. An id given twice: the first wins, the others are duplicates.
+   */
+  async enqueueBatch(topic, jobs, { replace = false } = {}) {
+    validateTopic(topic);
+    if (jobs.length === 0) return [];
+    const encoded = jobs.map((job, i) => {
+      try {
+        return encodeJob(job, this.maxPayload);
+      } catch (e) {
+        if (e instanceof InvalidInput && jobs.length > 1) throw new InvalidInput(`job ${i + 1}: ${e.message}`);
+        throw e;
+      }
+    });
+    if (!this.registered.has(topic)) {
+      await this.client.sAdd(`${this.prefix}:topics`, topic);
+      this.registered.add(topic);
+    }
+    const k = await this.partitions(topic);
+    const placed = new Array(jobs.length).fill(null);
+    const first = new Set();
+    encoded.forEach(([id], i) => {
+      if (id === null) return;
+      if (first.has(id)) placed[i] = { id, status: 'duplicate' };
+      else first.add(id);
+    });
+    const sent = [...placed.keys()].filter((i) => placed[i] === null);
+    const groups = [];
+    const chunks = (idx) => {
+      const out = [];
+      for (let s = 0; s < idx.length; s += MAX_BATCH) out.push(idx.slice(s, s + MAX_BATCH));
+      return out;
+    };
+    if (k <= 1) {
+      for (const c of chunks(sent)) groups.push([topic, c]);
+    } else {
+      const byPart = new Map();
+      for (const i of sent) {
+        if (encoded[i][0] === null) encoded[i][0] = generateId(); // the id picks the partition
+        const p = partitionOf(encoded[i][0], k);
+        if (!byPart.has(p)) byPart.set(p, []);
+        byPart.get(p).push(i);
+      }
+      for (const p of [...byPart.keys()].sort((a, b) => a - b)) {
+        for (const c of chunks(byPart.get(p))) groups.push([partitionName(topic, p, k), c]);
+      }
+    }
+    const failed = [];
+    let firstError = null;
+    for (const [physical, idx] of groups) {
+      const argv = [this.maxPayload, replace ? '1' : '0', idx.length];
+      for (const i of idx) {
+        const [id, payload, when, max, backoff] = encoded[i];
+        argv.push(id ?? '', payload, when, max, backoff);
+      }
+      try {
+        const reply = await this.call('enqueue', physical, argv);
+        if (!Array.isArray(reply) || reply.length !== 2 * idx.length) {
+          throw new Error('unexpected reply from Redis to enqueue: one result per job expected');
+        }
+        idx.forEach((i, n) => {
+          placed[i] = { id: text(reply[2 * n]), status: STATUS[Number(reply[2 * n + 1])] ?? 'created' };
+        });
+      } catch (e) {
+        failed.push(...idx);
+        firstError ??= e;
+      }
+    }
+    if (firstError) {
+      if (placed.every((p) => p === null || p.status === 'duplicate')) throw firstError;
+      const written = new Map();
+      placed.forEach((p, i) => p && written.set(i, p));
+      throw new PartialBatch(jobs.length, written, failed.sort((a, b) => a - b), firstError);
+    }
+    return placed;
+  }
+
+  /**
+   * One job by id, or null when no such job is live: {id, state, attempts,
+   * maxAttempts, dueMs, createdMs, stateSinceMs (lease deadline when running,
+   * time of death when dead, else null), lastError (null if none), payload
+   * (Buffer), nowMs (Redis's clock)}.
+   */
+  async get(topic, id) {
+    validateTopic(topic);
+    validateId(id);
+    const r = await this.call('get', await this.route(topic, id), [id]);
+    if (r == null) return null;
+    const state = text(r[0]);
+    const err = text(r[8]);
+    return {
+      id,
+      state,
+      attempts: Number(r[2]),
+      maxAttempts: Number(r[3]),
+      dueMs: Number(r[5]),
+      createdMs: Number(r[6]),
+      stateSinceMs: state === 'running' || state === 'dead' ? Number(r[1]) : null,
+      lastError: err === '' ? null : err,
+      payload: Buffer.isBuffer(r[9]) ? r[9] : Buffer.from(String(r[9])),
+      nowMs: Number(r[10]),
+    };
+  }
+
+  /** Cancels a job in any state: the state it was in, or null when it was not live. */
+  async cancel(topic, id) {
+    validateTopic(topic);
+    validateId(id);
+    const r = await this.call('cancel', await this.route(topic, id), [id]);
+    return r == null ? null : text(r);
+  }
+
+  /**
+   * Gives a waiting job (pool or ready) a new due time ({delayMs} or {at};
+   * now when neither). Returns the state it was in; a running or dead job is
+   * left alone and its state returned; null when not live.
+   */
+  async reschedule(topic, id, when = {}) {
+    validateTopic(topic);
+    validateId(id);
+    const w = encodeWhen(when);
+    const r = await this.call('reschedule', await this.route(topic, id), [id, w]);
+    return r == null ? null : text(r[0]);
+  }
+}
+
+module.exports = { Producer, PartialBatch, crc32, partitionOf, generateId, DEFAULT_PREFIX, DEFAULT_MAX_PAYLOAD };

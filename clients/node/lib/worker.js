@@ -1,0 +1,142 @@
+'use strict';
+// The resident handler loop of `punctual serve` (docs/RESIDENT.md, protocol
+// 1): jobs arrive on fd 3 and replies go to fd 4, one JSON object per line.
+// stdout and stderr are not part of the protocol: console.log freely.
+
+const fs = require('node:fs');
+const readline = require('node:readline');
+
+const PROTOCOL = 1;
+
+/** Throw to have the job retried, after `delayMs` (default: the topic's backoff ladder). */
+class Retry extends Error {
+  constructor(message = '', delayMs = null) {
+    super(message);
+    this.name = 'Retry';
+    this.delayMs = delayMs;
+  }
+}
+
+/** Throw to send the job straight to the dead set (a permanent failure). */
+class Dead extends Error {
+  constructor(reason = '') {
+    super(reason);
+    this.name = 'Dead';
+  }
+}
+
+/** The key of Job#once's marker. */
+const onceKey = (prefix, topic, id, step) => `${prefix}:once:${topic}:${id}:${step}`;
+
+/** One delivery of a job. */
+class Job {
+  constructor(msg) {
+    this.id = String(msg.id);
+    this.topic = String(msg.topic ?? '');
+    this.attempt = Number(msg.attempt ?? 1);
+    this.maxAttempts = Number(msg.max_attempts ?? 0);
+    this.dueMs = Number(msg.due_ms ?? 0);
+    this.createdMs = Number(msg.created_ms ?? 0);
+    this.timeoutMs = Number(msg.timeout_ms ?? 0);
+    /** Exactly the bytes the producer enqueued. */
+    this.payload =
+      msg.payload_b64 != null ? Buffer.from(msg.payload_b64, 'base64') : Buffer.from(String(msg.payload ?? ''));
+  }
+
+  /** The payload as text (UTF-8). */
+  get text() {
+    return this.payload.toString();
+  }
+
+  /** The payload parsed as JSON. */
+  json() {
+    return JSON.parse(this.text);
+  }
+
+  /**
+   * Runs `fn` unless step `step` of this job already succeeded within
+   * `ttlSeconds`; resolves to whether it ran. The marker is
+   * `SET prefix:once:TOPIC:ID:STEP 1 NX EX ttl`, written after fn resolves.
+   * At least once, not exactly once: if the process dies between the side
+   * effect and the marker, or two deliveries run at the same time (a lost
+   * lease), the step runs again. Also pass the other side an idempotency key
+   * where it takes one (e.g. `${job.id}:${step}`).
+   */
+  async once(client, step, ttlSeconds, fn, { prefix = 'punctual' } = {}) {
+    const key = onceKey(prefix, this.topic, this.id, step);
+    if (await client.exists(key)) return false;
+    await fn();
+    await client.set(key, '1', { condition: 'NX', expiration: { type: 'EX', value: ttlSeconds } });
+    return true;
+  }
+}
+
+/** The reply for a handler's outcome: done (no error), or the error's. */
+function replyFor(id, err) {
+  if (err === undefined) return { type: 'done', id };
+  if (err instanceof Dead) return { type: 'dead', id, error: err.message };
+  if (err instanceof Retry) {
+    const r = { type: 'retry', id, error: err.message };
+    if (err.delayMs != null) r.delay_ms = Math.max(0, Math.floor(Number(err.delayMs)));
+    return r;
+  }
+  const cls = err?.constructor?.name ?? 'Error';
+  return { type: 'retry', id, error: err instanceof Error ? `${cls}: ${err.message}` : `thrown: ${String(err)}` };
+}
+
+function openFd(env, fallback) {
+  const fd = Number(process.env[env] ?? fallback);
+  try {
+    fs.fstatSync(fd);
+  } catch {
+    throw new Error(
+      `punctual: fd ${fd} is not open: run this program under \`punctual serve\` ` +
+        '(a topic with resident = [...]); see docs/RESIDENT.md',
+    );
+  }
+  return fd;
+}
+
+/**
+ * Says ready, then runs `handler(job)` for each job punctual sends, up to
+ * `inflight` at once (async handlers run concurrently), until fd 3 ends
+ * (EOF: punctual wants the program to exit); then waits for the jobs in
+ * hand and resolves. Resolving normally: done; throwing Retry: retry;
+ * Dead: dead; anything else: retry with its class and message as the error.
+ */
+async function run(handler, { inflight = 1 } = {}) {
+  if (!Number.isInteger(inflight) || inflight < 1 || inflight > 1000) {
+    throw new RangeError('inflight must be 1 to 1000');
+  }
+  const jobsFd = openFd('PUNCTUAL_JOBS_FD', 3);
+  const repliesFd = openFd('PUNCTUAL_REPLIES_FD', 4);
+  const out = fs.createWriteStream(null, { fd: repliesFd });
+  const send = (msg) => out.write(JSON.stringify(msg) + '\n');
+  send({ type: 'ready', protocol: PROTOCOL, inflight });
+
+  const input = fs.createReadStream(null, { fd: jobsFd });
+  const lines = readline.createInterface({ input, crlfDelay: Infinity });
+  const pending = new Set();
+  for await (const line of lines) {
+    let msg;
+    try {
+      msg = JSON.parse(line);
+    } catch {
+      continue;
+    }
+    if (msg === null || typeof msg !== 'object' || msg.type !== 'job') continue; // later versions may add types
+    const job = new Job(msg);
+    const p = Promise.resolve()
+      .then(() => handler(job))
+      .then(
+        () => send(replyFor(job.id)),
+        (err) => send(replyFor(job.id, err)),
+      )
+      .finally(() => pending.delete(p));
+    pending.add(p);
+  }
+  await Promise.all(pending);
+  await new Promise((resolve) => out.end(resolve));
+}
+
+module.exports = { run, Job, Retry, Dead, replyFor, onceKey, PROTOCOL };

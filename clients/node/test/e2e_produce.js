@@ -1,0 +1,38 @@
+'use strict';
+// Enqueues jobs through the Node producer for the end-to-end tests.
+// Usage: node e2e_produce.js TOPIC < jobs, one JSON object per line
+// ({"payload"|"payload_hex", "id", "delay_ms", "max_attempts"}); prints one
+// JSON line per job: {"id", "status"}.
+
+const readline = require('node:readline');
+const { connect } = require('./common');
+const { Producer } = require('..');
+
+async function main() {
+  const redis = await connect();
+  const producer = new Producer(redis);
+  const jobs = [];
+  for await (const line of readline.createInterface({ input: process.stdin })) {
+    if (!line.trim()) continue;
+    const s = JSON.parse(line);
+    const job = { payload: s.payload_hex != null ? Buffer.from(s.payload_hex, 'hex') : s.payload };
+    if (s.id != null) job.id = s.id;
+    if (s.delay_ms != null) job.delayMs = s.delay_ms;
+    if (s.max_attempts != null) job.maxAttempts = s.max_attempts;
+    jobs.push(job);
+  }
+  let out;
+  if (jobs.length === 1) {
+    const { payload, ...opts } = jobs[0];
+    out = [await producer.enqueue(process.argv[2], payload, opts)];
+  } else {
+    out = await producer.enqueueBatch(process.argv[2], jobs);
+  }
+  for (const e of out) console.log(JSON.stringify(e));
+  await redis.quit();
+}
+
+main().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});

@@ -1,0 +1,146 @@
+'use strict';
+const assert = require('node:assert/strict');
+const fs = require('node:fs');
+const path = require('node:path');
+const { execFileSync } = require('node:child_process');
+const { test, before, after } = require('node:test');
+const { BIN, REDIS_URL, connect, freshPrefix } = require('./common');
+const punctual = require('..');
+
+let redis;
+before(async () => {
+  redis = await connect();
+});
+after(async () => {
+  await redis.quit();
+});
+
+/** The punctual binary on the same Redis and prefix, --json; null without PUNCTUAL_BIN. */
+function cli(prefix, ...args) {
+  if (!BIN) return null;
+  return JSON.parse(execFileSync(BIN, ['--redis', REDIS_URL, '--prefix', prefix, '--json', ...args]));
+}
+
+async function redisNowMs() {
+  const t = await redis.time();
+  return Array.isArray(t) ? Number(t[0]) * 1000 : t.getTime();
+}
+
+test('enqueue: created, duplicate, replaced; get', async () => {
+  const prefix = freshPrefix();
+  const p = new punctual.Producer(redis, { prefix });
+  const payload = Buffer.from([0xff, 0x00, ...Buffer.from(':colons:{"x":1}')]);
+  assert.deepEqual(
+    await p.enqueue('orders', payload, { id: 'order:1', delayMs: 60000, maxAttempts: 3, backoffMs: [1000, 2000] }),
+    { id: 'order:1', status: 'created' },
+  );
+  assert.equal((await p.enqueue('orders', 'other', { id: 'order:1' })).status, 'duplicate');
+  const info = await p.get('orders', 'order:1');
+  assert.equal(info.state, 'pool');
+  assert.deepEqual(info.payload, payload);
+  assert.equal(info.maxAttempts, 3);
+  assert.equal(info.dueMs - info.createdMs, 60000);
+  assert.equal(info.attempts, 0);
+  assert.equal(info.lastError, null);
+  assert.equal(await redis.sIsMember(`${prefix}:topics`, 'orders'), 1);
+  const got = cli(prefix, 'get', 'orders', 'order:1');
+  if (got) assert.deepEqual([got.state, got.max_attempts, got.due_ms], ['pool', 3, info.dueMs]);
+  assert.equal((await p.enqueue('orders', 'now', { id: 'order:1', replace: true })).status, 'replaced');
+  const now = await p.get('orders', 'order:1');
+  assert.deepEqual([now.state, now.payload.toString(), now.maxAttempts], ['ready', 'now', 6]);
+});
+
+test('generated ids and absolute times', async () => {
+  const p = new punctual.Producer(redis, { prefix: freshPrefix() });
+  const nowMs = Math.floor((await redisNowMs()) / 1000) * 1000;
+  const e = await p.enqueue('t', 'x', { at: nowMs + 3600000 });
+  assert.match(e.id, /^[0-9a-z]{12}$/);
+  assert.equal((await p.get('t', e.id)).dueMs, nowMs + 3600000);
+  const d = await p.enqueue('t', 'y', { at: new Date(nowMs + 7200000) });
+  assert.equal((await p.get('t', d.id)).dueMs, nowMs + 7200000);
+  assert.equal((await p.get('t', (await p.enqueue('t', 'z', { at: 1000 })).id)).state, 'ready');
+});
+
+test('batch: the first of an id wins, calls of 1000', async () => {
+  const prefix = freshPrefix();
+  const p = new punctual.Producer(redis, { prefix });
+  const out = await p.enqueueBatch('t', [
+    { payload: 'a', id: 'a' },
+    { payload: 'b', id: 'a' },
+    { payload: 'c', delayMs: 5000 },
+  ]);
+  assert.deepEqual(out.map((o) => o.status), ['created', 'duplicate', 'created']);
+  assert.equal(out[1].id, 'a');
+  assert.equal((await p.get('t', 'a')).payload.toString(), 'a');
+  const big = await p.enqueueBatch('big', Array.from({ length: 2500 }, (_, i) => ({ payload: String(i) })));
+  assert.equal(new Set(big.map((b) => b.id)).size, 2500);
+  assert.equal(await redis.hLen(`${prefix}:{big}:jobs`), 2500);
+});
+
+test('invalid input is refused before Redis, with the library messages', async () => {
+  const prefix = freshPrefix();
+  const p = new punctual.Producer(redis, { prefix });
+  const cases = JSON.parse(fs.readFileSync(path.join(__dirname, '..', '..', 'testdata', 'invalid.json')));
+  const refused = (fn, message) => assert.rejects(fn, (e) => e instanceof punctual.InvalidInput && assert.equal(e.message, message) === undefined);
+  for (const c of cases) {
+    const opts = 'id' in c ? { id: c.id } : {};
+    await refused(() => p.enqueue(c.topic, 'x'.repeat(c.payload_bytes ?? 1), opts), c.message);
+  }
+  await refused(() => p.enqueueBatch('t', [{ payload: 'ok' }, { payload: 'x', maxAttempts: 0 }]), 'job 2: max attempts must be at least 1');
+  await refused(() => p.enqueue('t', 'x', { delayMs: -5 }), 'invalid delay -5ms: delays may not be negative');
+  await refused(() => p.enqueue('t', 'x', { delayMs: 315360000001 }), 'invalid delay 315360000s: delays are at most ten years');
+  await refused(() => p.enqueue('t', 'x', { at: -1 }), 'invalid due time: before 1970; give a time after the epoch');
+  await refused(() => p.enqueue('t', 'x', { backoffMs: [1000, 315360001000] }), 'invalid backoff step 315360001s: steps are at most ten years');
+  await refused(() => p.enqueue('t', 'x', { delayMs: 1, at: 1 }), 'give a delay or a due time, not both');
+  await refused(() => p.enqueue('t', 'x', { dealyMs: 1 }), "unknown job field 'dealyMs'; the fields are: payload, id, delayMs, at, maxAttempts, backoffMs");
+  await refused(() => p.get('t', ''), 'invalid id "": ids may not be empty (leave the id out to have one generated)');
+  assert.throws(() => new punctual.Producer(redis, { prefix: 'a{b' }), {
+    message: 'invalid prefix "a{b": prefixes must be non-empty and may not contain braces',
+  });
+  assert.deepEqual(await redis.keys(`${prefix}:*`), [], 'nothing reached Redis');
+  const nowMs = await redisNowMs();
+  await refused(() => p.enqueue('t', 'x', { at: nowMs + 20 * 365 * 86400 * 1000 }), 'job 1: due time more than ten years ahead');
+});
+
+test('NOSCRIPT: loaded again', async () => {
+  const p = new punctual.Producer(redis, { prefix: freshPrefix() });
+  await redis.scriptFlush();
+  assert.equal((await p.enqueue('t', 'x', { id: '1' })).status, 'created');
+  await redis.scriptFlush();
+  assert.equal((await p.get('t', '1')).state, 'ready');
+});
+
+test('cancel and reschedule', async () => {
+  const p = new punctual.Producer(redis, { prefix: freshPrefix() });
+  await p.enqueue('t', 'x', { id: 'j', delayMs: 3600000 });
+  assert.equal(await p.reschedule('t', 'j'), 'pool');
+  assert.equal((await p.get('t', 'j')).state, 'ready');
+  assert.equal(await p.reschedule('t', 'j', { delayMs: 60000 }), 'ready');
+  assert.equal((await p.get('t', 'j')).state, 'pool');
+  assert.equal(await p.cancel('t', 'j'), 'pool');
+  assert.equal(await p.cancel('t', 'j'), null);
+  assert.equal(await p.get('t', 'j'), null);
+  assert.equal(await p.reschedule('t', 'j'), null);
+});
+
+test('partitioned topic: crc32 routing, client-made ids', async () => {
+  const prefix = freshPrefix();
+  await redis.hSet(`${prefix}:partitions`, 'hot', '3');
+  const p = new punctual.Producer(redis, { prefix });
+  const out = await p.enqueueBatch('hot', Array.from({ length: 60 }, (_, i) => ({ payload: String(i) })));
+  const parts = new Set();
+  for (const e of out) {
+    assert.match(e.id, /^[0-9a-z]{21}$/);
+    const part = punctual.partitionOf(e.id, 3);
+    parts.add(part);
+    assert.equal(await redis.hExists(`${prefix}:{hot#${part}}:jobs`, e.id), 1);
+  }
+  assert.equal(parts.size, 3);
+  assert.equal(punctual.crc32(Buffer.from('123456789')), 0xcbf43926);
+  await p.enqueue('hot', 'given', { id: 'order:10086', delayMs: 60000 });
+  assert.equal((await p.get('hot', 'order:10086')).payload.toString(), 'given');
+  assert.equal(await p.reschedule('hot', 'order:10086'), 'pool');
+  assert.equal(await p.cancel('hot', 'order:10086'), 'ready');
+  assert.deepEqual(await redis.sMembers(`${prefix}:topics`), ['hot']);
+  cli(prefix, 'check', 'hot'); // exits non-zero on an id in the wrong partition
+});

@@ -1,0 +1,319 @@
+<?php
+
+declare(strict_types=1);
+
+namespace Punctual;
+
+/**
+ * Enqueues and inspects punctual jobs from PHP, through punctual's own Lua
+ * scripts (copies in ../lua, identical to `punctual script NAME`), called by
+ * EVALSHA. On NOSCRIPT the script is sent once with EVAL, which also caches
+ * it on the node that holds the keys (so this works on Redis Cluster too).
+ * Input is checked before anything reaches Redis, with the Rust library's
+ * messages.
+ *
+ *     $producer = new Punctual\Producer($redis);   // a connected \Redis or \RedisCluster
+ *     $r = $producer->enqueue('orders', '{"order":10086}', ['id' => 'order:10086', 'delay_ms' => 1800000]);
+ *     // ['id' => 'order:10086', 'status' => 'created']
+ */
+final class Producer
+{
+    public const DEFAULT_PREFIX = 'punctual';
+    public const DEFAULT_MAX_PAYLOAD = 65536;
+    public const MAX_BATCH = 1000;
+    private const KEYS = ['pool', 'ready', 'running', 'dead', 'jobs', 'meta', 'stats', 'seq', 'attempts'];
+    private const STATUS = [0 => 'duplicate', 1 => 'created', 2 => 'replaced'];
+    private const DIGITS = '0123456789abcdefghijklmnopqrstuvwxyz';
+
+    /** @var array<string, array{0: string, 1: string}> name => [text, sha1] */
+    private array $scripts = [];
+    /** @var array<string, true> */
+    private array $registered = [];
+    /** @var array<string, array{0: int, 1: float}> */
+    private array $partitions = [];
+
+    /**
+     * @param \Redis|\RedisCluster $redis connected, with phpredis' default
+     *        options: no OPT_PREFIX, no serializer
+     */
+    public function __construct(
+        private readonly \Redis|\RedisCluster $redis,
+        private readonly string $prefix = self::DEFAULT_PREFIX,
+        private readonly int $maxPayload = self::DEFAULT_MAX_PAYLOAD,
+    ) {
+        Validate::prefix($prefix);
+        if (($redis->getOption(\Redis::OPT_PREFIX) ?: '') !== '') {
+            throw new InvalidInput('the Redis connection has OPT_PREFIX set: punctual needs its exact key names (use the prefix argument instead)');
+        }
+        if ($redis->getOption(\Redis::OPT_SERIALIZER) !== \Redis::SERIALIZER_NONE) {
+            throw new InvalidInput('the Redis connection has a serializer set: punctual needs payloads as they are (use SERIALIZER_NONE)');
+        }
+    }
+
+    /** The nine keys of one topic (or partition `T#i`), in script order. @return list<string> */
+    public function keys(string $topic): array
+    {
+        // Not "$prefix:{$topic}": that is PHP interpolation and drops the braces.
+        return array_map(fn (string $n) => $this->prefix . ':{' . $topic . '}:' . $n, self::KEYS);
+    }
+
+    /** @param list<string|int> $argv */
+    private function call(string $name, string $topic, array $argv): mixed
+    {
+        if (!isset($this->scripts[$name])) {
+            $text = file_get_contents(__DIR__ . '/../lua/' . $name . '.lua');
+            if ($text === false) {
+                throw new \RuntimeException("punctual: cannot read lua/$name.lua");
+            }
+            $this->scripts[$name] = [$text, sha1($text)];
+        }
+        [$text, $sha] = $this->scripts[$name];
+        $args = array_merge($this->keys($topic), array_map('strval', $argv));
+        $reply = $this->attempt(fn () => $this->redis->evalSha($sha, $args, 9));
+        if ($reply instanceof \Throwable && str_starts_with($reply->getMessage(), 'NOSCRIPT')) {
+            // Empty script cache (restart, failover, SCRIPT FLUSH): EVAL runs
+            // the text and caches it on the node that holds the keys.
+            $reply = $this->attempt(fn () => $this->redis->eval($text, $args, 9));
+        }
+        if ($reply instanceof \Throwable) {
+            if (str_starts_with($reply->getMessage(), 'PUNCTUAL_INVALID ')) {
+                throw new InvalidInput(substr($reply->getMessage(), strlen('PUNCTUAL_INVALID ')));
+            }
+            throw $reply;
+        }
+        return $reply;
+    }
+
+    /**
+     * Runs one script call. A Redis error reply is thrown as a
+     * RedisException or returned as false with getLastError(), depending on
+     * the phpredis version: either way it comes back as an exception object.
+     */
+    private function attempt(callable $fn): mixed
+    {
+        $this->redis->clearLastError();
+        try {
+            $reply = $fn();
+        } catch (\RedisException $e) {
+            return $e;
+        }
+        $error = $this->redis->getLastError();
+        if ($reply === false && $error !== null && $error !== '') {
+            $this->redis->clearLastError();
+            return new \RedisException($error);
+        }
+        return $reply;
+    }
+
+    /** How many partitions $topic has (1: not partitioned); cached for 1 s. */
+    public function partitions(string $topic): int
+    {
+        Validate::topic($topic);
+        $hit = $this->partitions[$topic] ?? null;
+        if ($hit !== null && microtime(true) - $hit[1] < 1.0) {
+            return $hit[0];
+        }
+        $v = $this->redis->hGet($this->prefix . ':partitions', $topic);
+        $k = ($v === false || $v === null) ? 1 : max(1, (int) $v);
+        $this->partitions[$topic] = [$k, microtime(true)];
+        return $k;
+    }
+
+    /** The partition of $id among $k: IEEE CRC-32 of its bytes mod k. */
+    public static function partitionOf(string $id, int $k): int
+    {
+        return $k <= 1 ? 0 : crc32($id) % $k; // 64-bit PHP: crc32() is non-negative
+    }
+
+    private static function partitionName(string $topic, int $i, int $k): string
+    {
+        return $k <= 1 ? $topic : $topic . '#' . $i;
+    }
+
+    /** An id for a partitioned topic: 9 base-36 digits of the time in ms, 12 random ones. */
+    public static function generateId(): string
+    {
+        $ms = (int) floor(microtime(true) * 1000);
+        $head = '';
+        for ($i = 0; $i < 9; $i++) {
+            $head = self::DIGITS[$ms % 36] . $head;
+            $ms = intdiv($ms, 36);
+        }
+        for ($i = 0; $i < 12; $i++) {
+            $head .= self::DIGITS[random_int(0, 35)];
+        }
+        return $head;
+    }
+
+    private function route(string $topic, string $id): string
+    {
+        $k = $this->partitions($topic);
+        return self::partitionName($topic, self::partitionOf($id, $k), $k);
+    }
+
+    /**
+     * Enqueues one job: due now, 'delay_ms' after Redis gets it, or at
+     * 'at_ms' (epoch ms, Redis clock). Options: 'id' (default: generated),
+     * 'delay_ms', 'at_ms', 'max_attempts', 'backoff_ms' (list of ms),
+     * 'replace' (replace a live job of that id instead of reporting a
+     * duplicate).
+     *
+     * @param array<string, mixed> $options
+     * @return array{id: string, status: string} status: created, duplicate or replaced
+     */
+    public function enqueue(string $topic, string $payload, array $options = []): array
+    {
+        $replace = (bool) ($options['replace'] ?? false);
+        unset($options['replace']);
+        return $this->enqueueBatch($topic, [['payload' => $payload] + $options], $replace)[0];
+    }
+
+    /**
+     * Enqueues jobs, each an array with 'payload' and the options of
+     * enqueue(): one atomic script call per 1,000 jobs (per partition).
+     * Every job is checked before anything is written. An id given twice:
+     * the first wins, the others are reported as duplicates.
+     *
+     * @param list<array<string, mixed>> $jobs
+     * @return list<array{id: string, status: string}>
+     */
+    public function enqueueBatch(string $topic, array $jobs, bool $replace = false): array
+    {
+        Validate::topic($topic);
+        $jobs = array_values($jobs);
+        if ($jobs === []) {
+            return [];
+        }
+        $encoded = [];
+        foreach ($jobs as $i => $job) {
+            try {
+                $encoded[] = Validate::job($job, $this->maxPayload);
+            } catch (InvalidInput $e) {
+                throw count($jobs) > 1 ? new InvalidInput('job ' . ($i + 1) . ': ' . $e->getMessage()) : $e;
+            }
+        }
+        if (!isset($this->registered[$topic])) {
+            $this->redis->sAdd($this->prefix . ':topics', $topic);
+            $this->registered[$topic] = true;
+        }
+        $k = $this->partitions($topic);
+        $placed = array_fill(0, count($jobs), null);
+        $first = [];
+        foreach ($encoded as $i => [$id]) {
+            if ($id !== null) {
+                if (isset($first[$id])) {
+                    $placed[$i] = ['id' => $id, 'status' => 'duplicate'];
+                } else {
+                    $first[$id] = $i;
+                }
+            }
+        }
+        $sent = array_keys(array_filter($placed, fn ($p) => $p === null));
+        $groups = [];
+        if ($k <= 1) {
+            foreach (array_chunk($sent, self::MAX_BATCH) as $chunk) {
+                $groups[] = [$topic, $chunk];
+            }
+        } else {
+            $byPart = [];
+            foreach ($sent as $i) {
+                $encoded[$i][0] ??= self::generateId(); // the id picks the partition
+                $byPart[self::partitionOf($encoded[$i][0], $k)][] = $i;
+            }
+            ksort($byPart);
+            foreach ($byPart as $p => $idx) {
+                foreach (array_chunk($idx, self::MAX_BATCH) as $chunk) {
+                    $groups[] = [self::partitionName($topic, $p, $k), $chunk];
+                }
+            }
+        }
+        $failed = [];
+        $firstError = null;
+        foreach ($groups as [$physical, $idx]) {
+            $argv = [$this->maxPayload, $replace ? '1' : '0', count($idx)];
+            foreach ($idx as $i) {
+                [$id, $payload, $when, $max, $backoff] = $encoded[$i];
+                array_push($argv, $id ?? '', $payload, $when, $max, $backoff);
+            }
+            try {
+                $reply = $this->call('enqueue', $physical, $argv);
+                if (!is_array($reply) || count($reply) !== 2 * count($idx)) {
+                    throw new \UnexpectedValueException('unexpected reply from Redis to enqueue: one result per job expected');
+                }
+                foreach ($idx as $n => $i) {
+                    $placed[$i] = ['id' => (string) $reply[2 * $n], 'status' => self::STATUS[(int) $reply[2 * $n + 1]] ?? 'created'];
+                }
+            } catch (\Throwable $e) {
+                array_push($failed, ...$idx);
+                $firstError ??= $e;
+            }
+        }
+        if ($firstError !== null) {
+            $written = array_filter($placed, fn ($p) => $p !== null);
+            if (array_filter($written, fn ($p) => $p['status'] !== 'duplicate') === []) {
+                throw $firstError;
+            }
+            sort($failed);
+            throw new PartialBatch(count($jobs), $written, $failed, $firstError);
+        }
+        return $placed;
+    }
+
+    /**
+     * One job by id, or null when no such job is live. Keys: id, state
+     * (pool, ready, running, dead; orphan: a broken invariant), attempts,
+     * max_attempts, due_ms, created_ms, state_since_ms (lease deadline when
+     * running, time of death when dead, else null), last_error (null if
+     * none), payload, now_ms (Redis's clock).
+     *
+     * @return array<string, mixed>|null
+     */
+    public function get(string $topic, string $id): ?array
+    {
+        Validate::topic($topic);
+        Validate::id($id);
+        $r = $this->call('get', $this->route($topic, $id), [$id]);
+        if (!is_array($r)) {
+            return null;
+        }
+        $state = (string) $r[0];
+        $err = (string) $r[8];
+        return [
+            'id' => $id,
+            'state' => $state,
+            'attempts' => (int) $r[2],
+            'max_attempts' => (int) $r[3],
+            'due_ms' => (int) $r[5],
+            'created_ms' => (int) $r[6],
+            'state_since_ms' => in_array($state, ['running', 'dead'], true) ? (int) $r[1] : null,
+            'last_error' => $err === '' ? null : $err,
+            'payload' => (string) $r[9],
+            'now_ms' => (int) $r[10],
+        ];
+    }
+
+    /** Cancels a job in any state: the state it was in, or null when it was not live. */
+    public function cancel(string $topic, string $id): ?string
+    {
+        Validate::topic($topic);
+        Validate::id($id);
+        $r = $this->call('cancel', $this->route($topic, $id), [$id]);
+        return is_string($r) ? $r : null;
+    }
+
+    /**
+     * Gives a waiting job (pool or ready) a new due time: 'delay_ms' or
+     * 'at_ms', now when neither. Returns the state it was in; a running or
+     * dead job is left alone and its state returned; null when not live.
+     *
+     * @param array{delay_ms?: int, at_ms?: int} $when
+     */
+    public function reschedule(string $topic, string $id, array $when = []): ?string
+    {
+        Validate::topic($topic);
+        Validate::id($id);
+        $w = Validate::when($when['delay_ms'] ?? null, $when['at_ms'] ?? null);
+        $r = $this->call('reschedule', $this->route($topic, $id), [$id, $w]);
+        return is_array($r) ? (string) $r[0] : null;
+    }
+}

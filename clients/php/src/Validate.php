@@ -1,0 +1,190 @@
+<?php
+
+declare(strict_types=1);
+
+namespace Punctual;
+
+/**
+ * The checks the Rust library makes before anything reaches Redis, with its
+ * messages (crates/punctual/src/keys.rs, job.rs, queue.rs).
+ *
+ * @internal
+ */
+final class Validate
+{
+    public const MAX_TOPIC_LEN = 100;
+    public const MAX_ID_LEN = 200;
+    public const MAX_DELAY_MS = 315360000000; // ten years
+    public const MAX_ATTEMPTS = 4294967295;
+
+    /** A string quoted as Rust's `{:?}` does, so messages match the CLI's. */
+    public static function quote(string $s): string
+    {
+        $out = '"';
+        $n = strlen($s);
+        for ($i = 0; $i < $n; $i++) {
+            $c = $s[$i];
+            $o = ord($c);
+            if ($c === '"' || $c === '\\') {
+                $out .= '\\' . $c;
+            } elseif ($c === "\n") {
+                $out .= '\n';
+            } elseif ($c === "\r") {
+                $out .= '\r';
+            } elseif ($c === "\t") {
+                $out .= '\t';
+            } elseif ($o === 0) {
+                $out .= '\0';
+            } elseif ($o < 0x20 || $o === 0x7f) {
+                $out .= sprintf('\u{%x}', $o);
+            } elseif ($o === 0xc2 && $i + 1 < $n && ord($s[$i + 1]) >= 0x80 && ord($s[$i + 1]) <= 0x9f) {
+                $out .= sprintf('\u{%x}', ord($s[++$i])); // C1 control, U+0080..U+009F
+            } else {
+                $out .= $c;
+            }
+        }
+        return $out . '"';
+    }
+
+    private static function hasControl(string $s): bool
+    {
+        return preg_match('/[\x00-\x1f\x7f]|\xc2[\x80-\x9f]/', $s) === 1;
+    }
+
+    public static function topic(string $topic): void
+    {
+        $bad = static fn (string $why) => new InvalidInput(sprintf('invalid topic %s: %s', self::quote($topic), $why));
+        if ($topic === '') {
+            throw $bad('topic names may not be empty');
+        }
+        if (strlen($topic) > self::MAX_TOPIC_LEN) {
+            throw $bad('topic names are at most ' . self::MAX_TOPIC_LEN . ' bytes');
+        }
+        if (strpbrk($topic, '{}') !== false) {
+            throw $bad('topic names may not contain braces');
+        }
+        if (str_contains($topic, '#')) {
+            throw $bad("'#' is reserved for partitions");
+        }
+        // Unicode White_Space and control characters (Rust's is_whitespace, is_control).
+        if (self::hasControl($topic) || preg_match('/[\s\p{Z}]/u', $topic) === 1) {
+            throw $bad('topic names may not contain spaces or control characters');
+        }
+        if (preg_match('//u', $topic) !== 1) {
+            throw $bad('topic names must be UTF-8');
+        }
+    }
+
+    public static function id(string $id): void
+    {
+        if ($id === '') {
+            throw new InvalidInput('invalid id "": ids may not be empty (leave the id out to have one generated)');
+        }
+        if (strlen($id) > self::MAX_ID_LEN) {
+            throw new InvalidInput(sprintf('invalid id: %d bytes, ids are at most %d bytes', strlen($id), self::MAX_ID_LEN));
+        }
+        if (self::hasControl($id)) {
+            throw new InvalidInput(sprintf('invalid id %s: ids may not contain control characters', self::quote($id)));
+        }
+    }
+
+    public static function prefix(string $prefix): void
+    {
+        if ($prefix === '' || strpbrk($prefix, '{}') !== false) {
+            throw new InvalidInput(sprintf('invalid prefix %s: prefixes must be non-empty and may not contain braces', self::quote($prefix)));
+        }
+    }
+
+    /** The script's encoding of a due time: `d<ms>` or `a<epoch ms>`. */
+    public static function when(mixed $delayMs, mixed $atMs): string
+    {
+        if ($delayMs !== null && $atMs !== null) {
+            throw new InvalidInput('give a delay or a due time, not both');
+        }
+        if ($atMs !== null) {
+            if (!is_int($atMs)) {
+                throw new InvalidInput(sprintf('invalid due time %s: give epoch milliseconds as an integer', var_export($atMs, true)));
+            }
+            if ($atMs < 0) {
+                throw new InvalidInput('invalid due time: before 1970; give a time after the epoch');
+            }
+            return 'a' . $atMs;
+        }
+        if ($delayMs === null) {
+            return 'd0';
+        }
+        if (!is_int($delayMs)) {
+            throw new InvalidInput(sprintf('invalid delay %s: give milliseconds as an integer', var_export($delayMs, true)));
+        }
+        if ($delayMs < 0) {
+            throw new InvalidInput(sprintf('invalid delay %dms: delays may not be negative', $delayMs));
+        }
+        if ($delayMs > self::MAX_DELAY_MS) {
+            throw new InvalidInput(sprintf('invalid delay %ds: delays are at most ten years', intdiv($delayMs, 1000)));
+        }
+        return 'd' . $delayMs;
+    }
+
+    /**
+     * Checks one job; returns [id or '', payload, when, max attempts, backoff].
+     *
+     * @param array<string, mixed> $job
+     * @return array{0: ?string, 1: string, 2: string, 3: string, 4: string}
+     */
+    public static function job(array $job, int $maxPayload): array
+    {
+        $known = ['payload', 'id', 'delay_ms', 'at_ms', 'max_attempts', 'backoff_ms'];
+        foreach (array_keys($job) as $k) {
+            if (!in_array($k, $known, true)) {
+                throw new InvalidInput(sprintf('unknown job field %s; the fields are: %s', var_export($k, true), implode(', ', $known)));
+            }
+        }
+        $id = $job['id'] ?? null;
+        if ($id !== null) {
+            if (!is_string($id)) {
+                throw new InvalidInput(sprintf('invalid id %s: give a string', var_export($id, true)));
+            }
+            self::id($id);
+        }
+        $max = $job['max_attempts'] ?? null;
+        if ($max !== null) {
+            if (!is_int($max)) {
+                throw new InvalidInput('max attempts must be a positive integer');
+            }
+            if ($max < 1) {
+                throw new InvalidInput('max attempts must be at least 1');
+            }
+            if ($max > self::MAX_ATTEMPTS) {
+                throw new InvalidInput('max attempts must be at most ' . self::MAX_ATTEMPTS);
+            }
+        }
+        $backoff = '';
+        if (isset($job['backoff_ms'])) {
+            foreach ($job['backoff_ms'] as $step) {
+                if (!is_int($step)) {
+                    throw new InvalidInput(sprintf('invalid backoff step %s: give milliseconds as integers', var_export($step, true)));
+                }
+                if ($step < 0) {
+                    throw new InvalidInput(sprintf('invalid backoff step %dms: steps may not be negative', $step));
+                }
+                if ($step > self::MAX_DELAY_MS) {
+                    throw new InvalidInput(sprintf('invalid backoff step %ds: steps are at most ten years', intdiv($step, 1000)));
+                }
+            }
+            $backoff = implode(',', $job['backoff_ms']);
+        }
+        $when = self::when($job['delay_ms'] ?? null, $job['at_ms'] ?? null);
+        if (!array_key_exists('payload', $job) || !is_string($job['payload'])) {
+            throw new InvalidInput('payload must be a string (use json_encode for JSON)');
+        }
+        $payload = $job['payload'];
+        if (strlen($payload) > $maxPayload) {
+            throw new InvalidInput(sprintf(
+                'payload is %d bytes, over the %d-byte limit (raise max_payload or store the data elsewhere and enqueue a reference)',
+                strlen($payload),
+                $maxPayload,
+            ));
+        }
+        return [$id, $payload, $when, $max === null ? '' : (string) $max, $backoff];
+    }
+}

@@ -1,0 +1,95 @@
+<?php
+
+declare(strict_types=1);
+
+namespace Punctual;
+
+/**
+ * The resident handler loop of `punctual serve` (docs/RESIDENT.md, protocol
+ * 1): jobs arrive on fd 3 and replies go to fd 4, one JSON object per line.
+ * stdout and stderr are not part of the protocol: echo freely.
+ *
+ *     Punctual\Worker::run(function (Punctual\Job $job): void {
+ *         $order = $job->json();
+ *         // ... return: done; throw new Punctual\Retry('busy', 60000): retry
+ *         // in a minute; throw new Punctual\Dead('no such order'): dead;
+ *         // any other exception: retried, its class and message the error.
+ *     });
+ */
+final class Worker
+{
+    public const PROTOCOL = 1;
+
+    /**
+     * Says ready, handles jobs one at a time until fd 3 ends (EOF: punctual
+     * wants the program to exit), then returns.
+     *
+     * @param callable(Job): mixed $handler
+     */
+    public static function run(callable $handler): void
+    {
+        $in = self::open('PUNCTUAL_JOBS_FD', 'r');
+        $out = self::open('PUNCTUAL_REPLIES_FD', 'w');
+        self::send($out, ['type' => 'ready', 'protocol' => self::PROTOCOL, 'inflight' => 1]);
+        while (($line = fgets($in)) !== false) {
+            $msg = json_decode($line, true);
+            if (!is_array($msg) || ($msg['type'] ?? null) !== 'job') {
+                continue; // later versions may add message types
+            }
+            $id = (string) ($msg['id'] ?? '');
+            try {
+                $handler(Job::fromMessage($msg));
+                $reply = ['type' => 'done', 'id' => $id];
+            } catch (\Throwable $e) {
+                $reply = self::replyFor($id, $e);
+            }
+            self::send($out, $reply);
+        }
+        fclose($out);
+        fclose($in);
+    }
+
+    /** @return array<string, mixed> the reply line for a handler's exception */
+    public static function replyFor(string $id, \Throwable $e): array
+    {
+        if ($e instanceof Dead) {
+            return ['type' => 'dead', 'id' => $id, 'error' => $e->getMessage()];
+        }
+        if ($e instanceof Retry) {
+            $reply = ['type' => 'retry', 'id' => $id, 'error' => $e->getMessage()];
+            if ($e->delayMs !== null) {
+                $reply['delay_ms'] = max(0, $e->delayMs);
+            }
+            return $reply;
+        }
+        return ['type' => 'retry', 'id' => $id, 'error' => get_class($e) . ': ' . $e->getMessage()];
+    }
+
+    /** @return resource */
+    private static function open(string $env, string $mode)
+    {
+        $fd = (int) (getenv($env) ?: ($env === 'PUNCTUAL_JOBS_FD' ? 3 : 4));
+        $h = @fopen('php://fd/' . $fd, $mode);
+        if ($h === false || @fstat($h) === false) {
+            throw new \RuntimeException("punctual: fd $fd is not open: run this program under `punctual serve` (a topic with resident = [...]); see docs/RESIDENT.md");
+        }
+        return $h;
+    }
+
+    /**
+     * @param resource $out
+     * @param array<string, mixed> $msg
+     */
+    private static function send($out, array $msg): void
+    {
+        $line = json_encode($msg, JSON_UNESCAPED_SLASHES | JSON_UNESCAPED_UNICODE | JSON_INVALID_UTF8_SUBSTITUTE | JSON_THROW_ON_ERROR) . "\n";
+        while ($line !== '') {
+            $n = fwrite($out, $line);
+            if ($n === false || $n === 0) {
+                throw new \RuntimeException('punctual: cannot write to the reply fd');
+            }
+            $line = substr($line, $n);
+        }
+        fflush($out);
+    }
+}

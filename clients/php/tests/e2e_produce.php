@@ -1,0 +1,31 @@
+<?php
+
+// Enqueues jobs through the PHP producer for the end-to-end tests.
+// Usage: php e2e_produce.php TOPIC < jobs, one JSON object per line
+// ({"payload"|"payload_hex", "id", "delay_ms", "max_attempts"}); prints one
+// JSON line per job: {"id", "status"}.
+
+declare(strict_types=1);
+
+require __DIR__ . '/bootstrap.php';
+
+$producer = new Punctual\Producer(test_redis());
+$jobs = [];
+while (($line = fgets(STDIN)) !== false) {
+    $spec = json_decode($line, true, 512, JSON_THROW_ON_ERROR);
+    if (isset($spec['payload_hex'])) {
+        $spec['payload'] = hex2bin($spec['payload_hex']);
+        unset($spec['payload_hex']);
+    }
+    $jobs[] = $spec;
+}
+if (count($jobs) === 1) {
+    $payload = $jobs[0]['payload'];
+    unset($jobs[0]['payload']);
+    $out = [$producer->enqueue($argv[1], $payload, $jobs[0])];
+} else {
+    $out = $producer->enqueueBatch($argv[1], $jobs);
+}
+foreach ($out as $e) {
+    echo json_encode($e), "\n";
+}

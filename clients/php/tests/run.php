@@ -1,0 +1,311 @@
+<?php
+
+// The PHP client's tests, without dependencies: php tests/run.php
+// Needs PUNCTUAL_TEST_REDIS_URL (a scratch Redis: the Rust test
+// crates/punctual-cli/tests/clients.rs starts one) and, for the checks
+// against the Rust library, PUNCTUAL_BIN (the punctual binary).
+
+declare(strict_types=1);
+
+require __DIR__ . '/bootstrap.php';
+
+use Punctual\InvalidInput;
+use Punctual\Job;
+use Punctual\Producer;
+
+error_reporting(E_ALL);
+set_error_handler(static function (int $no, string $msg, string $file, int $line): bool {
+    throw new ErrorException($msg, 0, $no, $file, $line);
+});
+
+final class Failed extends Exception
+{
+}
+
+function check(bool $ok, string $what): void
+{
+    if (!$ok) {
+        throw new Failed($what);
+    }
+}
+
+function same(mixed $want, mixed $have, string $what = ''): void
+{
+    if ($want !== $have) {
+        throw new Failed(sprintf("%s\n  want: %s\n  have: %s", $what, var_export($want, true), var_export($have, true)));
+    }
+}
+
+function refused(callable $fn, string $message): void
+{
+    try {
+        $fn();
+    } catch (InvalidInput $e) {
+        same($message, $e->getMessage(), 'message');
+        return;
+    }
+    throw new Failed("not refused: $message");
+}
+
+function fresh_prefix(): string
+{
+    return 'phptest-' . bin2hex(random_bytes(5));
+}
+
+/** The punctual binary on the same Redis and prefix, --json; null without PUNCTUAL_BIN. */
+function cli(string $prefix, string ...$args): mixed
+{
+    $bin = getenv('PUNCTUAL_BIN');
+    if (!$bin) {
+        return null;
+    }
+    $cmd = array_merge([$bin, '--redis', getenv('PUNCTUAL_TEST_REDIS_URL'), '--prefix', $prefix, '--json'], $args);
+    $p = proc_open($cmd, [1 => ['pipe', 'w'], 2 => ['pipe', 'w']], $pipes);
+    $out = stream_get_contents($pipes[1]);
+    $err = stream_get_contents($pipes[2]);
+    $code = proc_close($p);
+    check($code === 0, 'punctual ' . implode(' ', $args) . " failed: $err");
+    return json_decode($out, true);
+}
+
+$tests = [];
+
+$tests['enqueue: created, duplicate, replaced; get'] = function (Redis $r): void {
+    $prefix = fresh_prefix();
+    $p = new Producer($r, $prefix);
+    $payload = "\xff\x00:colons:{\"x\":1}";
+    same(['id' => 'order:1', 'status' => 'created'], $p->enqueue('orders', $payload, [
+        'id' => 'order:1', 'delay_ms' => 60000, 'max_attempts' => 3, 'backoff_ms' => [1000, 2000],
+    ]));
+    same('duplicate', $p->enqueue('orders', 'other', ['id' => 'order:1'])['status']);
+    $info = $p->get('orders', 'order:1');
+    same('pool', $info['state']);
+    same($payload, $info['payload']);
+    same(3, $info['max_attempts']);
+    same(60000, $info['due_ms'] - $info['created_ms']);
+    same(0, $info['attempts']);
+    same(null, $info['last_error']);
+    check((bool) $r->sIsMember("$prefix:topics", 'orders'), 'topic registered');
+    if (($got = cli($prefix, 'get', 'orders', 'order:1')) !== null) {
+        same(['pool', 3, $info['due_ms']], [$got['state'], $got['max_attempts'], $got['due_ms']], 'the Rust library reads it');
+    }
+    same('replaced', $p->enqueue('orders', 'now', ['id' => 'order:1', 'replace' => true])['status']);
+    $info = $p->get('orders', 'order:1');
+    same(['ready', 'now', 6], [$info['state'], $info['payload'], $info['max_attempts']]);
+};
+
+$tests['generated ids and absolute times'] = function (Redis $r): void {
+    $p = new Producer($r, fresh_prefix());
+    $now = (int) $r->time()[0] * 1000;
+    $e = $p->enqueue('t', 'x', ['at_ms' => $now + 3600000]);
+    check(preg_match('/^[0-9a-z]{12}$/', $e['id']) === 1, 'a 12-character generated id: ' . $e['id']);
+    same($now + 3600000, $p->get('t', $e['id'])['due_ms']);
+    same('ready', $p->get('t', $p->enqueue('t', 'y', ['at_ms' => 1000])['id'])['state'], 'a past time is due now');
+};
+
+$tests['batch: first id wins, calls of 1000'] = function (Redis $r): void {
+    $prefix = fresh_prefix();
+    $p = new Producer($r, $prefix);
+    $out = $p->enqueueBatch('t', [
+        ['payload' => 'a', 'id' => 'a'], ['payload' => 'b', 'id' => 'a'], ['payload' => 'c', 'delay_ms' => 5000],
+    ]);
+    same(['created', 'duplicate', 'created'], array_column($out, 'status'));
+    same('a', $out[1]['id']);
+    same('a', $p->get('t', 'a')['payload']);
+    $big = $p->enqueueBatch('big', array_map(fn ($i) => ['payload' => (string) $i], range(1, 2500)));
+    same(2500, count(array_unique(array_column($big, 'id'))));
+    same(2500, $r->hLen("$prefix:{big}:jobs"));
+};
+
+$tests['invalid input: refused before Redis, with the library messages'] = function (Redis $r): void {
+    $prefix = fresh_prefix();
+    $p = new Producer($r, $prefix);
+    $cases = json_decode(file_get_contents(__DIR__ . '/../../testdata/invalid.json'), true, 512, JSON_THROW_ON_ERROR);
+    foreach ($cases as $c) {
+        $opts = array_key_exists('id', $c) ? ['id' => $c['id']] : [];
+        refused(fn () => $p->enqueue($c['topic'], str_repeat('x', $c['payload_bytes'] ?? 1), $opts), $c['message']);
+    }
+    refused(fn () => $p->enqueueBatch('t', [['payload' => 'ok'], ['payload' => 'x', 'max_attempts' => 0]]), 'job 2: max attempts must be at least 1');
+    refused(fn () => $p->enqueue('t', 'x', ['delay_ms' => -5]), 'invalid delay -5ms: delays may not be negative');
+    refused(fn () => $p->enqueue('t', 'x', ['delay_ms' => 315360000001]), 'invalid delay 315360000s: delays are at most ten years');
+    refused(fn () => $p->enqueue('t', 'x', ['at_ms' => -1]), 'invalid due time: before 1970; give a time after the epoch');
+    refused(fn () => $p->enqueue('t', 'x', ['backoff_ms' => [1000, 315360001000]]), 'invalid backoff step 315360001s: steps are at most ten years');
+    refused(fn () => $p->enqueue('t', 'x', ['delay_ms' => 1, 'at_ms' => 1]), 'give a delay or a due time, not both');
+    refused(fn () => $p->enqueue('t', 'x', ['dealy_ms' => 1]), "unknown job field 'dealy_ms'; the fields are: payload, id, delay_ms, at_ms, max_attempts, backoff_ms");
+    refused(fn () => new Producer($r, 'a{b'), 'invalid prefix "a{b": prefixes must be non-empty and may not contain braces');
+    refused(fn () => $p->get('t', ''), 'invalid id "": ids may not be empty (leave the id out to have one generated)');
+    same([], $r->keys("$prefix:*"), 'nothing reached Redis');
+    $now = (int) $r->time()[0] * 1000;
+    refused(fn () => $p->enqueue('t', 'x', ['at_ms' => $now + 20 * 365 * 86400 * 1000]), 'job 1: due time more than ten years ahead');
+};
+
+$tests['NOSCRIPT: loaded again'] = function (Redis $r): void {
+    $p = new Producer($r, fresh_prefix());
+    $r->script('flush');
+    same('created', $p->enqueue('t', 'x', ['id' => '1'])['status']);
+    $r->script('flush');
+    same('ready', $p->get('t', '1')['state']);
+};
+
+$tests['cancel and reschedule'] = function (Redis $r): void {
+    $p = new Producer($r, fresh_prefix());
+    $p->enqueue('t', 'x', ['id' => 'j', 'delay_ms' => 3600000]);
+    same('pool', $p->reschedule('t', 'j'));
+    same('ready', $p->get('t', 'j')['state']);
+    same('ready', $p->reschedule('t', 'j', ['delay_ms' => 60000]));
+    same('pool', $p->get('t', 'j')['state']);
+    same('pool', $p->cancel('t', 'j'));
+    same(null, $p->cancel('t', 'j'));
+    same(null, $p->get('t', 'j'));
+    same(null, $p->reschedule('t', 'j'));
+};
+
+$tests['partitioned topic: crc32 routing, client-made ids'] = function (Redis $r): void {
+    $prefix = fresh_prefix();
+    $r->hSet("$prefix:partitions", 'hot', '3');
+    $p = new Producer($r, $prefix);
+    $out = $p->enqueueBatch('hot', array_map(fn ($i) => ['payload' => (string) $i], range(1, 60)));
+    $parts = [];
+    foreach ($out as $e) {
+        check(preg_match('/^[0-9a-z]{21}$/', $e['id']) === 1, 'a 21-character id: ' . $e['id']);
+        $part = crc32($e['id']) % 3;
+        $parts[$part] = true;
+        check((bool) $r->hExists("$prefix:{hot#$part}:jobs", $e['id']), "{$e['id']} in partition $part");
+    }
+    same(3, count($parts));
+    same(0xCBF43926 % 7, Producer::partitionOf('123456789', 7));
+    $p->enqueue('hot', 'given', ['id' => 'order:10086', 'delay_ms' => 60000]);
+    same('given', $p->get('hot', 'order:10086')['payload']);
+    same('pool', $p->reschedule('hot', 'order:10086'));
+    same('ready', $p->cancel('hot', 'order:10086'));
+    same(['hot'], $r->sMembers("$prefix:topics"));
+    cli($prefix, 'check', 'hot'); // exits non-zero on an id in the wrong partition
+};
+
+/** Plays punctual serve's side of docs/RESIDENT.md over fds 3 and 4. */
+final class FakeServe
+{
+    /** @var resource */
+    private $proc;
+    /** @var array<int, resource> */
+    private array $pipes = [];
+
+    public function __construct(array $argv)
+    {
+        $spec = [0 => ['file', '/dev/null', 'r'], 1 => ['pipe', 'w'], 2 => ['pipe', 'w'], 3 => ['pipe', 'r'], 4 => ['pipe', 'w']];
+        $this->proc = proc_open($argv, $spec, $this->pipes);
+    }
+
+    public function read(): array
+    {
+        $line = fgets($this->pipes[4]);
+        if ($line === false) {
+            throw new Failed('fd 4 closed early: ' . stream_get_contents($this->pipes[2]));
+        }
+        return json_decode($line, true, 512, JSON_THROW_ON_ERROR);
+    }
+
+    public function send(array $msg): void
+    {
+        fwrite($this->pipes[3], json_encode($msg) . "\n");
+        fflush($this->pipes[3]);
+    }
+
+    public function job(string $id, mixed $payload, int $attempt = 1, bool $b64 = false): array
+    {
+        $msg = ['type' => 'job', 'id' => $id, 'topic' => 'faketopic', 'attempt' => $attempt, 'max_attempts' => 5,
+            'due_ms' => 1000, 'created_ms' => 900, 'timeout_ms' => 30000];
+        if ($b64) {
+            $msg['payload_b64'] = base64_encode($payload);
+        } else {
+            $msg['payload'] = is_string($payload) ? $payload : json_encode($payload);
+        }
+        $this->send($msg);
+        return $this->read();
+    }
+
+    /** Closes fd 3 (EOF): returns [exit status, stdout, stderr]. */
+    public function close(): array
+    {
+        fclose($this->pipes[3]);
+        $out = stream_get_contents($this->pipes[1]);
+        $err = stream_get_contents($this->pipes[2]);
+        fclose($this->pipes[4]);
+        return [proc_close($this->proc), $out, $err];
+    }
+}
+
+$tests['resident loop against a fake serve'] = function (Redis $r): void {
+    $r->del('e2e:faketopic:seen', 'e2e:faketopic:once:o');
+    $fake = new FakeServe([PHP_BINARY, __DIR__ . '/e2e_handler.php']);
+    same(['type' => 'ready', 'protocol' => 1, 'inflight' => 1], $fake->read());
+    same(['type' => 'done', 'id' => 'a'], $fake->job('a', ['do' => 'ok']));
+    same(['type' => 'done', 'id' => 'p'], $fake->job('p', ['do' => 'print']));
+    same(['type' => 'retry', 'id' => 'r', 'error' => 'asked to retry', 'delay_ms' => 1500], $fake->job('r', ['do' => 'retry', 'delay_ms' => 1500]));
+    same(['type' => 'retry', 'id' => 'r2', 'error' => 'asked to retry'], $fake->job('r2', ['do' => 'retry']));
+    same(['type' => 'dead', 'id' => 'd', 'error' => 'asked to die'], $fake->job('d', ['do' => 'dead']));
+    same(['type' => 'retry', 'id' => 'x', 'error' => 'DomainException: boom'], $fake->job('x', ['do' => 'raise']));
+    $fake->send(['type' => 'something-later', 'id' => 'zz']);
+    same(['type' => 'done', 'id' => 'b'], $fake->job('b', "\xff\x00bin", 1, true));
+    same(['type' => 'done', 'id' => 'u'], $fake->job('u', "caf\u{e9} \u{2603}"));
+    same('retry', $fake->job('o', ['do' => 'once'])['type']);
+    same(['type' => 'done', 'id' => 'o'], $fake->job('o', ['do' => 'once'], 2));
+    same('1', $r->get('e2e:faketopic:once:o'));
+    [$code, $out, $err] = $fake->close();
+    same(0, $code, "exit status; stderr: $err");
+    check(str_contains($out, 'junk on stdout') && str_contains($out, '{"type":"done","id":"not-a-reply"}'), "stdout: $out");
+    check(str_contains($err, 'junk on stderr'), "stderr: $err");
+    check(str_contains($out, 'EOF, exiting'), "stdout: $out");
+    $seen = [];
+    foreach ($r->lRange('e2e:faketopic:seen', 0, -1) as $s) {
+        $s = json_decode($s, true);
+        $seen[$s['id']] = $s;
+    }
+    same("\xff\x00bin", hex2bin($seen['b']['payload_hex']));
+    same("caf\u{e9} \u{2603}", hex2bin($seen['u']['payload_hex']));
+    same([1, 5, 1000, 900, 30000], [$seen['a']['attempt'], $seen['a']['max_attempts'], $seen['a']['due_ms'], $seen['a']['created_ms'], $seen['a']['timeout_ms']]);
+};
+
+$tests['outside serve: says what to do'] = function (Redis $r): void {
+    $code = 'require ' . var_export(__DIR__ . '/bootstrap.php', true) . '; Punctual\Worker::run(fn ($j) => null);';
+    $p = proc_open([PHP_BINARY, '-r', $code], [1 => ['pipe', 'w'], 2 => ['pipe', 'w']], $pipes, null,
+        ['PUNCTUAL_JOBS_FD' => '97', 'PUNCTUAL_REPLIES_FD' => '98']);
+    $all = stream_get_contents($pipes[1]) . stream_get_contents($pipes[2]);
+    check(proc_close($p) !== 0, 'exits non-zero');
+    check(str_contains($all, 'fd 97 is not open: run this program under `punctual serve`'), $all);
+};
+
+$tests['once: a step runs once, again after it failed'] = function (Redis $r): void {
+    $prefix = fresh_prefix();
+    $job = Job::fromMessage(['id' => 'j1', 'topic' => 't', 'payload' => '{}']);
+    $calls = [];
+    try {
+        $job->once($r, 'charge', 60, function () use (&$calls) {
+            $calls[] = 'boom';
+            throw new RuntimeException('side effect failed');
+        }, $prefix);
+        throw new Failed('the exception must pass through');
+    } catch (RuntimeException) {
+    }
+    check($job->once($r, 'charge', 60, function () use (&$calls) { $calls[] = 'ok'; }, $prefix), 'ran');
+    check(!$job->once($r, 'charge', 60, function () use (&$calls) { $calls[] = 'again'; }, $prefix), 'skipped');
+    same(['boom', 'ok'], $calls);
+    $key = Punctual\Idempotency::key($prefix, 't', 'j1', 'charge');
+    same("$prefix:once:t:j1:charge", $key);
+    $ttl = $r->ttl($key);
+    check($ttl > 0 && $ttl <= 60, "ttl $ttl");
+};
+
+$redis = test_redis();
+$failed = 0;
+foreach ($tests as $name => $test) {
+    try {
+        $test($redis);
+        echo "ok   $name\n";
+    } catch (Throwable $e) {
+        $failed++;
+        echo "FAIL $name: ", get_class($e), ': ', $e->getMessage(), "\n  at ", $e->getFile(), ':', $e->getLine(), "\n";
+    }
+}
+echo $failed === 0 ? 'php: all ' . count($tests) . " tests passed\n" : "php: $failed of " . count($tests) . " tests FAILED\n";
+exit($failed === 0 ? 0 : 1);

@@ -1,0 +1,36 @@
+"""punctual for Python: a producer for punctual's Redis layout and the
+resident handler loop of ``punctual serve`` (docs/RESIDENT.md).
+
+    import punctual, redis
+    producer = punctual.Producer(redis.Redis.from_url("redis://127.0.0.1:6379"))
+    producer.enqueue("orders", '{"order": 10086}', id="order:10086", delay_ms=1_800_000)
+
+    def handle(job: punctual.Job) -> None:
+        order = job.json()
+        ...
+
+    punctual.run(handle)   # under punctual serve: resident = ["python3", "worker.py"]
+"""
+
+from .producer import (
+    DEFAULT_MAX_PAYLOAD,
+    DEFAULT_PREFIX,
+    Enqueued,
+    InvalidInput,
+    JobInfo,
+    NewJob,
+    PartialBatch,
+    Producer,
+    generate_id,
+    partition_of,
+    validate_id,
+    validate_topic,
+)
+from .worker import Dead, Job, Retry, Worker, once_key, run
+
+__all__ = [
+    "DEFAULT_MAX_PAYLOAD", "DEFAULT_PREFIX", "Dead", "Enqueued", "InvalidInput", "Job",
+    "JobInfo", "NewJob", "PartialBatch", "Producer", "Retry", "Worker", "generate_id",
+    "once_key", "partition_of", "run", "validate_id", "validate_topic",
+]
+__version__ = "0.1.0"

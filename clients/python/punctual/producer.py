@@ -1,0 +1,438 @@
+"""Producer: enqueue, get, cancel and reschedule punctual jobs from Python.
+
+Every change goes through punctual's own Lua scripts (copies in ``lua/``,
+identical to ``punctual script NAME``), called by EVALSHA; on NOSCRIPT the
+script is sent once with EVAL, which also caches it on that node (this works
+on Redis Cluster too). Input is checked before anything reaches Redis, with
+the messages of the Rust library and the CLI.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import time
+import unicodedata
+import zlib
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, Iterable, Optional, Union
+
+import redis
+
+DEFAULT_PREFIX = "punctual"
+DEFAULT_MAX_PAYLOAD = 64 * 1024
+MAX_TOPIC_LEN = 100
+MAX_ID_LEN = 200
+MAX_BATCH = 1000
+MAX_DELAY_MS = 10 * 365 * 24 * 3600 * 1000
+MAX_ATTEMPTS = 2**32 - 1
+_KEYS = ("pool", "ready", "running", "dead", "jobs", "meta", "stats", "seq", "attempts")
+_STATUS = {0: "duplicate", 1: "created", 2: "replaced"}
+_DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+Payload = Union[bytes, str]
+
+
+class InvalidInput(ValueError):
+    """Bad input (topic, id, payload, delay, option): nothing was written."""
+
+
+class PartialBatch(Exception):
+    """A batch of more than one script call failed part way.
+
+    ``written`` maps batch indexes to their :class:`Enqueued`; ``failed``
+    lists the indexes not written; ``__cause__`` is why."""
+
+    def __init__(self, total: int, written: dict, failed: list, source: Exception):
+        super().__init__(
+            f"{source} (the batch of {total} jobs went in calls of up to 1,000: "
+            f"{len(written)} written, {len(failed)} not; enqueue those again, ids make that safe)"
+        )
+        self.total, self.written, self.failed = total, written, failed
+        self.__cause__ = source
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """A job to enqueue (for :meth:`Producer.enqueue_batch`)."""
+
+    payload: Payload
+    id: Optional[str] = None
+    delay_ms: Optional[int] = None
+    at_ms: Optional[int] = None
+    max_attempts: Optional[int] = None
+    backoff_ms: Optional[list] = None
+
+
+@dataclass(frozen=True)
+class Enqueued:
+    """What enqueue did with one job: its id (given or generated) and
+    ``status``: ``"created"``, ``"duplicate"`` (the id was live, nothing
+    changed) or ``"replaced"``."""
+
+    id: str
+    status: str
+
+    @property
+    def is_duplicate(self) -> bool:
+        return self.status == "duplicate"
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """A job as stored (:meth:`Producer.get`). Times are epoch ms, Redis clock."""
+
+    id: str
+    state: str  # pool, ready, running, dead (orphan: a broken invariant)
+    attempts: int
+    max_attempts: int
+    due_ms: int
+    created_ms: int
+    state_since_ms: Optional[int]  # lease deadline (running) or time of death (dead)
+    last_error: Optional[str]
+    payload: bytes
+    now_ms: int
+
+
+def debug_quote(s: str) -> str:
+    """A string quoted as Rust's ``{:?}`` does, so messages match the CLI's."""
+    out = ['"']
+    for c in s:
+        if c in '"\\':
+            out.append("\\" + c)
+        elif c == "\n":
+            out.append("\\n")
+        elif c == "\r":
+            out.append("\\r")
+        elif c == "\t":
+            out.append("\\t")
+        elif c == "\0":
+            out.append("\\0")
+        elif unicodedata.category(c) == "Cc":
+            out.append("\\u{%x}" % ord(c))
+        else:
+            out.append(c)
+    out.append('"')
+    return "".join(out)
+
+
+def _is_control(c: str) -> bool:
+    return unicodedata.category(c) == "Cc"
+
+
+def validate_topic(topic: str) -> None:
+    """1 to 100 bytes, no braces, no '#', no whitespace or control characters."""
+    if not isinstance(topic, str):
+        raise InvalidInput(f"invalid topic {topic!r}: give a string")
+
+    def bad(why: str) -> InvalidInput:
+        return InvalidInput(f"invalid topic {debug_quote(topic)}: {why}")
+
+    if topic == "":
+        raise bad("topic names may not be empty")
+    if len(topic.encode()) > MAX_TOPIC_LEN:
+        raise bad(f"topic names are at most {MAX_TOPIC_LEN} bytes")
+    if "{" in topic or "}" in topic:
+        raise bad("topic names may not contain braces")
+    if "#" in topic:
+        raise bad("'#' is reserved for partitions")
+    if any(c.isspace() or _is_control(c) for c in topic):
+        raise bad("topic names may not contain spaces or control characters")
+
+
+def validate_id(job_id: str) -> None:
+    """1 to 200 bytes, no control characters."""
+    if not isinstance(job_id, str):
+        raise InvalidInput(f"invalid id {job_id!r}: give a string")
+    if job_id == "":
+        raise InvalidInput(
+            'invalid id "": ids may not be empty (leave the id out to have one generated)'
+        )
+    n = len(job_id.encode())
+    if n > MAX_ID_LEN:
+        raise InvalidInput(f"invalid id: {n} bytes, ids are at most {MAX_ID_LEN} bytes")
+    if any(_is_control(c) for c in job_id):
+        raise InvalidInput(f"invalid id {debug_quote(job_id)}: ids may not contain control characters")
+
+
+def _int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def encode_when(delay_ms: Optional[int], at_ms: Optional[int]) -> str:
+    """The script's encoding of a due time: ``d<ms>`` or ``a<epoch ms>``."""
+    if delay_ms is not None and at_ms is not None:
+        raise InvalidInput("give a delay or a due time, not both")
+    if at_ms is not None:
+        if not _int(at_ms):
+            raise InvalidInput(f"invalid due time {at_ms!r}: give epoch milliseconds as an integer")
+        if at_ms < 0:
+            raise InvalidInput("invalid due time: before 1970; give a time after the epoch")
+        return f"a{at_ms}"
+    if delay_ms is None:
+        return "d0"
+    if not _int(delay_ms):
+        raise InvalidInput(f"invalid delay {delay_ms!r}: give milliseconds as an integer")
+    if delay_ms < 0:
+        raise InvalidInput(f"invalid delay {delay_ms}ms: delays may not be negative")
+    if delay_ms > MAX_DELAY_MS:
+        raise InvalidInput(f"invalid delay {delay_ms // 1000}s: delays are at most ten years")
+    return f"d{delay_ms}"
+
+
+def _encode_job(job: NewJob, max_payload: int) -> tuple:
+    """Checks one job; returns (payload bytes, when, max attempts, backoff)."""
+    if job.id is not None:
+        validate_id(job.id)
+    if job.max_attempts is not None:
+        if not _int(job.max_attempts):
+            raise InvalidInput("max attempts must be a positive integer")
+        if job.max_attempts < 1:
+            raise InvalidInput("max attempts must be at least 1")
+        if job.max_attempts > MAX_ATTEMPTS:
+            raise InvalidInput(f"max attempts must be at most {MAX_ATTEMPTS}")
+    backoff = ""
+    if job.backoff_ms is not None:
+        steps = list(job.backoff_ms)
+        for step in steps:
+            if not _int(step):
+                raise InvalidInput(f"invalid backoff step {step!r}: give milliseconds as integers")
+            if step < 0:
+                raise InvalidInput(f"invalid backoff step {step}ms: steps may not be negative")
+            if step > MAX_DELAY_MS:
+                raise InvalidInput(f"invalid backoff step {step // 1000}s: steps are at most ten years")
+        backoff = ",".join(str(s) for s in steps)
+    when = encode_when(job.delay_ms, job.at_ms)
+    payload = job.payload
+    if isinstance(payload, str):
+        payload = payload.encode()
+    elif isinstance(payload, (bytearray, memoryview)):
+        payload = bytes(payload)
+    elif not isinstance(payload, bytes):
+        raise InvalidInput(
+            f"payload must be bytes or str, not {type(payload).__name__} (use json.dumps for JSON)"
+        )
+    if len(payload) > max_payload:
+        raise InvalidInput(
+            f"payload is {len(payload)} bytes, over the {max_payload}-byte limit "
+            "(raise max_payload or store the data elsewhere and enqueue a reference)"
+        )
+    max_attempts = "" if job.max_attempts is None else str(job.max_attempts)
+    return payload, when, max_attempts, backoff
+
+
+def generate_id() -> str:
+    """An id made by the client for a partitioned topic (the id picks the
+    partition): 9 base-36 digits of the time in ms, then 12 random ones."""
+    ms, head = int(time.time() * 1000), ""
+    for _ in range(9):
+        ms, r = divmod(ms, 36)
+        head = _DIGITS[r] + head
+    return head + "".join(secrets.choice(_DIGITS) for _ in range(12))
+
+
+def partition_of(job_id: str, k: int) -> int:
+    """The partition of ``job_id`` among ``k``: IEEE CRC-32 of its bytes mod k."""
+    return 0 if k <= 1 else zlib.crc32(job_id.encode()) % k
+
+
+def partition_name(topic: str, i: int, k: int) -> str:
+    return topic if k <= 1 else f"{topic}#{i}"
+
+
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _bytes(v: Any) -> bytes:
+    return v if isinstance(v, bytes) else str(v).encode()
+
+
+class _Script:
+    def __init__(self, name: str):
+        self.name = name
+        self.text = resources.files("punctual").joinpath("lua", f"{name}.lua").read_bytes()
+        self.sha = hashlib.sha1(self.text).hexdigest()
+
+
+class Producer:
+    """Enqueues and inspects jobs in one Redis (or Redis Cluster).
+
+    ``client`` is a ``redis.Redis`` or ``redis.cluster.RedisCluster`` made
+    with the default ``decode_responses=False`` (payloads are bytes).
+    """
+
+    def __init__(self, client, prefix: str = DEFAULT_PREFIX, max_payload: int = DEFAULT_MAX_PAYLOAD):
+        if not isinstance(prefix, str) or prefix == "" or "{" in prefix or "}" in prefix:
+            raise InvalidInput(
+                f"invalid prefix {debug_quote(str(prefix))}: prefixes must be non-empty and may not contain braces"
+            )
+        self.client = client
+        self.prefix = prefix
+        self.max_payload = max_payload
+        self._scripts = {n: _Script(n) for n in ("enqueue", "get", "cancel", "reschedule")}
+        self._registered: set = set()
+        self._partitions: dict = {}
+
+    # ---- plumbing -------------------------------------------------------
+
+    def keys(self, topic: str) -> list:
+        """The nine keys of one topic (or partition ``T#i``), in script order."""
+        return [f"{self.prefix}:{{{topic}}}:{n}" for n in _KEYS]
+
+    def _call(self, name: str, topic: str, *argv):
+        script = self._scripts[name]
+        keys = self.keys(topic)
+        try:
+            try:
+                return self.client.evalsha(script.sha, len(keys), *keys, *argv)
+            except redis.exceptions.NoScriptError:
+                # Empty script cache (restart, failover, SCRIPT FLUSH): EVAL
+                # runs the text and caches it on the node that holds the keys.
+                return self.client.eval(script.text, len(keys), *keys, *argv)
+        except redis.exceptions.ResponseError as e:
+            msg = str(e)
+            if msg.startswith("PUNCTUAL_INVALID"):
+                raise InvalidInput(msg[len("PUNCTUAL_INVALID "):]) from None
+            raise
+
+    def partitions(self, topic: str) -> int:
+        """How many partitions ``topic`` has (1: not partitioned); cached 1 s."""
+        validate_topic(topic)
+        hit = self._partitions.get(topic)
+        if hit and time.monotonic() - hit[1] < 1.0:
+            return hit[0]
+        v = self.client.hget(f"{self.prefix}:partitions", topic)
+        k = max(int(v), 1) if v is not None else 1
+        self._partitions[topic] = (k, time.monotonic())
+        return k
+
+    def _route(self, topic: str, job_id: str) -> str:
+        k = self.partitions(topic)
+        return partition_name(topic, partition_of(job_id, k), k)
+
+    def _register(self, topic: str) -> None:
+        if topic not in self._registered:
+            self.client.sadd(f"{self.prefix}:topics", topic)
+            self._registered.add(topic)
+
+    # ---- operations -----------------------------------------------------
+
+    def enqueue(
+        self,
+        topic: str,
+        payload: Payload,
+        *,
+        id: Optional[str] = None,
+        delay_ms: Optional[int] = None,
+        at_ms: Optional[int] = None,
+        max_attempts: Optional[int] = None,
+        backoff_ms: Optional[Iterable[int]] = None,
+        replace: bool = False,
+    ) -> Enqueued:
+        """Enqueues one job, due now, ``delay_ms`` after Redis gets it, or
+        at ``at_ms`` (epoch ms, Redis clock). Without ``id`` one is generated.
+        ``replace`` replaces a live job of that id instead of reporting a
+        duplicate."""
+        job = NewJob(payload, id, delay_ms, at_ms, max_attempts,
+                     None if backoff_ms is None else list(backoff_ms))
+        return self.enqueue_batch(topic, [job], replace=replace)[0]
+
+    def enqueue_batch(self, topic: str, jobs: Iterable, *, replace: bool = False) -> list:
+        """Enqueues jobs (:class:`NewJob` or dicts of its fields): one atomic
+        script call per 1,000 jobs (per partition). Every job is checked
+        before anything is written. An id given twice: the first wins, the
+        others are reported as duplicates."""
+        validate_topic(topic)
+        jobs = [j if isinstance(j, NewJob) else NewJob(**j) for j in jobs]
+        if not jobs:
+            return []
+        encoded = []
+        for i, job in enumerate(jobs):
+            try:
+                encoded.append(_encode_job(job, self.max_payload))
+            except InvalidInput as e:
+                raise (InvalidInput(f"job {i + 1}: {e}") if len(jobs) > 1 else e) from None
+        self._register(topic)
+        k = self.partitions(topic)
+        ids = [j.id for j in jobs]
+        placed: list = [None] * len(jobs)
+        first: dict = {}
+        for i, job_id in enumerate(ids):
+            if job_id is not None:
+                if job_id in first:
+                    placed[i] = Enqueued(job_id, "duplicate")
+                else:
+                    first[job_id] = i
+        sent = [i for i in range(len(jobs)) if placed[i] is None]
+        groups: list = []
+        if k <= 1:
+            groups = [(topic, sent[s:s + MAX_BATCH]) for s in range(0, len(sent), MAX_BATCH)]
+        else:
+            by_part: dict = {}
+            for i in sent:
+                if ids[i] is None:
+                    ids[i] = generate_id()  # the id picks the partition
+                by_part.setdefault(partition_of(ids[i], k), []).append(i)
+            for p in sorted(by_part):
+                idx = by_part[p]
+                groups += [(partition_name(topic, p, k), idx[s:s + MAX_BATCH])
+                           for s in range(0, len(idx), MAX_BATCH)]
+        failed: list = []
+        first_error = None
+        for physical, idx in groups:
+            argv: list = [self.max_payload, "1" if replace else "0", len(idx)]
+            for i in idx:
+                payload, when, max_attempts, backoff = encoded[i]
+                argv += [ids[i] or "", payload, when, max_attempts, backoff]
+            try:
+                reply = self._call("enqueue", physical, *argv)
+                if len(reply) != 2 * len(idx):
+                    raise redis.exceptions.ResponseError("unexpected reply from Redis to enqueue")
+                for n, i in enumerate(idx):
+                    placed[i] = Enqueued(_text(reply[2 * n]), _STATUS.get(int(reply[2 * n + 1]), "created"))
+            except Exception as e:  # noqa: BLE001 - reported below, as the library does
+                failed += idx
+                first_error = first_error or e
+        if first_error is not None:
+            if all(p is None or p.is_duplicate for p in placed):
+                raise first_error
+            written = {i: p for i, p in enumerate(placed) if p is not None}
+            raise PartialBatch(len(jobs), written, sorted(failed), first_error)
+        return placed
+
+    def get(self, topic: str, job_id: str) -> Optional[JobInfo]:
+        """One job by id, or None when no such job is live."""
+        validate_topic(topic)
+        validate_id(job_id)
+        r = self._call("get", self._route(topic, job_id), job_id)
+        if r is None:
+            return None
+        state = _text(r[0])
+        err = _text(r[8]) if r[8] else ""
+        return JobInfo(
+            id=job_id, state=state, attempts=int(r[2]), max_attempts=int(r[3]),
+            due_ms=int(r[5]), created_ms=int(r[6]),
+            state_since_ms=int(r[1]) if state in ("running", "dead") else None,
+            last_error=err or None, payload=_bytes(r[9]), now_ms=int(r[10]),
+        )
+
+    def cancel(self, topic: str, job_id: str) -> Optional[str]:
+        """Cancels a job in any state; returns the state it was in, or None
+        when no such job was live."""
+        validate_topic(topic)
+        validate_id(job_id)
+        r = self._call("cancel", self._route(topic, job_id), job_id)
+        return None if r is None else _text(r)
+
+    def reschedule(self, topic: str, job_id: str, *, delay_ms: Optional[int] = None,
+                   at_ms: Optional[int] = None) -> Optional[str]:
+        """Gives a waiting job (pool or ready) a new due time (now when
+        neither is given). Returns the state it was in; a running or dead
+        job is left alone and its state returned; None when not live."""
+        validate_topic(topic)
+        validate_id(job_id)
+        when = encode_when(delay_ms, at_ms)
+        r = self._call("reschedule", self._route(topic, job_id), job_id, when)
+        return None if r is None else _text(r[0])

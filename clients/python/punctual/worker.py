@@ -1,0 +1,156 @@
+"""The resident handler loop (docs/RESIDENT.md, protocol 1).
+
+``punctual serve`` starts the program, sends jobs on fd 3 and reads replies on
+fd 4, one JSON object per line. stdin, stdout and stderr are never used by
+the protocol: the handler may print freely.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from typing import Any, Callable, Optional
+
+PROTOCOL = 1
+
+
+class Retry(Exception):
+    """Raise to have the job retried, after ``delay_ms`` (default: the
+    topic's backoff ladder). The attempt is counted."""
+
+    def __init__(self, message: str = "", delay_ms: Optional[int] = None):
+        super().__init__(message)
+        self.message = message
+        self.delay_ms = delay_ms
+
+
+class Dead(Exception):
+    """Raise to send the job straight to the dead set (a permanent failure)."""
+
+    def __init__(self, reason: str = ""):
+        super().__init__(reason)
+        self.reason = reason
+
+
+class Job:
+    """One delivery of a job."""
+
+    __slots__ = ("id", "topic", "attempt", "max_attempts", "due_ms", "created_ms",
+                 "timeout_ms", "payload")
+
+    def __init__(self, msg: dict):
+        self.id: str = msg["id"]
+        self.topic: str = msg.get("topic", "")
+        self.attempt: int = int(msg.get("attempt", 1))
+        self.max_attempts: int = int(msg.get("max_attempts", 0))
+        self.due_ms: int = int(msg.get("due_ms", 0))
+        self.created_ms: int = int(msg.get("created_ms", 0))
+        self.timeout_ms: int = int(msg.get("timeout_ms", 0))
+        if "payload_b64" in msg:
+            self.payload: bytes = base64.b64decode(msg["payload_b64"])
+        else:
+            self.payload = msg.get("payload", "").encode()
+        # ``payload`` holds exactly the bytes the producer enqueued.
+
+    @property
+    def text(self) -> str:
+        """The payload as text (UTF-8; invalid bytes replaced)."""
+        return self.payload.decode("utf-8", errors="replace")
+
+    def json(self) -> Any:
+        """The payload parsed as JSON."""
+        return json.loads(self.payload)
+
+    def once(self, client, step: str, ttl_s: int, fn: Callable[[], Any],
+             prefix: str = "punctual") -> bool:
+        """Runs ``fn`` unless step ``step`` of this job already succeeded
+        within ``ttl_s`` seconds; returns whether it ran.
+
+        The marker is ``SET prefix:once:TOPIC:ID:STEP 1 NX EX ttl_s``, written
+        after ``fn`` returns. At least once, not exactly once: if the process
+        dies between the side effect and the marker, or two deliveries of
+        the job run at the same time (a lost lease), the step runs again.
+        Where the other side supports it, also pass it an idempotency key
+        (e.g. ``f"{job.id}:{step}"``).
+        """
+        key = once_key(prefix, self.topic, self.id, step)
+        if client.exists(key):
+            return False
+        fn()
+        client.set(key, "1", nx=True, ex=int(ttl_s))
+        return True
+
+    def __repr__(self) -> str:
+        return f"Job(id={self.id!r}, topic={self.topic!r}, attempt={self.attempt})"
+
+
+def once_key(prefix: str, topic: str, job_id: str, step: str) -> str:
+    """The key of :meth:`Job.once`'s marker."""
+    return f"{prefix}:once:{topic}:{job_id}:{step}"
+
+
+def _open(env: str, default: int, mode: str):
+    fd = int(os.environ.get(env, default))
+    try:
+        os.fstat(fd)
+    except OSError:
+        raise RuntimeError(
+            f"punctual: fd {fd} is not open: run this program under `punctual serve` "
+            "(a topic with resident = [...]); see docs/RESIDENT.md"
+        ) from None
+    return os.fdopen(fd, mode, buffering=0 if "w" in mode else -1)
+
+
+def reply_for(job_id: str, exc: Optional[BaseException]) -> dict:
+    """The reply line for a handler's outcome: done, or the exception's."""
+    if exc is None:
+        return {"type": "done", "id": job_id}
+    if isinstance(exc, Dead):
+        return {"type": "dead", "id": job_id, "error": exc.reason}
+    if isinstance(exc, Retry):
+        msg = {"type": "retry", "id": job_id, "error": exc.message}
+        if exc.delay_ms is not None:
+            msg["delay_ms"] = max(0, int(exc.delay_ms))
+        return msg
+    return {"type": "retry", "id": job_id, "error": f"{type(exc).__name__}: {exc}"}
+
+
+class Worker:
+    """Runs ``handler(job)`` for each job ``punctual serve`` sends, one at a
+    time: returning is done, :class:`Retry` retries, :class:`Dead` kills,
+    any other exception retries with its class and message as the error."""
+
+    def __init__(self, handler: Callable[[Job], Any]):
+        self.handler = handler
+
+    def run(self) -> None:
+        """Says ready, handles jobs until fd 3 ends (EOF: punctual wants the
+        program to exit), then returns."""
+        jobs = _open("PUNCTUAL_JOBS_FD", 3, "rb")
+        replies = _open("PUNCTUAL_REPLIES_FD", 4, "wb")
+
+        def send(msg: dict) -> None:
+            data = (json.dumps(msg, ensure_ascii=False) + "\n").encode()
+            while data:
+                data = data[replies.write(data):]
+
+        send({"type": "ready", "protocol": PROTOCOL, "inflight": 1})
+        for line in jobs:
+            msg = json.loads(line)
+            if not isinstance(msg, dict) or msg.get("type") != "job":
+                continue  # later versions may add message types
+            job = Job(msg)
+            try:
+                self.handler(job)
+                exc = None
+            except Exception as e:  # noqa: BLE001 - every failure becomes a reply
+                exc = e
+            send(reply_for(job.id, exc))
+        replies.close()
+        jobs.close()
+
+
+def run(handler: Callable[[Job], Any]) -> None:
+    """``Worker(handler).run()``: the resident handler loop."""
+    Worker(handler).run()

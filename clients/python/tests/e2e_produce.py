@@ -1,0 +1,39 @@
+"""Enqueues jobs through the Python producer for the end-to-end tests.
+
+Usage: e2e_produce.py TOPIC < jobs, one JSON object per line:
+{"payload": "...", "payload_hex": "...", "id": ..., "delay_ms": ..., "max_attempts": ...}
+Prints one JSON line per job: {"id": ..., "status": ...}. The payloads go
+in one enqueue_batch call (or enqueue, for a single line).
+"""
+
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import redis  # noqa: E402
+
+import punctual  # noqa: E402
+
+
+def main() -> None:
+    topic = sys.argv[1]
+    producer = punctual.Producer(redis.Redis.from_url(os.environ["PUNCTUAL_TEST_REDIS_URL"]))
+    jobs = []
+    for line in sys.stdin:
+        spec = json.loads(line)
+        payload = bytes.fromhex(spec.pop("payload_hex")) if "payload_hex" in spec else spec.pop("payload")
+        jobs.append(punctual.NewJob(payload, **spec))
+    if len(jobs) == 1:
+        j = jobs[0]
+        out = [producer.enqueue(topic, j.payload, id=j.id, delay_ms=j.delay_ms,
+                                max_attempts=j.max_attempts, backoff_ms=j.backoff_ms)]
+    else:
+        out = producer.enqueue_batch(topic, jobs)
+    for e in out:
+        print(json.dumps({"id": e.id, "status": e.status}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,146 @@
+import json
+import os
+import subprocess
+import unittest
+import zlib
+
+from common import BIN, REDIS_URL, TESTDATA, client, fresh_prefix
+
+import punctual
+
+
+class ProducerTest(unittest.TestCase):
+    def setUp(self):
+        self.r = client()
+        self.prefix = fresh_prefix()
+        self.p = punctual.Producer(self.r, prefix=self.prefix)
+
+    def keys_written(self):
+        return self.r.keys(self.prefix + ":*")
+
+    def cli(self, *args):
+        """The punctual binary on the same Redis and prefix, --json."""
+        if not BIN:
+            self.skipTest("PUNCTUAL_BIN not set")
+        out = subprocess.run([BIN, "--redis", REDIS_URL, "--prefix", self.prefix, "--json", *args],
+                             capture_output=True, text=True, check=True)
+        return json.loads(out.stdout)
+
+    def test_enqueue_created_duplicate_replaced_and_get(self):
+        payload = b'\xff\x00:colons:{"x":1}'  # not UTF-8, with colons: must round-trip
+        e = self.p.enqueue("orders", payload, id="order:1", delay_ms=60_000, max_attempts=3,
+                           backoff_ms=[1000, 2000])
+        self.assertEqual(e, punctual.Enqueued("order:1", "created"))
+        self.assertEqual(self.p.enqueue("orders", b"other", id="order:1").status, "duplicate")
+        info = self.p.get("orders", "order:1")
+        self.assertEqual(info.state, "pool")
+        self.assertEqual(info.payload, payload)
+        self.assertEqual(info.max_attempts, 3)
+        self.assertEqual(info.due_ms - info.created_ms, 60_000)
+        self.assertEqual(info.attempts, 0)
+        self.assertIsNone(info.last_error)
+        self.assertTrue(self.r.sismember(self.prefix + ":topics", "orders"))
+        # The Rust library reads what the client wrote.
+        if BIN:
+            got = self.cli("get", "orders", "order:1")
+            self.assertEqual(got["state"], "pool")
+            self.assertEqual(got["max_attempts"], 3)
+            self.assertEqual(got["due_ms"], info.due_ms)
+        e = self.p.enqueue("orders", "now", id="order:1", replace=True)
+        self.assertEqual(e.status, "replaced")
+        info = self.p.get("orders", "order:1")
+        self.assertEqual((info.state, info.payload, info.max_attempts), ("ready", b"now", 6))
+
+    def test_generated_id_and_absolute_time(self):
+        now_ms = int(self.r.time()[0]) * 1000
+        e = self.p.enqueue("t", "x", at_ms=now_ms + 3_600_000)
+        self.assertEqual(e.status, "created")
+        self.assertRegex(e.id, r"^[0-9a-z]{12}$")
+        self.assertEqual(self.p.get("t", e.id).due_ms, now_ms + 3_600_000)
+        # A time in the past means due now.
+        self.assertEqual(self.p.get("t", self.p.enqueue("t", "y", at_ms=1000).id).state, "ready")
+
+    def test_batch_dedups_in_order_and_splits_calls_of_1000(self):
+        out = self.p.enqueue_batch("t", [
+            punctual.NewJob("a", id="a"), {"payload": "b", "id": "a"}, punctual.NewJob("c", delay_ms=5000),
+        ])
+        self.assertEqual([o.status for o in out], ["created", "duplicate", "created"])
+        self.assertEqual(out[1].id, "a")
+        self.assertEqual(self.p.get("t", "a").payload, b"a")
+        big = self.p.enqueue_batch("big", [punctual.NewJob(str(i)) for i in range(2500)])
+        self.assertEqual(len({b.id for b in big}), 2500)
+        self.assertEqual(self.r.hlen(f"{self.prefix}:{{big}}:jobs"), 2500)
+
+    def test_invalid_input_is_refused_before_redis_with_the_library_messages(self):
+        with open(os.path.join(TESTDATA, "invalid.json")) as f:
+            cases = json.load(f)
+        for case in cases:
+            with self.subTest(case=case["message"][:40]):
+                kw = {"id": case["id"]} if "id" in case else {}
+                payload = b"x" * case.get("payload_bytes", 1)
+                with self.assertRaises(punctual.InvalidInput) as cm:
+                    self.p.enqueue(case["topic"], payload, **kw)
+                self.assertEqual(str(cm.exception), case["message"])
+        with self.assertRaises(punctual.InvalidInput) as cm:
+            self.p.enqueue_batch("t", [punctual.NewJob("ok"), punctual.NewJob("x", max_attempts=0)])
+        self.assertEqual(str(cm.exception), "job 2: max attempts must be at least 1")
+        refused = [
+            (dict(delay_ms=-5), "invalid delay -5ms: delays may not be negative"),
+            (dict(delay_ms=315_360_000_001), "invalid delay 315360000s: delays are at most ten years"),
+            (dict(at_ms=-1), "invalid due time: before 1970; give a time after the epoch"),
+            (dict(backoff_ms=[1000, 315_360_001_000]), "invalid backoff step 315360001s: steps are at most ten years"),
+            (dict(delay_ms=1, at_ms=1), "give a delay or a due time, not both"),
+        ]
+        for kw, msg in refused:
+            with self.assertRaises(punctual.InvalidInput) as cm:
+                self.p.enqueue("t", "x", **kw)
+            self.assertEqual(str(cm.exception), msg)
+        for bad in ("", "a{b"):
+            with self.assertRaises(punctual.InvalidInput):
+                punctual.Producer(self.r, prefix=bad)
+        self.assertEqual(self.keys_written(), [], "nothing may reach Redis")
+        # What only the script can check comes back as InvalidInput too.
+        now_ms = int(self.r.time()[0]) * 1000
+        with self.assertRaises(punctual.InvalidInput) as cm:
+            self.p.enqueue("t", "x", at_ms=now_ms + 20 * 365 * 86400 * 1000)
+        self.assertEqual(str(cm.exception), "job 1: due time more than ten years ahead")
+
+    def test_noscript_is_handled(self):
+        self.r.script_flush()
+        self.assertEqual(self.p.enqueue("t", "x", id="1").status, "created")
+        self.r.script_flush()
+        self.assertEqual(self.p.get("t", "1").state, "ready")
+
+    def test_cancel_and_reschedule(self):
+        self.p.enqueue("t", "x", id="j", delay_ms=3_600_000)
+        self.assertEqual(self.p.reschedule("t", "j"), "pool")
+        self.assertEqual(self.p.get("t", "j").state, "ready")
+        self.assertEqual(self.p.reschedule("t", "j", delay_ms=60_000), "ready")
+        info = self.p.get("t", "j")
+        self.assertEqual(info.state, "pool")
+        self.assertEqual(self.p.cancel("t", "j"), "pool")
+        self.assertIsNone(self.p.cancel("t", "j"))
+        self.assertIsNone(self.p.get("t", "j"))
+        self.assertIsNone(self.p.reschedule("t", "j"))
+
+    def test_partitioned_topic_routes_by_crc32_and_makes_ids(self):
+        self.r.hset(self.prefix + ":partitions", "hot", 3)
+        out = self.p.enqueue_batch("hot", [punctual.NewJob(str(i)) for i in range(60)])
+        for e in out:
+            self.assertRegex(e.id, r"^[0-9a-z]{21}$")
+            part = zlib.crc32(e.id.encode()) % 3
+            self.assertTrue(self.r.hexists(f"{self.prefix}:{{hot#{part}}}:jobs", e.id))
+        self.assertEqual(len({zlib.crc32(e.id.encode()) % 3 for e in out}), 3)
+        self.p.enqueue("hot", "given", id="order:10086", delay_ms=60_000)
+        self.assertEqual(self.p.get("hot", "order:10086").payload, b"given")
+        self.assertEqual(self.p.reschedule("hot", "order:10086"), "pool")
+        self.assertEqual(self.p.cancel("hot", "order:10086"), "ready")
+        self.assertEqual(self.r.smembers(self.prefix + ":topics"), {b"hot"})
+        if BIN:
+            # punctual check finds every id in the partition it maps to.
+            subprocess.run([BIN, "--redis", REDIS_URL, "--prefix", self.prefix, "check", "hot"], check=True,
+                           capture_output=True)
+
+
+if __name__ == "__main__":
+    unittest.main()

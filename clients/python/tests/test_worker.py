@@ -1,0 +1,133 @@
+"""The resident loop against a fake driver: this test plays punctual serve's
+side of docs/RESIDENT.md over fds 3 and 4."""
+
+import base64
+import fcntl
+import json
+import os
+import subprocess
+import sys
+import unittest
+
+from common import HERE, REDIS_URL, client, fresh_prefix
+
+import punctual
+
+
+class FakeServe:
+    """Starts a program with a job pipe on its fd 3 and a reply pipe on fd 4."""
+
+    def __init__(self, argv, env=None):
+        jr, jw = os.pipe()
+        rr, rw = os.pipe()
+        # Above 10, so the dup2 to 3 and 4 in the child cannot clobber them.
+        hi_jr, hi_rw = fcntl.fcntl(jr, fcntl.F_DUPFD_CLOEXEC, 10), fcntl.fcntl(rw, fcntl.F_DUPFD_CLOEXEC, 10)
+        os.close(jr)
+        os.close(rw)
+
+        def child_fds():
+            os.dup2(hi_jr, 3)  # inheritable
+            os.dup2(hi_rw, 4)
+
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            close_fds=False, preexec_fn=child_fds, env={**os.environ, **(env or {})},
+        )
+        os.close(hi_jr)
+        os.close(hi_rw)
+        self.jobs = os.fdopen(jw, "w", buffering=1)
+        self.replies = os.fdopen(rr, "r")
+
+    def read(self):
+        line = self.replies.readline()
+        if not line:
+            raise AssertionError("fd 4 closed; stderr: " + self.proc.stderr.read().decode())
+        return json.loads(line)
+
+    def send(self, msg):
+        self.jobs.write(json.dumps(msg) + "\n")
+
+    def job(self, job_id, payload=None, payload_b64=None, attempt=1):
+        msg = {"type": "job", "id": job_id, "topic": "faketopic", "attempt": attempt, "max_attempts": 5,
+               "due_ms": 1000, "created_ms": 900, "timeout_ms": 30000}
+        if payload_b64 is not None:
+            msg["payload_b64"] = payload_b64
+        else:
+            msg["payload"] = payload if isinstance(payload, str) else json.dumps(payload)
+        self.send(msg)
+        return self.read()
+
+    def close(self):
+        self.jobs.close()
+        out, err = self.proc.communicate(timeout=30)
+        self.replies.close()
+        return self.proc.returncode, out.decode(), err.decode()
+
+
+class WorkerLoopTest(unittest.TestCase):
+    def test_replies_for_each_outcome_and_exit_on_eof(self):
+        r = client()
+        r.delete("e2e:faketopic:seen", "e2e:faketopic:once:o")
+        fake = FakeServe([sys.executable, os.path.join(HERE, "e2e_handler.py")],
+                         {"PUNCTUAL_TEST_REDIS_URL": REDIS_URL})
+        self.assertEqual(fake.read(), {"type": "ready", "protocol": 1, "inflight": 1})
+        self.assertEqual(fake.job("a", {"do": "ok"}), {"type": "done", "id": "a"})
+        self.assertEqual(fake.job("p", {"do": "print"}), {"type": "done", "id": "p"})
+        self.assertEqual(fake.job("r", {"do": "retry", "delay_ms": 1500}),
+                         {"type": "retry", "id": "r", "error": "asked to retry", "delay_ms": 1500})
+        self.assertEqual(fake.job("r2", {"do": "retry"}),
+                         {"type": "retry", "id": "r2", "error": "asked to retry"})
+        self.assertEqual(fake.job("d", {"do": "dead"}), {"type": "dead", "id": "d", "error": "asked to die"})
+        self.assertEqual(fake.job("x", {"do": "raise"}), {"type": "retry", "id": "x", "error": "ValueError: boom"})
+        fake.send({"type": "something-later", "id": "zz"})  # unknown types are ignored
+        raw = b"\xff\x00bin"
+        self.assertEqual(fake.job("b", payload_b64=base64.b64encode(raw).decode()), {"type": "done", "id": "b"})
+        self.assertEqual(fake.job("u", "caf\u00e9 \u2603"), {"type": "done", "id": "u"})
+        # once: the side effect runs on the first attempt only.
+        self.assertEqual(fake.job("o", {"do": "once"})["type"], "retry")
+        self.assertEqual(fake.job("o", {"do": "once"}, attempt=2), {"type": "done", "id": "o"})
+        self.assertEqual(r.get("e2e:faketopic:once:o"), b"1")
+        code, out, err = fake.close()
+        self.assertEqual(code, 0, err)
+        self.assertIn("junk on stdout", out)
+        self.assertIn('{"type":"done","id":"not-a-reply"}', out)
+        self.assertIn("junk on stderr", err)
+        self.assertIn("EOF, exiting", out)
+        seen = {json.loads(s)["id"]: json.loads(s) for s in r.lrange("e2e:faketopic:seen", 0, -1)}
+        self.assertEqual(bytes.fromhex(seen["b"]["payload_hex"]), raw)
+        self.assertEqual(bytes.fromhex(seen["u"]["payload_hex"]), "caf\u00e9 \u2603".encode())
+        self.assertEqual((seen["a"]["attempt"], seen["a"]["max_attempts"], seen["a"]["due_ms"],
+                          seen["a"]["created_ms"], seen["a"]["timeout_ms"]), (1, 5, 1000, 900, 30000))
+
+    def test_outside_serve_it_says_what_to_do(self):
+        code = ("import sys; sys.path.insert(0, %r); import punctual; punctual.run(lambda j: None)"
+                % os.path.dirname(HERE))
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env={**os.environ, "PUNCTUAL_JOBS_FD": "97", "PUNCTUAL_REPLIES_FD": "98"})
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("fd 97 is not open: run this program under `punctual serve`", p.stderr)
+
+
+class OnceTest(unittest.TestCase):
+    def test_once_runs_a_step_once_and_again_after_a_failure(self):
+        r = client()
+        prefix = fresh_prefix()
+        job = punctual.Job({"id": "j1", "topic": "t", "payload": "{}"})
+        calls = []
+
+        def boom():
+            calls.append("boom")
+            raise RuntimeError("side effect failed")
+
+        with self.assertRaises(RuntimeError):
+            job.once(r, "charge", 60, boom, prefix=prefix)
+        self.assertTrue(job.once(r, "charge", 60, lambda: calls.append("ok"), prefix=prefix))
+        self.assertFalse(job.once(r, "charge", 60, lambda: calls.append("again"), prefix=prefix))
+        self.assertEqual(calls, ["boom", "ok"])
+        key = punctual.once_key(prefix, "t", "j1", "charge")
+        self.assertEqual(key, f"{prefix}:once:t:j1:charge")
+        self.assertTrue(0 < r.ttl(key) <= 60)
+
+
+if __name__ == "__main__":
+    unittest.main()

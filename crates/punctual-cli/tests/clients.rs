@@ -1,0 +1,612 @@
+//! The client packages in `clients/` (PHP, Python, Node), driven from here so
+//! that `cargo test --workspace --locked` runs them:
+//!
+//! - each client's own test suite (`php tests/run.php`, `python3 -m unittest`,
+//!   `node --test`) against a private redis-server, with the punctual binary
+//!   at hand for cross-checks;
+//! - end to end: jobs produced through the client, consumed by the real
+//!   `punctual serve` running the client's resident loop
+//!   (`clients/*/tests/e2e_handler.*`) on a partitioned topic: every job at
+//!   least once and none early, exact payloads, retry with a delay and dead
+//!   replies landing in Redis, junk on stdout, kill -9 of a program mid-job,
+//!   SIGTERM draining;
+//! - the CLI refuses `clients/testdata/invalid.json` with the clients' messages.
+//!
+//! A missing interpreter or Redis client skips that language with a loud
+//! message, unless the environment variable `CI` is set: then it fails
+//! (`.ci/run` installs them).
+
+mod support;
+
+use std::collections::{HashMap, HashSet};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use punctual::{Queue, State};
+use punctual_testkit::RedisServer;
+use serde_json::{json, Value};
+use support::eventually;
+
+const BIN: &str = env!("CARGO_BIN_EXE_punctual");
+
+fn clients() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../clients")
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Lang {
+    Php,
+    Python,
+    Node,
+}
+
+impl Lang {
+    fn name(self) -> &'static str {
+        match self {
+            Lang::Php => "php",
+            Lang::Python => "python",
+            Lang::Node => "node",
+        }
+    }
+
+    fn interpreter(self) -> &'static str {
+        match self {
+            Lang::Php => "php",
+            Lang::Python => "python3",
+            Lang::Node => "node",
+        }
+    }
+
+    fn dir(self) -> PathBuf {
+        clients().join(self.name())
+    }
+
+    /// A file of the client's tests directory.
+    fn test_file(self, stem: &str) -> PathBuf {
+        match self {
+            Lang::Php => self.dir().join(format!("tests/{stem}.php")),
+            Lang::Python => self.dir().join(format!("tests/{stem}.py")),
+            Lang::Node => self.dir().join(format!("test/{stem}.js")),
+        }
+    }
+
+    /// The class name the handler's plain exception reports (`raise`).
+    fn error_class(self) -> &'static str {
+        match self {
+            Lang::Php => "DomainException",
+            Lang::Python => "ValueError",
+            Lang::Node => "BoomError",
+        }
+    }
+
+    /// The client's own test suite.
+    fn suite(self) -> Command {
+        let mut cmd = Command::new(self.interpreter());
+        match self {
+            Lang::Php => cmd.arg("tests/run.php"),
+            Lang::Python => cmd.args([
+                "-m", "unittest", "discover", "-v", "-s", "tests", "-t", "tests",
+            ]),
+            Lang::Node => cmd.args(["--test", "test/producer.test.js", "test/worker.test.js"]),
+        };
+        cmd.current_dir(self.dir());
+        cmd
+    }
+
+    /// Why this language cannot run here, if it cannot.
+    fn missing(self) -> Option<String> {
+        let (probe, what): (&[&str], String) = match self {
+            Lang::Php => (
+                &["-r", "exit(extension_loaded('redis') ? 0 : 1);"],
+                "php's redis extension (Debian: php-redis)".into(),
+            ),
+            Lang::Python => (
+                &["-c", "import redis"],
+                "python3's redis package (pip install redis, or Debian: python3-redis)".into(),
+            ),
+            Lang::Node => (
+                &["-e", "require('redis')"],
+                "node's redis package (run `npm ci` in clients/node)".into(),
+            ),
+        };
+        match Command::new(self.interpreter())
+            .args(probe)
+            .current_dir(self.dir())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+        {
+            Err(_) => Some(format!("{} not installed", self.interpreter())),
+            Ok(s) if !s.success() => Some(format!("{what} not installed")),
+            Ok(_) => None,
+        }
+    }
+
+    /// Whether to run: a missing interpreter or client is a skip, loudly,
+    /// or a failure under CI.
+    fn available(self) -> bool {
+        let Some(why) = self.missing() else {
+            return true;
+        };
+        if std::env::var_os("CI").is_some() {
+            panic!("{why}; CI is set, so this is a failure (.ci/run installs it)");
+        }
+        eprintln!(
+            "\n==================================================\n\
+             skipped: {why}\n\
+             (the {} client's tests did not run; with CI set this fails)\n\
+             ==================================================\n",
+            self.name()
+        );
+        false
+    }
+}
+
+// ---- each client's own tests ------------------------------------------------
+
+fn run_suite(lang: Lang) {
+    if !lang.available() {
+        return;
+    }
+    let redis = RedisServer::start();
+    let out = lang
+        .suite()
+        .env("PUNCTUAL_TEST_REDIS_URL", redis.url())
+        .env("PUNCTUAL_BIN", BIN)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "the {} client's tests failed ({}):\n{text}",
+        lang.name(),
+        out.status
+    );
+    eprintln!("{} client tests:\n{text}", lang.name());
+}
+
+#[test]
+fn php_client_tests() {
+    run_suite(Lang::Php);
+}
+
+#[test]
+fn python_client_tests() {
+    run_suite(Lang::Python);
+}
+
+#[test]
+fn node_client_tests() {
+    run_suite(Lang::Node);
+}
+
+/// The messages the clients are tested against are the CLI's (the Rust
+/// library's) word for word, and the CLI writes nothing either.
+#[test]
+fn the_cli_refuses_the_shared_invalid_inputs_with_the_same_messages() {
+    let redis = RedisServer::start();
+    let cases: Vec<Value> = serde_json::from_str(
+        &std::fs::read_to_string(clients().join("testdata/invalid.json")).unwrap(),
+    )
+    .unwrap();
+    assert!(cases.len() >= 10);
+    for case in &cases {
+        let topic = case["topic"].as_str().unwrap();
+        let size = case["payload_bytes"].as_u64().unwrap_or(1) as usize;
+        let mut cmd = Command::new(BIN);
+        cmd.args(["--redis", &redis.url(), "push", topic, &"x".repeat(size)]);
+        if let Some(id) = case["id"].as_str() {
+            cmd.args(["--id", id]);
+        }
+        let out = cmd.output().unwrap();
+        let want = case
+            .get("cli_message")
+            .unwrap_or(&case["message"])
+            .as_str()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{case}: accepted");
+        assert!(
+            stderr.contains(&format!("punctual: error: {want}\n")),
+            "{case}: the CLI says\n{stderr}"
+        );
+    }
+    assert_eq!(redis.cli(&["DBSIZE"]).unwrap().trim(), "0");
+}
+
+// ---- end to end: the client's producer and resident loop under serve --------
+
+/// `punctual serve` with one resident topic running the client's handler.
+struct Serve {
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+    /// What the environment of its resident programs holds.
+    needle: String,
+}
+
+impl Serve {
+    fn start(redis: &str, lang: Lang, topic: &str, key: &str) -> Serve {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("punctual.toml");
+        let text = format!(
+            "redis = {redis:?}\nworkers = 1\n\n[topics.{topic}]\nresident = [{:?}, {:?}]\n\
+             processes = 2\npartitions = 2\ntimeout = \"60s\"\nbackoff = [\"0s\"]\n\
+             env = {{ PUNCTUAL_TEST_REDIS_URL = {redis:?}, E2E_KEY = {key:?}, E2E_INFLIGHT = \"4\" }}\n",
+            lang.interpreter(),
+            lang.test_file("e2e_handler").display().to_string(),
+        );
+        std::fs::write(&config, text).unwrap();
+        let log = std::fs::File::create(dir.path().join("serve.log")).unwrap();
+        let child = Command::new(BIN)
+            .arg("serve")
+            .arg("--config")
+            .arg(&config)
+            .env("PUNCTUAL_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        Serve {
+            dir,
+            child: Some(child),
+            needle: format!("E2E_KEY={key}"),
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("serve.log")).unwrap_or_default()
+    }
+
+    fn signal(&self, sig: Signal) {
+        kill(Pid::from_raw(self.child.as_ref().unwrap().id() as i32), sig).unwrap();
+    }
+
+    fn wait(&mut self, limit: Duration) -> ExitStatus {
+        let deadline = Instant::now() + limit;
+        let child = self.child.as_mut().unwrap();
+        loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                self.child = None;
+                return s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "serve did not exit within {limit:?}; log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = kill(Pid::from_raw(c.id() as i32), Signal::SIGKILL);
+            let _ = c.wait();
+        }
+        for pid in residents(&self.needle) {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+    }
+}
+
+/// The live processes whose environment holds `needle` (`E2E_KEY=...`,
+/// which serve passes to the resident programs of the topic only).
+fn residents(needle: &str) -> HashSet<i32> {
+    let mut out = HashSet::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(env) = std::fs::read(entry.path().join("environ")) else {
+            continue;
+        };
+        if env.split(|b| *b == 0).any(|v| v == needle.as_bytes()) {
+            out.insert(pid);
+        }
+    }
+    out
+}
+
+/// Enqueues through the client: one JSON object per job on the stdin of
+/// `e2e_produce` (one job: `enqueue`; more: `enqueue_batch`).
+fn produce(lang: Lang, redis: &str, topic: &str, jobs: &[Value]) -> Vec<(String, String)> {
+    let mut child = Command::new(lang.interpreter())
+        .arg(lang.test_file("e2e_produce"))
+        .arg(topic)
+        .env("PUNCTUAL_TEST_REDIS_URL", redis)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        let mut stdin = child.stdin.take().unwrap();
+        for j in jobs {
+            writeln!(stdin, "{j}").unwrap();
+        }
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{} producer failed: {}",
+        lang.name(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let results: Vec<(String, String)> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            (
+                v["id"].as_str().unwrap().to_string(),
+                v["status"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(results.len(), jobs.len());
+    results
+}
+
+/// What the handler recorded: every delivery (`:seen`) or the ones it
+/// started to hang or sleep on (`:hung`, `:started`).
+fn recorded(redis: &redis::Client, key: &str) -> Vec<Value> {
+    let mut conn = redis.get_connection().unwrap();
+    let items: Vec<String> = redis::cmd("LRANGE")
+        .arg(key)
+        .arg(0)
+        .arg(-1)
+        .query(&mut conn)
+        .unwrap();
+    items
+        .iter()
+        .map(|s| serde_json::from_str(s).unwrap())
+        .collect()
+}
+
+async fn end_to_end(lang: Lang) {
+    if !lang.available() {
+        return;
+    }
+    let server = RedisServer::start();
+    let url = server.url();
+    let rc = redis::Client::open(url.as_str()).unwrap();
+    let topic = format!("e2e-{}", lang.name());
+    let key = format!("e2e:{topic}");
+    let seen_key = format!("{key}:seen");
+    let needle = format!("E2E_KEY={key}");
+    let mut serve = Serve::start(&url, lang, &topic, &key);
+    let q = Queue::connect(url.as_str()).await.unwrap();
+    let wait = Duration::from_secs(60);
+
+    // serve splits the topic before it starts consuming; the producer must
+    // see the split, or its ids would not map.
+    eventually(
+        wait,
+        "serve partitions the topic and starts 2 programs",
+        || async { q.partitions(&topic).await.unwrap() == 2 && residents(&needle).len() == 2 },
+    )
+    .await;
+
+    // 1. A batch through the client's producer: due now and delayed, exact
+    //    payloads, junk printing, retry with a delay, dead, an exception, once.
+    let mut jobs = Vec::new();
+    let mut delays = HashMap::new();
+    for i in 0..30u64 {
+        let delay = (i % 6) * 400;
+        jobs.push(json!({"payload": json!({"do": "ok", "n": i}).to_string(), "delay_ms": delay}));
+    }
+    jobs.push(json!({"payload": r#"{"do":"print"}"#, "id": "print"}));
+    jobs.push(json!({"payload_hex": "ff00fe3a3a", "id": "binary"}));
+    jobs.push(json!({"payload": r#"{"do":"retry","delay_ms":600000}"#, "id": "retry"}));
+    jobs.push(json!({"payload": r#"{"do":"dead"}"#, "id": "dead"}));
+    jobs.push(json!({"payload": r#"{"do":"raise"}"#, "id": "raise", "max_attempts": 2}));
+    jobs.push(json!({"payload": r#"{"do":"once"}"#, "id": "once"}));
+    let results = produce(lang, &url, &topic, &jobs);
+    let mut ok_ids = Vec::new();
+    for ((id, status), job) in results.iter().zip(&jobs) {
+        assert_eq!(status, "created", "{id}");
+        if let Some(given) = job["id"].as_str() {
+            assert_eq!(id, given);
+        } else {
+            // A partitioned topic: the client made the id, as the library does.
+            assert_eq!(id.len(), 21, "{id}");
+            assert!(id
+                .bytes()
+                .all(|b| b.is_ascii_digit() || b.is_ascii_lowercase()));
+            delays.insert(id.clone(), job["delay_ms"].as_i64().unwrap());
+            ok_ids.push(id.clone());
+        }
+    }
+    let mut want_done: Vec<String> = ok_ids.clone();
+    want_done.extend(["print".to_string(), "binary".into()]);
+    eventually(wait, "every job due is handled", || async {
+        let seen: HashSet<String> = recorded(&rc, &seen_key)
+            .iter()
+            .map(|s| s["id"].as_str().unwrap().to_string())
+            .collect();
+        want_done.iter().all(|id| seen.contains(id))
+    })
+    .await;
+    eventually(wait, "retry, dead, raise and once settle", || async {
+        let retry = q.get(&topic, "retry").await.unwrap();
+        let dead = q.get(&topic, "dead").await.unwrap();
+        let raise = q.get(&topic, "raise").await.unwrap();
+        let once = q.get(&topic, "once").await.unwrap();
+        retry.is_some_and(|j| j.state == State::Pool && j.last_error.is_some())
+            && dead.is_some_and(|j| j.state == State::Dead)
+            && raise.is_some_and(|j| j.state == State::Dead)
+            && once.is_none()
+    })
+    .await;
+    for id in &want_done {
+        assert!(q.get(&topic, id).await.unwrap().is_none(), "{id} is done");
+    }
+    let seen = recorded(&rc, &seen_key);
+    let by_id = |id: &str| -> Vec<&Value> { seen.iter().filter(|s| s["id"] == id).collect() };
+    for s in &seen {
+        // Never early: Redis's clock when the handler ran, against the due time.
+        let (now, due) = (s["now_ms"].as_i64().unwrap(), s["due_ms"].as_i64().unwrap());
+        assert!(now >= due, "{s}: handled {} ms early", due - now);
+        assert_eq!(
+            s["max_attempts"],
+            if s["id"] == "raise" { 2 } else { 6 },
+            "{s}"
+        );
+        assert_eq!(s["timeout_ms"], 60000);
+        // The topic as configured, also on a partitioned topic (RESIDENT.md).
+        assert_eq!(s["topic"], topic.as_str(), "{s}");
+    }
+    for (id, delay) in &delays {
+        let s = by_id(id)[0];
+        // The delay the producer asked for, measured by Redis.
+        assert_eq!(
+            s["due_ms"].as_i64().unwrap() - s["created_ms"].as_i64().unwrap(),
+            *delay
+        );
+        let payload: Value = serde_json::from_slice(
+            &(0..s["payload_hex"].as_str().unwrap().len())
+                .step_by(2)
+                .map(|i| {
+                    u8::from_str_radix(&s["payload_hex"].as_str().unwrap()[i..i + 2], 16).unwrap()
+                })
+                .collect::<Vec<u8>>(),
+        )
+        .unwrap();
+        assert_eq!(payload["do"], "ok");
+    }
+    assert_eq!(
+        by_id("binary")[0]["payload_hex"],
+        "ff00fe3a3a",
+        "bytes exactly"
+    );
+    // Junk on stdout and stderr broke nothing: done on the first attempt.
+    assert_eq!(by_id("print").len(), 1);
+    assert_eq!(by_id("print")[0]["attempt"], 1);
+    let retry = q.get(&topic, "retry").await.unwrap().unwrap();
+    assert_eq!(retry.last_error.as_deref(), Some("asked to retry"));
+    assert_eq!(retry.attempts, 1);
+    let wait_ms = retry.due_ms - retry.now_ms;
+    assert!(
+        (500_000..=600_000).contains(&wait_ms),
+        "retried in {wait_ms} ms, asked 600000"
+    );
+    let dead = q.get(&topic, "dead").await.unwrap().unwrap();
+    assert_eq!(dead.last_error.as_deref(), Some("asked to die"));
+    assert_eq!(dead.attempts, 1);
+    let raise = q.get(&topic, "raise").await.unwrap().unwrap();
+    assert_eq!(
+        raise.last_error.as_deref(),
+        Some(format!("{}: boom", lang.error_class()).as_str())
+    );
+    assert_eq!(raise.attempts, 2);
+    // once: the step ran on the first attempt only, the job was retried.
+    assert_eq!(by_id("once").len(), 2);
+    let mut conn = rc.get_connection().unwrap();
+    let count: i64 = redis::cmd("GET")
+        .arg(format!("{key}:once:once"))
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(count, 1);
+    assert!(
+        serve.log().contains("junk on stdout"),
+        "stdout goes to the log"
+    );
+
+    // 2. kill -9 of a program mid-job: the job is retried, the program replaced.
+    let before = residents(&needle);
+    assert_eq!(before.len(), 2);
+    produce(
+        lang,
+        &url,
+        &topic,
+        &[json!({"payload": r#"{"do":"hang"}"#, "id": "hang"})],
+    );
+    eventually(wait, "a program takes the hanging job", || async {
+        !recorded(&rc, &format!("{key}:hung")).is_empty()
+    })
+    .await;
+    let victim = recorded(&rc, &format!("{key}:hung"))[0]["pid"]
+        .as_i64()
+        .unwrap() as i32;
+    assert!(before.contains(&victim));
+    kill(Pid::from_raw(victim), Signal::SIGKILL).unwrap();
+    eventually(wait, "the killed job runs again elsewhere", || async {
+        recorded(&rc, &seen_key)
+            .iter()
+            .any(|s| s["id"] == "hang" && s["attempt"] == 2 && s["pid"] != victim)
+    })
+    .await;
+    eventually(wait, "the killed program is replaced", || async {
+        let now = residents(&needle);
+        now.len() == 2 && !now.contains(&victim)
+    })
+    .await;
+    eventually(wait, "the retried job is done", || async {
+        q.get(&topic, "hang").await.unwrap().is_none()
+    })
+    .await;
+
+    // 3. SIGTERM drains: the job in flight finishes, the programs see EOF and exit.
+    produce(
+        lang,
+        &url,
+        &topic,
+        &[json!({"payload": r#"{"do":"slow","ms":1500}"#, "id": "slow"})],
+    );
+    eventually(wait, "a program starts the slow job", || async {
+        !recorded(&rc, &format!("{key}:started")).is_empty()
+    })
+    .await;
+    let programs = residents(&needle);
+    serve.signal(Signal::SIGTERM);
+    let status = serve.wait(Duration::from_secs(60));
+    assert!(
+        status.success(),
+        "serve exited with {status}; log:\n{}",
+        serve.log()
+    );
+    assert!(
+        q.get(&topic, "slow").await.unwrap().is_none(),
+        "the job in flight was finished and acked"
+    );
+    assert!(recorded(&rc, &seen_key)
+        .iter()
+        .any(|s| s["id"] == "slow" && s["attempt"] == 1));
+    eventually(Duration::from_secs(10), "the programs exited", || async {
+        residents(&needle).is_empty()
+    })
+    .await;
+    let log = serve.log();
+    for pid in programs {
+        assert!(
+            log.contains(&format!("EOF, exiting {pid}")),
+            "program {pid} saw EOF and exited on its own; log:\n{log}"
+        );
+    }
+    assert!(q.check(&topic).await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn php_end_to_end_under_serve() {
+    end_to_end(Lang::Php).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn python_end_to_end_under_serve() {
+    end_to_end(Lang::Python).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn node_end_to_end_under_serve() {
+    end_to_end(Lang::Node).await;
+}

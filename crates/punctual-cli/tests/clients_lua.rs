@@ -1,0 +1,54 @@
+//! The client packages in `clients/` carry copies of punctual's Lua scripts,
+//! written by `clients/sync-lua.sh` exactly as punctual loads them
+//! (`punctual::script_source`). This test fails while any copy differs, so a
+//! change under `crates/punctual/lua/` cannot ship with stale clients.
+
+use std::path::{Path, PathBuf};
+
+/// The scripts each client uses. Keep in step with SCRIPTS in
+/// `clients/sync-lua.sh`.
+const SCRIPTS: &[&str] = &["enqueue", "get", "cancel", "reschedule"];
+
+/// Where each client keeps its copies.
+const DIRS: &[&str] = &[
+    "clients/php/lua",
+    "clients/python/punctual/lua",
+    "clients/node/lua",
+];
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+#[test]
+fn every_client_copy_of_the_lua_scripts_is_current() {
+    let mut stale = Vec::new();
+    for dir in DIRS {
+        let dir_path = root().join(dir);
+        for name in SCRIPTS {
+            let want = punctual::script_source(name)
+                .unwrap_or_else(|| panic!("{name} is not one of punctual's scripts"));
+            let path = dir_path.join(format!("{name}.lua"));
+            match std::fs::read(&path) {
+                Ok(have) if have == want.as_bytes() => {}
+                Ok(_) => stale.push(format!("{dir}/{name}.lua differs")),
+                Err(e) => stale.push(format!("{dir}/{name}.lua: {e}")),
+            }
+        }
+        // A copy of a script no client uses any more is stale too.
+        for entry in std::fs::read_dir(&dir_path).unwrap() {
+            let file = entry.unwrap().file_name().to_string_lossy().into_owned();
+            let known = file
+                .strip_suffix(".lua")
+                .is_some_and(|n| SCRIPTS.contains(&n));
+            if !known {
+                stale.push(format!("{dir}/{file} is not a copy sync-lua.sh writes"));
+            }
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "the clients' Lua copies are out of date; run clients/sync-lua.sh and commit:\n  {}",
+        stale.join("\n  ")
+    );
+}
