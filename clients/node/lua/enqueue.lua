@@ -11,7 +11,8 @@
 --   KEYS[3] P:{T}:running  ZSET id -> lease deadline ms
 --   KEYS[4] P:{T}:dead     ZSET id -> time of death ms
 --   KEYS[5] P:{T}:jobs     HASH id -> record
---   KEYS[6] P:{T}:meta     HASH topic settings: max_attempts, backoff, paused
+--   KEYS[6] P:{T}:meta     HASH topic settings: max_attempts, backoff, paused,
+--                          partitions (the count set_partitions last wrote)
 --   KEYS[7] P:{T}:stats    HASH counters
 --   KEYS[8] P:{T}:seq      STRING counter for generated ids and lease tokens
 --   KEYS[9] P:{T}:attempts HASH id -> "A:T": deliveries so far and the token
@@ -23,11 +24,31 @@
 -- ladder (ms, comma separated, empty: topic default), E length of the last
 -- error (decimal).
 
+-- Every call is checked once, before anything else: exactly these nine keys,
+-- in this order, all with the same prefix and hash tag. (Keys of two topics
+-- mixed in one call would write inconsistent state on a single Redis.)
+local KEY_NAMES = { 'pool', 'ready', 'running', 'dead', 'jobs', 'meta', 'stats', 'seq', 'attempts' }
+local KEY_BASE = #KEYS == 9 and string.match(KEYS[1], '^([^{}]+:{[^{}]+}:)pool$')
+if KEY_BASE then
+  for i = 2, 9 do
+    if KEYS[i] ~= KEY_BASE .. KEY_NAMES[i] then KEY_BASE = nil break end
+  end
+end
+if not KEY_BASE then
+  return redis.error_reply('PUNCTUAL_INVALID expected the nine keys of one topic, P:{T}:pool, P:{T}:ready, '
+    .. 'P:{T}:running, P:{T}:dead, P:{T}:jobs, P:{T}:meta, P:{T}:stats, P:{T}:seq, P:{T}:attempts '
+    .. '(got ' .. #KEYS .. ' keys that are not)')
+end
+
 local K_POOL, K_READY, K_RUNNING, K_DEAD = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_JOBS, K_META, K_STATS, K_SEQ = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local K_ATT = KEYS[9]
 
 local DEFAULT_MAX_ATTEMPTS = 6
+-- Most deliveries a job may have (its own setting or the topic's).
+local MAX_ATTEMPTS = 10000
+-- Largest integer a Lua number (a double) holds exactly: 2^53.
+local MAX_SAFE = 9007199254740992
 local DEFAULT_BACKOFF = '0,5000,30000,120000,600000,1800000'
 -- Ten years in ms: longer delays are refused as absurd.
 local MAX_DELAY_MS = 315360000000
@@ -35,6 +56,65 @@ local MAX_DELAY_MS = 315360000000
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Redis's clock: ms rounded down, ms rounded up, and microseconds. A delay
+-- counts from the rounded-up ms, so a job is never due before the instant
+-- of the call plus its delay, to the microsecond.
+local function clock()
+  local t = redis.call('TIME')
+  local s, us = tonumber(t[1]), tonumber(t[2])
+  local now = s * 1000 + math.floor(us / 1000)
+  local up = now
+  if us % 1000 ~= 0 then up = now + 1 end
+  return now, up, s * 1000000 + us
+end
+
+-- A numeric argument: plain decimal digits (no sign, point, exponent,
+-- spaces, hex, inf or nan), at most 16 of them, within lo..hi. nil otherwise.
+local function int_arg(s, lo, hi)
+  if not s or #s > 16 or not string.find(s, '^%d+$') then return nil end
+  local v = tonumber(s)
+  if v < lo or v > hi then return nil end
+  return v
+end
+
+-- Reserves n lease tokens and returns the value just before the first. They
+-- follow the topic's seq counter and never fall below Redis's clock in
+-- microseconds, so a restart that lost the latest writes (an RDB snapshot,
+-- AOF everysec, a failover to a replica that lagged) cannot hand a token out
+-- again: the clock moved on meanwhile. They stay below 2^53 until 2255.
+local function reserve_tokens(n, now_us)
+  local base = tonumber(redis.call('GET', K_SEQ)) or 0
+  if base < now_us then base = now_us end
+  redis.call('SET', K_SEQ, string.format('%d', base + n))
+  return base
+end
+
+-- Whether s is valid UTF-8 (no overlong forms, surrogates or code points
+-- past U+10FFFF). ASCII is checked by one string.find.
+local function utf8_ok(s)
+  local i, n = 1, #s
+  while i <= n do
+    local j = string.find(s, '[\128-\255]', i)
+    if not j then return true end
+    local c, b = string.byte(s, j, j + 1)
+    local len
+    if c >= 0xC2 and c <= 0xDF then len = 2
+    elseif c >= 0xE0 and c <= 0xEF then len = 3
+    elseif c >= 0xF0 and c <= 0xF4 then len = 4
+    else return false end
+    if not b or (c == 0xE0 and b < 0xA0) or (c == 0xED and b > 0x9F)
+      or (c == 0xF0 and b < 0x90) or (c == 0xF4 and b > 0x8F) then
+      return false
+    end
+    for k = j + 1, j + len - 1 do
+      local x = string.byte(s, k)
+      if not x or x < 0x80 or x > 0xBF then return false end
+    end
+    i = j + len
+  end
+  return true
 end
 
 local DIGITS = '0123456789abcdefghijklmnopqrstuvwxyz'
@@ -90,7 +170,7 @@ end
 -- Topic settings: max attempts and backoff ladder, with built-in defaults.
 local function topic_defaults()
   local m = redis.call('HMGET', K_META, 'max_attempts', 'backoff')
-  return tonumber(m[1]) or DEFAULT_MAX_ATTEMPTS, m[2] or DEFAULT_BACKOFF
+  return int_arg(m[1], 1, MAX_ATTEMPTS) or DEFAULT_MAX_ATTEMPTS, m[2] or DEFAULT_BACKOFF
 end
 
 local function max_attempts(r, topic_max)
@@ -113,16 +193,21 @@ local function backoff_ms(r, topic_backoff, attempts)
 end
 
 -- Parse a "when": "d<ms>" delay from now, or "a<ms>" absolute epoch ms.
--- Returns the due time, or nil and a reason.
-local function due_of(when, now)
+-- `now` and `up` are the clock rounded down and up (see clock()).
+-- A delay counts from `up`, so the job is never due before the instant of
+-- the call plus the delay. Returns the due time, or nil and a reason.
+local function due_of(when, now, up)
   local kind, v = string.match(when, '^([da])(%d+)$')
-  if not kind then return nil, 'malformed due time "' .. when .. '"' end
+  if not kind or #v > 16 then return nil, 'malformed due time "' .. when .. '"' end
   v = tonumber(v)
-  local due
-  if kind == 'd' then due = now + v else due = v end
-  if due > now + MAX_DELAY_MS then return nil, 'due time more than ten years ahead' end
-  if due < now then due = now end
-  return due
+  if kind == 'd' then
+    if v == 0 then return now end
+    if v > MAX_DELAY_MS then return nil, 'due time more than ten years ahead' end
+    return up + v
+  end
+  if v > now + MAX_DELAY_MS then return nil, 'due time more than ten years ahead' end
+  if v < now then return now end
+  return v
 end
 
 local function earliest(key)
@@ -169,19 +254,62 @@ end
 --   id ("" = generate), payload, when ("d<ms>" delay or "a<ms>" epoch ms),
 --   max attempts ("" = topic default), backoff ladder ("" = topic default,
 --   else ms values separated by commas).
+-- ARGV[4 + 5n], optional: the partition count the caller routed the jobs
+-- with (1 for a topic that is not partitioned). When given, and the topic's
+-- meta holds another count ("partitions", written by set_partitions), the
+-- call is refused with "PUNCTUAL_STALE ..." and nothing is written: read
+-- P:partitions again and route anew.
 -- Returns: a flat array id1, status1, id2, status2 ... where status is
 -- 1 created, 0 duplicate (nothing changed), 2 replaced.
 -- Errors: "PUNCTUAL_INVALID <reason>" and nothing is written, when any job of
 -- the batch is invalid.
 
-local max_payload = tonumber(ARGV[1])
+local max_payload = int_arg(ARGV[1], 0, MAX_SAFE)
 local replace = ARGV[2] == '1'
-local n = tonumber(ARGV[3])
-if not max_payload or not n or n < 1 or n > 1000 or #ARGV ~= 3 + 5 * n then
-  return invalid('enqueue expects 1 to 1000 jobs of five arguments each')
+local n = int_arg(ARGV[3], 1, 1000)
+if not max_payload or (ARGV[2] ~= '0' and ARGV[2] ~= '1') or not n
+  or (#ARGV ~= 3 + 5 * n and #ARGV ~= 4 + 5 * n) then
+  return invalid('enqueue expects a max payload, replace (0 or 1), 1 to 1000 jobs of five arguments each '
+    .. 'and optionally the partition count')
+end
+local routed = nil
+if #ARGV == 4 + 5 * n then
+  routed = int_arg(ARGV[4 + 5 * n], 1, 1024)
+  if not routed then return invalid('enqueue expects a partition count of 1 to 1024 after the jobs') end
 end
 
-local now = now_ms()
+-- The topic, from the hash tag of the keys: the script refuses what
+-- validate_topic refuses among whitespace, control characters, bytes that
+-- are not UTF-8, and invisible or bidirectional formatting characters, which
+-- would let one topic pass for another. (Only a name with such bytes pays.)
+local topic = string.match(KEY_BASE, '{([^{}]+)}:$')
+if string.find(topic, '[%c%s\128-\255]') then
+  local bad = string.find(topic, '[%c%s]') or not utf8_ok(topic)
+  if not bad then
+    for _, p in ipairs({
+      '\194[\128-\160\173]', '\216[\128-\133\156]', '\219\157', '\220\143', '\225\133[\159\160]',
+      '\225\154\128', '\225\160\142', '\226\128[\128-\143\168-\175]', '\226\129[\159-\175]',
+      '\227\128\128', '\227\133\164', '\239\187\191', '\239\190\160', '\239\191[\185-\187]',
+      '\240\145\130[\189]', '\240\145\131[\141]', '\240\157\133[\179-\186]', '\243\160[\128\129]',
+    }) do
+      if string.find(topic, p) then bad = true break end
+    end
+  end
+  if bad then
+    return invalid('topic names may not contain whitespace, control characters, invisible or '
+      .. 'bidirectional formatting characters, or bytes that are not UTF-8')
+  end
+end
+
+if routed then
+  local layout = redis.call('HGET', K_META, 'partitions')
+  if layout and tonumber(layout) ~= routed then
+    return redis.error_reply('PUNCTUAL_STALE the topic has ' .. layout .. ' partition(s) now, not '
+      .. routed .. ': read P:partitions again and route the jobs anew')
+  end
+end
+
+local now, up = clock()
 local dues = {}
 local generate = 0
 for i = 1, n do
@@ -191,16 +319,22 @@ for i = 1, n do
     generate = generate + 1
   elseif #id > 200 then
     return invalid('job ' .. i .. ': id is ' .. #id .. ' bytes, over the 200-byte limit')
-  elseif string.find(id, '%c') then
-    return invalid('job ' .. i .. ': ids may not contain control characters')
+  elseif string.find(id, '[%c\128-\255]') then
+    -- Only an id with a control character or a byte over 127 pays for this.
+    if string.find(id, '%c') or string.find(id, '\194[\128-\159]') then
+      return invalid('job ' .. i .. ': ids may not contain control characters')
+    end
+    if not utf8_ok(id) then
+      return invalid('job ' .. i .. ': ids must be valid UTF-8')
+    end
   end
   if #payload > max_payload then
     return invalid('job ' .. i .. ': payload is ' .. #payload .. ' bytes, over the ' .. max_payload .. '-byte limit')
   end
-  local due, why = due_of(when, now)
+  local due, why = due_of(when, now, up)
   if not due then return invalid('job ' .. i .. ': ' .. why) end
-  if not string.match(max, '^%d*$') or #max > 10 or (max ~= '' and tonumber(max) < 1) then
-    return invalid('job ' .. i .. ': max attempts must be a positive integer')
+  if max ~= '' and (string.sub(max, 1, 1) == '0' or not int_arg(max, 1, MAX_ATTEMPTS)) then
+    return invalid('job ' .. i .. ': max attempts must be an integer from 1 to ' .. MAX_ATTEMPTS)
   end
   if not string.match(backoff, '^[%d,]*$') then
     return invalid('job ' .. i .. ': backoff must be ms values separated by commas')
@@ -223,6 +357,27 @@ local stamp = b36(now, 8)
 -- Record headers, built once per distinct due time.
 local heads = {}
 
+-- Given ids without a record are looked up in the four sets (one ZMSCORE
+-- each per call): an id left in a set without its record (a broken
+-- invariant that check reports) counts as live, so it never gets a second
+-- state; a replace repairs it.
+local has_rec, stray, absent = {}, {}, {}
+for i = 1, n do
+  local id = ARGV[3 + 5 * (i - 1) + 1]
+  if id ~= '' and has_rec[id] == nil then
+    has_rec[id] = redis.call('HEXISTS', K_JOBS, id) == 1
+    if not has_rec[id] then absent[#absent + 1] = id end
+  end
+end
+if #absent > 0 then
+  for _, st in ipairs({ 'dead', 'running', 'ready', 'pool' }) do
+    local scores = redis.call('ZMSCORE', STATE_KEY[st], unpack(absent))
+    for j, id in ipairs(absent) do
+      if scores[j] then stray[id] = st end
+    end
+  end
+end
+
 local out, records, to_pool, to_ready = {}, {}, {}, {}
 local seen = {}
 -- Replaced ids and the set they were in: left only after the new entry is written.
@@ -243,10 +398,10 @@ for i = 1, n do
   elseif seen[id] then
     -- The same id twice in one batch: the first one wins, even with replace.
     status = 0
-  elseif redis.call('HEXISTS', K_JOBS, id) == 1 then
+  elseif has_rec[id] or stray[id] then
     if replace then
       status = 2
-      old_state[id] = state_of(id) or false
+      if has_rec[id] then old_state[id] = state_of(id) or false else old_state[id] = stray[id] end
     else
       status = 0
     end

@@ -11,7 +11,8 @@
 --   KEYS[3] P:{T}:running  ZSET id -> lease deadline ms
 --   KEYS[4] P:{T}:dead     ZSET id -> time of death ms
 --   KEYS[5] P:{T}:jobs     HASH id -> record
---   KEYS[6] P:{T}:meta     HASH topic settings: max_attempts, backoff, paused
+--   KEYS[6] P:{T}:meta     HASH topic settings: max_attempts, backoff, paused,
+--                          partitions (the count set_partitions last wrote)
 --   KEYS[7] P:{T}:stats    HASH counters
 --   KEYS[8] P:{T}:seq      STRING counter for generated ids and lease tokens
 --   KEYS[9] P:{T}:attempts HASH id -> "A:T": deliveries so far and the token
@@ -23,11 +24,31 @@
 -- ladder (ms, comma separated, empty: topic default), E length of the last
 -- error (decimal).
 
+-- Every call is checked once, before anything else: exactly these nine keys,
+-- in this order, all with the same prefix and hash tag. (Keys of two topics
+-- mixed in one call would write inconsistent state on a single Redis.)
+local KEY_NAMES = { 'pool', 'ready', 'running', 'dead', 'jobs', 'meta', 'stats', 'seq', 'attempts' }
+local KEY_BASE = #KEYS == 9 and string.match(KEYS[1], '^([^{}]+:{[^{}]+}:)pool$')
+if KEY_BASE then
+  for i = 2, 9 do
+    if KEYS[i] ~= KEY_BASE .. KEY_NAMES[i] then KEY_BASE = nil break end
+  end
+end
+if not KEY_BASE then
+  return redis.error_reply('PUNCTUAL_INVALID expected the nine keys of one topic, P:{T}:pool, P:{T}:ready, '
+    .. 'P:{T}:running, P:{T}:dead, P:{T}:jobs, P:{T}:meta, P:{T}:stats, P:{T}:seq, P:{T}:attempts '
+    .. '(got ' .. #KEYS .. ' keys that are not)')
+end
+
 local K_POOL, K_READY, K_RUNNING, K_DEAD = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_JOBS, K_META, K_STATS, K_SEQ = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local K_ATT = KEYS[9]
 
 local DEFAULT_MAX_ATTEMPTS = 6
+-- Most deliveries a job may have (its own setting or the topic's).
+local MAX_ATTEMPTS = 10000
+-- Largest integer a Lua number (a double) holds exactly: 2^53.
+local MAX_SAFE = 9007199254740992
 local DEFAULT_BACKOFF = '0,5000,30000,120000,600000,1800000'
 -- Ten years in ms: longer delays are refused as absurd.
 local MAX_DELAY_MS = 315360000000
@@ -35,6 +56,65 @@ local MAX_DELAY_MS = 315360000000
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Redis's clock: ms rounded down, ms rounded up, and microseconds. A delay
+-- counts from the rounded-up ms, so a job is never due before the instant
+-- of the call plus its delay, to the microsecond.
+local function clock()
+  local t = redis.call('TIME')
+  local s, us = tonumber(t[1]), tonumber(t[2])
+  local now = s * 1000 + math.floor(us / 1000)
+  local up = now
+  if us % 1000 ~= 0 then up = now + 1 end
+  return now, up, s * 1000000 + us
+end
+
+-- A numeric argument: plain decimal digits (no sign, point, exponent,
+-- spaces, hex, inf or nan), at most 16 of them, within lo..hi. nil otherwise.
+local function int_arg(s, lo, hi)
+  if not s or #s > 16 or not string.find(s, '^%d+$') then return nil end
+  local v = tonumber(s)
+  if v < lo or v > hi then return nil end
+  return v
+end
+
+-- Reserves n lease tokens and returns the value just before the first. They
+-- follow the topic's seq counter and never fall below Redis's clock in
+-- microseconds, so a restart that lost the latest writes (an RDB snapshot,
+-- AOF everysec, a failover to a replica that lagged) cannot hand a token out
+-- again: the clock moved on meanwhile. They stay below 2^53 until 2255.
+local function reserve_tokens(n, now_us)
+  local base = tonumber(redis.call('GET', K_SEQ)) or 0
+  if base < now_us then base = now_us end
+  redis.call('SET', K_SEQ, string.format('%d', base + n))
+  return base
+end
+
+-- Whether s is valid UTF-8 (no overlong forms, surrogates or code points
+-- past U+10FFFF). ASCII is checked by one string.find.
+local function utf8_ok(s)
+  local i, n = 1, #s
+  while i <= n do
+    local j = string.find(s, '[\128-\255]', i)
+    if not j then return true end
+    local c, b = string.byte(s, j, j + 1)
+    local len
+    if c >= 0xC2 and c <= 0xDF then len = 2
+    elseif c >= 0xE0 and c <= 0xEF then len = 3
+    elseif c >= 0xF0 and c <= 0xF4 then len = 4
+    else return false end
+    if not b or (c == 0xE0 and b < 0xA0) or (c == 0xED and b > 0x9F)
+      or (c == 0xF0 and b < 0x90) or (c == 0xF4 and b > 0x8F) then
+      return false
+    end
+    for k = j + 1, j + len - 1 do
+      local x = string.byte(s, k)
+      if not x or x < 0x80 or x > 0xBF then return false end
+    end
+    i = j + len
+  end
+  return true
 end
 
 local DIGITS = '0123456789abcdefghijklmnopqrstuvwxyz'
@@ -90,7 +170,7 @@ end
 -- Topic settings: max attempts and backoff ladder, with built-in defaults.
 local function topic_defaults()
   local m = redis.call('HMGET', K_META, 'max_attempts', 'backoff')
-  return tonumber(m[1]) or DEFAULT_MAX_ATTEMPTS, m[2] or DEFAULT_BACKOFF
+  return int_arg(m[1], 1, MAX_ATTEMPTS) or DEFAULT_MAX_ATTEMPTS, m[2] or DEFAULT_BACKOFF
 end
 
 local function max_attempts(r, topic_max)
@@ -113,16 +193,21 @@ local function backoff_ms(r, topic_backoff, attempts)
 end
 
 -- Parse a "when": "d<ms>" delay from now, or "a<ms>" absolute epoch ms.
--- Returns the due time, or nil and a reason.
-local function due_of(when, now)
+-- `now` and `up` are the clock rounded down and up (see clock()).
+-- A delay counts from `up`, so the job is never due before the instant of
+-- the call plus the delay. Returns the due time, or nil and a reason.
+local function due_of(when, now, up)
   local kind, v = string.match(when, '^([da])(%d+)$')
-  if not kind then return nil, 'malformed due time "' .. when .. '"' end
+  if not kind or #v > 16 then return nil, 'malformed due time "' .. when .. '"' end
   v = tonumber(v)
-  local due
-  if kind == 'd' then due = now + v else due = v end
-  if due > now + MAX_DELAY_MS then return nil, 'due time more than ten years ahead' end
-  if due < now then due = now end
-  return due
+  if kind == 'd' then
+    if v == 0 then return now end
+    if v > MAX_DELAY_MS then return nil, 'due time more than ten years ahead' end
+    return up + v
+  end
+  if v > now + MAX_DELAY_MS then return nil, 'due time more than ten years ahead' end
+  if v < now then return now end
+  return v
 end
 
 local function earliest(key)
@@ -169,6 +254,7 @@ end
 -- job is live. A worker still running a cancelled job cannot ack
 -- or fail it afterwards (its lease is gone).
 
+if #ARGV ~= 1 then return invalid('cancel expects one id') end
 local id = ARGV[1]
 local st = state_of(id)
 local had = redis.call('HDEL', K_JOBS, id)
