@@ -101,11 +101,11 @@ fn must_not_repeat(cmd: &Cmd) -> bool {
         return true;
     };
     // ARGV: max payload, replace, n, then n groups of (id, payload, when,
-    // max attempts, backoff).
+    // max attempts, backoff), then optionally the partition count.
     let (Some(replace), Some(n)) = (argv.get(1), argv.get(2).and_then(|n| num(n))) else {
         return true;
     };
-    if *replace != b"0" || argv.len() != 3 + 5 * n {
+    if *replace != b"0" || (argv.len() != 3 + 5 * n && argv.len() != 4 + 5 * n) {
         return true;
     }
     (0..n).any(|i| argv[3 + 5 * i].is_empty())
@@ -290,6 +290,12 @@ mod tests {
         assert!(!must_not_repeat(&batch("0", &["a", "b"])), "ids: safe");
         assert!(must_not_repeat(&batch("0", &["a", ""])), "a generated id");
         assert!(must_not_repeat(&batch("1", &["a"])), "replace");
+        let mut routed = batch("0", &["a", "b"]);
+        routed.arg("3");
+        assert!(!must_not_repeat(&routed), "ids with the partition count");
+        let mut routed = batch("0", &["a", ""]);
+        routed.arg("3");
+        assert!(must_not_repeat(&routed), "a generated id, partition count");
         assert!(
             must_not_repeat(&evalsha(enqueue, &["1048576", "0"])),
             "malformed"
