@@ -814,3 +814,28 @@ async fn oldest_dead_of_a_partitioned_topic_purges_an_id_that_is_not_utf8() {
     assert_eq!(f.card(&p0, "dead").await, 0);
     assert_eq!(f.card(&p0, "jobs").await, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_follow_the_counter_when_it_is_ahead_of_the_clock() {
+    let f = Fixture::new().await;
+    let (q, t) = (&f.queue, "ahead");
+    q.enqueue_batch(t, vec![Job::new("a").id("a"), Job::new("b").id("b")])
+        .await
+        .unwrap();
+    // Far ahead of Redis's clock in µs (as after a burst, or a clock that
+    // stepped back): the tokens must still go up from it.
+    let ahead: i64 = 4_000_000_000_000_000;
+    f.cli(&["SET", &key(t, "seq"), &ahead.to_string()]);
+    let got = q.claim(t, 10, LONG_LEASE).await.unwrap();
+    let tokens: Vec<i64> = got.iter().map(|d| d.token).collect();
+    assert_eq!(tokens, vec![ahead + 1, ahead + 2]);
+    let seq: i64 = f.cli(&["GET", &key(t, "seq")]).trim().parse().unwrap();
+    assert_eq!(seq, ahead + 2);
+    // Behind the clock: tokens start above the claim's time in µs.
+    f.cli(&["SET", &key(t, "seq"), "7"]);
+    let pairs: Vec<(String, i64)> = got.iter().map(|d| (d.id.clone(), d.token)).collect();
+    assert_eq!(q.ack(t, &pairs).await.unwrap(), vec![true, true]);
+    q.enqueue(t, Job::new("c").id("c")).await.unwrap();
+    let d = q.claim(t, 10, LONG_LEASE).await.unwrap().remove(0);
+    assert_eq!(d.token, d.claimed_us + 1);
+}
