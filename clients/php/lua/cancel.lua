@@ -84,11 +84,13 @@ end
 -- microseconds, so a restart that lost the latest writes (an RDB snapshot,
 -- AOF everysec, a failover to a replica that lagged) cannot hand a token out
 -- again: the clock moved on meanwhile. They stay below 2^53 until 2255.
+-- One SET ... GET in the common case (seq behind the clock); a second SET
+-- when seq is ahead (a burst of more than one token per microsecond).
 local function reserve_tokens(n, now_us)
-  local base = tonumber(redis.call('GET', K_SEQ)) or 0
-  if base < now_us then base = now_us end
-  redis.call('SET', K_SEQ, string.format('%d', base + n))
-  return base
+  local old = tonumber(redis.call('SET', K_SEQ, string.format('%d', now_us + n), 'GET')) or 0
+  if old <= now_us then return now_us end
+  redis.call('SET', K_SEQ, string.format('%d', old + n))
+  return old
 end
 
 -- Whether s is valid UTF-8 (no overlong forms, surrogates or code points
