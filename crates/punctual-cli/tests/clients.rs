@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use punctual::{Queue, State};
-use punctual_testkit::RedisServer;
+use punctual_testkit::{RedisCluster, RedisServer};
 use serde_json::{json, Value};
 use support::eventually;
 
@@ -320,7 +320,22 @@ fn residents(needle: &str) -> HashSet<i32> {
 /// Enqueues through the client: one JSON object per job on the stdin of
 /// `e2e_produce` (one job: `enqueue`; more: `enqueue_batch`).
 fn produce(lang: Lang, redis: &str, topic: &str, jobs: &[Value]) -> Vec<(String, String)> {
-    let mut child = Command::new(lang.interpreter())
+    produce_with(lang, redis, None, topic, jobs)
+}
+
+/// [`produce`], on a Redis Cluster when `cluster` has its seed URLs.
+fn produce_with(
+    lang: Lang,
+    redis: &str,
+    cluster: Option<&str>,
+    topic: &str,
+    jobs: &[Value],
+) -> Vec<(String, String)> {
+    let mut cmd = Command::new(lang.interpreter());
+    if let Some(seeds) = cluster {
+        cmd.env("PUNCTUAL_TEST_CLUSTER_URLS", seeds);
+    }
+    let mut child = cmd
         .arg(lang.test_file("e2e_produce"))
         .arg(topic)
         .env("PUNCTUAL_TEST_REDIS_URL", redis)
@@ -609,4 +624,58 @@ async fn python_end_to_end_under_serve() {
 #[tokio::test(flavor = "multi_thread")]
 async fn node_end_to_end_under_serve() {
     end_to_end(Lang::Node).await;
+}
+
+/// Each client's producer on a Redis Cluster: hash tags keep a topic's keys
+/// in one slot, a partitioned topic spreads over slots by crc32(id), the
+/// scripts are loaded (EVAL after NOSCRIPT) on whichever node holds the keys,
+/// and the Rust library finds every job where the client put it.
+#[tokio::test(flavor = "multi_thread")]
+async fn producers_work_on_a_redis_cluster() {
+    let langs: Vec<Lang> = [Lang::Php, Lang::Python, Lang::Node]
+        .into_iter()
+        .filter(|l| l.available())
+        .collect();
+    if langs.is_empty() {
+        return;
+    }
+    let cluster = RedisCluster::start();
+    let seeds = cluster.seed_urls();
+    let q = Queue::connect(seeds.as_str()).await.unwrap();
+    for lang in langs {
+        let hot = format!("hot-{}", lang.name());
+        let plain = format!("plain-{}", lang.name());
+        q.set_partitions(&hot, 3).await.unwrap();
+        let jobs: Vec<Value> = (0..30)
+            .map(|i| json!({"payload": format!("hot {i}"), "delay_ms": 60000}))
+            .collect();
+        let made = produce_with(lang, &cluster.node(0).url(), Some(&seeds), &hot, &jobs);
+        for (i, (id, status)) in made.iter().enumerate() {
+            assert_eq!(status, "created");
+            let job =
+                q.get(&hot, id).await.unwrap().unwrap_or_else(|| {
+                    panic!("{}: {id} is not where the library looks", lang.name())
+                });
+            assert_eq!(job.payload, format!("hot {i}").as_bytes());
+            assert_eq!(job.state, State::Pool);
+        }
+        let parts: HashSet<u32> = made
+            .iter()
+            .map(|(id, _)| punctual::partition_of(id, 3))
+            .collect();
+        assert_eq!(parts.len(), 3, "30 ids over 3 partitions");
+        let given: Vec<Value> = (0..5)
+            .map(|i| json!({"payload": format!("p{i}"), "id": format!("order:{i}")}))
+            .collect();
+        let first = produce_with(lang, &cluster.node(1).url(), Some(&seeds), &plain, &given);
+        assert!(first.iter().all(|(_, s)| s == "created"));
+        let again = produce_with(lang, &cluster.node(2).url(), Some(&seeds), &plain, &given);
+        assert!(again.iter().all(|(_, s)| s == "duplicate"), "{again:?}");
+        for i in 0..5 {
+            let job = q.get(&plain, &format!("order:{i}")).await.unwrap().unwrap();
+            assert_eq!(job.state, State::Ready);
+        }
+        assert!(q.check(&hot).await.unwrap().is_empty());
+        assert!(q.check(&plain).await.unwrap().is_empty());
+    }
 }
