@@ -34,7 +34,7 @@ async function main() {
     out = await producer.enqueueBatch(process.argv[2], jobs);
   }
   for (const e of out) console.log(JSON.stringify(e));
-  await redis.close?.() ?? (await redis.quit());
+  await (typeof redis.close === 'function' ? redis.close() : redis.quit());
 }
 
 main().catch((e) => {
