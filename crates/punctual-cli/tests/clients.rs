@@ -481,6 +481,21 @@ async fn end_to_end(lang: Lang) {
         // The topic as configured, also on a partitioned topic (RESIDENT.md).
         assert_eq!(s["topic"], topic.as_str(), "{s}");
     }
+    // Lateness (Redis's clock at the handler minus the due time), printed
+    // for the record: no timing is asserted on a shared machine.
+    let mut late: Vec<i64> = seen
+        .iter()
+        .filter(|s| s["attempt"] == 1)
+        .map(|s| s["now_ms"].as_i64().unwrap() - s["due_ms"].as_i64().unwrap())
+        .collect();
+    late.sort_unstable();
+    eprintln!(
+        "{} end to end: {} first deliveries, lateness median {} ms, max {} ms",
+        lang.name(),
+        late.len(),
+        late[late.len() / 2],
+        late[late.len() - 1]
+    );
     for (id, delay) in &delays {
         let s = by_id(id)[0];
         // The delay the producer asked for, measured by Redis.
