@@ -41,6 +41,8 @@ fn clients() -> PathBuf {
 enum Lang {
     Php,
     Python,
+    /// The Python client's asyncio loop (`run_async`, 4 jobs at once).
+    PythonAsync,
     Node,
 }
 
@@ -49,6 +51,7 @@ impl Lang {
         match self {
             Lang::Php => "php",
             Lang::Python => "python",
+            Lang::PythonAsync => "python-async",
             Lang::Node => "node",
         }
     }
@@ -56,20 +59,23 @@ impl Lang {
     fn interpreter(self) -> &'static str {
         match self {
             Lang::Php => "php",
-            Lang::Python => "python3",
+            Lang::Python | Lang::PythonAsync => "python3",
             Lang::Node => "node",
         }
     }
 
     fn dir(self) -> PathBuf {
-        clients().join(self.name())
+        clients().join(match self {
+            Lang::PythonAsync => "python",
+            other => other.name(),
+        })
     }
 
     /// A file of the client's tests directory.
     fn test_file(self, stem: &str) -> PathBuf {
         match self {
             Lang::Php => self.dir().join(format!("tests/{stem}.php")),
-            Lang::Python => self.dir().join(format!("tests/{stem}.py")),
+            Lang::Python | Lang::PythonAsync => self.dir().join(format!("tests/{stem}.py")),
             Lang::Node => self.dir().join(format!("test/{stem}.js")),
         }
     }
@@ -78,7 +84,7 @@ impl Lang {
     fn error_class(self) -> &'static str {
         match self {
             Lang::Php => "DomainException",
-            Lang::Python => "ValueError",
+            Lang::Python | Lang::PythonAsync => "ValueError",
             Lang::Node => "BoomError",
         }
     }
@@ -88,7 +94,7 @@ impl Lang {
         let mut cmd = Command::new(self.interpreter());
         match self {
             Lang::Php => cmd.arg("tests/run.php"),
-            Lang::Python => cmd.args([
+            Lang::Python | Lang::PythonAsync => cmd.args([
                 "-m", "unittest", "discover", "-v", "-s", "tests", "-t", "tests",
             ]),
             Lang::Node => cmd.args(["--test", "test/producer.test.js", "test/worker.test.js"]),
@@ -104,7 +110,7 @@ impl Lang {
                 &["-r", "exit(extension_loaded('redis') ? 0 : 1);"],
                 "php's redis extension (Debian: php-redis)".into(),
             ),
-            Lang::Python => (
+            Lang::Python | Lang::PythonAsync => (
                 &["-c", "import redis"],
                 "python3's redis package (pip install redis, or Debian: python3-redis)".into(),
             ),
@@ -239,9 +245,14 @@ impl Serve {
         let text = format!(
             "redis = {redis:?}\nworkers = 1\n\n[topics.{topic}]\nresident = [{:?}, {:?}]\n\
              processes = 2\npartitions = 2\ntimeout = \"60s\"\nbackoff = [\"0s\"]\n\
-             env = {{ PUNCTUAL_TEST_REDIS_URL = {redis:?}, E2E_KEY = {key:?}, E2E_INFLIGHT = \"4\" }}\n",
+             env = {{ PUNCTUAL_TEST_REDIS_URL = {redis:?}, E2E_KEY = {key:?}, E2E_INFLIGHT = \"4\"{} }}\n",
             lang.interpreter(),
             lang.test_file("e2e_handler").display().to_string(),
+            if lang == Lang::PythonAsync {
+                ", E2E_ASYNC = \"1\""
+            } else {
+                ""
+            },
         );
         std::fs::write(&config, text).unwrap();
         let log = std::fs::File::create(dir.path().join("serve.log")).unwrap();
@@ -634,6 +645,11 @@ async fn php_end_to_end_under_serve() {
 #[tokio::test(flavor = "multi_thread")]
 async fn python_end_to_end_under_serve() {
     end_to_end(Lang::Python).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn python_asyncio_end_to_end_under_serve() {
+    end_to_end(Lang::PythonAsync).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
