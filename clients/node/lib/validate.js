@@ -109,6 +109,7 @@ function encodeJob(job, maxPayload) {
   }
   let backoff = '';
   if (job.backoffMs != null) {
+    if (!Array.isArray(job.backoffMs)) throw new InvalidInput('backoff must be a list of delays in milliseconds');
     for (const step of job.backoffMs) {
       if (!Number.isSafeInteger(step)) {
         throw new InvalidInput(`invalid backoff step ${String(step)}: give milliseconds as integers`);

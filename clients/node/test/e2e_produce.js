@@ -2,14 +2,19 @@
 // Enqueues jobs through the Node producer for the end-to-end tests.
 // Usage: node e2e_produce.js TOPIC < jobs, one JSON object per line
 // ({"payload"|"payload_hex", "id", "delay_ms", "max_attempts"}); prints one
-// JSON line per job: {"id", "status"}.
+// JSON line per job: {"id", "status"}. With PUNCTUAL_TEST_CLUSTER_URLS
+// (comma-separated), it talks to a Redis Cluster.
 
 const readline = require('node:readline');
+const { createCluster } = require('redis');
 const { connect } = require('./common');
 const { Producer } = require('..');
 
 async function main() {
-  const redis = await connect();
+  const seeds = process.env.PUNCTUAL_TEST_CLUSTER_URLS;
+  const redis = seeds
+    ? await createCluster({ rootNodes: seeds.split(',').map((url) => ({ url })) }).connect()
+    : await connect();
   const producer = new Producer(redis);
   const jobs = [];
   for await (const line of readline.createInterface({ input: process.stdin })) {
@@ -29,7 +34,7 @@ async function main() {
     out = await producer.enqueueBatch(process.argv[2], jobs);
   }
   for (const e of out) console.log(JSON.stringify(e));
-  await redis.quit();
+  await (typeof redis.close === 'function' ? redis.close() : redis.quit());
 }
 
 main().catch((e) => {

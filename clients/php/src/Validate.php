@@ -160,6 +160,9 @@ final class Validate
         }
         $backoff = '';
         if (isset($job['backoff_ms'])) {
+            if (!is_array($job['backoff_ms'])) {
+                throw new InvalidInput('backoff must be a list of delays in milliseconds');
+            }
             foreach ($job['backoff_ms'] as $step) {
                 if (!is_int($step)) {
                     throw new InvalidInput(sprintf('invalid backoff step %s: give milliseconds as integers', var_export($step, true)));

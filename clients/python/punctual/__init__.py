@@ -26,11 +26,11 @@ from .producer import (
     validate_id,
     validate_topic,
 )
-from .worker import Dead, Job, Retry, Worker, once_key, run
+from .worker import Dead, Job, Retry, Worker, once_key, run, run_async
 
 __all__ = [
     "DEFAULT_MAX_PAYLOAD", "DEFAULT_PREFIX", "Dead", "Enqueued", "InvalidInput", "Job",
     "JobInfo", "NewJob", "PartialBatch", "Producer", "Retry", "Worker", "generate_id",
-    "once_key", "partition_of", "run", "validate_id", "validate_topic",
+    "once_key", "partition_of", "run", "run_async", "validate_id", "validate_topic",
 ]
 __version__ = "0.1.0"

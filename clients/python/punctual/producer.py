@@ -62,7 +62,7 @@ class NewJob:
     delay_ms: Optional[int] = None
     at_ms: Optional[int] = None
     max_attempts: Optional[int] = None
-    backoff_ms: Optional[list] = None
+    backoff_ms: Optional[Iterable[int]] = None
 
 
 @dataclass(frozen=True)
@@ -194,6 +194,8 @@ def _encode_job(job: NewJob, max_payload: int) -> tuple:
             raise InvalidInput(f"max attempts must be at most {MAX_ATTEMPTS}")
     backoff = ""
     if job.backoff_ms is not None:
+        if isinstance(job.backoff_ms, (str, bytes)) or not hasattr(job.backoff_ms, "__iter__"):
+            raise InvalidInput("backoff must be a list of delays in milliseconds")
         steps = list(job.backoff_ms)
         for step in steps:
             if not _int(step):
@@ -335,8 +337,7 @@ class Producer:
         at ``at_ms`` (epoch ms, Redis clock). Without ``id`` one is generated.
         ``replace`` replaces a live job of that id instead of reporting a
         duplicate."""
-        job = NewJob(payload, id, delay_ms, at_ms, max_attempts,
-                     None if backoff_ms is None else list(backoff_ms))
+        job = NewJob(payload, id, delay_ms, at_ms, max_attempts, backoff_ms)
         return self.enqueue_batch(topic, [job], replace=replace)[0]
 
     def enqueue_batch(self, topic: str, jobs: Iterable, *, replace: bool = False) -> list:

@@ -7,7 +7,9 @@ the protocol: the handler may print freely.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import inspect
 import json
 import os
 from typing import Any, Callable, Optional
@@ -154,3 +156,55 @@ class Worker:
 def run(handler: Callable[[Job], Any]) -> None:
     """``Worker(handler).run()``: the resident handler loop."""
     Worker(handler).run()
+
+
+async def run_async(handler: Callable[[Job], Any], *, inflight: int = 1) -> None:
+    """The resident loop for asyncio: ``asyncio.run(run_async(handle, inflight=8))``.
+
+    Says ready with ``inflight`` (1 to 1000) and runs up to that many
+    handlers at once (``async def`` handlers, or plain functions, which then
+    block the loop while they run). Outcomes as for :func:`run`. Returns
+    when fd 3 ends, once the jobs in hand are answered.
+    """
+    if not isinstance(inflight, int) or not 1 <= inflight <= 1000:
+        raise ValueError("inflight must be 1 to 1000")
+    jobs = _open("PUNCTUAL_JOBS_FD", 3, "rb")
+    replies = _open("PUNCTUAL_REPLIES_FD", 4, "wb")
+
+    def send(msg: dict) -> None:
+        # A reply line is small; the write blocks only while punctual is not
+        # reading, and then nothing else could progress either.
+        data = (json.dumps(msg, ensure_ascii=False) + "\n").encode()
+        while data:
+            data = data[replies.write(data):]
+
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=2**31)  # a line holds a whole payload
+    transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), jobs)
+
+    async def one(job: Job) -> None:
+        try:
+            result = handler(job)
+            if inspect.isawaitable(result):
+                await result
+            exc = None
+        except Exception as e:  # noqa: BLE001 - every failure becomes a reply
+            exc = e
+        send(reply_for(job.id, exc))
+
+    send({"type": "ready", "protocol": PROTOCOL, "inflight": inflight})
+    pending: set = set()
+    while True:
+        line = await reader.readline()
+        if not line:
+            break
+        msg = json.loads(line)
+        if not isinstance(msg, dict) or msg.get("type") != "job":
+            continue  # later versions may add message types
+        task = asyncio.ensure_future(one(Job(msg)))
+        pending.add(task)
+        task.add_done_callback(pending.discard)
+    if pending:
+        await asyncio.gather(*pending)
+    transport.close()
+    replies.close()

@@ -9,6 +9,7 @@ retry on the first attempt). Every delivery is recorded with RPUSH on
 $E2E_KEY:seen (default e2e:TOPIC:seen): id, attempt, due_ms, Redis TIME in ms, pid, the payload in hex.
 """
 
+import asyncio
 import json
 import os
 import sys
@@ -65,6 +66,14 @@ def handle(job: punctual.Job) -> None:
         raise ValueError("boom")
 
 
+async def handle_async(job: punctual.Job) -> None:
+    """The same, in a thread, so that run_async runs several at once."""
+    await asyncio.to_thread(handle, job)
+
+
 if __name__ == "__main__":
-    punctual.run(handle)
+    if os.environ.get("E2E_ASYNC"):  # the asyncio loop, E2E_INFLIGHT jobs at once
+        asyncio.run(punctual.run_async(handle_async, inflight=int(os.environ.get("E2E_INFLIGHT", "4"))))
+    else:
+        punctual.run(handle)
     print("e2e_handler: EOF, exiting", os.getpid())

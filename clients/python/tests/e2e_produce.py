@@ -2,7 +2,8 @@
 
 Usage: e2e_produce.py TOPIC < jobs, one JSON object per line:
 {"payload": "...", "payload_hex": "...", "id": ..., "delay_ms": ..., "max_attempts": ...}
-Prints one JSON line per job: {"id": ..., "status": ...}. The payloads go
+Prints one JSON line per job: {"id": ..., "status": ...}. With
+PUNCTUAL_TEST_CLUSTER_URLS (comma-separated), it talks to a Redis Cluster. The payloads go
 in one enqueue_batch call (or enqueue, for a single line).
 """
 
@@ -19,7 +20,14 @@ import punctual  # noqa: E402
 
 def main() -> None:
     topic = sys.argv[1]
-    producer = punctual.Producer(redis.Redis.from_url(os.environ["PUNCTUAL_TEST_REDIS_URL"]))
+    seeds = os.environ.get("PUNCTUAL_TEST_CLUSTER_URLS")
+    if seeds:  # a Redis Cluster: any node's URL finds the others
+        from redis.cluster import RedisCluster
+
+        client = RedisCluster.from_url(seeds.split(",")[0])
+    else:
+        client = redis.Redis.from_url(os.environ["PUNCTUAL_TEST_REDIS_URL"])
+    producer = punctual.Producer(client)
     jobs = []
     for line in sys.stdin:
         spec = json.loads(line)

@@ -91,6 +91,7 @@ class ProducerTest(unittest.TestCase):
             (dict(at_ms=-1), "invalid due time: before 1970; give a time after the epoch"),
             (dict(backoff_ms=[1000, 315_360_001_000]), "invalid backoff step 315360001s: steps are at most ten years"),
             (dict(delay_ms=1, at_ms=1), "give a delay or a due time, not both"),
+            (dict(backoff_ms=5000), "backoff must be a list of delays in milliseconds"),
         ]
         for kw, msg in refused:
             with self.assertRaises(punctual.InvalidInput) as cm:

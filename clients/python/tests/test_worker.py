@@ -58,7 +58,8 @@ class FakeServe:
         return self.read()
 
     def close(self):
-        self.jobs.close()
+        if not self.jobs.closed:
+            self.jobs.close()
         out, err = self.proc.communicate(timeout=30)
         self.replies.close()
         return self.proc.returncode, out.decode(), err.decode()
@@ -106,6 +107,46 @@ class WorkerLoopTest(unittest.TestCase):
                            env={**os.environ, "PUNCTUAL_JOBS_FD": "97", "PUNCTUAL_REPLIES_FD": "98"})
         self.assertNotEqual(p.returncode, 0)
         self.assertIn("fd 97 is not open: run this program under `punctual serve`", p.stderr)
+
+
+ASYNC_HANDLER = """
+import asyncio, sys
+sys.path.insert(0, %r)
+import punctual
+
+async def handle(job):
+    spec = job.text
+    if spec.startswith("slow:"):
+        await asyncio.sleep(int(spec[5:]) / 1000)
+    elif spec == "raise":
+        raise ValueError("boom")
+    elif spec == "retry":
+        raise punctual.Retry("later", 250)
+    print("handled", job.id, flush=True)
+
+asyncio.run(punctual.run_async(handle, inflight=3))
+print("EOF, exiting", flush=True)
+"""
+
+
+class AsyncLoopTest(unittest.TestCase):
+    def test_handlers_run_concurrently_and_eof_waits_for_them(self):
+        code = ASYNC_HANDLER % os.path.dirname(HERE)
+        fake = FakeServe([sys.executable, "-c", code])
+        self.assertEqual(fake.read(), {"type": "ready", "protocol": 1, "inflight": 3})
+        self.assertEqual(fake.job("r", "raise"), {"type": "retry", "id": "r", "error": "ValueError: boom"})
+        self.assertEqual(fake.job("l", "retry"), {"type": "retry", "id": "l", "error": "later", "delay_ms": 250})
+        # The slow job is still running when the quick one is answered.
+        fake.send({"type": "job", "id": "slow", "payload": "slow:800"})
+        self.assertEqual(fake.job("quick", "x"), {"type": "done", "id": "quick"})
+        self.assertEqual(fake.read(), {"type": "done", "id": "slow"})
+        # EOF with a job in flight: it is answered, then the program exits 0.
+        fake.send({"type": "job", "id": "last", "payload": "slow:300"})
+        fake.jobs.close()
+        self.assertEqual(fake.read(), {"type": "done", "id": "last"})
+        code, out, err = fake.close()
+        self.assertEqual(code, 0, err)
+        self.assertIn("EOF, exiting", out)
 
 
 class OnceTest(unittest.TestCase):

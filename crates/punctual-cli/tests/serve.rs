@@ -955,3 +955,72 @@ async fn an_exec_handler_that_exits_is_done_even_if_a_background_process_holds_s
     svc.signal(Signal::SIGTERM);
     svc.wait(Duration::from_secs(10));
 }
+
+/// An exec handler can reply on fd 3 (PUNCTUAL_REPLY_FD): the reply decides
+/// whatever the exit status (docs/RESIDENT.md, "Delays from exec handlers").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exec_handler_can_reply_on_fd_3_with_a_delay_or_dead() {
+    let redis = RedisServer::start();
+    let mut svc = Service::new();
+    let later = svc.script(
+        "later.sh",
+        "cat > /dev/null\necho '{\"type\":\"retry\",\"delay_ms\":600000,\"error\":\"bank closed\"}' >&\"$PUNCTUAL_REPLY_FD\"\nexit 0",
+    );
+    let dead = svc.script(
+        "dead.sh",
+        "cat > /dev/null\necho '{\"type\":\"dead\",\"id\":\"d\",\"error\":\"no such order\"}' >&3\nexit 0",
+    );
+    let done = svc.script(
+        "done.sh",
+        "cat > /dev/null\necho '{\"type\":\"done\"}' >&3\nexit 3",
+    );
+    svc.config(
+        &redis.url(),
+        "workers = 1\nconcurrency = 4",
+        &format!(
+            "[topics.later]\nexec = [{:?}]\n[topics.dead]\nexec = [{:?}]\n[topics.done]\nexec = [{:?}]",
+            later.display().to_string(),
+            dead.display().to_string(),
+            done.display().to_string()
+        ),
+    );
+    svc.start();
+    let q = Queue::connect(redis.url()).await.unwrap();
+    q.enqueue("later", Job::new("x").id("l")).await.unwrap();
+    q.enqueue("dead", Job::new("x").id("d")).await.unwrap();
+    q.enqueue("done", Job::new("x").id("o")).await.unwrap();
+    eventually(Duration::from_secs(20), "outcomes", || async {
+        let l = q.stats("later").await.unwrap();
+        l.pool == 1
+            && l.running == 0
+            && q.stats("dead").await.unwrap().dead == 1
+            && live(&q, "done").await == 0
+    })
+    .await;
+    let l = q.get("later", "l").await.unwrap().unwrap();
+    assert_eq!(l.last_error.as_deref(), Some("bank closed"));
+    let score: f64 = redis
+        .cli(&["ZSCORE", "punctual:{later}:pool", "l"])
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let t: Vec<f64> = redis
+        .cli(&["TIME"])
+        .unwrap()
+        .split_whitespace()
+        .map(|x| x.parse().unwrap())
+        .collect();
+    let ahead = score - (t[0] * 1000.0 + t[1] / 1000.0);
+    assert!(
+        (590_000.0..=600_500.0).contains(&ahead),
+        "due about now + 600 s, is now + {ahead} ms"
+    );
+    let d = q.get("dead", "d").await.unwrap().unwrap();
+    assert_eq!(
+        (d.attempts, d.last_error.as_deref()),
+        (1, Some("no such order"))
+    );
+    svc.signal(Signal::SIGTERM);
+    svc.wait(Duration::from_secs(10));
+}

@@ -2,6 +2,7 @@
 //! `http` (a POST per job). Their contracts are in docs/operations.md.
 
 use std::collections::BTreeMap;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::Stdio;
 use std::time::{Duration, SystemTime};
 
@@ -21,6 +22,8 @@ const ERROR_TAIL: usize = 2048;
 /// After an exec handler exits, how long its pipes are still read (what it
 /// wrote just before exiting); then the rest of its process group is killed.
 const EXIT_GRACE: Duration = Duration::from_millis(100);
+/// Most bytes of an exec program's reply (fd 3) read.
+const MAX_REPLY: usize = 64 * 1024;
 
 /// An `exec` handler: argv, extra env, working directory.
 #[derive(Debug, Clone)]
@@ -60,6 +63,7 @@ impl Exec {
                 "PUNCTUAL_LATENESS_MS",
                 format!("{:.3}", d.lateness_us() as f64 / 1000.0),
             )
+            .env("PUNCTUAL_REPLY_FD", "3")
             .stdin(Stdio::piped())
             .stdout(Stdio::inherit())
             .stderr(Stdio::piped())
@@ -71,14 +75,23 @@ impl Exec {
         for var in super::supervisor::INTERNAL_ENV {
             cmd.env_remove(var);
         }
-        die_with_parent(&mut cmd);
+        // fd 3: where the program may write one reply line.
+        let (reply_r, reply_w) = match reply_pipe() {
+            Ok(p) => p,
+            Err(e) => return Outcome::retry(format!("cannot create the reply pipe: {e}")),
+        };
+        super::resident::wire_fds(&mut cmd, vec![(reply_w.as_raw_fd(), 3)]);
         if let Some(dir) = &self.cwd {
             cmd.current_dir(dir);
         }
-        let mut child = match cmd.spawn() {
+        let spawned = cmd.spawn();
+        drop(reply_w);
+        let mut child = match spawned {
             Ok(c) => c,
             Err(e) => return Outcome::retry(format!("cannot run {:?}: {e}", self.argv[0])),
         };
+        let mut replies = reply_r;
+        let mut reply = Vec::new();
         let guard = GroupGuard(child.id().map(|p| Pid::from_raw(p as i32)));
         let mut stdin = child.stdin.take().expect("stdin is piped");
         let mut stderr = child.stderr.take().expect("stderr is piped");
@@ -102,7 +115,16 @@ impl Exec {
                     }
                 }
             };
-            let io = futures::future::join(feed, collect).fuse();
+            let read_reply = async {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = replies.read(&mut buf).await {
+                    if n == 0 || reply.len() > MAX_REPLY {
+                        break;
+                    }
+                    reply.extend_from_slice(&buf[..n]);
+                }
+            };
+            let io = futures::future::join3(feed, collect, read_reply).fuse();
             tokio::pin!(io);
             // The exit decides, not the end of stderr: a background process
             // the program left behind may hold its pipes open for ever.
@@ -119,6 +141,20 @@ impl Exec {
         // Whatever it left running in its process group dies with the job.
         drop(guard);
         let tail = tail_text(&tail);
+        // A reply line on fd 3 decides, unless a signal killed the program.
+        if let Ok(s) = &status {
+            if s.code().is_some() {
+                if let Some(line) = reply
+                    .split(|b| *b == b'\n')
+                    .find(|l| !l.trim_ascii().is_empty())
+                {
+                    return match super::resident::parse_reply_any(line) {
+                        Ok((_, outcome)) => outcome,
+                        Err(why) => Outcome::retry(format!("invalid reply on fd 3: {why}")),
+                    };
+                }
+            }
+        }
         match status {
             Ok(s) => match (s.code(), std::os::unix::process::ExitStatusExt::signal(&s)) {
                 (Some(0), _) => Outcome::Done,
@@ -134,6 +170,15 @@ impl Exec {
             Err(e) => Outcome::retry(format!("waiting for {:?} failed: {e}", self.argv[0])),
         }
     }
+}
+
+/// A pipe for an exec program's reply: our reading end (async), and its
+/// writing end above fd 9, close-on-exec until dup2'ed to fd 3 in the child.
+fn reply_pipe() -> std::io::Result<(tokio::net::unix::pipe::Receiver, OwnedFd)> {
+    let (r, w) = std::io::pipe()?;
+    let w = super::resident::high_fd(OwnedFd::from(w))?;
+    let r = tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(r))?;
+    Ok((r, w))
 }
 
 /// Makes the child get SIGKILL when this worker process dies, even by

@@ -306,6 +306,12 @@ fn job_line(d: &Delivery, timeout: Duration) -> Vec<u8> {
 
 /// A reply line: (id, outcome), or why it breaks the protocol.
 pub fn parse_reply(line: &[u8]) -> Result<(String, Outcome), String> {
+    let (id, outcome) = parse_reply_any(line)?;
+    Ok((id.ok_or("a reply must name the job's id")?, outcome))
+}
+
+/// A reply line where the id is optional (an exec handler's fd 3).
+pub fn parse_reply_any(line: &[u8]) -> Result<(Option<String>, Outcome), String> {
     let v: serde_json::Value = serde_json::from_slice(line).map_err(|_| {
         format!(
             "not a JSON object: {:?}",
@@ -314,11 +320,7 @@ pub fn parse_reply(line: &[u8]) -> Result<(String, Outcome), String> {
     })?;
     let obj = v.as_object().ok_or("a reply must be a JSON object")?;
     let kind = obj.get("type").and_then(|t| t.as_str()).unwrap_or("");
-    let id = obj
-        .get("id")
-        .and_then(|t| t.as_str())
-        .ok_or("a reply must name the job's id")?
-        .to_string();
+    let id = obj.get("id").and_then(|t| t.as_str()).map(String::from);
     let error = obj
         .get("error")
         .and_then(|e| e.as_str())
@@ -348,18 +350,21 @@ fn truncate(s: &str, max: usize) -> String {
     s[..end].to_string()
 }
 
-/// Makes the program's job and reply pipe ends fds 3 and 4 and gives it
-/// PR_SET_PDEATHSIG. Both fds are above 9 in the parent, CLOEXEC there, so
-/// no other child inherits them and dup2 cannot clobber one with the other.
+/// Makes each `(fd, target)` pair's fd the child's `target` (dup2 in the
+/// child) and gives it PR_SET_PDEATHSIG. The fds must be above 9 in the
+/// parent and CLOEXEC there (see [`high_fd`]), so no other child inherits
+/// them and dup2 cannot clobber one with another.
 #[allow(unsafe_code)]
-fn wire_fds(cmd: &mut tokio::process::Command, jobs: i32, replies: i32) {
+pub(crate) fn wire_fds(cmd: &mut tokio::process::Command, fds: Vec<(i32, i32)>) {
     super::handlers::die_with_parent(cmd);
     // SAFETY: runs in the child between fork and exec; dup2(2) is
-    // async-signal-safe and nothing is allocated.
+    // async-signal-safe and nothing is allocated (the Vec was built before).
     unsafe {
         cmd.pre_exec(move || {
-            if nix::libc::dup2(jobs, 3) < 0 || nix::libc::dup2(replies, 4) < 0 {
-                return Err(std::io::Error::last_os_error());
+            for &(fd, target) in &fds {
+                if nix::libc::dup2(fd, target) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
             }
             Ok(())
         });
@@ -368,7 +373,7 @@ fn wire_fds(cmd: &mut tokio::process::Command, jobs: i32, replies: i32) {
 
 /// A duplicate of `fd` numbered 10 or more, close-on-exec.
 #[allow(unsafe_code)]
-fn high_fd(fd: OwnedFd) -> std::io::Result<OwnedFd> {
+pub(crate) fn high_fd(fd: OwnedFd) -> std::io::Result<OwnedFd> {
     let raw = nix::fcntl::fcntl(&fd, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(10))?;
     // SAFETY: fcntl just returned this new descriptor; nothing else owns it.
     Ok(unsafe { OwnedFd::from_raw_fd(raw) })
@@ -437,7 +442,10 @@ impl Manager {
         if let Some(dir) = &self.cfg.cwd {
             cmd.current_dir(dir);
         }
-        wire_fds(&mut cmd, child_jobs.as_raw_fd(), child_replies.as_raw_fd());
+        wire_fds(
+            &mut cmd,
+            vec![(child_jobs.as_raw_fd(), 3), (child_replies.as_raw_fd(), 4)],
+        );
         let mut child = cmd.spawn()?;
         // Our copies of the program's ends: closed, so EOF means it is gone.
         drop((child_jobs, child_replies));
