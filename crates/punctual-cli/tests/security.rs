@@ -194,10 +194,14 @@ async fn reads_can_require_the_token() {
     q.enqueue("orders", Job::new("card 4242").id("o1"))
         .await
         .unwrap();
+    // The token from api_token_file, the way the docs recommend.
+    let secrets = tempfile::tempdir().unwrap();
+    let token_file = secrets.path().join("token");
+    std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
     let srv = Server::serve(
         &redis.url(),
-        Some(TOKEN),
-        "workers = 0\nrequire_token_for_reads = true",
+        None,
+        &format!("workers = 0\nrequire_token_for_reads = true\napi_token_file = {token_file:?}"),
         "[topics.orders]\nexec = [\"true\"]\n",
     )
     .await;

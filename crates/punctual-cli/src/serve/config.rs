@@ -680,4 +680,29 @@ http = { url = "http://127.0.0.1:8080/hooks/coupon", timeout = "10s" }
             Config::parse("workers = 2\n[topics.a]\nexec = [\"true\"]\n", "t", &o, &[]).unwrap();
         assert_eq!((c.workers, c.redis.as_str()), (7, "redis://10.0.0.1:6380"));
     }
+
+    #[test]
+    fn security_keys_are_checked() {
+        let c = parse("[topics.a]\nexec = [\"true\"]\n").unwrap();
+        assert_eq!(c.max_retry_delay, Duration::from_secs(86_400));
+        assert_eq!(c.http_header_timeout, Duration::from_secs(30));
+        assert!(!c.require_token_for_reads);
+        let c = parse("max_retry_delay = \"1h\"\napi_allowed_hosts = [\"q.example\"]\n[topics.a]\nexec = [\"true\"]\n").unwrap();
+        assert_eq!(c.max_retry_delay, Duration::from_secs(3600));
+        for (bad, says) in [
+            ("max_retry_delay = \"0s\"", "max_retry_delay"),
+            ("http_header_timeout = \"10ms\"", "http_header_timeout"),
+            (
+                "api_token = \"0123456789abcdef\"\napi_token_file = \"/t\"",
+                "not both",
+            ),
+            (
+                "api_allowed_hosts = [\"http://q.example/\"]",
+                "not a host name",
+            ),
+        ] {
+            let e = parse(&format!("{bad}\n[topics.a]\nexec = [\"true\"]\n")).unwrap_err();
+            assert!(format!("{e:#}").contains(says), "{bad}: {e:#}");
+        }
+    }
 }
