@@ -466,7 +466,7 @@ async fn exec_exit_65_is_dead_and_a_hanging_handler_times_out_and_retries() {
     );
     let flaky = svc.script(
         "flaky.sh",
-        "cat > /dev/null\necho \"try $PUNCTUAL_ATTEMPT${PUNCTUAL_SERVE_CONFIG:+ config leaked}${PUNCTUAL_METRICS_SOCKET:+ socket leaked}\" >&2\nexit 3",
+        "cat > /dev/null\necho \"try $PUNCTUAL_ATTEMPT${PUNCTUAL_SERVE_CONFIG_FD:+ config leaked}${PUNCTUAL_METRICS_SOCKET:+ socket leaked}\" >&2\nexit 3",
     );
     svc.config(
         &redis.url(),
@@ -818,6 +818,62 @@ async fn children_exit_when_the_supervisor_is_killed() {
     eventually(Duration::from_secs(5), "orphaned children exit", || async {
         pids.iter().all(|p| gone(*p))
     })
+    .await;
+}
+
+/// The pids of the live processes whose parent is `parent`.
+fn children_of(parent: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // "pid (comm) state ppid ...": the fields after the last ')'.
+        let rest: Vec<&str> = stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .collect();
+        if rest.get(1).and_then(|p| p.parse::<i32>().ok()) == Some(parent) && rest[0] != "Z" {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn children_exit_when_the_supervisor_is_killed_before_they_watch_it() {
+    // The supervisor dies while its children are still starting: they must
+    // notice (a child that read its parent's pid only after the supervisor
+    // died would wait for a change that never comes).
+    let redis = RedisServer::start();
+    let mut svc = Service::new();
+    let handler = svc.script("handler.sh", "cat > /dev/null");
+    svc.config(
+        &redis.url(),
+        "workers = 2",
+        &format!("[topics.t]\nexec = [{:?}]", handler.display().to_string()),
+    );
+    svc.start();
+    let supervisor = svc.pid().as_raw();
+    let started = std::time::Instant::now();
+    let mut pids = Vec::new();
+    while pids.len() < 3 && started.elapsed() < Duration::from_secs(20) {
+        pids = children_of(supervisor);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(pids.len(), 3, "a scheduler and two workers: {pids:?}");
+    svc.signal(Signal::SIGKILL);
+    svc.wait(Duration::from_secs(5));
+    eventually(
+        Duration::from_secs(10),
+        "orphaned children exit",
+        || async { pids.iter().all(|p| gone(*p)) },
+    )
     .await;
 }
 

@@ -65,19 +65,25 @@ fn loading(e: &punctual::Error) -> bool {
     }
 }
 
-/// Resolves on SIGTERM, SIGINT, or when the parent process changes (the
-/// supervisor died and this process was re-parented).
+/// Resolves on SIGTERM, SIGINT, or when this process's parent is not its
+/// supervisor (it died and this process was re-parented). The supervisor's
+/// pid comes from the environment, so a supervisor that died before this
+/// process got here is noticed too.
 pub async fn stop_signal() {
-    let parent = nix::unistd::getppid();
+    let supervisor = std::env::var(super::supervisor::SUPERVISOR_PID_ENV)
+        .ok()
+        .and_then(|p| p.parse::<i32>().ok())
+        .map(nix::unistd::Pid::from_raw)
+        .unwrap_or_else(nix::unistd::getppid);
     let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
     let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
     let orphaned = async {
         loop {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            if nix::unistd::getppid() != parent {
+            if nix::unistd::getppid() != supervisor {
                 tracing::warn!("supervisor is gone; stopping");
                 return;
             }
+            tokio::time::sleep(Duration::from_millis(500)).await;
         }
     };
     tokio::select! {

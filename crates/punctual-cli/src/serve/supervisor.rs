@@ -35,6 +35,10 @@ pub type Children = Arc<Mutex<Vec<ChildStatus>>>;
 /// (JSON), once, at start. A pipe, not the environment: whatever is in a
 /// process's environment, its handlers can read in `/proc/$PPID/environ`.
 pub const CONFIG_FD_ENV: &str = "PUNCTUAL_SERVE_CONFIG_FD";
+/// Environment variable with the supervisor's pid: a child whose parent is
+/// another process (the supervisor died, even before the child started
+/// watching) stops.
+pub const SUPERVISOR_PID_ENV: &str = "PUNCTUAL_SUPERVISOR_PID";
 /// The descriptor the config pipe's read end has in a child.
 pub const CHILD_CONFIG_FD: i32 = 3;
 /// Environment variable naming the metrics socket for workers.
@@ -48,8 +52,9 @@ pub const LOG_FORMAT_ENV: &str = "PUNCTUAL_CHILD_LOG_FORMAT";
 pub const SECRET_ENV: [&str; 2] = ["PUNCTUAL_REDIS_URL", "PUNCTUAL_API_TOKEN"];
 /// What no handler sees: what the supervisor passes to its children, and
 /// the secrets punctual itself reads from the environment.
-pub const INTERNAL_ENV: [&str; 5] = [
+pub const INTERNAL_ENV: [&str; 6] = [
     CONFIG_FD_ENV,
+    SUPERVISOR_PID_ENV,
     METRICS_ENV,
     LOG_FORMAT_ENV,
     SECRET_ENV[0],
@@ -188,6 +193,7 @@ pub async fn supervise(cfg: Config) -> Result<i32> {
             .arg("--index")
             .arg(index.to_string())
             .env(CONFIG_FD_ENV, CHILD_CONFIG_FD.to_string())
+            .env(SUPERVISOR_PID_ENV, std::process::id().to_string())
             .env(LOG_FORMAT_ENV, &cfg.log_format);
         for var in SECRET_ENV {
             cmd.env_remove(var);
