@@ -82,6 +82,7 @@ sys.exit(0)
 struct Service {
     dir: tempfile::TempDir,
     child: Option<Child>,
+    http: u16,
 }
 
 impl Service {
@@ -89,6 +90,7 @@ impl Service {
         let s = Service {
             dir: tempfile::tempdir().unwrap(),
             child: None,
+            http: free_port(),
         };
         let p = s.path("handler.py");
         std::fs::write(&p, HANDLER).unwrap();
@@ -105,7 +107,7 @@ impl Service {
     fn start(&mut self, redis: &str, extra: &str, keys: &str) {
         let text = format!(
             "redis = {redis:?}\nhttp = \"127.0.0.1:{}\"\n{extra}\n[topics.t]\nresident = [\"python3\", {:?}]\n{keys}\n",
-            free_port(),
+            self.http,
             self.path("handler.py").display().to_string()
         );
         std::fs::write(self.path("punctual.toml"), text).unwrap();
@@ -145,6 +147,13 @@ impl Service {
 
     fn log(&self) -> String {
         std::fs::read_to_string(self.path("serve.log")).unwrap_or_default()
+    }
+
+    async fn metrics(&self) -> String {
+        match reqwest::get(format!("http://127.0.0.1:{}/metrics", self.http)).await {
+            Ok(r) => r.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        }
     }
 
     fn records(&self) -> Vec<Vec<String>> {
@@ -386,6 +395,14 @@ async fn a_program_killed_mid_job_is_replaced_and_the_job_retried() {
     assert_eq!(jobs[1].attempt, 2, "retried as attempt 2");
     assert_ne!(jobs[1].pid, first, "on a new program");
     assert_eq!(svc.pids("ready").len(), 2, "the program was replaced");
+    // /metrics: one program alive again, one restart after an exit, one job.
+    eventually(Duration::from_secs(20), "resident metrics", || async {
+        let m = svc.metrics().await;
+        m.contains("punctual_resident_processes{topic=\"t\"} 1")
+            && m.contains("punctual_resident_restarts_total{topic=\"t\",reason=\"exit\"} 1")
+            && m.contains("punctual_resident_jobs_total{topic=\"t\"} 1")
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
