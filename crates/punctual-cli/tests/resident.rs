@@ -41,7 +41,7 @@ pid = os.getpid()
 assert os.environ.get("PUNCTUAL_PROTOCOL") == "1"
 leaked = [v for v in ("PUNCTUAL_SERVE_CONFIG", "PUNCTUAL_METRICS_SOCKET") if v in os.environ]
 record("ready %d %s" % (pid, ",".join(leaked) or "-"))
-send({"type": "ready", "protocol": 1, "inflight": int(os.environ.get("INFLIGHT", "1"))})
+send({"type": "ready", "protocol": int(os.environ.get("PROTO", "1")), "inflight": int(os.environ.get("INFLIGHT", "1"))})
 for line in jobs:
     job = json.loads(line)
     if "payload_b64" in job:
@@ -547,4 +547,60 @@ async fn sigterm_drains_the_job_in_flight_then_the_program_sees_eof_and_exits() 
         svc.log()
     );
     assert!(gone(pid));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_memory_recycles_after_the_job_that_crossed_it() {
+    let redis = RedisServer::start();
+    let mut svc = Service::new();
+    // Any program is over 1 byte: each one handles one job, then is recycled.
+    svc.start(
+        &redis.url(),
+        "workers = 1",
+        "processes = 1\nmax_memory = \"1B\"",
+    );
+    let q = Queue::connect(redis.url()).await.unwrap();
+    for i in 0..3 {
+        q.enqueue("t", Job::new("x").id(format!("m{i}")))
+            .await
+            .unwrap();
+    }
+    eventually(Duration::from_secs(30), "every job done", || async {
+        live(&q).await == 0
+    })
+    .await;
+    let jobs = svc.jobs();
+    assert_eq!(jobs.len(), 3, "{jobs:?}");
+    assert!(jobs.iter().all(|j| j.attempt == 1));
+    let pids: HashSet<i32> = jobs.iter().map(|j| j.pid).collect();
+    assert_eq!(pids.len(), 3, "a new program per job: {jobs:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_program_speaking_another_protocol_is_not_restarted_and_its_jobs_retry() {
+    let redis = RedisServer::start();
+    let mut svc = Service::new();
+    svc.start(
+        &redis.url(),
+        "workers = 1",
+        "processes = 1\nenv = { PROTO = \"2\" }\nmax_attempts = 2\nbackoff = [\"0s\"]",
+    );
+    let q = Queue::connect(redis.url()).await.unwrap();
+    q.enqueue("t", Job::new("x").id("p")).await.unwrap();
+    eventually(Duration::from_secs(30), "the job dead", || async {
+        q.stats("t").await.unwrap().dead == 1
+    })
+    .await;
+    let p = q.get("t", "p").await.unwrap().unwrap();
+    assert_eq!(p.attempts, 2);
+    assert!(
+        p.last_error
+            .as_deref()
+            .unwrap_or("")
+            .contains("protocol Some(2)"),
+        "{:?}",
+        p.last_error
+    );
+    assert!(svc.jobs().is_empty(), "no job was sent to it");
+    assert_eq!(svc.pids("ready").len(), 1, "started once, never restarted");
 }
