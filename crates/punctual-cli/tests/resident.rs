@@ -75,6 +75,10 @@ for line in jobs:
             sys.stdout.flush()
         send({"type": "done", "id": jid})
 record("eof %d" % pid)
+if os.environ.get("STUBBORN"):
+    import signal
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    time.sleep(60)
 sys.exit(0)
 "#;
 
@@ -603,4 +607,33 @@ async fn a_program_speaking_another_protocol_is_not_restarted_and_its_jobs_retry
     );
     assert!(svc.jobs().is_empty(), "no job was sent to it");
     assert_eq!(svc.pids("ready").len(), 1, "started once, never restarted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_program_that_ignores_eof_and_sigterm_is_killed_at_shutdown() {
+    let redis = RedisServer::start();
+    let mut svc = Service::new();
+    svc.start(
+        &redis.url(),
+        "workers = 1\nshutdown_timeout = \"20s\"",
+        "processes = 1\nenv = { STUBBORN = \"1\" }",
+    );
+    let q = Queue::connect(redis.url()).await.unwrap();
+    q.enqueue("t", Job::new("x").id("s")).await.unwrap();
+    eventually(Duration::from_secs(20), "the job done", || async {
+        live(&q).await == 0
+    })
+    .await;
+    let pid = svc.jobs()[0].pid;
+    svc.signal(Signal::SIGTERM);
+    let status = svc.wait(Duration::from_secs(30));
+    assert!(status.success(), "log:\n{}", svc.log());
+    assert_eq!(svc.pids("eof"), vec![pid], "it saw EOF");
+    let log = svc.log();
+    assert!(
+        log.contains("did not exit after EOF on fd 3; sending SIGTERM")
+            && log.contains("ignored SIGTERM; sending SIGKILL"),
+        "{log}"
+    );
+    assert!(gone(pid), "and was killed");
 }
