@@ -143,7 +143,7 @@ pub enum Command {
     Partitions(PartitionsArgs),
 
     /// Run the consumer service: a supervisor that spawns worker and scheduler
-    /// processes and runs each job's handler (exec or http) from the config.
+    /// processes and runs each job's handler (exec, resident or http) from the config.
     ///
     /// SIGTERM or SIGINT: stop restarting children, let running jobs finish
     /// (up to shutdown_timeout), then SIGKILL; a second Ctrl-C kills at once.

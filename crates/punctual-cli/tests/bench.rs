@@ -42,6 +42,8 @@ fn every_phase_prints_an_ok_json_line_and_leaves_nothing_behind() {
             "1",
             "--serve-n",
             "200",
+            "--resident-n",
+            "500",
         ],
     );
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
@@ -67,6 +69,7 @@ fn every_phase_prints_an_ok_json_line_and_leaves_nothing_behind() {
             "consume",
             "scripts",
             "serve",
+            "resident",
             "segments"
         ]
     );
@@ -76,9 +79,18 @@ fn every_phase_prints_an_ok_json_line_and_leaves_nothing_behind() {
     }
     // The protocol's fields, as the protocol names them.
     let by = |p: &str| lines.iter().find(|l| l["phase"] == p).unwrap();
-    for p in ["enqueue", "drain", "promote", "consume", "serve"] {
+    for p in [
+        "enqueue", "drain", "promote", "consume", "serve", "resident",
+    ] {
         assert!(by(p)["jobs_per_s"].as_f64().unwrap() > 0.0, "{}", by(p));
     }
+    // Correctness only (never speed): both runs handled every job once.
+    let r = by("resident");
+    assert_eq!(
+        (r["exec_n"].as_u64(), r["resident_n"].as_u64()),
+        (Some(200), Some(500)),
+        "{r}"
+    );
     assert_eq!(by("enqueue")["n"], 2000);
     assert_eq!(by("drain")["n"], 2000);
     assert!(by("memory")["bytes_per_job"].as_f64().unwrap() > 100.0);

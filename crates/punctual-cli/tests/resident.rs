@@ -41,7 +41,7 @@ pid = os.getpid()
 assert os.environ.get("PUNCTUAL_PROTOCOL") == "1"
 leaked = [v for v in ("PUNCTUAL_SERVE_CONFIG", "PUNCTUAL_METRICS_SOCKET") if v in os.environ]
 record("ready %d %s" % (pid, ",".join(leaked) or "-"))
-send({"type": "ready", "protocol": 1, "inflight": int(os.environ.get("INFLIGHT", "1"))})
+send({"type": "ready", "protocol": int(os.environ.get("PROTO", "1")), "inflight": int(os.environ.get("INFLIGHT", "1"))})
 for line in jobs:
     job = json.loads(line)
     if "payload_b64" in job:
@@ -75,6 +75,10 @@ for line in jobs:
             sys.stdout.flush()
         send({"type": "done", "id": jid})
 record("eof %d" % pid)
+if os.environ.get("STUBBORN"):
+    import signal
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    time.sleep(60)
 sys.exit(0)
 "#;
 
@@ -82,6 +86,7 @@ sys.exit(0)
 struct Service {
     dir: tempfile::TempDir,
     child: Option<Child>,
+    http: u16,
 }
 
 impl Service {
@@ -89,6 +94,7 @@ impl Service {
         let s = Service {
             dir: tempfile::tempdir().unwrap(),
             child: None,
+            http: free_port(),
         };
         let p = s.path("handler.py");
         std::fs::write(&p, HANDLER).unwrap();
@@ -105,7 +111,7 @@ impl Service {
     fn start(&mut self, redis: &str, extra: &str, keys: &str) {
         let text = format!(
             "redis = {redis:?}\nhttp = \"127.0.0.1:{}\"\n{extra}\n[topics.t]\nresident = [\"python3\", {:?}]\n{keys}\n",
-            free_port(),
+            self.http,
             self.path("handler.py").display().to_string()
         );
         std::fs::write(self.path("punctual.toml"), text).unwrap();
@@ -145,6 +151,13 @@ impl Service {
 
     fn log(&self) -> String {
         std::fs::read_to_string(self.path("serve.log")).unwrap_or_default()
+    }
+
+    async fn metrics(&self) -> String {
+        match reqwest::get(format!("http://127.0.0.1:{}/metrics", self.http)).await {
+            Ok(r) => r.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        }
     }
 
     fn records(&self) -> Vec<Vec<String>> {
@@ -386,6 +399,14 @@ async fn a_program_killed_mid_job_is_replaced_and_the_job_retried() {
     assert_eq!(jobs[1].attempt, 2, "retried as attempt 2");
     assert_ne!(jobs[1].pid, first, "on a new program");
     assert_eq!(svc.pids("ready").len(), 2, "the program was replaced");
+    // /metrics: one program alive again, one restart after an exit, one job.
+    eventually(Duration::from_secs(20), "resident metrics", || async {
+        let m = svc.metrics().await;
+        m.contains("punctual_resident_processes{topic=\"t\"} 1")
+            && m.contains("punctual_resident_restarts_total{topic=\"t\",reason=\"exit\"} 1")
+            && m.contains("punctual_resident_jobs_total{topic=\"t\"} 1")
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -530,4 +551,89 @@ async fn sigterm_drains_the_job_in_flight_then_the_program_sees_eof_and_exits() 
         svc.log()
     );
     assert!(gone(pid));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_memory_recycles_after_the_job_that_crossed_it() {
+    let redis = RedisServer::start();
+    let mut svc = Service::new();
+    // Any program is over 1 byte: each one handles one job, then is recycled.
+    svc.start(
+        &redis.url(),
+        "workers = 1",
+        "processes = 1\nmax_memory = \"1B\"",
+    );
+    let q = Queue::connect(redis.url()).await.unwrap();
+    for i in 0..3 {
+        q.enqueue("t", Job::new("x").id(format!("m{i}")))
+            .await
+            .unwrap();
+    }
+    eventually(Duration::from_secs(30), "every job done", || async {
+        live(&q).await == 0
+    })
+    .await;
+    let jobs = svc.jobs();
+    assert_eq!(jobs.len(), 3, "{jobs:?}");
+    assert!(jobs.iter().all(|j| j.attempt == 1));
+    let pids: HashSet<i32> = jobs.iter().map(|j| j.pid).collect();
+    assert_eq!(pids.len(), 3, "a new program per job: {jobs:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_program_speaking_another_protocol_is_not_restarted_and_its_jobs_retry() {
+    let redis = RedisServer::start();
+    let mut svc = Service::new();
+    svc.start(
+        &redis.url(),
+        "workers = 1",
+        "processes = 1\nenv = { PROTO = \"2\" }\nmax_attempts = 2\nbackoff = [\"0s\"]",
+    );
+    let q = Queue::connect(redis.url()).await.unwrap();
+    q.enqueue("t", Job::new("x").id("p")).await.unwrap();
+    eventually(Duration::from_secs(30), "the job dead", || async {
+        q.stats("t").await.unwrap().dead == 1
+    })
+    .await;
+    let p = q.get("t", "p").await.unwrap().unwrap();
+    assert_eq!(p.attempts, 2);
+    assert!(
+        p.last_error
+            .as_deref()
+            .unwrap_or("")
+            .contains("protocol Some(2)"),
+        "{:?}",
+        p.last_error
+    );
+    assert!(svc.jobs().is_empty(), "no job was sent to it");
+    assert_eq!(svc.pids("ready").len(), 1, "started once, never restarted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_program_that_ignores_eof_and_sigterm_is_killed_at_shutdown() {
+    let redis = RedisServer::start();
+    let mut svc = Service::new();
+    svc.start(
+        &redis.url(),
+        "workers = 1\nshutdown_timeout = \"20s\"",
+        "processes = 1\nenv = { STUBBORN = \"1\" }",
+    );
+    let q = Queue::connect(redis.url()).await.unwrap();
+    q.enqueue("t", Job::new("x").id("s")).await.unwrap();
+    eventually(Duration::from_secs(20), "the job done", || async {
+        live(&q).await == 0
+    })
+    .await;
+    let pid = svc.jobs()[0].pid;
+    svc.signal(Signal::SIGTERM);
+    let status = svc.wait(Duration::from_secs(30));
+    assert!(status.success(), "log:\n{}", svc.log());
+    assert_eq!(svc.pids("eof"), vec![pid], "it saw EOF");
+    let log = svc.log();
+    assert!(
+        log.contains("did not exit after EOF on fd 3; sending SIGTERM")
+            && log.contains("ignored SIGTERM; sending SIGKILL"),
+        "{log}"
+    );
+    assert!(gone(pid), "and was killed");
 }

@@ -53,11 +53,14 @@ pub enum Phase {
     Scripts,
     /// `punctual serve` with an exec handler running `true` per job.
     Serve,
+    /// `punctual serve` with a no-op exec handler (`php -r ''`) and a no-op
+    /// resident handler (a PHP loop; Python without PHP), in one run.
+    Resident,
     /// Every phase above, in this order.
     All,
 }
 
-const ALL: [Phase; 9] = [
+const ALL: [Phase; 10] = [
     Phase::Enqueue,
     Phase::Memory,
     Phase::Drain,
@@ -67,13 +70,15 @@ const ALL: [Phase; 9] = [
     Phase::Consume,
     Phase::Scripts,
     Phase::Serve,
+    Phase::Resident,
 ];
 
 /// `punctual bench`.
 #[derive(Debug, Args, Clone)]
 pub struct BenchArgs {
     /// Phases to run, comma-separated: enqueue (alias produce), memory,
-    /// drain, precision, idle, promote, consume, scripts, serve, or all.
+    /// drain, precision, idle, promote, consume, scripts, serve, resident,
+    /// or all.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "all")]
     pub phase: Vec<Phase>,
 
@@ -117,6 +122,17 @@ pub struct BenchArgs {
     #[arg(long, value_name = "N", default_value_t = 2_000,
           value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub serve_n: u64,
+
+    /// resident: jobs for the resident handler (its exec run takes
+    /// --serve-n).
+    #[arg(long, value_name = "N", default_value_t = 50_000,
+          value_parser = clap::value_parser!(u64).range(1..=2_000_000))]
+    pub resident_n: u64,
+
+    /// resident: resident programs per worker process.
+    #[arg(long, value_name = "N", default_value_t = 2,
+          value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub resident_processes: u64,
 
     /// serve: worker processes and jobs at once per worker.
     #[arg(long, value_name = "W,C", default_value = "2,16", value_parser = parse_pair)]
@@ -385,6 +401,7 @@ pub async fn run(ctx: &Ctx, args: BenchArgs, redis_explicit: bool) -> Result<()>
                 Phase::Promote => vec![phases::promote(&bench).await?],
                 Phase::Scripts => vec![phases::scripts(&bench).await?],
                 Phase::Serve => vec![phases::serve(&bench).await?],
+                Phase::Resident => vec![phases::resident(&bench).await?],
                 Phase::All => Vec::new(),
             };
             bench.clean().await?;

@@ -955,13 +955,142 @@ pub async fn scripts(b: &Bench) -> Result<Report> {
 /// The `serve` path: `punctual serve` (this binary) with an exec handler
 /// running `true`; --serve-n jobs due now; time until all are done.
 pub async fn serve(b: &Bench) -> Result<Report> {
-    let n = b.args.serve_n;
-    let (workers, concurrency) = b.args.serve_workers;
+    let true_path = which("true").unwrap_or_else(|| "true".into());
+    let handler = Handler {
+        toml: format!("exec = [{true_path:?}]"),
+        label: "exec true".into(),
+        text: "exec `true` per job".into(),
+    };
     let dir = tempfile::Builder::new()
         .prefix("punctual-bench-serve-")
         .tempdir()?;
-    let config = dir.path().join("punctual.toml");
-    let true_path = which("true").unwrap_or_else(|| "true".into());
+    serve_path(b, "serve", b.args.serve_n, &handler, dir.path()).await
+}
+
+/// A handler of the `serve` path: its TOML lines and how reports name it.
+struct Handler {
+    toml: String,
+    label: String,
+    text: String,
+}
+
+/// A no-op resident handler in PHP: the protocol in 15 lines.
+const PHP_NOOP: &str = r#"<?php
+// A no-op resident handler (docs/RESIDENT.md): every job is done.
+$jobs = fopen('php://fd/' . (getenv('PUNCTUAL_JOBS_FD') ?: 3), 'r');
+$replies = fopen('php://fd/' . (getenv('PUNCTUAL_REPLIES_FD') ?: 4), 'w');
+fwrite($replies, "{\"type\":\"ready\",\"protocol\":1,\"inflight\":1}\n");
+fflush($replies);
+while (($line = fgets($jobs)) !== false) {
+    $job = json_decode($line, true);
+    fwrite($replies, json_encode(['type' => 'done', 'id' => $job['id']]) . "\n");
+    fflush($replies);
+}
+exit(0);
+"#;
+
+/// The same in Python, where PHP is not installed.
+const PYTHON_NOOP: &str = r#"import json, os
+jobs = os.fdopen(int(os.environ.get("PUNCTUAL_JOBS_FD", "3")), "rb")
+replies = os.fdopen(int(os.environ.get("PUNCTUAL_REPLIES_FD", "4")), "w")
+replies.write('{"type":"ready","protocol":1,"inflight":1}\n')
+replies.flush()
+for line in jobs:
+    replies.write(json.dumps({"type": "done", "id": json.loads(line)["id"]}) + "\n")
+    replies.flush()
+"#;
+
+/// The resident phase: in one run, a no-op exec handler (`php -r ''`, or
+/// `python3 -c ''` without PHP) on --serve-n jobs, then a no-op resident
+/// handler in the same language on --resident-n jobs; jobs/s, serve's CPU
+/// per job (handler processes included) and the ratio.
+pub async fn resident(b: &Bench) -> Result<Report> {
+    let dir = tempfile::Builder::new()
+        .prefix("punctual-bench-resident-")
+        .tempdir()?;
+    let (lang, exec_argv, resident_argv) = match which("php") {
+        Some(php) => {
+            let script = dir.path().join("noop.php");
+            std::fs::write(&script, PHP_NOOP)?;
+            (
+                "php",
+                vec![php.clone(), "-r".into(), String::new()],
+                vec![php, script.display().to_string()],
+            )
+        }
+        None => {
+            let py = which("python3").context("the resident phase needs php or python3 on PATH")?;
+            let script = dir.path().join("noop.py");
+            std::fs::write(&script, PYTHON_NOOP)?;
+            (
+                "python",
+                vec![py.clone(), "-c".into(), String::new()],
+                vec![py, script.display().to_string()],
+            )
+        }
+    };
+    let exec = Handler {
+        toml: format!("exec = {exec_argv:?}"),
+        label: format!("exec {lang} no-op"),
+        text: format!("exec {exec_argv:?} per job"),
+    };
+    let processes = b.args.resident_processes;
+    let res = Handler {
+        toml: format!("resident = {resident_argv:?}\nprocesses = {processes}"),
+        label: format!("resident {lang} no-op"),
+        text: format!("resident {lang} no-op, {processes} per worker"),
+    };
+    let e = serve_path(b, "resident-exec", b.args.serve_n, &exec, dir.path()).await?;
+    b.clean().await?;
+    let r = serve_path(b, "resident", b.args.resident_n, &res, dir.path()).await?;
+    let f = |rep: &Report, k: &str| {
+        rep.get(k)
+            .and_then(serde_json::Value::as_f64)
+            .unwrap_or(0.0)
+    };
+    let (ej, rj) = (f(&e, "jobs_per_s"), f(&r, "jobs_per_s"));
+    let (ec, rc) = (f(&e, "serve_cpu_us_per_job"), f(&r, "serve_cpu_us_per_job"));
+    let ratio = if ej > 0.0 { rj / ej } else { 0.0 };
+    let ok = e.ok() && r.ok();
+    let (workers, concurrency) = b.args.serve_workers;
+    let mut rep = Report::new("resident");
+    rep.set("language", lang)
+        .set("workers", workers as u64)
+        .set("concurrency", concurrency as u64)
+        .set("processes", processes)
+        .set("exec_n", b.args.serve_n)
+        .set("exec_jobs_per_s", round(ej, 1))
+        .set("exec_cpu_us_per_job", ec)
+        .set("resident_n", b.args.resident_n)
+        .set("resident_jobs_per_s", round(rj, 1))
+        .set("resident_cpu_us_per_job", rc)
+        .set("ratio", round(ratio, 1))
+        .set("jobs_per_s", round(rj, 1))
+        .set("ok", ok);
+    if !ok {
+        rep.set("exec", e.line()).set("resident_run", r.line());
+    }
+    rep.text = format!(
+        "{}\n{}\n{:<10} resident {lang} no-op: {rj:.0} jobs/s, {rc:.0} µs CPU/job; exec {lang} no-op: {ej:.0} jobs/s, {ec:.0} µs CPU/job: {ratio:.1}x the jobs/s  {}",
+        e.text,
+        r.text,
+        "resident",
+        status(ok)
+    );
+    Ok(rep)
+}
+
+/// `punctual serve` (this binary) with `handler` on `n` jobs due now; time
+/// until all are done.
+async fn serve_path(
+    b: &Bench,
+    phase: &str,
+    n: u64,
+    handler: &Handler,
+    dir: &std::path::Path,
+) -> Result<Report> {
+    let (workers, concurrency) = b.args.serve_workers;
+    let config = dir.join(format!("{phase}.toml"));
     std::fs::write(
         &config,
         format!(
@@ -974,15 +1103,16 @@ lease = "30s"
 shutdown_timeout = "10s"
 
 [topics.{TOPIC}]
-exec = [{true_path:?}]
+{handler}
 timeout = "30s"
 partitions = {partitions}
 "#,
             url = b.target.url,
+            handler = handler.toml,
             partitions = b.args.partitions,
         ),
     )?;
-    let log = dir.path().join("serve.log");
+    let log = dir.join(format!("{phase}.log"));
     let mut cmd = tokio::process::Command::new(std::env::current_exe()?);
     cmd.arg("serve")
         .arg("--config")
@@ -1003,14 +1133,14 @@ partitions = {partitions}
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(5)..].join(" | ")
     };
-    if let Err(e) = b.wait_listening(workers as u64, true, "serve").await {
+    if let Err(e) = b.wait_listening(workers as u64, true, phase).await {
         let _ = child.start_kill();
         bail!("{e:#}; serve's log: {}", tail(&log));
     }
 
     let producer = b.queue().await?;
     let jobs: Vec<Job> = (0..n).map(|i| Job::new(payload(i))).collect();
-    let bar = b.bar(n, "serve");
+    let bar = b.bar(n, phase);
     let deadline = Instant::now() + Duration::from_secs(120) + Duration::from_millis(10 * n);
     let before = Snapshot::take(&b.target).await?;
     let t0 = Instant::now();
@@ -1066,11 +1196,11 @@ partitions = {partitions}
         && sets == [0; 4]
         && records == 0;
     let profile = after.profile(&before, done, elapsed);
-    let mut r = Report::new("serve");
+    let mut r = Report::new(phase);
     r.set("n", n)
         .set("workers", workers as u64)
         .set("concurrency", concurrency as u64)
-        .set("handler", "exec true")
+        .set("handler", handler.label.as_str())
         .set("jobs_per_s", per_s(done, elapsed))
         .set("secs", round(elapsed.as_secs_f64(), 3));
     b.set_partitions(&mut r);
@@ -1090,8 +1220,9 @@ partitions = {partitions}
     )
     .set("profile", serde_json::to_value(&profile)?);
     r.text = format!(
-        "{:<10} punctual serve, {workers} workers x {concurrency}, exec `true` per job: {n} jobs in {:.3} s: {:.0} jobs/s; serve's processes used {:.0} µs CPU per job (start and stop included)  {}\n           Redis {:.2} µs/job ({:.0}% busy), {:.1} script calls/1k jobs",
-        "serve",
+        "{:<10} punctual serve, {workers} workers x {concurrency}, {}: {n} jobs in {:.3} s: {:.0} jobs/s; serve's processes used {:.0} µs CPU per job (start and stop included)  {}\n           Redis {:.2} µs/job ({:.0}% busy), {:.1} script calls/1k jobs",
+        phase,
+        handler.text,
         elapsed.as_secs_f64(),
         per_s(done, elapsed),
         cpu as f64 / n.max(1) as f64,

@@ -339,11 +339,11 @@ impl Config {
     pub fn validate(&self, rust: &[&str]) -> Result<()> {
         for t in rust {
             if !self.topics.contains_key(*t) {
-                bail!("a Rust handler is registered for topic {t:?}, but the config has no [topics.{t}] table: add one (without exec or http)");
+                bail!("a Rust handler is registered for topic {t:?}, but the config has no [topics.{t}] table: add one (without exec, resident or http)");
             }
         }
         if self.topics.is_empty() {
-            bail!("no topics: add at least one [topics.NAME] table with an exec or http handler");
+            bail!("no topics: add at least one [topics.NAME] table with an exec, resident or http handler");
         }
         if self.workers == 0 && self.schedulers == 0 {
             bail!("workers and schedulers are both 0: nothing to run");

@@ -698,7 +698,9 @@ impl Manager {
             let can_take = !draining && inflight.len() < cap && (max_jobs == 0 || sent < max_jobs);
             if can_take {
                 if let Some(req) = self.carry.take() {
-                    self.send(p, req, &mut inflight, &mut cancels, &mut seq, &mut sent);
+                    if !req.reply.is_closed() {
+                        self.send(p, req, &mut inflight, &mut cancels, &mut seq, &mut sent);
+                    }
                     continue;
                 }
             }
@@ -929,4 +931,48 @@ async fn retire(mut p: Proc, times: StopTimes) {
         }
     }
     p.kill().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_parse_and_violations_say_why() {
+        let (id, o) =
+            parse_reply(br#"{"type":"retry","id":"a","error":"x","delay_ms":600000,"extra":1}"#)
+                .unwrap();
+        assert_eq!(
+            (id.as_str(), o),
+            ("a", Outcome::retry_after("x", Duration::from_secs(600)))
+        );
+        let (_, o) = parse_reply(br#"{"type":"dead","id":"a"}"#).unwrap();
+        assert!(matches!(o, Outcome::Permanent { .. }));
+        assert_eq!(
+            parse_reply(br#"{"type":"done","id":"a"}"#).unwrap().1,
+            Outcome::Done
+        );
+        assert!(parse_reply(b"not json")
+            .unwrap_err()
+            .contains("not a JSON object"));
+        assert!(parse_reply(b"[1]").unwrap_err().contains("object"));
+        assert!(parse_reply(br#"{"type":"done"}"#)
+            .unwrap_err()
+            .contains("id"));
+        assert!(parse_reply(br#"{"type":"ok","id":"a"}"#)
+            .unwrap_err()
+            .contains("unknown reply type"));
+        assert!(
+            parse_reply_any(br#"{"type":"done"}"#).is_ok(),
+            "exec replies need no id"
+        );
+        let long = format!(
+            r#"{{"type":"retry","id":"a","error":"{}"}}"#,
+            "\u{e9}".repeat(3000)
+        );
+        match parse_reply(long.as_bytes()).unwrap().1 {
+            Outcome::Retry { error, .. } => assert!(error.len() <= ERROR_MAX && !error.is_empty()),
+            o => panic!("{o:?}"),
+        }
+    }
 }
