@@ -14,6 +14,9 @@ const { InvalidInput, encodeJob, encodeWhen, validateId, validatePrefix, validat
 const DEFAULT_PREFIX = 'punctual';
 const DEFAULT_MAX_PAYLOAD = 64 * 1024;
 const MAX_BATCH = 1000;
+const MAX_PARTITIONS = 1024;
+// Rounds of routing anew after the script refuses a stale partition count.
+const STALE_ROUNDS = 5;
 const KEYS = ['pool', 'ready', 'running', 'dead', 'jobs', 'meta', 'stats', 'seq', 'attempts'];
 const STATUS = { 0: 'duplicate', 1: 'created', 2: 'replaced' };
 const DIGITS = '0123456789abcdefghijklmnopqrstuvwxyz';
@@ -69,6 +72,35 @@ function generateId() {
   return head;
 }
 
+/**
+ * The script calls for the jobs `pending` (indexes into `encoded`): per
+ * partition (of k), at most 1,000 each. A partitioned topic's missing ids are
+ * made here, since the id picks the partition.
+ */
+function groupJobs(topic, k, pending, encoded) {
+  const groups = [];
+  const chunks = (idx) => {
+    const out = [];
+    for (let s = 0; s < idx.length; s += MAX_BATCH) out.push(idx.slice(s, s + MAX_BATCH));
+    return out;
+  };
+  if (k <= 1) {
+    for (const c of chunks(pending)) groups.push([topic, c]);
+    return groups;
+  }
+  const byPart = new Map();
+  for (const i of pending) {
+    if (encoded[i][0] === null) encoded[i][0] = generateId();
+    const p = partitionOf(encoded[i][0], k);
+    if (!byPart.has(p)) byPart.set(p, []);
+    byPart.get(p).push(i);
+  }
+  for (const p of [...byPart.keys()].sort((a, b) => a - b)) {
+    for (const c of chunks(byPart.get(p))) groups.push([partitionName(topic, p, k), c]);
+  }
+  return groups;
+}
+
 const text = (v) => (Buffer.isBuffer(v) ? v.toString() : String(v));
 
 class Producer {
@@ -79,6 +111,9 @@ class Producer {
    */
   constructor(client, { prefix = DEFAULT_PREFIX, maxPayload = DEFAULT_MAX_PAYLOAD } = {}) {
     validatePrefix(prefix);
+    if (!Number.isSafeInteger(maxPayload) || maxPayload < 1) {
+      throw new InvalidInput(`invalid maxPayload ${String(maxPayload)}: give a number of bytes (an integer, at least 1)`);
+    }
     this.client = client.withTypeMapping({ [RESP_TYPES.BLOB_STRING]: Buffer });
     this.prefix = prefix;
     this.maxPayload = maxPayload;
@@ -121,7 +156,7 @@ class Producer {
     const hit = this.partitionCache.get(topic);
     if (hit && Date.now() - hit.at < 1000) return hit.k;
     const v = await this.client.hGet(`${this.prefix}:partitions`, topic);
-    const k = v == null ? 1 : Math.max(1, parseInt(text(v), 10) || 1);
+    const k = v == null ? 1 : Math.min(MAX_PARTITIONS, Math.max(1, parseInt(text(v), 10) || 1));
     this.partitionCache.set(topic, { k, at: Date.now() });
     return k;
   }
@@ -161,7 +196,6 @@ class Producer {
       await this.client.sAdd(`${this.prefix}:topics`, topic);
       this.registered.add(topic);
     }
-    const k = await this.partitions(topic);
     const placed = new Array(jobs.length).fill(null);
     const first = new Set();
     encoded.forEach(([id], i) => {
@@ -169,46 +203,46 @@ class Producer {
       if (first.has(id)) placed[i] = { id, status: 'duplicate' };
       else first.add(id);
     });
-    const sent = [...placed.keys()].filter((i) => placed[i] === null);
-    const groups = [];
-    const chunks = (idx) => {
-      const out = [];
-      for (let s = 0; s < idx.length; s += MAX_BATCH) out.push(idx.slice(s, s + MAX_BATCH));
-      return out;
-    };
-    if (k <= 1) {
-      for (const c of chunks(sent)) groups.push([topic, c]);
-    } else {
-      const byPart = new Map();
-      for (const i of sent) {
-        if (encoded[i][0] === null) encoded[i][0] = generateId(); // the id picks the partition
-        const p = partitionOf(encoded[i][0], k);
-        if (!byPart.has(p)) byPart.set(p, []);
-        byPart.get(p).push(i);
-      }
-      for (const p of [...byPart.keys()].sort((a, b) => a - b)) {
-        for (const c of chunks(byPart.get(p))) groups.push([partitionName(topic, p, k), c]);
-      }
-    }
+    let pending = [...placed.keys()].filter((i) => placed[i] === null);
     const failed = [];
     let firstError = null;
-    for (const [physical, idx] of groups) {
-      const argv = [this.maxPayload, replace ? '1' : '0', idx.length];
-      for (const i of idx) {
-        const [id, payload, when, max, backoff] = encoded[i];
-        argv.push(id ?? '', payload, when, max, backoff);
-      }
-      try {
-        const reply = await this.call('enqueue', physical, argv);
-        if (!Array.isArray(reply) || reply.length !== 2 * idx.length) {
-          throw new Error('unexpected reply from Redis to enqueue: one result per job expected');
+    let rounds = 0;
+    while (pending.length > 0) {
+      rounds += 1;
+      const k = await this.partitions(topic);
+      const stale = [];
+      for (const [physical, idx] of groupJobs(topic, k, pending, encoded)) {
+        const argv = [this.maxPayload, replace ? '1' : '0', idx.length];
+        for (const i of idx) {
+          const [id, payload, when, max, backoff] = encoded[i];
+          argv.push(id ?? '', payload, when, max, backoff);
         }
-        idx.forEach((i, n) => {
-          placed[i] = { id: text(reply[2 * n]), status: STATUS[Number(reply[2 * n + 1])] ?? 'created' };
-        });
-      } catch (e) {
-        failed.push(...idx);
-        firstError ??= e;
+        // The count routed with goes last: the script refuses the call
+        // (PUNCTUAL_STALE, nothing written) when the topic has another.
+        argv.push(k);
+        try {
+          const reply = await this.call('enqueue', physical, argv);
+          if (!Array.isArray(reply) || reply.length !== 2 * idx.length) {
+            throw new Error('unexpected reply from Redis to enqueue: one result per job expected');
+          }
+          idx.forEach((i, n) => {
+            placed[i] = { id: text(reply[2 * n]), status: STATUS[Number(reply[2 * n + 1])] ?? 'created' };
+          });
+        } catch (e) {
+          if (String(e?.message).startsWith('PUNCTUAL_STALE') && rounds < STALE_ROUNDS) {
+            stale.push(...idx);
+          } else {
+            failed.push(...idx);
+            firstError ??= e;
+          }
+        }
+      }
+      pending = stale.sort((a, b) => a - b);
+      if (pending.length > 0) {
+        // The partition count changed since it was read: read it again and
+        // route those jobs anew.
+        this.partitionCache.delete(topic);
+        await new Promise((resolve) => setTimeout(resolve, 20 * rounds));
       }
     }
     if (firstError) {

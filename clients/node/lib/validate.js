@@ -5,7 +5,7 @@
 const MAX_TOPIC_LEN = 100;
 const MAX_ID_LEN = 200;
 const MAX_DELAY_MS = 315360000000; // ten years
-const MAX_ATTEMPTS = 4294967295;
+const MAX_ATTEMPTS = 10000;
 
 /** Bad input (topic, id, payload, delay, option): nothing was written. */
 class InvalidInput extends Error {
@@ -16,6 +16,23 @@ class InvalidInput extends Error {
 }
 
 const isControl = (cp) => cp < 0x20 || (cp >= 0x7f && cp <= 0x9f);
+// What Rust's {:?} writes as \u{...}: control, format, separator (but the
+// space), private-use, surrogate and unassigned characters.
+const UNPRINTABLE = /^[\p{Cc}\p{Cf}\p{Zs}\p{Zl}\p{Zp}\p{Co}\p{Cs}\p{Cn}]$/u;
+// Characters that show nothing or reorder text (bidi controls and isolates,
+// zero-width characters, the byte order mark, ...): the library's
+// is_invisible (crates/punctual/src/keys.rs), which the enqueue script
+// refuses too.
+const INVISIBLE = [
+  [0xad, 0xad], [0x600, 0x605], [0x61c, 0x61c], [0x6dd, 0x6dd], [0x70f, 0x70f],
+  [0x115f, 0x1160], [0x180e, 0x180e], [0x200b, 0x200f], [0x202a, 0x202e],
+  [0x2060, 0x206f], [0x3164, 0x3164], [0xfeff, 0xfeff], [0xffa0, 0xffa0],
+  [0xfff9, 0xfffb], [0x110bd, 0x110bd], [0x110cd, 0x110cd], [0x1d173, 0x1d17a],
+  [0xe0000, 0xe007f],
+];
+const isInvisible = (cp) => INVISIBLE.some(([lo, hi]) => cp >= lo && cp <= hi);
+// A lone surrogate: text with no UTF-8 form (Buffer.from would write U+FFFD).
+const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
 // Unicode White_Space (Rust's char::is_whitespace).
 const WHITESPACE = /[\t\n\v\f\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]/u;
 
@@ -29,7 +46,7 @@ function quote(s) {
     else if (c === '\r') out += '\\r';
     else if (c === '\t') out += '\\t';
     else if (cp === 0) out += '\\0';
-    else if (isControl(cp)) out += `\\u{${cp.toString(16)}}`;
+    else if (c !== ' ' && UNPRINTABLE.test(c)) out += `\\u{${cp.toString(16)}}`;
     else out += c;
   }
   return out + '"';
@@ -41,11 +58,19 @@ function validateTopic(topic) {
   if (typeof topic !== 'string') throw new InvalidInput(`invalid topic ${String(topic)}: give a string`);
   const bad = (why) => new InvalidInput(`invalid topic ${quote(topic)}: ${why}`);
   if (topic === '') throw bad('topic names may not be empty');
+  if (LONE_SURROGATE.test(topic)) throw bad('topic names must be valid UTF-8');
   if (Buffer.byteLength(topic) > MAX_TOPIC_LEN) throw bad(`topic names are at most ${MAX_TOPIC_LEN} bytes`);
   if (topic.includes('{') || topic.includes('}')) throw bad('topic names may not contain braces');
   if (topic.includes('#')) throw bad("'#' is reserved for partitions");
   if (WHITESPACE.test(topic) || hasControl(topic)) {
     throw bad('topic names may not contain spaces or control characters');
+  }
+  for (const c of topic) {
+    const cp = c.codePointAt(0);
+    if (isInvisible(cp)) {
+      const hex = cp.toString(16).toUpperCase().padStart(4, '0');
+      throw bad(`topic names may not contain invisible or bidirectional formatting characters (U+${hex})`);
+    }
   }
 }
 
@@ -54,6 +79,7 @@ function validateId(id) {
   if (id === '') {
     throw new InvalidInput('invalid id "": ids may not be empty (leave the id out to have one generated)');
   }
+  if (LONE_SURROGATE.test(id)) throw new InvalidInput('invalid id: ids must be valid UTF-8');
   const n = Buffer.byteLength(id);
   if (n > MAX_ID_LEN) throw new InvalidInput(`invalid id: ${n} bytes, ids are at most ${MAX_ID_LEN} bytes`);
   if (hasControl(id)) throw new InvalidInput(`invalid id ${quote(id)}: ids may not contain control characters`);
@@ -67,20 +93,33 @@ function validatePrefix(prefix) {
   }
 }
 
+/**
+ * Milliseconds as a whole number: a finite number rounded up (1.5 -> 2, so a
+ * job is never due early), else null. The scripts take plain decimal digits
+ * only, so "1.5e3" or "60000.5" never reach Redis.
+ */
+function wholeMs(v) {
+  if (typeof v !== 'number' || !Number.isFinite(v)) return null;
+  const ms = Math.ceil(v);
+  return Number.isSafeInteger(ms) ? ms : null;
+}
+
 /** The script's encoding of a due time: `d<ms>` or `a<epoch ms>`. `at` may be a Date or epoch ms. */
 function encodeWhen({ delayMs, at } = {}) {
   if (delayMs != null && at != null) throw new InvalidInput('give a delay or a due time, not both');
   if (at != null) {
-    const ms = at instanceof Date ? at.getTime() : at;
-    if (!Number.isSafeInteger(ms)) {
-      throw new InvalidInput(`invalid due time ${String(at)}: give a Date or epoch milliseconds as an integer`);
+    const ms = wholeMs(at instanceof Date ? at.getTime() : at);
+    if (ms === null) {
+      throw new InvalidInput(`invalid due time ${String(at)}: give a Date or epoch milliseconds as a number`);
     }
     if (ms < 0) throw new InvalidInput('invalid due time: before 1970; give a time after the epoch');
     return `a${ms}`;
   }
   if (delayMs == null) return 'd0';
-  if (!Number.isSafeInteger(delayMs)) {
-    throw new InvalidInput(`invalid delay ${String(delayMs)}: give milliseconds as an integer`);
+  const given = delayMs;
+  delayMs = wholeMs(given);
+  if (delayMs === null) {
+    throw new InvalidInput(`invalid delay ${String(given)}: give milliseconds as a number`);
   }
   if (delayMs < 0) throw new InvalidInput(`invalid delay ${delayMs}ms: delays may not be negative`);
   if (delayMs > MAX_DELAY_MS) {
@@ -102,24 +141,31 @@ function encodeJob(job, maxPayload) {
   if (id !== null) validateId(id);
   let max = '';
   if (job.maxAttempts != null) {
-    if (!Number.isSafeInteger(job.maxAttempts)) throw new InvalidInput('max attempts must be a positive integer');
-    if (job.maxAttempts < 1) throw new InvalidInput('max attempts must be at least 1');
-    if (job.maxAttempts > MAX_ATTEMPTS) throw new InvalidInput(`max attempts must be at most ${MAX_ATTEMPTS}`);
-    max = String(job.maxAttempts);
+    const m = job.maxAttempts;
+    if (!Number.isSafeInteger(m)) {
+      throw new InvalidInput(`invalid max attempts ${String(m)}: give an integer from 1 to ${MAX_ATTEMPTS}`);
+    }
+    if (m < 1 || m > MAX_ATTEMPTS) {
+      throw new InvalidInput(`invalid max attempts ${m}: max attempts must be at least 1 and at most ${MAX_ATTEMPTS}`);
+    }
+    max = String(m);
   }
   let backoff = '';
   if (job.backoffMs != null) {
     if (!Array.isArray(job.backoffMs)) throw new InvalidInput('backoff must be a list of delays in milliseconds');
-    for (const step of job.backoffMs) {
-      if (!Number.isSafeInteger(step)) {
-        throw new InvalidInput(`invalid backoff step ${String(step)}: give milliseconds as integers`);
+    const steps = [];
+    for (const given of job.backoffMs) {
+      const step = wholeMs(given);
+      if (step === null) {
+        throw new InvalidInput(`invalid backoff step ${String(given)}: give milliseconds as numbers`);
       }
+      steps.push(step);
       if (step < 0) throw new InvalidInput(`invalid backoff step ${step}ms: steps may not be negative`);
       if (step > MAX_DELAY_MS) {
         throw new InvalidInput(`invalid backoff step ${Math.floor(step / 1000)}s: steps are at most ten years`);
       }
     }
-    backoff = job.backoffMs.join(',');
+    backoff = steps.join(',');
   }
   const when = encodeWhen(job);
   let payload = job.payload;
@@ -138,6 +184,7 @@ function encodeJob(job, maxPayload) {
 module.exports = {
   InvalidInput,
   MAX_DELAY_MS,
+  MAX_ATTEMPTS,
   quote,
   validateTopic,
   validateId,

@@ -77,7 +77,10 @@ function replyFor(id, err) {
   if (err instanceof Dead) return { type: 'dead', id, error: err.message };
   if (err instanceof Retry) {
     const r = { type: 'retry', id, error: err.message };
-    if (err.delayMs != null) r.delay_ms = Math.max(0, Math.floor(Number(err.delayMs)));
+    // Whole ms, rounded up; anything but a finite number is left to the
+    // topic's backoff ladder.
+    const d = err.delayMs;
+    if (typeof d === 'number' && Number.isFinite(d)) r.delay_ms = Math.max(0, Math.ceil(d));
     return r;
   }
   const cls = err?.constructor?.name ?? 'Error';

@@ -85,9 +85,17 @@ test('invalid input is refused before Redis, with the library messages', async (
   const refused = (fn, message) => assert.rejects(fn, (e) => e instanceof punctual.InvalidInput && assert.equal(e.message, message) === undefined);
   for (const c of cases) {
     const opts = 'id' in c ? { id: c.id } : {};
+    // Bytes that are not UTF-8: a JS string cannot hold them; its own text
+    // with no UTF-8 form is a lone surrogate (Buffer.from would write U+FFFD).
+    if ('id_hex' in c) opts.id = 'order:\ud800';
+    if ('max_attempts' in c) opts.maxAttempts = c.max_attempts;
     await refused(() => p.enqueue(c.topic, 'x'.repeat(c.payload_bytes ?? 1), opts), c.message);
   }
-  await refused(() => p.enqueueBatch('t', [{ payload: 'ok' }, { payload: 'x', maxAttempts: 0 }]), 'job 2: max attempts must be at least 1');
+  await refused(() => p.enqueueBatch('t', [{ payload: 'ok' }, { payload: 'x', maxAttempts: 0 }]), 'job 2: invalid max attempts 0: max attempts must be at least 1 and at most 10000');
+  await refused(() => p.enqueue('t', 'x', { maxAttempts: 2.5 }), 'invalid max attempts 2.5: give an integer from 1 to 10000');
+  await refused(() => p.enqueue('t', 'x', { delayMs: NaN }), 'invalid delay NaN: give milliseconds as a number');
+  await refused(() => p.enqueue('t', 'x', { delayMs: '60000' }), 'invalid delay 60000: give milliseconds as a number');
+  assert.throws(() => new punctual.Producer(redis, { prefix, maxPayload: 1.5 }), punctual.InvalidInput);
   await refused(() => p.enqueue('t', 'x', { delayMs: -5 }), 'invalid delay -5ms: delays may not be negative');
   await refused(() => p.enqueue('t', 'x', { delayMs: 315360000001 }), 'invalid delay 315360000s: delays are at most ten years');
   await refused(() => p.enqueue('t', 'x', { at: -1 }), 'invalid due time: before 1970; give a time after the epoch');
@@ -145,4 +153,48 @@ test('partitioned topic: crc32 routing, client-made ids', async () => {
   assert.equal(await p.cancel('hot', 'order:10086'), 'ready');
   assert.deepEqual(await redis.sMembers(`${prefix}:topics`), ['hot']);
   cli(prefix, 'check', 'hot'); // exits non-zero on an id in the wrong partition
+});
+
+test('fractional ms are sent as whole ms, rounded up', async () => {
+  // The scripts take plain decimal digits only ("1.5e3", "60000.5" are
+  // refused); a fraction is rounded up, so a job is never due early.
+  const prefix = freshPrefix();
+  const p = new punctual.Producer(redis, { prefix });
+  await p.enqueue('t', 'x', { id: 'f1', delayMs: 59999.2, backoffMs: [1.5e3, 0.25] });
+  const info = await p.get('t', 'f1');
+  assert.ok([60000, 60001].includes(info.dueMs - info.createdMs), String(info.dueMs - info.createdMs));
+  assert.ok((await redis.hGet(`${prefix}:{t}:jobs`, 'f1')).includes(':1500,1:0:x'));
+  const nowMs = Math.floor((await redisNowMs()) / 1000) * 1000;
+  await p.enqueue('t', 'x', { id: 'f2', at: nowMs + 3600000.4 });
+  assert.equal((await p.get('t', 'f2')).dueMs, nowMs + 3600001);
+  assert.equal(await p.reschedule('t', 'f2', { delayMs: 120000.5 }), 'pool');
+  const r = await p.get('t', 'f2');
+  assert.ok(r.dueMs - r.nowMs >= 120000);
+});
+
+test('a stale cached partition count never strands a job', async (t) => {
+  if (!BIN) return t.skip('PUNCTUAL_BIN not set');
+  const prefix = freshPrefix();
+  const p = new punctual.Producer(redis, { prefix });
+  // The producer reads the count (1) and caches it...
+  assert.equal((await p.enqueue('hot', 'x', { id: 'first' })).status, 'created');
+  assert.equal(await p.cancel('hot', 'first'), 'ready');
+  // ...then the topic (empty) is split into 3 by the Rust library.
+  execFileSync(BIN, ['--redis', REDIS_URL, '--prefix', prefix, 'partitions', 'hot', '3']);
+  // A producer that read the count just before the change: its cache still
+  // says 1 (kept fresh here, so the test does not race the 1 s).
+  p.partitionCache.set('hot', { k: 1, at: Date.now() });
+  const ids = Array.from({ length: 40 }, (_, n) => `order:${n}`).filter((i) => punctual.partitionOf(i, 3) !== 0).slice(0, 6);
+  const out = await p.enqueueBatch('hot', ids.map((id) => ({ payload: 'p', id })));
+  assert.deepEqual(out.map((o) => o.status), ids.map(() => 'created'));
+  for (const id of ids) {
+    assert.equal(await redis.hExists(`${prefix}:{hot#${punctual.partitionOf(id, 3)}}:jobs`, id), 1, id);
+  }
+  assert.equal(await redis.hLen(`${prefix}:{hot}:jobs`), 0, 'nothing in the old layout');
+  assert.equal(await p.partitions('hot'), 3);
+  p.partitionCache.set('hot', { k: 1, at: Date.now() });
+  const single = Array.from({ length: 40 }, (_, n) => `single:${n}`).find((i) => punctual.partitionOf(i, 3) !== 0);
+  assert.equal((await p.enqueue('hot', 'q', { id: single })).status, 'created');
+  assert.equal(await redis.hExists(`${prefix}:{hot#${punctual.partitionOf(single, 3)}}:jobs`, single), 1);
+  execFileSync(BIN, ['--redis', REDIS_URL, '--prefix', prefix, 'check', 'hot']);
 });

@@ -129,3 +129,12 @@ test('once: a step runs once, again after it failed', async () => {
   const ttl = await redis.ttl(key);
   assert.ok(ttl > 0 && ttl <= 60, `ttl ${ttl}`);
 });
+
+test('a Retry delay is whole ms, rounded up; one that is not a number is left to the backoff ladder', () => {
+  const { replyFor } = require('../lib/worker');
+  assert.equal(replyFor('j', new punctual.Retry('later', 1500.2)).delay_ms, 1501);
+  assert.equal(replyFor('j', new punctual.Retry('later', 250)).delay_ms, 250);
+  assert.equal(replyFor('j', new punctual.Retry('later', -5)).delay_ms, 0);
+  assert.equal('delay_ms' in replyFor('j', new punctual.Retry('later', NaN)), false);
+  assert.equal('delay_ms' in replyFor('j', new punctual.Retry('later', 'soon')), false);
+});

@@ -21,6 +21,9 @@ final class Producer
     public const DEFAULT_PREFIX = 'punctual';
     public const DEFAULT_MAX_PAYLOAD = 65536;
     public const MAX_BATCH = 1000;
+    public const MAX_PARTITIONS = 1024;
+    /** Rounds of routing anew after the script refuses a stale partition count. */
+    private const STALE_ROUNDS = 5;
     private const KEYS = ['pool', 'ready', 'running', 'dead', 'jobs', 'meta', 'stats', 'seq', 'attempts'];
     private const STATUS = [0 => 'duplicate', 1 => 'created', 2 => 'replaced'];
     private const DIGITS = '0123456789abcdefghijklmnopqrstuvwxyz';
@@ -42,6 +45,9 @@ final class Producer
         private readonly int $maxPayload = self::DEFAULT_MAX_PAYLOAD,
     ) {
         Validate::prefix($prefix);
+        if ($maxPayload < 1) {
+            throw new InvalidInput(sprintf('invalid max_payload %d: give a number of bytes (at least 1)', $maxPayload));
+        }
         if (($redis->getOption(\Redis::OPT_PREFIX) ?: '') !== '') {
             throw new InvalidInput('the Redis connection has OPT_PREFIX set: punctual needs its exact key names (use the prefix argument instead)');
         }
@@ -114,7 +120,7 @@ final class Producer
             return $hit[0];
         }
         $v = $this->redis->hGet($this->prefix . ':partitions', $topic);
-        $k = ($v === false || $v === null) ? 1 : max(1, (int) $v);
+        $k = ($v === false || $v === null) ? 1 : min(self::MAX_PARTITIONS, max(1, (int) $v));
         $this->partitions[$topic] = [$k, microtime(true)];
         return $k;
     }
@@ -143,6 +149,38 @@ final class Producer
             $head .= self::DIGITS[random_int(0, 35)];
         }
         return $head;
+    }
+
+    /**
+     * The script calls for the jobs $pending (indexes into $encoded): per
+     * partition (of $k), at most 1,000 each. A partitioned topic's missing ids
+     * are made here, since the id picks the partition.
+     *
+     * @param list<int> $pending
+     * @param array<int, array{0: ?string, 1: string, 2: string, 3: string, 4: string}> $encoded
+     * @return list<array{0: string, 1: list<int>}>
+     */
+    private static function groups(string $topic, int $k, array $pending, array &$encoded): array
+    {
+        $groups = [];
+        if ($k <= 1) {
+            foreach (array_chunk($pending, self::MAX_BATCH) as $chunk) {
+                $groups[] = [$topic, $chunk];
+            }
+            return $groups;
+        }
+        $byPart = [];
+        foreach ($pending as $i) {
+            $encoded[$i][0] ??= self::generateId();
+            $byPart[self::partitionOf($encoded[$i][0], $k)][] = $i;
+        }
+        ksort($byPart);
+        foreach ($byPart as $p => $idx) {
+            foreach (array_chunk($idx, self::MAX_BATCH) as $chunk) {
+                $groups[] = [self::partitionName($topic, $p, $k), $chunk];
+            }
+        }
+        return $groups;
     }
 
     private function route(string $topic, string $id): string
@@ -196,7 +234,6 @@ final class Producer
             $this->redis->sAdd($this->prefix . ':topics', $topic);
             $this->registered[$topic] = true;
         }
-        $k = $this->partitions($topic);
         $placed = array_fill(0, count($jobs), null);
         $first = [];
         foreach ($encoded as $i => [$id]) {
@@ -208,44 +245,47 @@ final class Producer
                 }
             }
         }
-        $sent = array_keys(array_filter($placed, fn ($p) => $p === null));
-        $groups = [];
-        if ($k <= 1) {
-            foreach (array_chunk($sent, self::MAX_BATCH) as $chunk) {
-                $groups[] = [$topic, $chunk];
-            }
-        } else {
-            $byPart = [];
-            foreach ($sent as $i) {
-                $encoded[$i][0] ??= self::generateId(); // the id picks the partition
-                $byPart[self::partitionOf($encoded[$i][0], $k)][] = $i;
-            }
-            ksort($byPart);
-            foreach ($byPart as $p => $idx) {
-                foreach (array_chunk($idx, self::MAX_BATCH) as $chunk) {
-                    $groups[] = [self::partitionName($topic, $p, $k), $chunk];
-                }
-            }
-        }
+        $pending = array_keys(array_filter($placed, fn ($p) => $p === null));
         $failed = [];
         $firstError = null;
-        foreach ($groups as [$physical, $idx]) {
-            $argv = [$this->maxPayload, $replace ? '1' : '0', count($idx)];
-            foreach ($idx as $i) {
-                [$id, $payload, $when, $max, $backoff] = $encoded[$i];
-                array_push($argv, $id ?? '', $payload, $when, $max, $backoff);
+        $rounds = 0;
+        while ($pending !== []) {
+            $rounds++;
+            $k = $this->partitions($topic);
+            $stale = [];
+            foreach (self::groups($topic, $k, $pending, $encoded) as [$physical, $idx]) {
+                $argv = [$this->maxPayload, $replace ? '1' : '0', count($idx)];
+                foreach ($idx as $i) {
+                    [$id, $payload, $when, $max, $backoff] = $encoded[$i];
+                    array_push($argv, $id ?? '', $payload, $when, $max, $backoff);
+                }
+                // The count routed with goes last: the script refuses the
+                // call (PUNCTUAL_STALE, nothing written) when the topic has another.
+                $argv[] = $k;
+                try {
+                    $reply = $this->call('enqueue', $physical, $argv);
+                    if (!is_array($reply) || count($reply) !== 2 * count($idx)) {
+                        throw new \UnexpectedValueException('unexpected reply from Redis to enqueue: one result per job expected');
+                    }
+                    foreach ($idx as $n => $i) {
+                        $placed[$i] = ['id' => (string) $reply[2 * $n], 'status' => self::STATUS[(int) $reply[2 * $n + 1]] ?? 'created'];
+                    }
+                } catch (\Throwable $e) {
+                    if (str_starts_with($e->getMessage(), 'PUNCTUAL_STALE') && $rounds < self::STALE_ROUNDS) {
+                        array_push($stale, ...$idx);
+                    } else {
+                        array_push($failed, ...$idx);
+                        $firstError ??= $e;
+                    }
+                }
             }
-            try {
-                $reply = $this->call('enqueue', $physical, $argv);
-                if (!is_array($reply) || count($reply) !== 2 * count($idx)) {
-                    throw new \UnexpectedValueException('unexpected reply from Redis to enqueue: one result per job expected');
-                }
-                foreach ($idx as $n => $i) {
-                    $placed[$i] = ['id' => (string) $reply[2 * $n], 'status' => self::STATUS[(int) $reply[2 * $n + 1]] ?? 'created'];
-                }
-            } catch (\Throwable $e) {
-                array_push($failed, ...$idx);
-                $firstError ??= $e;
+            sort($stale);
+            $pending = $stale;
+            if ($pending !== []) {
+                // The partition count changed since it was read: read it
+                // again and route those jobs anew.
+                unset($this->partitions[$topic]);
+                usleep(20000 * $rounds);
             }
         }
         if ($firstError !== null) {

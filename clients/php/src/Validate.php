@@ -15,13 +15,24 @@ final class Validate
     public const MAX_TOPIC_LEN = 100;
     public const MAX_ID_LEN = 200;
     public const MAX_DELAY_MS = 315360000000; // ten years
-    public const MAX_ATTEMPTS = 4294967295;
+    public const MAX_ATTEMPTS = 10000;
+
+    /**
+     * Characters that show nothing or reorder text (bidi controls and
+     * isolates, zero-width characters, the byte order mark, ...): the
+     * library's is_invisible (crates/punctual/src/keys.rs), which the enqueue
+     * script refuses too. As a PCRE class (with the u flag).
+     */
+    private const INVISIBLE = '[\\x{AD}\\x{600}-\\x{605}\\x{61C}\\x{6DD}\\x{70F}\\x{115F}\\x{1160}\\x{180E}'
+        . '\\x{200B}-\\x{200F}\\x{202A}-\\x{202E}\\x{2060}-\\x{206F}\\x{3164}\\x{FEFF}\\x{FFA0}'
+        . '\\x{FFF9}-\\x{FFFB}\\x{110BD}\\x{110CD}\\x{1D173}-\\x{1D17A}\\x{E0000}-\\x{E007F}]';
 
     /** A string quoted as Rust's `{:?}` does, so messages match the CLI's. */
     public static function quote(string $s): string
     {
         $out = '"';
         $n = strlen($s);
+        $utf8 = preg_match('//u', $s) === 1;
         for ($i = 0; $i < $n; $i++) {
             $c = $s[$i];
             $o = ord($c);
@@ -37,13 +48,34 @@ final class Validate
                 $out .= '\0';
             } elseif ($o < 0x20 || $o === 0x7f) {
                 $out .= sprintf('\u{%x}', $o);
-            } elseif ($o === 0xc2 && $i + 1 < $n && ord($s[$i + 1]) >= 0x80 && ord($s[$i + 1]) <= 0x9f) {
+            } elseif ($o >= 0xc2 && $o <= 0xf4 && $utf8
+                && preg_match('/\G[\x{80}-\x{10FFFF}]/u', $s, $m, 0, $i) === 1) {
+                // What Rust's {:?} writes as \u{...}: control, format,
+                // separator, private-use and unassigned characters.
+                $ch = $m[0];
+                $i += strlen($ch) - 1;
+                $out .= preg_match('/^[\p{Cc}\p{Cf}\p{Z}\p{Co}\p{Cn}]$/u', $ch) === 1
+                    ? sprintf('\u{%x}', self::codePoint($ch))
+                    : $ch;
+            } elseif (!$utf8 && $o === 0xc2 && $i + 1 < $n && ord($s[$i + 1]) >= 0x80 && ord($s[$i + 1]) <= 0x9f) {
                 $out .= sprintf('\u{%x}', ord($s[++$i])); // C1 control, U+0080..U+009F
             } else {
                 $out .= $c;
             }
         }
         return $out . '"';
+    }
+
+    /** The code point of one UTF-8 character. */
+    private static function codePoint(string $ch): int
+    {
+        $b = array_values(unpack('C*', $ch));
+        return match (count($b)) {
+            1 => $b[0],
+            2 => (($b[0] & 0x1f) << 6) | ($b[1] & 0x3f),
+            3 => (($b[0] & 0x0f) << 12) | (($b[1] & 0x3f) << 6) | ($b[2] & 0x3f),
+            default => (($b[0] & 0x07) << 18) | (($b[1] & 0x3f) << 12) | (($b[2] & 0x3f) << 6) | ($b[3] & 0x3f),
+        };
     }
 
     private static function hasControl(string $s): bool
@@ -73,12 +105,21 @@ final class Validate
         if (preg_match('//u', $topic) !== 1) {
             throw $bad('topic names must be UTF-8');
         }
+        if (preg_match('/' . self::INVISIBLE . '/u', $topic, $m) === 1) {
+            throw $bad(sprintf(
+                'topic names may not contain invisible or bidirectional formatting characters (U+%04X)',
+                self::codePoint($m[0]),
+            ));
+        }
     }
 
     public static function id(string $id): void
     {
         if ($id === '') {
             throw new InvalidInput('invalid id "": ids may not be empty (leave the id out to have one generated)');
+        }
+        if (preg_match('//u', $id) !== 1) {
+            throw new InvalidInput('invalid id: ids must be valid UTF-8');
         }
         if (strlen($id) > self::MAX_ID_LEN) {
             throw new InvalidInput(sprintf('invalid id: %d bytes, ids are at most %d bytes', strlen($id), self::MAX_ID_LEN));
@@ -95,6 +136,22 @@ final class Validate
         }
     }
 
+    /**
+     * Milliseconds as a whole number: an int as it is, a finite float rounded
+     * up (1.5 -> 2, so a job is never due early), else null. The scripts take
+     * plain decimal digits only, so "1.5E+3" or "60000.0" never reach Redis.
+     */
+    private static function wholeMs(mixed $v): ?int
+    {
+        if (is_int($v)) {
+            return $v;
+        }
+        if (is_float($v) && is_finite($v) && abs($v) < 9.0e15) {
+            return (int) ceil($v);
+        }
+        return null;
+    }
+
     /** The script's encoding of a due time: `d<ms>` or `a<epoch ms>`. */
     public static function when(mixed $delayMs, mixed $atMs): string
     {
@@ -102,9 +159,11 @@ final class Validate
             throw new InvalidInput('give a delay or a due time, not both');
         }
         if ($atMs !== null) {
-            if (!is_int($atMs)) {
-                throw new InvalidInput(sprintf('invalid due time %s: give epoch milliseconds as an integer', var_export($atMs, true)));
+            $ms = self::wholeMs($atMs);
+            if ($ms === null) {
+                throw new InvalidInput(sprintf('invalid due time %s: give epoch milliseconds as a number', var_export($atMs, true)));
             }
+            $atMs = $ms;
             if ($atMs < 0) {
                 throw new InvalidInput('invalid due time: before 1970; give a time after the epoch');
             }
@@ -113,9 +172,11 @@ final class Validate
         if ($delayMs === null) {
             return 'd0';
         }
-        if (!is_int($delayMs)) {
-            throw new InvalidInput(sprintf('invalid delay %s: give milliseconds as an integer', var_export($delayMs, true)));
+        $ms = self::wholeMs($delayMs);
+        if ($ms === null) {
+            throw new InvalidInput(sprintf('invalid delay %s: give milliseconds as a number', var_export($delayMs, true)));
         }
+        $delayMs = $ms;
         if ($delayMs < 0) {
             throw new InvalidInput(sprintf('invalid delay %dms: delays may not be negative', $delayMs));
         }
@@ -149,13 +210,10 @@ final class Validate
         $max = $job['max_attempts'] ?? null;
         if ($max !== null) {
             if (!is_int($max)) {
-                throw new InvalidInput('max attempts must be a positive integer');
+                throw new InvalidInput(sprintf('invalid max attempts %s: give an integer from 1 to %d', var_export($max, true), self::MAX_ATTEMPTS));
             }
-            if ($max < 1) {
-                throw new InvalidInput('max attempts must be at least 1');
-            }
-            if ($max > self::MAX_ATTEMPTS) {
-                throw new InvalidInput('max attempts must be at most ' . self::MAX_ATTEMPTS);
+            if ($max < 1 || $max > self::MAX_ATTEMPTS) {
+                throw new InvalidInput(sprintf('invalid max attempts %d: max attempts must be at least 1 and at most %d', $max, self::MAX_ATTEMPTS));
             }
         }
         $backoff = '';
@@ -163,10 +221,13 @@ final class Validate
             if (!is_array($job['backoff_ms'])) {
                 throw new InvalidInput('backoff must be a list of delays in milliseconds');
             }
-            foreach ($job['backoff_ms'] as $step) {
-                if (!is_int($step)) {
-                    throw new InvalidInput(sprintf('invalid backoff step %s: give milliseconds as integers', var_export($step, true)));
+            $steps = [];
+            foreach ($job['backoff_ms'] as $given) {
+                $step = self::wholeMs($given);
+                if ($step === null) {
+                    throw new InvalidInput(sprintf('invalid backoff step %s: give milliseconds as numbers', var_export($given, true)));
                 }
+                $steps[] = $step;
                 if ($step < 0) {
                     throw new InvalidInput(sprintf('invalid backoff step %dms: steps may not be negative', $step));
                 }
@@ -174,7 +235,7 @@ final class Validate
                     throw new InvalidInput(sprintf('invalid backoff step %ds: steps are at most ten years', intdiv($step, 1000)));
                 }
             }
-            $backoff = implode(',', $job['backoff_ms']);
+            $backoff = implode(',', $steps);
         }
         $when = self::when($job['delay_ms'] ?? null, $job['at_ms'] ?? null);
         if (!array_key_exists('payload', $job) || !is_string($job['payload'])) {

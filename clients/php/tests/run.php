@@ -124,9 +124,18 @@ $tests['invalid input: refused before Redis, with the library messages'] = funct
     $cases = json_decode(file_get_contents(__DIR__ . '/../../testdata/invalid.json'), true, 512, JSON_THROW_ON_ERROR);
     foreach ($cases as $c) {
         $opts = array_key_exists('id', $c) ? ['id' => $c['id']] : [];
+        if (array_key_exists('id_hex', $c)) {
+            $opts['id'] = hex2bin($c['id_hex']); // bytes that are not UTF-8
+        }
+        if (array_key_exists('max_attempts', $c)) {
+            $opts['max_attempts'] = $c['max_attempts'];
+        }
         refused(fn () => $p->enqueue($c['topic'], str_repeat('x', $c['payload_bytes'] ?? 1), $opts), $c['message']);
     }
-    refused(fn () => $p->enqueueBatch('t', [['payload' => 'ok'], ['payload' => 'x', 'max_attempts' => 0]]), 'job 2: max attempts must be at least 1');
+    refused(fn () => $p->enqueueBatch('t', [['payload' => 'ok'], ['payload' => 'x', 'max_attempts' => 0]]), 'job 2: invalid max attempts 0: max attempts must be at least 1 and at most 10000');
+    refused(fn () => $p->enqueue('t', 'x', ['max_attempts' => 3.0]), 'invalid max attempts 3.0: give an integer from 1 to 10000');
+    refused(fn () => $p->enqueue('t', 'x', ['delay_ms' => NAN]), 'invalid delay NAN: give milliseconds as a number');
+    refused(fn () => $p->enqueue('t', 'x', ['delay_ms' => '60000']), "invalid delay '60000': give milliseconds as a number");
     refused(fn () => $p->enqueue('t', 'x', ['delay_ms' => -5]), 'invalid delay -5ms: delays may not be negative');
     refused(fn () => $p->enqueue('t', 'x', ['delay_ms' => 315360000001]), 'invalid delay 315360000s: delays are at most ten years');
     refused(fn () => $p->enqueue('t', 'x', ['at_ms' => -1]), 'invalid due time: before 1970; give a time after the epoch');
@@ -182,6 +191,63 @@ $tests['partitioned topic: crc32 routing, client-made ids'] = function (Redis $r
     same('ready', $p->cancel('hot', 'order:10086'));
     same(['hot'], $r->sMembers("$prefix:topics"));
     cli($prefix, 'check', 'hot'); // exits non-zero on an id in the wrong partition
+};
+
+$tests['float ms are sent as whole ms, rounded up'] = function (Redis $r): void {
+    // The scripts take plain decimal digits only ("1.5E+3", "60000.0" are
+    // refused); a float is rounded up, so a job is never due early.
+    $prefix = fresh_prefix();
+    $p = new Producer($r, $prefix);
+    $p->enqueue('t', 'x', ['id' => 'f1', 'delay_ms' => 60000.0, 'backoff_ms' => [1.5e3, 0.25]]);
+    $p->enqueue('t', 'x', ['id' => 'f2', 'delay_ms' => 59999.2]);
+    foreach (['f1', 'f2'] as $id) {
+        $info = $p->get('t', $id);
+        check(in_array($info['due_ms'] - $info['created_ms'], [60000, 60001], true), 'delay ' . ($info['due_ms'] - $info['created_ms']));
+    }
+    check(str_contains((string) $r->hGet("$prefix:{t}:jobs", 'f1'), ':1500,1:0:x'), 'backoff in whole ms');
+    $now = (int) $r->time()[0] * 1000;
+    $p->enqueue('t', 'x', ['id' => 'f3', 'at_ms' => $now + 3600000.4]);
+    same($now + 3600001, $p->get('t', 'f3')['due_ms']);
+    same('pool', $p->reschedule('t', 'f3', ['delay_ms' => 120000.5]));
+    $info = $p->get('t', 'f3');
+    check($info['due_ms'] - $info['now_ms'] >= 120000, 'rescheduled in whole ms');
+};
+
+$tests['a stale cached partition count never strands a job'] = function (Redis $r): void {
+    if (!getenv('PUNCTUAL_BIN')) {
+        echo "skip: PUNCTUAL_BIN not set\n";
+        return;
+    }
+    $prefix = fresh_prefix();
+    $p = new Producer($r, $prefix);
+    // The producer reads the count (1) and caches it...
+    same('created', $p->enqueue('hot', 'x', ['id' => 'first'])['status']);
+    same('ready', $p->cancel('hot', 'first'));
+    // ...then the topic (empty) is split into 3 by the Rust library.
+    $cmd = [getenv('PUNCTUAL_BIN'), '--redis', getenv('PUNCTUAL_TEST_REDIS_URL'), '--prefix', $prefix, 'partitions', 'hot', '3'];
+    $proc = proc_open($cmd, [1 => ['pipe', 'w'], 2 => ['pipe', 'w']], $pipes);
+    $err = stream_get_contents($pipes[2]);
+    same(0, proc_close($proc), "punctual partitions: $err");
+    // A producer that read the count just before the change: its cache still
+    // says 1 (kept fresh here, so the test does not race the 1 s).
+    $stale = fn () => (function () {
+        $this->partitions['hot'] = [1, microtime(true)];
+    })->call($p);
+    $stale();
+    $ids = array_slice(array_values(array_filter(array_map(fn ($n) => "order:$n", range(0, 39)), fn ($i) => crc32($i) % 3 !== 0)), 0, 6);
+    $out = $p->enqueueBatch('hot', array_map(fn ($id) => ['payload' => 'p', 'id' => $id], $ids));
+    same(array_fill(0, count($ids), 'created'), array_column($out, 'status'));
+    foreach ($ids as $id) {
+        $part = crc32($id) % 3;
+        check((bool) $r->hExists("$prefix:{hot#$part}:jobs", $id), "$id in partition $part");
+    }
+    same(0, $r->hLen("$prefix:{hot}:jobs"), 'nothing in the old layout');
+    same(3, $p->partitions('hot'));
+    $stale();
+    $single = array_values(array_filter(array_map(fn ($n) => "single:$n", range(0, 39)), fn ($i) => crc32($i) % 3 !== 0))[0];
+    same('created', $p->enqueue('hot', 'q', ['id' => $single])['status']);
+    check((bool) $r->hExists("$prefix:{hot#" . (crc32($single) % 3) . "}:jobs", $single), 'the single job in its partition');
+    cli($prefix, 'check', 'hot');
 };
 
 /** Plays punctual serve's side of docs/RESIDENT.md over fds 3 and 4. */

@@ -10,6 +10,7 @@ the messages of the Rust library and the CLI.
 from __future__ import annotations
 
 import hashlib
+import math
 import secrets
 import time
 import unicodedata
@@ -26,7 +27,10 @@ MAX_TOPIC_LEN = 100
 MAX_ID_LEN = 200
 MAX_BATCH = 1000
 MAX_DELAY_MS = 10 * 365 * 24 * 3600 * 1000
-MAX_ATTEMPTS = 2**32 - 1
+MAX_ATTEMPTS = 10_000
+MAX_PARTITIONS = 1024
+# Rounds of routing anew after the script refuses a stale partition count.
+STALE_ROUNDS = 5
 _KEYS = ("pool", "ready", "running", "dead", "jobs", "meta", "stats", "seq", "attempts")
 _STATUS = {0: "duplicate", 1: "created", 2: "replaced"}
 _DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
@@ -109,7 +113,7 @@ def debug_quote(s: str) -> str:
             out.append("\\t")
         elif c == "\0":
             out.append("\\0")
-        elif unicodedata.category(c) == "Cc":
+        elif c != " " and unicodedata.category(c) in _UNPRINTABLE:
             out.append("\\u{%x}" % ord(c))
         else:
             out.append(c)
@@ -117,12 +121,35 @@ def debug_quote(s: str) -> str:
     return "".join(out)
 
 
+# What Rust's {:?} writes as \u{...}: control, format, separator (but the
+# space), private-use, surrogate and unassigned characters.
+_UNPRINTABLE = {"Cc", "Cf", "Zs", "Zl", "Zp", "Co", "Cs", "Cn"}
+
+# Characters that show nothing or reorder text (bidi controls and isolates,
+# zero-width characters, the byte order mark, ...): the library's
+# is_invisible in crates/punctual/src/keys.rs, which the enqueue script
+# refuses too.
+_INVISIBLE = (
+    (0xAD, 0xAD), (0x600, 0x605), (0x61C, 0x61C), (0x6DD, 0x6DD), (0x70F, 0x70F),
+    (0x115F, 0x1160), (0x180E, 0x180E), (0x200B, 0x200F), (0x202A, 0x202E),
+    (0x2060, 0x206F), (0x3164, 0x3164), (0xFEFF, 0xFEFF), (0xFFA0, 0xFFA0),
+    (0xFFF9, 0xFFFB), (0x110BD, 0x110BD), (0x110CD, 0x110CD), (0x1D173, 0x1D17A),
+    (0xE0000, 0xE007F),
+)
+
+
+def _is_invisible(c: str) -> bool:
+    o = ord(c)
+    return any(lo <= o <= hi for lo, hi in _INVISIBLE)
+
+
 def _is_control(c: str) -> bool:
     return unicodedata.category(c) == "Cc"
 
 
 def validate_topic(topic: str) -> None:
-    """1 to 100 bytes, no braces, no '#', no whitespace or control characters."""
+    """1 to 100 bytes, no braces, no '#', no whitespace or control
+    characters, no invisible or bidirectional formatting characters."""
     if not isinstance(topic, str):
         raise InvalidInput(f"invalid topic {topic!r}: give a string")
 
@@ -131,6 +158,8 @@ def validate_topic(topic: str) -> None:
 
     if topic == "":
         raise bad("topic names may not be empty")
+    if not _is_utf8(topic):
+        raise bad("topic names must be valid UTF-8")
     if len(topic.encode()) > MAX_TOPIC_LEN:
         raise bad(f"topic names are at most {MAX_TOPIC_LEN} bytes")
     if "{" in topic or "}" in topic:
@@ -139,6 +168,19 @@ def validate_topic(topic: str) -> None:
         raise bad("'#' is reserved for partitions")
     if any(c.isspace() or _is_control(c) for c in topic):
         raise bad("topic names may not contain spaces or control characters")
+    for c in topic:
+        if _is_invisible(c):
+            raise bad(f"topic names may not contain invisible or bidirectional formatting characters (U+{ord(c):04X})")
+
+
+def _is_utf8(s: str) -> bool:
+    """False for a str with lone surrogates (e.g. bytes decoded with
+    surrogateescape), which has no UTF-8 form."""
+    try:
+        s.encode()
+        return True
+    except UnicodeEncodeError:
+        return False
 
 
 def validate_id(job_id: str) -> None:
@@ -149,6 +191,8 @@ def validate_id(job_id: str) -> None:
         raise InvalidInput(
             'invalid id "": ids may not be empty (leave the id out to have one generated)'
         )
+    if not _is_utf8(job_id):
+        raise InvalidInput("invalid id: ids must be valid UTF-8")
     n = len(job_id.encode())
     if n > MAX_ID_LEN:
         raise InvalidInput(f"invalid id: {n} bytes, ids are at most {MAX_ID_LEN} bytes")
@@ -160,20 +204,36 @@ def _int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+def _ms(v: Any) -> Optional[int]:
+    """Milliseconds as a whole number: an int as it is, a finite float
+    rounded up (1.5 -> 2, so a job is never due early), else None. The
+    scripts take plain decimal digits only ("1.5e3" or "60000.0" are
+    refused), so a float never reaches Redis as it is."""
+    if _int(v):
+        return v
+    if isinstance(v, float) and math.isfinite(v):
+        return math.ceil(v)
+    return None
+
+
 def encode_when(delay_ms: Optional[int], at_ms: Optional[int]) -> str:
     """The script's encoding of a due time: ``d<ms>`` or ``a<epoch ms>``."""
     if delay_ms is not None and at_ms is not None:
         raise InvalidInput("give a delay or a due time, not both")
     if at_ms is not None:
-        if not _int(at_ms):
-            raise InvalidInput(f"invalid due time {at_ms!r}: give epoch milliseconds as an integer")
+        ms = _ms(at_ms)
+        if ms is None:
+            raise InvalidInput(f"invalid due time {at_ms!r}: give epoch milliseconds as a number")
+        at_ms = ms
         if at_ms < 0:
             raise InvalidInput("invalid due time: before 1970; give a time after the epoch")
         return f"a{at_ms}"
     if delay_ms is None:
         return "d0"
-    if not _int(delay_ms):
-        raise InvalidInput(f"invalid delay {delay_ms!r}: give milliseconds as an integer")
+    ms = _ms(delay_ms)
+    if ms is None:
+        raise InvalidInput(f"invalid delay {delay_ms!r}: give milliseconds as a number")
+    delay_ms = ms
     if delay_ms < 0:
         raise InvalidInput(f"invalid delay {delay_ms}ms: delays may not be negative")
     if delay_ms > MAX_DELAY_MS:
@@ -186,20 +246,23 @@ def _encode_job(job: NewJob, max_payload: int) -> tuple:
     if job.id is not None:
         validate_id(job.id)
     if job.max_attempts is not None:
-        if not _int(job.max_attempts):
-            raise InvalidInput("max attempts must be a positive integer")
-        if job.max_attempts < 1:
-            raise InvalidInput("max attempts must be at least 1")
-        if job.max_attempts > MAX_ATTEMPTS:
-            raise InvalidInput(f"max attempts must be at most {MAX_ATTEMPTS}")
+        m = job.max_attempts
+        if not _int(m):
+            raise InvalidInput(f"invalid max attempts {m!r}: give an integer from 1 to {MAX_ATTEMPTS}")
+        if m < 1 or m > MAX_ATTEMPTS:
+            raise InvalidInput(
+                f"invalid max attempts {m}: max attempts must be at least 1 and at most {MAX_ATTEMPTS}"
+            )
     backoff = ""
     if job.backoff_ms is not None:
         if isinstance(job.backoff_ms, (str, bytes)) or not hasattr(job.backoff_ms, "__iter__"):
             raise InvalidInput("backoff must be a list of delays in milliseconds")
-        steps = list(job.backoff_ms)
-        for step in steps:
-            if not _int(step):
-                raise InvalidInput(f"invalid backoff step {step!r}: give milliseconds as integers")
+        steps = []
+        for given in job.backoff_ms:
+            step = _ms(given)
+            if step is None:
+                raise InvalidInput(f"invalid backoff step {given!r}: give milliseconds as numbers")
+            steps.append(step)
             if step < 0:
                 raise InvalidInput(f"invalid backoff step {step}ms: steps may not be negative")
             if step > MAX_DELAY_MS:
@@ -243,6 +306,11 @@ def partition_name(topic: str, i: int, k: int) -> str:
     return topic if k <= 1 else f"{topic}#{i}"
 
 
+def _is_stale(e: Exception) -> bool:
+    """The enqueue script's refusal of a call routed with a stale partition count."""
+    return isinstance(e, redis.exceptions.ResponseError) and str(e).startswith("PUNCTUAL_STALE")
+
+
 def _text(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
@@ -270,6 +338,8 @@ class Producer:
             raise InvalidInput(
                 f"invalid prefix {debug_quote(str(prefix))}: prefixes must be non-empty and may not contain braces"
             )
+        if not _int(max_payload) or max_payload < 1:
+            raise InvalidInput(f"invalid max_payload {max_payload!r}: give a number of bytes (an integer, at least 1)")
         self.client = client
         self.prefix = prefix
         self.max_payload = max_payload
@@ -306,13 +376,34 @@ class Producer:
         if hit and time.monotonic() - hit[1] < 1.0:
             return hit[0]
         v = self.client.hget(f"{self.prefix}:partitions", topic)
-        k = max(int(v), 1) if v is not None else 1
+        try:
+            k = min(max(int(v), 1), MAX_PARTITIONS) if v is not None else 1
+        except ValueError:
+            k = 1
         self._partitions[topic] = (k, time.monotonic())
         return k
 
     def _route(self, topic: str, job_id: str) -> str:
         k = self.partitions(topic)
         return partition_name(topic, partition_of(job_id, k), k)
+
+    @staticmethod
+    def _groups(topic: str, k: int, pending: list, ids: list) -> list:
+        """The script calls for the jobs ``pending``: per partition (of
+        ``k``), at most 1,000 each. A partitioned topic's missing ids are
+        made here, since the id picks the partition."""
+        if k <= 1:
+            return [(topic, pending[s:s + MAX_BATCH]) for s in range(0, len(pending), MAX_BATCH)]
+        by_part: dict = {}
+        for i in pending:
+            if ids[i] is None:
+                ids[i] = generate_id()
+            by_part.setdefault(partition_of(ids[i], k), []).append(i)
+        groups = []
+        for p in sorted(by_part):
+            idx = by_part[p]
+            groups += [(partition_name(topic, p, k), idx[s:s + MAX_BATCH]) for s in range(0, len(idx), MAX_BATCH)]
+        return groups
 
     def _register(self, topic: str) -> None:
         if topic not in self._registered:
@@ -356,7 +447,6 @@ class Producer:
             except InvalidInput as e:
                 raise (InvalidInput(f"job {i + 1}: {e}") if len(jobs) > 1 else e) from None
         self._register(topic)
-        k = self.partitions(topic)
         ids = [j.id for j in jobs]
         placed: list = [None] * len(jobs)
         first: dict = {}
@@ -366,36 +456,40 @@ class Producer:
                     placed[i] = Enqueued(job_id, "duplicate")
                 else:
                     first[job_id] = i
-        sent = [i for i in range(len(jobs)) if placed[i] is None]
-        groups: list = []
-        if k <= 1:
-            groups = [(topic, sent[s:s + MAX_BATCH]) for s in range(0, len(sent), MAX_BATCH)]
-        else:
-            by_part: dict = {}
-            for i in sent:
-                if ids[i] is None:
-                    ids[i] = generate_id()  # the id picks the partition
-                by_part.setdefault(partition_of(ids[i], k), []).append(i)
-            for p in sorted(by_part):
-                idx = by_part[p]
-                groups += [(partition_name(topic, p, k), idx[s:s + MAX_BATCH])
-                           for s in range(0, len(idx), MAX_BATCH)]
+        pending = [i for i in range(len(jobs)) if placed[i] is None]
         failed: list = []
         first_error = None
-        for physical, idx in groups:
-            argv: list = [self.max_payload, "1" if replace else "0", len(idx)]
-            for i in idx:
-                payload, when, max_attempts, backoff = encoded[i]
-                argv += [ids[i] or "", payload, when, max_attempts, backoff]
-            try:
-                reply = self._call("enqueue", physical, *argv)
-                if len(reply) != 2 * len(idx):
-                    raise redis.exceptions.ResponseError("unexpected reply from Redis to enqueue")
-                for n, i in enumerate(idx):
-                    placed[i] = Enqueued(_text(reply[2 * n]), _STATUS.get(int(reply[2 * n + 1]), "created"))
-            except Exception as e:  # noqa: BLE001 - reported below, as the library does
-                failed += idx
-                first_error = first_error or e
+        rounds = 0
+        while pending:
+            rounds += 1
+            k = self.partitions(topic)
+            stale: list = []
+            for physical, idx in self._groups(topic, k, pending, ids):
+                # The count routed with goes last: the script refuses the call
+                # (PUNCTUAL_STALE, nothing written) when the topic has another.
+                argv: list = [self.max_payload, "1" if replace else "0", len(idx)]
+                for i in idx:
+                    payload, when, max_attempts, backoff = encoded[i]
+                    argv += [ids[i] or "", payload, when, max_attempts, backoff]
+                argv.append(k)
+                try:
+                    reply = self._call("enqueue", physical, *argv)
+                    if len(reply) != 2 * len(idx):
+                        raise redis.exceptions.ResponseError("unexpected reply from Redis to enqueue")
+                    for n, i in enumerate(idx):
+                        placed[i] = Enqueued(_text(reply[2 * n]), _STATUS.get(int(reply[2 * n + 1]), "created"))
+                except Exception as e:  # noqa: BLE001 - reported below, as the library does
+                    if _is_stale(e) and rounds < STALE_ROUNDS:
+                        stale += idx
+                    else:
+                        failed += idx
+                        first_error = first_error or e
+            pending = sorted(stale)
+            if pending:
+                # The partition count changed since it was read: read it
+                # again and route those jobs anew.
+                self._partitions.pop(topic, None)
+                time.sleep(0.02 * rounds)
         if first_error is not None:
             if all(p is None or p.is_duplicate for p in placed):
                 raise first_error

@@ -11,6 +11,7 @@ import asyncio
 import base64
 import inspect
 import json
+import math
 import os
 from typing import Any, Callable, Optional
 
@@ -112,8 +113,11 @@ def reply_for(job_id: str, exc: Optional[BaseException]) -> dict:
         return {"type": "dead", "id": job_id, "error": exc.reason}
     if isinstance(exc, Retry):
         msg = {"type": "retry", "id": job_id, "error": exc.message}
-        if exc.delay_ms is not None:
-            msg["delay_ms"] = max(0, int(exc.delay_ms))
+        d = exc.delay_ms
+        # Whole ms, rounded up; anything but a finite number is left to the
+        # topic's backoff ladder.
+        if isinstance(d, (int, float)) and not isinstance(d, bool) and math.isfinite(d):
+            msg["delay_ms"] = max(0, math.ceil(d))
         return msg
     return {"type": "retry", "id": job_id, "error": f"{type(exc).__name__}: {exc}"}
 

@@ -14,6 +14,17 @@ from common import HERE, REDIS_URL, client, fresh_prefix
 import punctual
 
 
+class ReplyTest(unittest.TestCase):
+    def test_a_retry_delay_is_whole_ms_rounded_up(self):
+        from punctual.worker import reply_for
+        self.assertEqual(reply_for("j", punctual.Retry("later", 1500.2))["delay_ms"], 1501)
+        self.assertEqual(reply_for("j", punctual.Retry("later", 250))["delay_ms"], 250)
+        self.assertEqual(reply_for("j", punctual.Retry("later", -5))["delay_ms"], 0)
+        # Not a number: left to the topic's backoff ladder, not a crash.
+        self.assertNotIn("delay_ms", reply_for("j", punctual.Retry("later", float("nan"))))
+        self.assertNotIn("delay_ms", reply_for("j", punctual.Retry("later", "soon")))
+
+
 class FakeServe:
     """Starts a program with a job pipe on its fd 3 and a reply pipe on fd 4."""
 
