@@ -28,6 +28,12 @@ pub enum When {
     At(SystemTime),
 }
 
+/// Whole milliseconds, rounded up: a delay of 1.5 ms waits 2 ms, never 1
+/// (a job is never early, not even by a fraction of a millisecond).
+pub(crate) fn ceil_ms(d: Duration) -> u128 {
+    d.as_nanos().div_ceil(1_000_000)
+}
+
 impl When {
     /// The script's encoding: `d<ms>` or `a<epoch ms>`.
     pub(crate) fn encode(&self) -> Result<String> {
@@ -40,13 +46,13 @@ impl When {
                         d.as_secs()
                     )));
                 }
-                Ok(format!("d{}", d.as_millis()))
+                Ok(format!("d{}", ceil_ms(d)))
             }
             When::At(t) => {
                 let ms = t.duration_since(UNIX_EPOCH).map_err(|_| {
                     Error::invalid("invalid due time: before 1970; give a time after the epoch")
                 })?;
-                Ok(format!("a{}", ms.as_millis()))
+                Ok(format!("a{}", ceil_ms(ms)))
             }
         }
     }
@@ -165,7 +171,7 @@ impl Job {
             .as_ref()
             .map(|l| {
                 l.iter()
-                    .map(|d| d.as_millis().to_string())
+                    .map(|d| ceil_ms(*d).to_string())
                     .collect::<Vec<_>>()
                     .join(",")
             })
@@ -362,4 +368,22 @@ pub enum DeadSelector {
     Oldest(usize),
     /// All of them (purge only; replays all in batches).
     All,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fractions_of_a_millisecond_round_up_never_down() {
+        let d = |ns| When::Delay(Duration::from_nanos(ns)).encode().unwrap();
+        assert_eq!(d(1_500_000), "d2");
+        assert_eq!(d(1), "d1");
+        assert_eq!(d(2_000_000), "d2");
+        assert_eq!(d(0), "d0");
+        let at = When::At(UNIX_EPOCH + Duration::from_nanos(1_000_000_001));
+        assert_eq!(at.encode().unwrap(), "a1001");
+        let job = Job::new("x").backoff(vec![Duration::from_micros(1500), Duration::from_secs(1)]);
+        assert_eq!(job.backoff_arg(), "2,1000");
+    }
 }

@@ -1238,7 +1238,7 @@ impl Queue {
             Some(l) if !l.is_empty() => {
                 let s = l
                     .iter()
-                    .map(|d| d.as_millis().to_string())
+                    .map(|d| crate::job::ceil_ms(*d).to_string())
                     .collect::<Vec<_>>()
                     .join(",");
                 self.cmd::<i64>(redis::cmd("HSET").arg(keys.meta()).arg("backoff").arg(s))
@@ -1415,7 +1415,7 @@ impl Queue {
                     .arg(error)
                     .arg(
                         retry_after
-                            .map(|d| d.min(crate::job::MAX_DELAY).as_millis().to_string())
+                            .map(|d| crate::job::ceil_ms(d.min(crate::job::MAX_DELAY)).to_string())
                             .unwrap_or_default(),
                     )
                     .arg(if permanent { "1" } else { "0" });
