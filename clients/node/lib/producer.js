@@ -192,10 +192,6 @@ class Producer {
         throw e;
       }
     });
-    if (!this.registered.has(topic)) {
-      await this.client.sAdd(`${this.prefix}:topics`, topic);
-      this.registered.add(topic);
-    }
     const placed = new Array(jobs.length).fill(null);
     const first = new Set();
     encoded.forEach(([id], i) => {
@@ -207,6 +203,7 @@ class Producer {
     const failed = [];
     let firstError = null;
     let rounds = 0;
+    let accepted = false;
     while (pending.length > 0) {
       rounds += 1;
       const k = await this.partitions(topic);
@@ -228,6 +225,7 @@ class Producer {
           idx.forEach((i, n) => {
             placed[i] = { id: text(reply[2 * n]), status: STATUS[Number(reply[2 * n + 1])] ?? 'created' };
           });
+          accepted = true;
         } catch (e) {
           if (String(e?.message).startsWith('PUNCTUAL_STALE') && rounds < STALE_ROUNDS) {
             stale.push(...idx);
@@ -244,6 +242,11 @@ class Producer {
         this.partitionCache.delete(topic);
         await new Promise((resolve) => setTimeout(resolve, 20 * rounds));
       }
+    }
+    if (accepted && !this.registered.has(topic)) {
+      // Listed only once a script took a job: a refused call changes nothing.
+      await this.client.sAdd(`${this.prefix}:topics`, topic);
+      this.registered.add(topic);
     }
     if (firstError) {
       if (placed.every((p) => p === null || p.status === 'duplicate')) throw firstError;

@@ -26,6 +26,18 @@ async function redisNowMs() {
   return Array.isArray(t) ? Number(t[0]) * 1000 : t.getTime();
 }
 
+test('a call the script refuses does not list the topic', async () => {
+  // The script fails on a key of the wrong type: nothing is written, not
+  // even the topic's name in P:topics.
+  const prefix = freshPrefix();
+  const p = new punctual.Producer(redis, { prefix });
+  await redis.set(`${prefix}:{broken}:jobs`, 'not a hash');
+  await assert.rejects(p.enqueue('broken', 'x', { id: 'a' }));
+  assert.equal(Number(await redis.sIsMember(`${prefix}:topics`, 'broken')), 0);
+  await p.enqueue('fine', 'x', { id: 'a' });
+  assert.equal(Number(await redis.sIsMember(`${prefix}:topics`, 'fine')), 1);
+});
+
 test('enqueue: created, duplicate, replaced; get', async () => {
   const prefix = freshPrefix();
   const p = new punctual.Producer(redis, { prefix });

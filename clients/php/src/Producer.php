@@ -230,10 +230,6 @@ final class Producer
                 throw count($jobs) > 1 ? new InvalidInput('job ' . ($i + 1) . ': ' . $e->getMessage()) : $e;
             }
         }
-        if (!isset($this->registered[$topic])) {
-            $this->redis->sAdd($this->prefix . ':topics', $topic);
-            $this->registered[$topic] = true;
-        }
         $placed = array_fill(0, count($jobs), null);
         $first = [];
         foreach ($encoded as $i => [$id]) {
@@ -249,6 +245,7 @@ final class Producer
         $failed = [];
         $firstError = null;
         $rounds = 0;
+        $accepted = false;
         while ($pending !== []) {
             $rounds++;
             $k = $this->partitions($topic);
@@ -270,6 +267,7 @@ final class Producer
                     foreach ($idx as $n => $i) {
                         $placed[$i] = ['id' => (string) $reply[2 * $n], 'status' => self::STATUS[(int) $reply[2 * $n + 1]] ?? 'created'];
                     }
+                    $accepted = true;
                 } catch (\Throwable $e) {
                     if (str_starts_with($e->getMessage(), 'PUNCTUAL_STALE') && $rounds < self::STALE_ROUNDS) {
                         array_push($stale, ...$idx);
@@ -287,6 +285,11 @@ final class Producer
                 unset($this->partitions[$topic]);
                 usleep(20000 * $rounds);
             }
+        }
+        if ($accepted && !isset($this->registered[$topic])) {
+            // Listed only once a script took a job: a refused call changes nothing.
+            $this->redis->sAdd($this->prefix . ':topics', $topic);
+            $this->registered[$topic] = true;
         }
         if ($firstError !== null) {
             $written = array_filter($placed, fn ($p) => $p !== null);

@@ -150,6 +150,24 @@ $tests['invalid input: refused before Redis, with the library messages'] = funct
     refused(fn () => $p->enqueue('t', 'x', ['at_ms' => $now + 20 * 365 * 86400 * 1000]), 'job 1: due time more than ten years ahead');
 };
 
+$tests['a call the script refuses does not list the topic'] = function (Redis $r): void {
+    // The script fails on a key of the wrong type: nothing is written, not
+    // even the topic's name in P:topics.
+    $prefix = fresh_prefix();
+    $p = new Producer($r, $prefix);
+    $r->set($prefix . ':{broken}:jobs', 'not a hash');
+    $threw = false;
+    try {
+        $p->enqueue('broken', 'x', ['id' => 'a']);
+    } catch (\Throwable $e) {
+        $threw = true;
+    }
+    check($threw, 'the refused call throws');
+    check(!$r->sIsMember($prefix . ':topics', 'broken'), 'a refused topic is not listed');
+    $p->enqueue('fine', 'x', ['id' => 'a']);
+    check((bool) $r->sIsMember($prefix . ':topics', 'fine'), 'an accepted topic is listed');
+};
+
 $tests['NOSCRIPT: loaded again'] = function (Redis $r): void {
     $p = new Producer($r, fresh_prefix());
     $r->script('flush');

@@ -446,7 +446,6 @@ class Producer:
                 encoded.append(_encode_job(job, self.max_payload))
             except InvalidInput as e:
                 raise (InvalidInput(f"job {i + 1}: {e}") if len(jobs) > 1 else e) from None
-        self._register(topic)
         ids = [j.id for j in jobs]
         placed: list = [None] * len(jobs)
         first: dict = {}
@@ -460,6 +459,7 @@ class Producer:
         failed: list = []
         first_error = None
         rounds = 0
+        accepted = False
         while pending:
             rounds += 1
             k = self.partitions(topic)
@@ -478,6 +478,7 @@ class Producer:
                         raise redis.exceptions.ResponseError("unexpected reply from Redis to enqueue")
                     for n, i in enumerate(idx):
                         placed[i] = Enqueued(_text(reply[2 * n]), _STATUS.get(int(reply[2 * n + 1]), "created"))
+                    accepted = True
                 except Exception as e:  # noqa: BLE001 - reported below, as the library does
                     if _is_stale(e) and rounds < STALE_ROUNDS:
                         stale += idx
@@ -490,6 +491,9 @@ class Producer:
                 # again and route those jobs anew.
                 self._partitions.pop(topic, None)
                 time.sleep(0.02 * rounds)
+        if accepted:
+            # Listed only once a script took a job: a refused call changes nothing.
+            self._register(topic)
         if first_error is not None:
             if all(p is None or p.is_duplicate for p in placed):
                 raise first_error

@@ -27,6 +27,16 @@ class ProducerTest(unittest.TestCase):
                              capture_output=True, text=True, check=True)
         return json.loads(out.stdout)
 
+    def test_a_call_the_script_refuses_does_not_list_the_topic(self):
+        # The script fails on a key of the wrong type: nothing is written,
+        # not even the topic's name in P:topics.
+        self.r.set(self.prefix + ":{broken}:jobs", "not a hash")
+        with self.assertRaises(Exception):
+            self.p.enqueue("broken", b"x", id="a")
+        self.assertFalse(self.r.sismember(self.prefix + ":topics", "broken"))
+        self.p.enqueue("fine", b"x", id="a")
+        self.assertTrue(self.r.sismember(self.prefix + ":topics", "fine"))
+
     def test_enqueue_created_duplicate_replaced_and_get(self):
         payload = b'\xff\x00:colons:{"x":1}'  # not UTF-8, with colons: must round-trip
         e = self.p.enqueue("orders", payload, id="order:1", delay_ms=60_000, max_attempts=3,
