@@ -22,17 +22,15 @@ use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use punctual::{Queue, State};
 use punctual_testkit::{RedisCluster, RedisServer};
 use serde_json::{json, Value};
-use support::eventually;
-
-const BIN: &str = env!("CARGO_BIN_EXE_punctual");
+use support::{eventually, output_text, Service, BIN};
 
 fn clients() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../clients")
@@ -166,11 +164,7 @@ fn run_suite(lang: Lang) {
         .env("PUNCTUAL_BIN", BIN)
         .output()
         .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = output_text(&out);
     assert!(
         out.status.success(),
         "the {} client's tests failed ({}):\n{text}",
@@ -246,16 +240,14 @@ fn the_cli_refuses_the_shared_invalid_inputs_with_the_same_messages() {
 
 /// `punctual serve` with one resident topic running the client's handler.
 struct Serve {
-    dir: tempfile::TempDir,
-    child: Option<Child>,
+    svc: Service,
     /// What the environment of its resident programs holds.
     needle: String,
 }
 
 impl Serve {
     fn start(redis: &str, lang: Lang, topic: &str, key: &str) -> Serve {
-        let dir = tempfile::tempdir().unwrap();
-        let config = dir.path().join("punctual.toml");
+        let mut svc = Service::new();
         let text = format!(
             "redis = {redis:?}\nworkers = 1\n\n[topics.{topic}]\nresident = [{:?}, {:?}]\n\
              processes = 2\npartitions = 2\ntimeout = \"60s\"\nbackoff = [\"0s\"]\n\
@@ -268,56 +260,18 @@ impl Serve {
                 ""
             },
         );
-        std::fs::write(&config, text).unwrap();
-        let log = std::fs::File::create(dir.path().join("serve.log")).unwrap();
-        let child = Command::new(BIN)
-            .arg("serve")
-            .arg("--config")
-            .arg(&config)
-            .env("PUNCTUAL_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
+        std::fs::write(svc.path("punctual.toml"), text).unwrap();
+        svc.start();
         Serve {
-            dir,
-            child: Some(child),
+            svc,
             needle: format!("E2E_KEY={key}"),
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("serve.log")).unwrap_or_default()
-    }
-
-    fn signal(&self, sig: Signal) {
-        kill(Pid::from_raw(self.child.as_ref().unwrap().id() as i32), sig).unwrap();
-    }
-
-    fn wait(&mut self, limit: Duration) -> ExitStatus {
-        let deadline = Instant::now() + limit;
-        let child = self.child.as_mut().unwrap();
-        loop {
-            if let Some(s) = child.try_wait().unwrap() {
-                self.child = None;
-                return s;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "serve did not exit within {limit:?}; log:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
         }
     }
 }
 
 impl Drop for Serve {
     fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = kill(Pid::from_raw(c.id() as i32), Signal::SIGKILL);
-            let _ = c.wait();
-        }
+        self.svc.kill();
         for pid in residents(&self.needle) {
             let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
         }
@@ -575,7 +529,7 @@ async fn end_to_end(lang: Lang) {
         .unwrap();
     assert_eq!(count, 1);
     assert!(
-        serve.log().contains("junk on stdout"),
+        serve.svc.log().contains("junk on stdout"),
         "stdout goes to the log"
     );
 
@@ -625,12 +579,12 @@ async fn end_to_end(lang: Lang) {
     })
     .await;
     let programs = residents(&needle);
-    serve.signal(Signal::SIGTERM);
-    let status = serve.wait(Duration::from_secs(60));
+    serve.svc.signal(Signal::SIGTERM);
+    let status = serve.svc.wait(Duration::from_secs(60));
     assert!(
         status.success(),
         "serve exited with {status}; log:\n{}",
-        serve.log()
+        serve.svc.log()
     );
     assert!(
         q.get(&topic, "slow").await.unwrap().is_none(),
@@ -643,7 +597,7 @@ async fn end_to_end(lang: Lang) {
         residents(&needle).is_empty()
     })
     .await;
-    let log = serve.log();
+    let log = serve.svc.log();
     for pid in programs {
         assert!(
             log.contains(&format!("EOF, exiting {pid}")),

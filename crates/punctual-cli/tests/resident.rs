@@ -2,18 +2,17 @@
 //! serve`, a real redis-server, resident programs written in Python 3 with
 //! the standard library only.
 
+mod support;
+
 use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use punctual::{Job, Queue};
-use punctual_testkit::{free_port, RedisServer};
-
-const BIN: &str = env!("CARGO_BIN_EXE_punctual");
+use punctual_testkit::RedisServer;
+use support::{eventually, gone, live, Service};
 
 /// The resident handler under test. It appends to `records` (next to it):
 /// `ready PID`, `job ID ATTEMPT PID HEX(payload bytes) DUE_MS START_MS`,
@@ -82,28 +81,17 @@ if os.environ.get("STUBBORN"):
 sys.exit(0)
 "#;
 
-/// A `serve` process with its own directory, killed on drop.
-struct Service {
-    dir: tempfile::TempDir,
-    child: Option<Child>,
-    http: u16,
-}
+/// The shared [`Service`] with `HANDLER` in its directory as the resident
+/// program of topic `t`.
+struct Resident(Service);
 
-impl Service {
-    fn new() -> Service {
-        let s = Service {
-            dir: tempfile::tempdir().unwrap(),
-            child: None,
-            http: free_port(),
-        };
+impl Resident {
+    fn new() -> Resident {
+        let s = Service::new();
         let p = s.path("handler.py");
         std::fs::write(&p, HANDLER).unwrap();
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-        s
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
+        Resident(s)
     }
 
     /// Writes the config: `extra` settings and one resident topic `t` with
@@ -115,57 +103,7 @@ impl Service {
             self.path("handler.py").display().to_string()
         );
         std::fs::write(self.path("punctual.toml"), text).unwrap();
-        let log = std::fs::File::create(self.path("serve.log")).unwrap();
-        let child = Command::new(BIN)
-            .arg("serve")
-            .arg("--config")
-            .arg(self.path("punctual.toml"))
-            .env("PUNCTUAL_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        self.child = Some(child);
-    }
-
-    fn signal(&self, sig: Signal) {
-        kill(Pid::from_raw(self.child.as_ref().unwrap().id() as i32), sig).unwrap();
-    }
-
-    fn wait(&mut self, limit: Duration) -> ExitStatus {
-        let deadline = Instant::now() + limit;
-        let child = self.child.as_mut().unwrap();
-        loop {
-            if let Some(s) = child.try_wait().unwrap() {
-                self.child = None;
-                return s;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "serve did not exit within {limit:?}; log:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.path("serve.log")).unwrap_or_default()
-    }
-
-    async fn metrics(&self) -> String {
-        match reqwest::get(format!("http://127.0.0.1:{}/metrics", self.http)).await {
-            Ok(r) => r.text().await.unwrap_or_default(),
-            Err(_) => String::new(),
-        }
-    }
-
-    fn records(&self) -> Vec<Vec<String>> {
-        std::fs::read_to_string(self.path("records"))
-            .unwrap_or_default()
-            .lines()
-            .map(|l| l.split_whitespace().map(String::from).collect())
-            .collect()
+        self.0.start();
     }
 
     /// The `job` records: (id, attempt, pid, hex, due_ms, start_ms).
@@ -194,12 +132,16 @@ impl Service {
     }
 }
 
-impl Drop for Service {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = kill(Pid::from_raw(c.id() as i32), Signal::SIGKILL);
-            let _ = c.wait();
-        }
+impl std::ops::Deref for Resident {
+    type Target = Service;
+    fn deref(&self) -> &Service {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Resident {
+    fn deref_mut(&mut self) -> &mut Service {
+        &mut self.0
     }
 }
 
@@ -213,38 +155,6 @@ struct JobRec {
     start_ms: i64,
 }
 
-async fn eventually<F, Fut>(timeout: Duration, what: &str, mut cond: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + timeout;
-    while !cond().await {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-async fn live(q: &Queue) -> u64 {
-    let s = q.stats("t").await.unwrap();
-    s.pool + s.ready + s.running + s.dead
-}
-
-fn gone(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|st| {
-            st.rsplit(')')
-                .next()
-                .unwrap_or("")
-                .trim_start()
-                .starts_with('Z')
-        })
-        .unwrap_or(true)
-}
-
 fn hex(b: &[u8]) -> String {
     if b.is_empty() {
         return "-".into();
@@ -255,7 +165,7 @@ fn hex(b: &[u8]) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_job_runs_at_least_once_and_none_early_over_several_programs() {
     let redis = RedisServer::start();
-    let mut svc = Service::new();
+    let mut svc = Resident::new();
     svc.start(
         &redis.url(),
         "workers = 2\nconcurrency = 4",
@@ -273,7 +183,7 @@ async fn every_job_runs_at_least_once_and_none_early_over_several_programs() {
             .unwrap();
     }
     eventually(Duration::from_secs(60), "every job done", || async {
-        live(&q).await == 0
+        live(&q, "t").await == 0
     })
     .await;
     let jobs = svc.jobs();
@@ -306,7 +216,7 @@ async fn every_job_runs_at_least_once_and_none_early_over_several_programs() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn payloads_round_trip_exactly_even_when_not_json_nor_utf8() {
     let redis = RedisServer::start();
-    let mut svc = Service::new();
+    let mut svc = Resident::new();
     svc.start(&redis.url(), "workers = 1", "processes = 1");
     let q = Queue::connect(redis.url()).await.unwrap();
     let payloads: Vec<Vec<u8>> = vec![
@@ -324,7 +234,7 @@ async fn payloads_round_trip_exactly_even_when_not_json_nor_utf8() {
             .unwrap();
     }
     eventually(Duration::from_secs(30), "every job done", || async {
-        live(&q).await == 0
+        live(&q, "t").await == 0
     })
     .await;
     let got: HashMap<String, String> = svc.jobs().into_iter().map(|j| (j.id, j.hex)).collect();
@@ -336,7 +246,7 @@ async fn payloads_round_trip_exactly_even_when_not_json_nor_utf8() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replies_decide_retry_with_delay_and_dead_with_error() {
     let redis = RedisServer::start();
-    let mut svc = Service::new();
+    let mut svc = Resident::new();
     svc.start(&redis.url(), "workers = 1", "processes = 1");
     let q = Queue::connect(redis.url()).await.unwrap();
     q.enqueue("t", Job::new("retry:600000").id("r"))
@@ -376,7 +286,7 @@ async fn replies_decide_retry_with_delay_and_dead_with_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_program_killed_mid_job_is_replaced_and_the_job_retried() {
     let redis = RedisServer::start();
-    let mut svc = Service::new();
+    let mut svc = Resident::new();
     svc.start(
         &redis.url(),
         "workers = 1",
@@ -391,7 +301,7 @@ async fn a_program_killed_mid_job_is_replaced_and_the_job_retried() {
     let first = svc.jobs()[0].pid;
     kill(Pid::from_raw(first), Signal::SIGKILL).unwrap();
     eventually(Duration::from_secs(20), "the job done", || async {
-        live(&q).await == 0
+        live(&q, "t").await == 0
     })
     .await;
     let jobs = svc.jobs();
@@ -412,7 +322,7 @@ async fn a_program_killed_mid_job_is_replaced_and_the_job_retried() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn junk_on_stdout_and_stderr_breaks_nothing() {
     let redis = RedisServer::start();
-    let mut svc = Service::new();
+    let mut svc = Resident::new();
     svc.start(&redis.url(), "workers = 1", "processes = 1");
     let q = Queue::connect(redis.url()).await.unwrap();
     for i in 0..20 {
@@ -421,7 +331,7 @@ async fn junk_on_stdout_and_stderr_breaks_nothing() {
             .unwrap();
     }
     eventually(Duration::from_secs(30), "every job done", || async {
-        live(&q).await == 0
+        live(&q, "t").await == 0
     })
     .await;
     let jobs = svc.jobs();
@@ -438,7 +348,7 @@ async fn junk_on_stdout_and_stderr_breaks_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_timeout_overrun_kills_and_replaces_the_program() {
     let redis = RedisServer::start();
-    let mut svc = Service::new();
+    let mut svc = Resident::new();
     svc.start(
         &redis.url(),
         "workers = 1",
@@ -447,7 +357,7 @@ async fn a_timeout_overrun_kills_and_replaces_the_program() {
     let q = Queue::connect(redis.url()).await.unwrap();
     q.enqueue("t", Job::new("hang").id("h")).await.unwrap();
     eventually(Duration::from_secs(30), "the job done", || async {
-        live(&q).await == 0
+        live(&q, "t").await == 0
     })
     .await;
     let jobs = svc.jobs();
@@ -461,7 +371,7 @@ async fn a_timeout_overrun_kills_and_replaces_the_program() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_protocol_violation_retries_the_job_on_a_new_program() {
     let redis = RedisServer::start();
-    let mut svc = Service::new();
+    let mut svc = Resident::new();
     svc.start(
         &redis.url(),
         "workers = 1",
@@ -471,7 +381,7 @@ async fn a_protocol_violation_retries_the_job_on_a_new_program() {
     q.enqueue("t", Job::new("violate").id("v")).await.unwrap();
     q.enqueue("t", Job::new("garbage").id("g")).await.unwrap();
     eventually(Duration::from_secs(30), "both done", || async {
-        live(&q).await == 0
+        live(&q, "t").await == 0
     })
     .await;
     let jobs = svc.jobs();
@@ -488,7 +398,7 @@ async fn a_protocol_violation_retries_the_job_on_a_new_program() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_jobs_recycles_programs_between_jobs_and_no_job_fails() {
     let redis = RedisServer::start();
-    let mut svc = Service::new();
+    let mut svc = Resident::new();
     svc.start(&redis.url(), "workers = 1", "processes = 1\nmax_jobs = 5");
     let q = Queue::connect(redis.url()).await.unwrap();
     for i in 0..23 {
@@ -497,7 +407,7 @@ async fn max_jobs_recycles_programs_between_jobs_and_no_job_fails() {
             .unwrap();
     }
     eventually(Duration::from_secs(60), "every job done", || async {
-        live(&q).await == 0
+        live(&q, "t").await == 0
     })
     .await;
     let jobs = svc.jobs();
@@ -521,7 +431,7 @@ async fn max_jobs_recycles_programs_between_jobs_and_no_job_fails() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_drains_the_job_in_flight_then_the_program_sees_eof_and_exits() {
     let redis = RedisServer::start();
-    let mut svc = Service::new();
+    let mut svc = Resident::new();
     svc.start(
         &redis.url(),
         "workers = 1\nshutdown_timeout = \"20s\"",
@@ -538,7 +448,7 @@ async fn sigterm_drains_the_job_in_flight_then_the_program_sees_eof_and_exits() 
     let status = svc.wait(Duration::from_secs(30));
     assert!(status.success(), "serve exits 0; log:\n{}", svc.log());
     assert_eq!(
-        live(&q).await,
+        live(&q, "t").await,
         0,
         "the job in flight finished and was acked"
     );
@@ -556,7 +466,7 @@ async fn sigterm_drains_the_job_in_flight_then_the_program_sees_eof_and_exits() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_memory_recycles_after_the_job_that_crossed_it() {
     let redis = RedisServer::start();
-    let mut svc = Service::new();
+    let mut svc = Resident::new();
     // Any program is over 1 byte: each one handles one job, then is recycled.
     svc.start(
         &redis.url(),
@@ -570,7 +480,7 @@ async fn max_memory_recycles_after_the_job_that_crossed_it() {
             .unwrap();
     }
     eventually(Duration::from_secs(30), "every job done", || async {
-        live(&q).await == 0
+        live(&q, "t").await == 0
     })
     .await;
     let jobs = svc.jobs();
@@ -583,7 +493,7 @@ async fn max_memory_recycles_after_the_job_that_crossed_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_program_speaking_another_protocol_is_not_restarted_and_its_jobs_retry() {
     let redis = RedisServer::start();
-    let mut svc = Service::new();
+    let mut svc = Resident::new();
     svc.start(
         &redis.url(),
         "workers = 1",
@@ -612,7 +522,7 @@ async fn a_program_speaking_another_protocol_is_not_restarted_and_its_jobs_retry
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_program_that_ignores_eof_and_sigterm_is_killed_at_shutdown() {
     let redis = RedisServer::start();
-    let mut svc = Service::new();
+    let mut svc = Resident::new();
     svc.start(
         &redis.url(),
         "workers = 1\nshutdown_timeout = \"20s\"",
@@ -621,7 +531,7 @@ async fn a_program_that_ignores_eof_and_sigterm_is_killed_at_shutdown() {
     let q = Queue::connect(redis.url()).await.unwrap();
     q.enqueue("t", Job::new("x").id("s")).await.unwrap();
     eventually(Duration::from_secs(20), "the job done", || async {
-        live(&q).await == 0
+        live(&q, "t").await == 0
     })
     .await;
     let pid = svc.jobs()[0].pid;

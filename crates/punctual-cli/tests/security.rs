@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use punctual::{Job, Queue, State};
 use punctual_testkit::RedisServer;
-use support::{eventually, Server, BIN, TOKEN};
+use support::{eventually, output_text, Server, BIN, TOKEN};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const REDIS_PW: &str = "redis-pw-7e3f9a1c";
@@ -127,11 +127,7 @@ async fn unix_socket_passwords_are_hidden_in_errors_and_in_info() {
             .env_remove("PUNCTUAL_REDIS_URL")
             .output()
             .unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let text = output_text(&out);
         assert!(!out.status.success(), "{bad}: {text}");
         assert!(
             text.contains("***") && !text.contains(REDIS_PW),

@@ -1,10 +1,11 @@
 //! `punctual serve` end to end: the real binary, real redis-server, exec
 //! handlers written in sh, an http handler against a local axum server.
 
+mod support;
+
 use std::collections::{HashMap, HashSet};
-use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -12,157 +13,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use punctual::{Job, Queue, State};
 use punctual_testkit::{free_port, RedisServer};
-
-const BIN: &str = env!("CARGO_BIN_EXE_punctual");
-
-/// A `serve` process with its own directory (config, handler scripts,
-/// records, logs), killed on drop.
-struct Service {
-    dir: tempfile::TempDir,
-    child: Option<Child>,
-    http: u16,
-}
-
-impl Service {
-    fn new() -> Service {
-        Service {
-            dir: tempfile::tempdir().unwrap(),
-            child: None,
-            http: free_port(),
-        }
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    /// Writes an executable sh script.
-    fn script(&self, name: &str, body: &str) -> PathBuf {
-        let p = self.path(name);
-        std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-        p
-    }
-
-    /// Writes the config: common settings plus `topics`.
-    fn config(&self, redis: &str, extra: &str, topics: &str) -> PathBuf {
-        let p = self.path("punctual.toml");
-        let text = format!(
-            "redis = {redis:?}\nhttp = \"127.0.0.1:{}\"\nidle_check = \"2s\"\n{extra}\n{topics}\n",
-            self.http
-        );
-        std::fs::write(&p, text).unwrap();
-        p
-    }
-
-    fn start(&mut self) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.path("serve.log"))
-            .unwrap();
-        let child = Command::new(BIN)
-            .arg("serve")
-            .arg("--config")
-            .arg(self.path("punctual.toml"))
-            .env("PUNCTUAL_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        self.child = Some(child);
-    }
-
-    fn pid(&self) -> Pid {
-        Pid::from_raw(self.child.as_ref().unwrap().id() as i32)
-    }
-
-    fn signal(&self, sig: Signal) {
-        kill(self.pid(), sig).unwrap();
-    }
-
-    /// Waits for the service to exit, at most `limit`.
-    fn wait(&mut self, limit: Duration) -> ExitStatus {
-        let deadline = Instant::now() + limit;
-        let child = self.child.as_mut().unwrap();
-        loop {
-            if let Some(s) = child.try_wait().unwrap() {
-                self.child = None;
-                return s;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "serve did not exit within {limit:?}; log:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.path("serve.log")).unwrap_or_default()
-    }
-
-    /// Lines the handlers appended to `records`.
-    fn records(&self) -> Vec<Vec<String>> {
-        std::fs::read_to_string(self.path("records"))
-            .unwrap_or_default()
-            .lines()
-            .map(|l| l.split_whitespace().map(String::from).collect())
-            .collect()
-    }
-
-    async fn healthz(&self) -> Option<serde_json::Value> {
-        let r = reqwest::get(format!("http://127.0.0.1:{}/healthz", self.http))
-            .await
-            .ok()?;
-        serde_json::from_str(&r.text().await.ok()?).ok()
-    }
-}
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = kill(Pid::from_raw(c.id() as i32), Signal::SIGKILL);
-            let _ = c.wait();
-        }
-        // Children notice the supervisor is gone and stop themselves.
-    }
-}
-
-async fn eventually<F, Fut>(timeout: Duration, what: &str, mut cond: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + timeout;
-    while !cond().await {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-async fn live(q: &Queue, topic: &str) -> u64 {
-    let s = q.stats(topic).await.unwrap();
-    s.pool + s.ready + s.running + s.dead
-}
-
-/// Whether process `pid` is gone, or a zombie waiting for whoever adopted
-/// it to reap it.
-fn gone(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|st| {
-            st.rsplit(')')
-                .next()
-                .unwrap_or("")
-                .trim_start()
-                .starts_with('Z')
-        })
-        .unwrap_or(true)
-}
+use support::{eventually, gone, live, Service, BIN};
 
 /// Records "id due start attempt" with the handler's own start time.
 const RECORD: &str = r#"start=$(date +%s%3N)

@@ -1,16 +1,18 @@
-//! Fixtures shared by the HTTP API, dashboard and doctor tests: the real
-//! `punctual` binary run as `api` or `serve`, against a private
-//! redis-server, and a small JSON client.
+//! Fixtures shared by the CLI's integration tests: the real `punctual`
+//! binary run as `api` or `serve` against a private redis-server, a small
+//! JSON client (`Server`), a `serve` process with its own directory of
+//! config, scripts and records (`Service`), and polling helpers.
 
 #![allow(dead_code)]
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
+use punctual::Queue;
 use punctual_testkit::free_port;
 use serde_json::Value;
 
@@ -192,4 +194,160 @@ where
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// A `serve` process with its own directory (config, handler scripts,
+/// records, logs), killed on drop.
+pub struct Service {
+    pub dir: tempfile::TempDir,
+    child: Option<Child>,
+    pub http: u16,
+}
+
+impl Service {
+    pub fn new() -> Service {
+        Service {
+            dir: tempfile::tempdir().unwrap(),
+            child: None,
+            http: free_port(),
+        }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Writes an executable sh script.
+    pub fn script(&self, name: &str, body: &str) -> PathBuf {
+        Server::script(self.dir.path(), name, body)
+    }
+
+    /// Writes the config: common settings plus `topics`.
+    pub fn config(&self, redis: &str, extra: &str, topics: &str) -> PathBuf {
+        let p = self.path("punctual.toml");
+        let text = format!(
+            "redis = {redis:?}\nhttp = \"127.0.0.1:{}\"\nidle_check = \"2s\"\n{extra}\n{topics}\n",
+            self.http
+        );
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    /// Starts `serve` with `punctual.toml` from the directory, its stderr
+    /// appended to `serve.log`.
+    pub fn start(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.path("serve.log"))
+            .unwrap();
+        let child = Command::new(BIN)
+            .arg("serve")
+            .arg("--config")
+            .arg(self.path("punctual.toml"))
+            .env("PUNCTUAL_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+    }
+
+    pub fn pid(&self) -> Pid {
+        Pid::from_raw(self.child.as_ref().unwrap().id() as i32)
+    }
+
+    pub fn signal(&self, sig: Signal) {
+        kill(self.pid(), sig).unwrap();
+    }
+
+    /// Waits for the service to exit, at most `limit`.
+    pub fn wait(&mut self, limit: Duration) -> ExitStatus {
+        let deadline = Instant::now() + limit;
+        let child = self.child.as_mut().unwrap();
+        loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                self.child = None;
+                return s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "serve did not exit within {limit:?}; log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.path("serve.log")).unwrap_or_default()
+    }
+
+    /// Lines the handlers appended to `records`.
+    pub fn records(&self) -> Vec<Vec<String>> {
+        std::fs::read_to_string(self.path("records"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| l.split_whitespace().map(String::from).collect())
+            .collect()
+    }
+
+    pub async fn healthz(&self) -> Option<Value> {
+        let r = reqwest::get(format!("http://127.0.0.1:{}/healthz", self.http))
+            .await
+            .ok()?;
+        serde_json::from_str(&r.text().await.ok()?).ok()
+    }
+
+    /// The `/metrics` text, empty if it does not answer.
+    pub async fn metrics(&self) -> String {
+        match reqwest::get(format!("http://127.0.0.1:{}/metrics", self.http)).await {
+            Ok(r) => r.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        }
+    }
+
+    /// SIGKILLs serve, if it runs, and reaps it.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = kill(Pid::from_raw(c.id() as i32), Signal::SIGKILL);
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        self.kill();
+        // Children notice the supervisor is gone and stop themselves.
+    }
+}
+
+/// Jobs of `topic` still held: pool, ready, running and dead.
+pub async fn live(q: &Queue, topic: &str) -> u64 {
+    let s = q.stats(topic).await.unwrap();
+    s.pool + s.ready + s.running + s.dead
+}
+
+/// Whether process `pid` is gone, or a zombie waiting for whoever adopted
+/// it to reap it.
+pub fn gone(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|st| {
+            st.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+        .unwrap_or(true)
+}
+
+/// A finished command's stdout followed by its stderr.
+pub fn output_text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
 }
