@@ -32,7 +32,7 @@ pub use queue::{
     Delivery, Failed, Queue, QueueBuilder, SkippedTopic, Tick, Topics, DEFAULT_MAX_PAYLOAD,
     DEFAULT_PREFIX, MAX_BATCH,
 };
-pub use redact::redact;
+pub use redact::{redact, split_seeds};
 pub use scheduler::{Scheduler, SchedulerConfig};
 pub use scripts::{script_names, script_source};
 pub use worker::{Outcome, Stopped, Worker, WorkerConfig};
