@@ -18,6 +18,7 @@ mod redact;
 mod reply;
 mod scheduler;
 mod scripts;
+mod unlisted;
 mod wake;
 mod worker;
 
@@ -35,4 +36,5 @@ pub use queue::{
 pub use redact::{redact, split_seeds};
 pub use scheduler::{Scheduler, SchedulerConfig};
 pub use scripts::{script_names, script_source};
+pub use unlisted::Unlisted;
 pub use worker::{Outcome, Stopped, Worker, WorkerConfig};
