@@ -120,7 +120,11 @@ pub enum Command {
     /// Verify that every job is in exactly one state and has its record.
     ///
     /// Scans the topic page by page while it is in use; each page is checked
-    /// atomically, so moving jobs are never reported falsely. Exits 1 when a
+    /// atomically, so moving jobs are never reported falsely. Without TOPIC,
+    /// also looks (SCAN of every master, at most a million keys) for topics
+    /// that hold jobs but are missing from the set of known topics (a
+    /// producer stopped between its enqueue and registering the topic),
+    /// checks them and reports each as "unlisted topic". Exits 1 when a
     /// violation is found.
     Check(CheckArgs),
 

@@ -480,12 +480,9 @@ fn judge(facts: &Facts, batch: u64) -> Vec<Check> {
 /// Runs `doctor`.
 pub async fn run(ctx: &Ctx, args: DoctorArgs) -> Result<()> {
     // A cluster may be given as several comma-separated URLs: check the first.
-    let url = ctx
-        .global
-        .redis_url
-        .split(',')
-        .map(str::trim)
-        .find(|u| !u.is_empty())
+    let url = punctual::split_seeds(&ctx.global.redis_url)
+        .first()
+        .copied()
         .unwrap_or("")
         .to_string();
     let shown = redact(&url);

@@ -582,6 +582,77 @@ fn check_exits_0_on_a_clean_topic_and_1_on_a_violation() {
     );
 }
 
+/// A producer that stops between its enqueue and the SADD to the set of
+/// known topics leaves a topic with jobs that `topics` does not list:
+/// `check` (all topics) finds it by its keys, as its logical name (not its
+/// partitions), checks it and exits 1 naming it.
+#[test]
+fn check_reports_a_topic_with_jobs_missing_from_the_topic_set() {
+    let env = Env::new();
+    env.push(&["listed", "x"]);
+    env.push(&["orphan", "x", "--id", "o1", "--delay", "1h"]);
+    env.with_queue(async |q| {
+        q.set_partitions("split", 3).await.unwrap();
+        for i in 0..6 {
+            q.enqueue("split", Job::new("p").id(format!("s{i}")))
+                .await
+                .unwrap();
+        }
+        // Settings alone (no job) are not a topic with jobs.
+        q.set_topic_defaults("settings-only", Some(3), None)
+            .await
+            .unwrap();
+    });
+    // As if the producers had stopped before their SADD.
+    env.server
+        .cli(&[
+            "SREM",
+            "punctual:topics",
+            "orphan",
+            "split",
+            "settings-only",
+        ])
+        .unwrap();
+    // Keys of another prefix are not ours.
+    env.server
+        .cli(&["ZADD", "other:{stranger}:ready", "1", "j"])
+        .unwrap();
+    assert_eq!(env.run(&["topics"]).ok().stdout.trim(), "listed");
+
+    let out = env.run(&["check"]);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(
+        out.stdout.contains("orphan") && out.stdout.contains("unlisted topic"),
+        "{out:?}"
+    );
+    assert!(
+        !out.stdout.contains("stranger") && !out.stdout.contains("settings-only"),
+        "{out:?}"
+    );
+    assert!(!out.stdout.contains("split#"), "{out:?}");
+    let json = env.run(&["check", "--json"]).json();
+    let unlisted: Vec<&str> = json["violations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| v["problem"].as_str().unwrap().starts_with("unlisted topic"))
+        .map(|v| v["topic"].as_str().unwrap())
+        .collect();
+    assert_eq!(unlisted, ["orphan", "split"], "{json}");
+    assert_eq!(
+        json["topics"],
+        serde_json::json!(["listed", "orphan", "split"])
+    );
+
+    // Listed again (the next enqueue registers it), it is no problem.
+    env.push(&["orphan", "y"]);
+    env.server
+        .cli(&["SADD", "punctual:topics", "split"])
+        .unwrap();
+    let out = env.run(&["check"]).ok();
+    assert_eq!(out.stdout, "checked 3 topics: no violations\n");
+}
+
 // ---- bad input, unreachable Redis, scripts -----------------------------------
 
 #[test]

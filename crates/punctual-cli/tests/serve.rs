@@ -931,3 +931,42 @@ async fn an_exec_handler_can_reply_on_fd_3_with_a_delay_or_dead() {
     svc.signal(Signal::SIGTERM);
     svc.wait(Duration::from_secs(10));
 }
+
+/// A producer that stopped between its enqueue and registering the topic
+/// leaves jobs in a topic missing from `P:topics`: `serve` registers every
+/// configured topic at start (by its name, not its partitions' names), so
+/// `topics`, `stats` and the dashboard show it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_registers_its_configured_topics_at_start() {
+    let redis = RedisServer::start();
+    let q = Queue::connect(redis.url()).await.unwrap();
+    q.set_partitions("beta", 3).await.unwrap();
+    for t in ["alpha", "beta"] {
+        q.enqueue(t, Job::new("x").delay(Duration::from_secs(3600)))
+            .await
+            .unwrap();
+    }
+    redis
+        .cli(&["SREM", "punctual:topics", "alpha", "beta"])
+        .unwrap();
+    assert!(q.topics().await.unwrap().is_empty());
+
+    let mut svc = Service::new();
+    let handler = svc.script("handler.sh", "cat > /dev/null");
+    let exec = format!("exec = [{:?}]", handler.display().to_string());
+    svc.config(
+        &redis.url(),
+        "workers = 1",
+        &format!("[topics.alpha]\n{exec}\n[topics.beta]\n{exec}\npartitions = 3\n"),
+    );
+    svc.start();
+    let q2 = q.clone();
+    eventually(Duration::from_secs(20), "both topics listed", move || {
+        let q = q2.clone();
+        async move { q.topics().await.unwrap() == ["alpha", "beta"] }
+    })
+    .await;
+    assert_eq!(q.stats("beta").await.unwrap().pool, 1);
+    svc.signal(Signal::SIGTERM);
+    svc.wait(Duration::from_secs(10));
+}

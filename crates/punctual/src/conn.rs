@@ -169,11 +169,8 @@ pub(crate) async fn connect(
     connect_timeout: Duration,
     response_timeout: Duration,
 ) -> Result<Connected> {
-    let urls: Vec<&str> = url
-        .split(',')
-        .map(str::trim)
-        .filter(|u| !u.is_empty())
-        .collect();
+    // Split only before a scheme, as `redact` does: a ',' may be in a password.
+    let urls: Vec<&str> = crate::redact::split_seeds(url);
     if urls.is_empty() {
         return Err(Error::invalid("empty Redis URL"));
     }

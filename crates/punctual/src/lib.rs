@@ -18,6 +18,7 @@ mod redact;
 mod reply;
 mod scheduler;
 mod scripts;
+mod unlisted;
 mod wake;
 mod worker;
 
@@ -32,7 +33,8 @@ pub use queue::{
     Delivery, Failed, Queue, QueueBuilder, SkippedTopic, Tick, Topics, DEFAULT_MAX_PAYLOAD,
     DEFAULT_PREFIX, MAX_BATCH,
 };
-pub use redact::redact;
+pub use redact::{redact, split_seeds};
 pub use scheduler::{Scheduler, SchedulerConfig};
 pub use scripts::{script_names, script_source};
+pub use unlisted::Unlisted;
 pub use worker::{Outcome, Stopped, Worker, WorkerConfig};

@@ -327,6 +327,11 @@ impl Queue {
         self.inner.cluster
     }
 
+    /// The connection (for `unlisted.rs`, which scans every master).
+    pub(crate) fn conn(&self) -> Conn {
+        self.inner.conn.clone()
+    }
+
     pub(crate) fn keys(&self, topic: &str) -> TopicKeys {
         TopicKeys::new(&self.inner.prefix, topic)
     }

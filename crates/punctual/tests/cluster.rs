@@ -372,3 +372,49 @@ async fn consumers_ride_out_a_master_failover() {
     sched.await.unwrap();
     assert!(q.check("fo").await.unwrap().is_empty());
 }
+
+/// Topics with jobs missing from `P:topics` are found on every master of a
+/// cluster (a SCAN of each), by their logical names; listed topics and
+/// topics with settings only are not reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlisted_topics_are_found_on_every_master() {
+    let c = RedisCluster::start();
+    let q = connect(&c).await;
+    let names = ["a", "b", "c", "d", "e", "f"];
+    for t in names {
+        q.enqueue(t, Job::new("x").id("1")).await.unwrap();
+    }
+    q.set_partitions("split", 3).await.unwrap();
+    for i in 0..6 {
+        q.enqueue("split", Job::new("p").id(format!("s{i}")))
+            .await
+            .unwrap();
+    }
+    q.set_topic_defaults("settings-only", Some(2), None)
+        .await
+        .unwrap();
+    let masters: HashSet<usize> = names
+        .iter()
+        .map(|t| c.master_of(&format!("punctual:{{{t}}}:jobs")).unwrap())
+        .collect();
+    assert!(masters.len() > 1, "the topics are spread over masters");
+    assert!(q.unlisted_topics(u64::MAX).await.unwrap().topics.is_empty());
+
+    c.cli(&[
+        "SREM",
+        "punctual:topics",
+        "a",
+        "c",
+        "d",
+        "f",
+        "split",
+        "settings-only",
+    ])
+    .unwrap();
+    let found = q.unlisted_topics(u64::MAX).await.unwrap();
+    assert_eq!(found.topics, ["a", "c", "d", "f", "split"]);
+    assert!(found.complete);
+    // Bounded: with a limit of one key it stops early and says so.
+    let cut = q.unlisted_topics(1).await.unwrap();
+    assert!(!cut.complete && cut.scanned >= 1, "{cut:?}");
+}

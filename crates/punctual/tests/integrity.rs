@@ -839,3 +839,101 @@ async fn tokens_follow_the_counter_when_it_is_ahead_of_the_clock() {
     let d = q.claim(t, 10, LONG_LEASE).await.unwrap().remove(0);
     assert_eq!(d.token, d.claimed_us + 1);
 }
+
+// ---- the enqueue script refuses what validate_topic refuses ---------------
+
+/// The enqueue script keeps its own list of the characters a topic may not
+/// hold (Lua byte patterns for `keys.rs::is_invisible`, whitespace and
+/// control characters). Every code point that `validate_topic` refuses is
+/// sent to the script raw (EVALSHA, the topic in the hash tag of the keys,
+/// as a client in another language would), which must refuse it too and
+/// write nothing; every allowed code point next to a refused one, and a
+/// sample of other non-ASCII ones, must be accepted. So the lists cannot
+/// drift apart. (`{`, `}` and `#` are left out: they are the key structure
+/// and the partition separator, checked elsewhere.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_enqueue_script_refuses_every_character_validate_topic_refuses() {
+    let f = Fixture::new().await;
+    let mut c = f.conn.clone();
+    let sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(punctual::script_source("enqueue").unwrap())
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let topic = |ch: char| format!("t{ch}t");
+    let structural = |ch: char| matches!(ch, '{' | '}' | '#');
+    let refused_in_rust = |ch: char| punctual::validate_topic(&topic(ch)).is_err();
+    let refused: Vec<char> = (0..=0x10FFFFu32)
+        .filter_map(char::from_u32)
+        .filter(|&ch| !structural(ch) && refused_in_rust(ch))
+        .collect();
+    // The list is what it claims to be: controls, whitespace, invisibles.
+    for ch in [
+        '\0', '\t', '\u{85}', '\u{A0}', '\u{AD}', '\u{200B}', '\u{202E}', '\u{FEFF}',
+    ] {
+        assert!(refused.contains(&ch), "U+{:04X}", ch as u32);
+    }
+    assert!(refused.len() > 250, "only {} refused", refused.len());
+    let enqueue = |ch: char| {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(&sha)
+            .arg(9)
+            .arg(topic_keys(&topic(ch)))
+            .arg(&["65536", "0", "1", "", "p", "d0", "", ""]);
+        cmd
+    };
+
+    let snap = f.snapshot().await;
+    let mut gaps = Vec::new();
+    for &ch in &refused {
+        match enqueue(ch).query_async::<redis::Value>(&mut c).await {
+            Err(e) if e.code() == Some("PUNCTUAL_INVALID") => {}
+            other => gaps.push(format!("U+{:04X}: {other:?}", ch as u32)),
+        }
+    }
+    assert!(
+        gaps.is_empty(),
+        "the enqueue script takes {} of the {} code points validate_topic refuses: {gaps:#?}",
+        gaps.len(),
+        refused.len()
+    );
+    assert_eq!(
+        f.snapshot().await,
+        snap,
+        "a refused enqueue wrote something"
+    );
+
+    // Allowed: the neighbours of every refused code point, and a sample.
+    let mut allowed: Vec<char> = refused
+        .iter()
+        .flat_map(|&ch| [(ch as u32).checked_sub(1), Some(ch as u32 + 1)])
+        .filter_map(|u| u.and_then(char::from_u32))
+        .filter(|&ch| !structural(ch) && !refused_in_rust(ch))
+        .chain([
+            'é',
+            'ß',
+            'Ж',
+            'ع',
+            '中',
+            '日',
+            '한',
+            '😀',
+            '🦀',
+            '\u{10FFFD}',
+        ])
+        .collect();
+    allowed.sort_unstable();
+    allowed.dedup();
+    let mut over = Vec::new();
+    for &ch in &allowed {
+        if let Err(e) = enqueue(ch).query_async::<redis::Value>(&mut c).await {
+            over.push(format!("U+{:04X}: {e}", ch as u32));
+        }
+    }
+    assert!(
+        over.is_empty(),
+        "the enqueue script refuses {} code points validate_topic allows: {over:#?}",
+        over.len()
+    );
+}

@@ -9,14 +9,37 @@ use crate::context::Ctx;
 use crate::exit;
 use crate::output::{emit, emit_json, Table};
 
+/// At most this many keys are examined looking for unlisted topics.
+const UNLISTED_SCAN_LIMIT: u64 = 1_000_000;
+
 /// Runs `check`; exits 1 (a problem) when any violation is found.
 pub async fn run(ctx: &Ctx, args: CheckArgs) -> Result<()> {
     if let Some(t) = &args.topic {
         punctual::validate_topic(t)?;
     }
     let queue = ctx.queue().await?;
-    let topics = super::topics_or_all(&queue, args.topic.as_deref()).await?;
+    let mut topics = super::topics_or_all(&queue, args.topic.as_deref()).await?;
     let mut violations: Vec<Violation> = Vec::new();
+    if args.topic.is_none() {
+        // Topics with jobs missing from the set of known topics (a producer
+        // stopped between its enqueue and the SADD): checked too, and
+        // reported, since `topics`, `stats` and the dashboard miss them.
+        let unlisted = queue.unlisted_topics(UNLISTED_SCAN_LIMIT).await?;
+        if !unlisted.complete {
+            tracing::warn!(
+                scanned = unlisted.scanned,
+                "stopped looking for unlisted topics after {UNLISTED_SCAN_LIMIT} keys"
+            );
+        }
+        for t in unlisted.topics {
+            violations.push(Violation {
+                topic: t.clone(),
+                id: String::new(),
+                problem: "unlisted topic: holds jobs but is not in the set of known topics (`topics`, `stats` and the dashboard miss it; an enqueue to it or `punctual serve` with it configured lists it)".into(),
+            });
+            topics.push(t);
+        }
+    }
     for t in &topics {
         tracing::debug!(topic = %t, "checking");
         violations.extend(queue.check(t).await?);

@@ -139,11 +139,7 @@ async fn connect(url: &str, timeout: Duration) -> Result<MultiplexedConnection> 
 /// Several comma-separated URLs are the seeds of a cluster; one URL is a
 /// cluster too when that node says so. `partitions`: of the bench topic.
 pub async fn open(url: &str, explicit: bool, partitions: u32) -> Result<Target> {
-    let seeds: Vec<&str> = url
-        .split(',')
-        .map(str::trim)
-        .filter(|u| !u.is_empty())
-        .collect();
+    let seeds: Vec<&str> = punctual::split_seeds(url);
     if seeds.is_empty() {
         bail!("empty Redis URL");
     }

@@ -130,7 +130,9 @@ pub async fn supervise(cfg: Config) -> Result<i32> {
     // memory and /proc files (environ, where PUNCTUAL_API_TOKEN may be).
     let _ = nix::sys::prctl::set_dumpable(false);
     // Fail fast on an unreachable Redis, and store the topic defaults where
-    // the scripts read them.
+    // the scripts read them. set_topic_defaults also lists each topic in
+    // P:topics: one a producer left unlisted (stopped between its enqueue
+    // and the SADD) shows again in topics, stats and the dashboard.
     let queue = connect(&cfg).await?;
     for name in cfg.topics.keys() {
         let t = &cfg.topics[name];

@@ -1,0 +1,154 @@
+//! Topics that hold jobs but are missing from the set of known topics
+//! (`P:topics`): a topic is added to it only after the enqueue script took a
+//! job, so a producer that stopped in between (or whose `SADD` failed)
+//! leaves jobs that `topics`, `stats`, `check` and the dashboard do not
+//! show. `punctual check` looks for them with a bounded `SCAN` of every
+//! master.
+
+use std::collections::BTreeSet;
+
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+
+use crate::conn::Conn;
+use crate::error::{Error, Result};
+use crate::keys::validate_topic;
+use crate::queue::Queue;
+
+/// What [`Queue::unlisted_topics`] found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Unlisted {
+    /// Topics (the logical names, not their partitions) with jobs under the
+    /// prefix that are not in the set of known topics, sorted.
+    pub topics: Vec<String>,
+    /// Keys examined.
+    pub scanned: u64,
+    /// False when the scan stopped at the limit before the end.
+    pub complete: bool,
+}
+
+/// The keys that hold a topic's jobs (its meta, stats and sequence may
+/// outlive them).
+const JOB_KEYS: &[&str] = &["pool", "ready", "running", "dead", "jobs"];
+
+impl Queue {
+    /// Topics with jobs under this prefix that are missing from the set of
+    /// known topics: a `SCAN` of every master for the prefix's topic keys,
+    /// examining at most `max_keys` keys (then `complete` is false). Only
+    /// reads.
+    pub async fn unlisted_topics(&self, max_keys: u64) -> Result<Unlisted> {
+        let pattern = format!("{}:{{*}}:*", glob_escape(self.prefix()));
+        let mut conn = self.conn();
+        let nodes: Vec<Option<(String, u16)>> = match &conn {
+            Conn::Single(_) => vec![None],
+            Conn::Cluster { .. } => masters(&mut conn).await?.into_iter().map(Some).collect(),
+        };
+        let listed: BTreeSet<String> = self.topics().await?.into_iter().collect();
+        let mut found = BTreeSet::new();
+        let mut scanned = 0u64;
+        let mut complete = true;
+        'nodes: for node in nodes {
+            let mut cursor = 0u64;
+            loop {
+                if scanned >= max_keys {
+                    complete = false;
+                    break 'nodes;
+                }
+                let mut cmd = redis::cmd("SCAN");
+                cmd.arg(cursor)
+                    .arg("MATCH")
+                    .arg(&pattern)
+                    .arg("COUNT")
+                    .arg(1000);
+                let (next, keys): (u64, Vec<Vec<u8>>) = match (&mut conn, &node) {
+                    (Conn::Cluster { retrying, .. }, Some((host, port))) => {
+                        let v = retrying
+                            .route_command(
+                                cmd,
+                                RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                                    host: host.clone(),
+                                    port: *port,
+                                }),
+                            )
+                            .await
+                            .map_err(Error::Redis)?;
+                        redis::from_redis_value(v).map_err(|e| Error::Redis(e.into()))?
+                    }
+                    (c, _) => cmd.query_async(c).await.map_err(Error::Redis)?,
+                };
+                scanned += keys.len() as u64;
+                for k in keys {
+                    if let Some(t) = self.topic_of(&k) {
+                        if !listed.contains(&t) {
+                            found.insert(t);
+                        }
+                    }
+                }
+                cursor = next;
+                if cursor == 0 {
+                    break;
+                }
+            }
+        }
+        Ok(Unlisted {
+            topics: found.into_iter().collect(),
+            scanned,
+            complete,
+        })
+    }
+
+    /// The logical topic of a key `PREFIX:{topic}:name` holding jobs (a
+    /// partition `topic#i` gives `topic`); None for any other key.
+    fn topic_of(&self, key: &[u8]) -> Option<String> {
+        let key = std::str::from_utf8(key).ok()?;
+        let rest = key.strip_prefix(self.prefix())?.strip_prefix(":{")?;
+        let (topic, name) = rest.rsplit_once("}:")?;
+        if !JOB_KEYS.contains(&name) {
+            return None;
+        }
+        let logical = match topic.rsplit_once('#') {
+            Some((t, i)) if !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()) => t,
+            _ => topic,
+        };
+        validate_topic(logical).ok()?;
+        Some(logical.to_string())
+    }
+}
+
+/// The masters of the cluster, as host and port.
+async fn masters(conn: &mut Conn) -> Result<Vec<(String, u16)>> {
+    let nodes: String = redis::cmd("CLUSTER")
+        .arg("NODES")
+        .query_async(conn)
+        .await
+        .map_err(Error::Redis)?;
+    let mut out = Vec::new();
+    for line in nodes.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 8 || !f[2].split(',').any(|x| x == "master") || f[2].contains("fail") {
+            continue;
+        }
+        // ip:port@cport[,hostname]
+        let addr = f[1].split('@').next().unwrap_or("");
+        if let Some((host, port)) = addr.rsplit_once(':') {
+            if let Ok(port) = port.parse() {
+                if !host.is_empty() {
+                    out.push((host.to_string(), port));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// `s` with the glob characters of `SCAN MATCH` escaped.
+fn glob_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
