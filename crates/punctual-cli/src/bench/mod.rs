@@ -6,11 +6,14 @@
 //!   keys, INFO (summed over a cluster's masters).
 //! - `probe`: Redis CPU, commands and this process's CPU per job.
 //! - `phases`: the phases themselves.
+//! - `floor`: the leanest scripts on the same layout, the yardstick every
+//!   other phase's Redis time per job is divided by.
 //!
 //! Every figure counts real handler calls: each job carries its number in
 //! its payload, and a job not handled, or handled twice, makes its phase
 //! report `"ok": false`.
 
+mod floor;
 mod phases;
 mod probe;
 mod target;
@@ -32,6 +35,9 @@ use target::PREFIX;
 /// A phase of the bench.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Phase {
+    /// The leanest scripts doing each step's Redis work on the same layout
+    /// (runs first: the later phases report their ratio to it).
+    Floor,
     /// N jobs due in 1 h, with the batch API (also the `produce` segment).
     #[value(alias = "produce")]
     Enqueue,
@@ -57,7 +63,8 @@ pub enum Phase {
     All,
 }
 
-const ALL: [Phase; 9] = [
+const ALL: [Phase; 10] = [
+    Phase::Floor,
     Phase::Enqueue,
     Phase::Memory,
     Phase::Drain,
@@ -72,8 +79,9 @@ const ALL: [Phase; 9] = [
 /// `punctual bench`.
 #[derive(Debug, Args, Clone)]
 pub struct BenchArgs {
-    /// Phases to run, comma-separated: enqueue (alias produce), memory,
-    /// drain, precision, idle, promote, consume, scripts, serve, or all.
+    /// Phases to run, comma-separated: floor, enqueue (alias produce),
+    /// memory, drain, precision, idle, promote, consume, scripts, serve, or
+    /// all.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "all")]
     pub phase: Vec<Phase>,
 
@@ -368,6 +376,7 @@ pub async fn run(ctx: &Ctx, args: BenchArgs, redis_explicit: bool) -> Result<()>
     bench.clean().await?;
     let mut reports: Vec<Report> = Vec::new();
     let mut enqueue_memory: Option<(Report, Report)> = None;
+    let mut floor_report: Option<Report> = None;
     let outcome: Result<()> = async {
         for phase in &phases {
             let reps = match phase {
@@ -385,10 +394,18 @@ pub async fn run(ctx: &Ctx, args: BenchArgs, redis_explicit: bool) -> Result<()>
                 Phase::Promote => vec![phases::promote(&bench).await?],
                 Phase::Scripts => vec![phases::scripts(&bench).await?],
                 Phase::Serve => vec![phases::serve(&bench).await?],
+                Phase::Floor => {
+                    let f = floor::floor(&bench).await?;
+                    floor_report = Some(f.clone());
+                    vec![f]
+                }
                 Phase::All => Vec::new(),
             };
             bench.clean().await?;
-            for r in reps {
+            for mut r in reps {
+                if let Some(f) = &floor_report {
+                    floor::add_ratios(&mut r, f);
+                }
                 emit(&r, json);
                 reports.push(r);
             }
