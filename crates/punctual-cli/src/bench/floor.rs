@@ -403,8 +403,10 @@ pub fn add_ratios(r: &mut Report, floor: &Report) {
     let steps: &[&str] = match r.phase() {
         "enqueue" => &["enqueue"],
         "promote" => &["promote"],
-        "consume" => &["claim", "ack"],
-        "drain" | "serve" => &["promote", "claim", "ack"],
+        // drain and consume load jobs already due: enqueue puts them in
+        // ready, no promote. serve enqueues inside its window.
+        "drain" | "consume" => &["claim", "ack"],
+        "serve" => &["enqueue", "claim", "ack"],
         _ => return,
     };
     let f: f64 = steps.iter().map(|k| get(&fcpu, k)).sum();
@@ -463,6 +465,6 @@ mod tests {
         let mut d = Report::new("drain");
         d.set("profile", json!({"redis_cpu_us_per_job": 6.0}));
         add_ratios(&mut d, &floor);
-        assert_eq!(d.get("floor_ratio").unwrap(), 1.5);
+        assert_eq!(d.get("floor_ratio").unwrap(), 2.0);
     }
 }

@@ -116,6 +116,13 @@ pub struct BenchArgs {
           value_parser = clap::value_parser!(u64).range(1..=1000))]
     pub claim_batch: u64,
 
+    /// Jobs get ids of their own, this many bytes long (the job's number,
+    /// zero-padded), instead of generated ones (12 bytes): what memory
+    /// costs per job with a caller's ids.
+    #[arg(long, value_name = "B",
+          value_parser = clap::value_parser!(u64).range(8..=200))]
+    pub id_bytes: Option<u64>,
+
     /// Enqueue batches (of 1,000 jobs, the script's limit) in flight at once.
     #[arg(long, value_name = "N", default_value_t = 8,
           value_parser = clap::value_parser!(u64).range(1..=256))]
