@@ -60,6 +60,7 @@ fn every_phase_prints_an_ok_json_line_and_leaves_nothing_behind() {
     assert_eq!(
         phases,
         [
+            "floor",
             "enqueue",
             "memory",
             "drain",
@@ -107,6 +108,23 @@ fn every_phase_prints_an_ok_json_line_and_leaves_nothing_behind() {
     assert!(ms("min") >= 0.0, "a job started early: {p}");
     assert!(ms("min") <= ms("p50") && ms("p50") <= ms("p99") && ms("p99") <= ms("max"));
     assert!(by("idle")["redis_cmds_per_s"].as_f64().is_some());
+    // The floor ran every job once (its "ok", asserted above), and the
+    // later phases report their ratio to it.
+    let floor = by("floor");
+    assert_eq!(floor["n"], 2000);
+    for step in ["enqueue", "promote", "claim", "ack"] {
+        assert!(
+            floor["script_us_per_job"][step].as_f64().unwrap() > 0.0,
+            "{floor}"
+        );
+    }
+    let s = by("scripts");
+    for k in ["enqueue", "promote", "claim", "ack", "path", "full_path"] {
+        assert!(s["floor_ratio"][k].as_f64().unwrap() > 0.0, "{s}");
+    }
+    for p in ["enqueue", "drain", "promote", "consume"] {
+        assert!(by(p)["floor_ratio"].as_f64().unwrap() > 0.0, "{}", by(p));
+    }
     // Nothing of the bench is left in Redis.
     assert_eq!(redis.cli(&["DBSIZE"]).unwrap().trim(), "0");
 }

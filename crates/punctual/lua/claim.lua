@@ -5,9 +5,10 @@
 -- read: attempts and the new token go to the attempts hash. Tokens never
 -- repeat, even after a restart that lost writes (see reserve_tokens).
 -- KEYS: the nine topic keys. ARGV[1] k (1..1000), ARGV[2] lease in ms.
--- Returns a flat array: the server time of the claim in microseconds, then
--- seven entries per job: id, token, attempt, max attempts, due ms, created ms,
--- payload. An empty array when the topic is paused or ready is empty. A ready
+-- Returns a flat array: the server time of the claim in microseconds, the
+-- topic's max attempts, then four entries per job: id, token, attempt, and
+-- the record as stored (the client decodes it: max attempts, due, created,
+-- payload; the script only checks its header). An empty array when the topic is paused or ready is empty. A ready
 -- id whose record vanished (eviction, restore) is dropped and counted as
 -- "orphans"; one whose record cannot be read is moved to dead.
 
@@ -32,27 +33,21 @@ local atts = redis.call('HMGET', K_ATT, unpack(ids))
 local topic_max = topic_defaults()
 local first = reserve_tokens(#ids, now_us)
 
-local out, counts, leases, parked, gone = { now_us }, {}, {}, {}, {}
+local out, counts, leases, parked, gone = { now_us, topic_max }, {}, {}, {}, {}
 for i, id in ipairs(ids) do
   local rec = recs[i]
-  local m, d, g, _, e, p
-  if rec then m, d, g, _, e, p = string.match(rec, HEADER) end
-  if m then
+  if rec and string.find(rec, HEADER_CHECK) then
     local attempts = att_of(atts[i]) + 1
     local token = first + i
     counts[#counts + 1] = id
     counts[#counts + 1] = string.format('%d:%d', attempts, token)
     leases[#leases + 1] = deadline
     leases[#leases + 1] = id
-    local due = tonumber(d, 36)
     local n = #out
     out[n + 1] = id
     out[n + 2] = token
     out[n + 3] = attempts
-    out[n + 4] = tonumber(m) or topic_max
-    out[n + 5] = due
-    out[n + 6] = due - tonumber(g, 36)
-    out[n + 7] = string.sub(rec, p + tonumber(e))
+    out[n + 4] = rec
   elseif rec then
     -- A record punctual cannot read: park it in dead for a person to inspect.
     parked[#parked + 1] = now

@@ -64,6 +64,9 @@ end
 local now, up = clock()
 local dues = {}
 local generate = 0
+-- A batch's jobs mostly share their "when" and backoff strings: each
+-- distinct one is parsed and checked once per call.
+local due_of_when, backoff_ok = {}, { [''] = true }
 for i = 1, n do
   local b = 3 + 5 * (i - 1)
   local id, payload, when, max, backoff = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5]
@@ -83,18 +86,26 @@ for i = 1, n do
   if #payload > max_payload then
     return invalid('job ' .. i .. ': payload is ' .. #payload .. ' bytes, over the ' .. max_payload .. '-byte limit')
   end
-  local due, why = due_of(when, now, up)
-  if not due then return invalid('job ' .. i .. ': ' .. why) end
+  local due = due_of_when[when]
+  if not due then
+    local why
+    due, why = due_of(when, now, up)
+    if not due then return invalid('job ' .. i .. ': ' .. why) end
+    due_of_when[when] = due
+  end
   if max ~= '' and (string.sub(max, 1, 1) == '0' or not int_arg(max, 1, MAX_ATTEMPTS)) then
     return invalid('job ' .. i .. ': max attempts must be an integer from 1 to ' .. MAX_ATTEMPTS)
   end
-  if not string.match(backoff, '^[%d,]*$') then
-    return invalid('job ' .. i .. ': backoff must be ms values separated by commas')
-  end
-  for step in string.gmatch(backoff, '%d+') do
-    if #step > 12 or tonumber(step) > MAX_DELAY_MS then
-      return invalid('job ' .. i .. ': backoff steps are at most ten years')
+  if not backoff_ok[backoff] then
+    if not string.match(backoff, '^[%d,]*$') then
+      return invalid('job ' .. i .. ': backoff must be ms values separated by commas')
     end
+    for step in string.gmatch(backoff, '%d+') do
+      if #step > 12 or tonumber(step) > MAX_DELAY_MS then
+        return invalid('job ' .. i .. ': backoff steps are at most ten years')
+      end
+    end
+    backoff_ok[backoff] = true
   end
   dues[i] = due
 end
@@ -106,6 +117,18 @@ end
 local seq = 0
 if generate > 0 then seq = redis.call('INCRBY', K_SEQ, generate) - generate end
 local stamp = b36(now, 8)
+-- The ids the sequence gives next, looked up with one HMGET: those taken
+-- are skipped below, as the HEXISTS of each would (nothing is written
+-- before the loop ends). Past these (ids taken), one HEXISTS per id.
+local cand, taken = {}, {}
+if generate > 0 then
+  for j = 1, generate do cand[j] = stamp .. b36_4((seq + j) % 1679616) end
+  local recs = redis.call('HMGET', K_JOBS, unpack(cand))
+  for j = 1, generate do
+    if recs[j] then taken[cand[j]] = true end
+  end
+end
+local first_seq = seq
 -- Record headers, built once per distinct due time.
 local heads = {}
 
@@ -145,8 +168,14 @@ for i = 1, n do
     -- producer's own id of the same shape can never be overwritten.
     repeat
       seq = seq + 1
-      id = stamp .. b36(seq % 1679616, 4)
-    until not seen[id] and redis.call('HEXISTS', K_JOBS, id) == 0
+      id = cand[seq - first_seq]
+      if id then
+        if seen[id] or taken[id] then id = nil end
+      else
+        id = stamp .. b36_4(seq % 1679616)
+        if seen[id] or redis.call('HEXISTS', K_JOBS, id) == 1 then id = nil end
+      end
+    until id
   elseif seen[id] then
     -- The same id twice in one batch: the first one wins, even with replace.
     status = 0
@@ -168,12 +197,13 @@ for i = 1, n do
     end
     records[#records + 1] = id
     records[#records + 1] = ARGV[b + 4] .. head .. ARGV[b + 5] .. ':0:' .. ARGV[b + 2]
+    if status == 2 then
+      if due <= now then dest[id] = 'ready' else dest[id] = 'pool' end
+    end
     if due <= now then
-      dest[id] = 'ready'
       to_ready[#to_ready + 1] = due
       to_ready[#to_ready + 1] = id
     else
-      dest[id] = 'pool'
       to_pool[#to_pool + 1] = due
       to_pool[#to_pool + 1] = id
       if not pool_min or due < pool_min then pool_min = due end

@@ -97,6 +97,44 @@ impl QueueBuilder {
 /// Which script call each of the jobs `pending` goes in: per partition (of
 /// `k`), at most 1,000 per call. A partitioned topic's missing ids are made
 /// here, since the id picks the partition.
+/// Decodes a record as `claim` returns it (`M:D:G:B:E:` + E bytes of last
+/// error + payload, see lib.lua): max attempts (`topic_max` when M is
+/// empty), due ms, created ms, payload. None when the header is not one
+/// (the script has checked it with the same pattern).
+fn decode_claimed(rec: &[u8], topic_max: i64) -> Option<(i64, i64, i64, Vec<u8>)> {
+    let mut fields = [&rec[..0]; 5];
+    let mut at = 0;
+    for f in &mut fields {
+        let len = rec[at..].iter().position(|&b| b == b':')?;
+        *f = &rec[at..at + len];
+        at += len + 1;
+    }
+    let [m, d, g, b, e] = fields;
+    let all = |s: &[u8], ok: fn(&u8) -> bool| s.iter().all(ok);
+    if !all(m, u8::is_ascii_digit)
+        || d.is_empty()
+        || !all(d, u8::is_ascii_alphanumeric)
+        || g.is_empty()
+        || !all(g, u8::is_ascii_alphanumeric)
+        || !all(b, |c| c.is_ascii_digit() || *c == b',')
+        || e.is_empty()
+        || !all(e, u8::is_ascii_digit)
+    {
+        return None;
+    }
+    // Digits past i64 saturate, as Lua's numbers would not matter there.
+    let num = |s: &[u8], radix: u32| {
+        let s = std::str::from_utf8(s).ok()?;
+        Some(i64::from_str_radix(s, radix).unwrap_or(i64::MAX))
+    };
+    let max = if m.is_empty() { topic_max } else { num(m, 10)? };
+    let due = num(d, 36)?;
+    let created = due.saturating_sub(num(g, 36)?);
+    let err_len = usize::try_from(num(e, 10)?).unwrap_or(usize::MAX);
+    let start = at.saturating_add(err_len).min(rec.len());
+    Some((max, due, created, rec[start..].to_vec()))
+}
+
 fn route_jobs(
     topic: &str,
     k: u32,
@@ -1334,14 +1372,19 @@ impl Queue {
             return Ok(Vec::new());
         }
         let claimed_us = r.int()?;
-        let mut out = Vec::with_capacity(r.len() / 7);
+        let topic_max = r.int()?;
+        let mut out = Vec::with_capacity(r.len() / 4);
         let mut not_text = Vec::new();
         while !r.is_empty() {
             let raw = r.bytes()?;
             let token = r.int()?;
             let attempt = r.int()?.clamp(0, u32::MAX as i64) as u32;
-            let max_attempts = r.int()?.clamp(0, u32::MAX as i64) as u32;
-            let (due_ms, created_ms, payload) = (r.int()?, r.int()?, r.bytes()?);
+            let record = r.bytes()?;
+            let (max_attempts, due_ms, created_ms, payload) = decode_claimed(&record, topic_max)
+                .ok_or_else(|| {
+                    Error::protocol("claim", "a record the script passed cannot be decoded")
+                })?;
+            let max_attempts = max_attempts.clamp(0, u32::MAX as i64) as u32;
             let id = match String::from_utf8(raw) {
                 Ok(id) => id,
                 Err(e) => {
@@ -1486,5 +1529,40 @@ impl Queue {
             next_due: ms(r.int()?),
             next_lease: ms(r.int()?),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::decode_claimed;
+
+    #[test]
+    fn claimed_records_decode_as_the_lua_did() {
+        // The example of docs/PROTOCOL.md ("A record decoded by hand").
+        let r = b"5:mx34zkpw:0:60000,300000:0:{\"order\":10086}";
+        let (max, due, created, payload) = decode_claimed(r, 6).unwrap();
+        assert_eq!(max, 5);
+        assert_eq!(due, i64::from_str_radix("mx34zkpw", 36).unwrap());
+        assert_eq!(created, due);
+        assert_eq!(payload, b"{\"order\":10086}");
+        // Topic default, a gap, a last error, colons in the payload.
+        let (max, due, created, payload) = decode_claimed(b":1z:a::4:boom:x:y", 6).unwrap();
+        assert_eq!((max, due, created), (6, 71, 61));
+        assert_eq!(payload, b":x:y");
+        // An error length past the end leaves an empty payload.
+        assert_eq!(decode_claimed(b":1:1::9:ab", 6).unwrap().3, b"");
+        for bad in [
+            &b"1:2:3:4"[..],
+            b"x:1:1::0:",
+            b":1::a:0:",
+            b":1:1:a:0:",
+            b":1:1::-1:",
+        ] {
+            assert!(
+                decode_claimed(bad, 6).is_none(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
     }
 }

@@ -937,3 +937,56 @@ async fn the_enqueue_script_refuses_every_character_validate_topic_refuses() {
         over.len()
     );
 }
+
+// ---- ack compares tokens by value ---------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ack_compares_tokens_by_value_not_by_their_last_digits() {
+    let f = Fixture::new().await;
+    let t = "acktok";
+    let token = seed(&f, t).await;
+    let keys = topic_keys(t);
+    let mut c = f.conn.clone();
+    let tok = token.to_string();
+    // The stored entry ends in ":<token>"; a token made of its last digits
+    // only, one with another first digit, or one more, is refused, and the
+    // job stays running.
+    let other_first = format!(
+        "{}{}",
+        if tok.starts_with('2') { '3' } else { '2' },
+        &tok[1..]
+    );
+    for wrong in [tok[1..].to_string(), other_first, (token + 1).to_string()] {
+        let got: Vec<i64> = eval("ack", &keys, &["run", &wrong])
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(got, [0], "token {wrong} (the lease's is {tok})");
+    }
+    assert!(f.queue.get(t, "run").await.unwrap().is_some());
+    // The same value with a leading zero is the same token.
+    let zero = format!("0{tok}");
+    let got: Vec<i64> = eval("ack", &keys, &["run", &zero])
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(got, [1]);
+    assert!(f.queue.get(t, "run").await.unwrap().is_none());
+    // Twice the same pair in one call: acked once.
+    q_twice(&f).await;
+}
+
+async fn q_twice(f: &Fixture) {
+    let t = "acktwice";
+    let keys = &topic_keys(t);
+    f.queue.enqueue(t, Job::new("p").id("twice")).await.unwrap();
+    let d = claim_one(&f.queue, t).await;
+    assert_eq!(d.id, "twice");
+    let tok = d.token.to_string();
+    let mut c = f.conn.clone();
+    let got: Vec<i64> = eval("ack", keys, &["twice", &tok, "twice", &tok])
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(got, [1, 0], "the second pair of one id is refused");
+}

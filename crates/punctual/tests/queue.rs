@@ -1681,6 +1681,52 @@ async fn a_generated_id_never_overwrites_a_live_job() {
     assert_eq!(q.stats("t").await.unwrap().ready, 3001);
 }
 
+#[tokio::test]
+async fn a_batch_of_generated_ids_skips_a_live_one_in_its_middle() {
+    let f = Fixture::new().await;
+    let q = &f.queue;
+    // A batch of three takes sequence numbers 101, 102, 103 as candidates
+    // (looked up together); 102 is live for every millisecond of the next
+    // 3 s, so the batch must get 101, 103 and then 104 (past the
+    // candidates, looked up one by one).
+    let _: () = f.cmd(redis::cmd("SET").arg(key("t", "seq")).arg(100)).await;
+    let now = f.now_ms().await;
+    let taken: Vec<String> = (now..now + 3000)
+        .map(|ms| format!("{:0>8}{:0>4}", radix36(ms), radix36(102)))
+        .collect();
+    for chunk in taken.chunks(1000) {
+        let mine = chunk
+            .iter()
+            .map(|id| Job::new("mine").id(id.clone()))
+            .collect();
+        q.enqueue_batch("t", mine).await.unwrap();
+    }
+    let got = q
+        .enqueue_batch("t", (0..3).map(|i| Job::new(format!("gen{i}"))).collect())
+        .await
+        .unwrap();
+    assert!(
+        f.now_ms().await < now + 3000,
+        "the generation fell in the window"
+    );
+    let suffixes: Vec<&str> = got.iter().map(|e| &e.id[8..]).collect();
+    let want: Vec<String> = [101, 103, 104]
+        .iter()
+        .map(|s| format!("{:0>4}", radix36(*s)))
+        .collect();
+    assert_eq!(suffixes, want);
+    for (i, e) in got.iter().enumerate() {
+        assert_eq!(e.status, EnqueueStatus::Created);
+        assert_eq!(
+            q.get("t", &e.id).await.unwrap().unwrap().payload,
+            format!("gen{i}").into_bytes()
+        );
+    }
+    let stamp = &got[0].id[..8];
+    let clash = taken.iter().find(|id| id.starts_with(stamp)).unwrap();
+    assert_eq!(q.get("t", clash).await.unwrap().unwrap().payload, b"mine");
+}
+
 fn radix36(mut n: i64) -> String {
     let digits = b"0123456789abcdefghijklmnopqrstuvwxyz";
     let mut out = Vec::new();

@@ -136,7 +136,23 @@ local function b36(n, width)
   return s
 end
 
+local DIGIT_BYTES = {}
+for i = 0, 35 do DIGIT_BYTES[i] = string.byte(DIGITS, i + 1) end
+
+-- Exactly four base-36 digits of 0 <= n < 36^4 (b36(n, 4) without tables).
+local function b36_4(n)
+  local a = n % 36
+  n = (n - a) / 36
+  local b = n % 36
+  n = (n - b) / 36
+  local c = n % 36
+  local d = (n - c) / 36
+  return string.char(DIGIT_BYTES[d], DIGIT_BYTES[c], DIGIT_BYTES[b], DIGIT_BYTES[a])
+end
+
 local HEADER = '^(%d*):(%w+):(%w+):([%d,]*):(%d+):()'
+-- The same, without captures: whether a record is readable.
+local HEADER_CHECK = '^%d*:%w+:%w+:[%d,]*:%d+:'
 
 local function decode(rec)
   if not rec then return nil end

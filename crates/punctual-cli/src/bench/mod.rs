@@ -6,11 +6,14 @@
 //!   keys, INFO (summed over a cluster's masters).
 //! - `probe`: Redis CPU, commands and this process's CPU per job.
 //! - `phases`: the phases themselves.
+//! - `floor`: the leanest scripts on the same layout, the yardstick every
+//!   other phase's Redis time per job is divided by.
 //!
 //! Every figure counts real handler calls: each job carries its number in
 //! its payload, and a job not handled, or handled twice, makes its phase
 //! report `"ok": false`.
 
+mod floor;
 mod phases;
 mod probe;
 mod target;
@@ -32,6 +35,9 @@ use target::PREFIX;
 /// A phase of the bench.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Phase {
+    /// The leanest scripts doing each step's Redis work on the same layout
+    /// (runs first: the later phases report their ratio to it).
+    Floor,
     /// N jobs due in 1 h, with the batch API (also the `produce` segment).
     #[value(alias = "produce")]
     Enqueue,
@@ -60,7 +66,8 @@ pub enum Phase {
     All,
 }
 
-const ALL: [Phase; 10] = [
+const ALL: [Phase; 11] = [
+    Phase::Floor,
     Phase::Enqueue,
     Phase::Memory,
     Phase::Drain,
@@ -76,9 +83,9 @@ const ALL: [Phase; 10] = [
 /// `punctual bench`.
 #[derive(Debug, Args, Clone)]
 pub struct BenchArgs {
-    /// Phases to run, comma-separated: enqueue (alias produce), memory,
-    /// drain, precision, idle, promote, consume, scripts, serve, resident,
-    /// or all.
+    /// Phases to run, comma-separated: floor, enqueue (alias produce),
+    /// memory, drain, precision, idle, promote, consume, scripts, serve,
+    /// resident, or all.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "all")]
     pub phase: Vec<Phase>,
 
@@ -112,6 +119,13 @@ pub struct BenchArgs {
     #[arg(long, value_name = "N", default_value_t = 1000,
           value_parser = clap::value_parser!(u64).range(1..=1000))]
     pub claim_batch: u64,
+
+    /// Jobs get ids of their own, this many bytes long (the job's number,
+    /// zero-padded), instead of generated ones (12 bytes): what memory
+    /// costs per job with a caller's ids.
+    #[arg(long, value_name = "B",
+          value_parser = clap::value_parser!(u64).range(8..=200))]
+    pub id_bytes: Option<u64>,
 
     /// Enqueue batches (of 1,000 jobs, the script's limit) in flight at once.
     #[arg(long, value_name = "N", default_value_t = 8,
@@ -384,6 +398,7 @@ pub async fn run(ctx: &Ctx, args: BenchArgs, redis_explicit: bool) -> Result<()>
     bench.clean().await?;
     let mut reports: Vec<Report> = Vec::new();
     let mut enqueue_memory: Option<(Report, Report)> = None;
+    let mut floor_report: Option<Report> = None;
     let outcome: Result<()> = async {
         for phase in &phases {
             let reps = match phase {
@@ -402,10 +417,18 @@ pub async fn run(ctx: &Ctx, args: BenchArgs, redis_explicit: bool) -> Result<()>
                 Phase::Scripts => vec![phases::scripts(&bench).await?],
                 Phase::Serve => vec![phases::serve(&bench).await?],
                 Phase::Resident => vec![phases::resident(&bench).await?],
+                Phase::Floor => {
+                    let f = floor::floor(&bench).await?;
+                    floor_report = Some(f.clone());
+                    vec![f]
+                }
                 Phase::All => Vec::new(),
             };
             bench.clean().await?;
-            for r in reps {
+            for mut r in reps {
+                if let Some(f) = &floor_report {
+                    floor::add_ratios(&mut r, f);
+                }
                 emit(&r, json);
                 reports.push(r);
             }

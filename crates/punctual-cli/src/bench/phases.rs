@@ -234,6 +234,9 @@ impl Bench {
         if self.args.partitions > 1 {
             r.set("partitions", self.args.partitions);
         }
+        if let Some(w) = self.args.id_bytes {
+            r.set("id_bytes", w);
+        }
     }
 
     /// On a cluster: which master serves each partition of the topic.
@@ -309,7 +312,13 @@ async fn load(
         .step_by(CHUNK as usize)
         .map(|s| {
             (s..(s + CHUNK).min(n))
-                .map(|i| Job::new(payload(i)).when(when))
+                .map(|i| {
+                    match b.args.id_bytes {
+                        Some(w) => Job::new(payload(i)).id(format!("{i:0>w$}", w = w as usize)),
+                        None => Job::new(payload(i)),
+                    }
+                    .when(when)
+                })
                 .collect()
         })
         .collect();
@@ -491,10 +500,10 @@ pub async fn enqueue(b: &Bench) -> Result<(Report, Report)> {
         "{:<10} {:.0} bytes per waiting job ({PAYLOAD_BYTES}-byte payload{}): pool ZSET {:.0} + records HASH {:.0}, the rest allocator and dict overhead  {}",
         "memory",
         used / nf,
-        if b.args.partitions > 1 {
-            ", partitioned: 21-byte ids made by the client"
-        } else {
-            ""
+        match b.args.id_bytes {
+            Some(w) => format!(", {w}-byte ids of the caller's"),
+            None if b.args.partitions > 1 => ", partitioned: 21-byte ids made by the client".into(),
+            None => String::new(),
         },
         pool as f64 / nf,
         jobs as f64 / nf,
