@@ -1064,21 +1064,31 @@ impl Queue {
                     // At most what is dead now, so jobs that die again as fast
                     // as they are replayed cannot keep this going.
                     let mut here = self.stats_of(&physical).await?.dead as usize;
+                    let keys = self.keys(&physical);
                     while left > 0 && here > 0 {
                         let n = left.min(here).min(MAX_BATCH);
-                        let v = self
-                            .run(script, &physical, |inv| {
-                                inv.arg("oldest").arg(n);
-                            })
+                        // Read the ids, then act on them by id: a call resent
+                        // after a lost reply (the cluster client does) finds
+                        // them gone and cannot take the next n too. Bytes: an
+                        // id stored before ids had to be UTF-8 must still go.
+                        let ids: Vec<Vec<u8>> = self
+                            .cmd(redis::cmd("ZRANGE").arg(keys.dead()).arg(0).arg(n - 1))
                             .await?;
-                        let (done, ids) = read(v)?;
-                        total += done;
-                        all.extend(ids);
-                        if done == 0 {
+                        if ids.is_empty() {
                             break;
                         }
-                        left = left.saturating_sub(done);
-                        here = here.saturating_sub(done);
+                        let v = self
+                            .run(script, &physical, |inv| {
+                                inv.arg("ids").arg(&ids);
+                            })
+                            .await?;
+                        let (done, got) = read(v)?;
+                        total += done;
+                        all.extend(got);
+                        // Counted by the ids read, not by the reply (a resent
+                        // call reports 0): never more than n acted on.
+                        left = left.saturating_sub(ids.len());
+                        here = here.saturating_sub(ids.len());
                     }
                 }
             }
