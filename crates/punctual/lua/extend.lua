@@ -1,5 +1,6 @@
 #!lua flags=allow-oom
--- extend: push the lease deadline of running jobs to now + lease. Fenced.
+-- extend: push the lease deadline of running jobs to now + lease, never
+-- earlier than it was. Fenced.
 -- Runs even when Redis is over maxmemory (it updates scores in place).
 -- KEYS: the nine topic keys. ARGV[1] lease ms, then pairs id, token.
 -- Returns one integer per pair: 1 extended, 0 the lease is lost (stop work).
@@ -29,5 +30,7 @@ for i = 1, n do
     out[i] = 0
   end
 end
-if #leases > 0 then variadic('ZADD', K_RUNNING, leases) end
+-- GT: never earlier (nothing tells the schedulers of an earlier deadline).
+-- At most 2000 arguments: one call.
+if #leases > 0 then redis.call('ZADD', K_RUNNING, 'GT', unpack(leases)) end
 return out

@@ -1439,7 +1439,8 @@ impl Queue {
         })
     }
 
-    /// Extends leases to now + `lease`; returns one flag per pair: extended,
+    /// Extends leases to now + `lease`, never earlier than they were (a
+    /// deadline already later stays); returns one flag per pair: extended,
     /// or lost (stop working on that job: it was reclaimed or cancelled).
     pub async fn extend(
         &self,
