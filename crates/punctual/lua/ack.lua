@@ -16,8 +16,7 @@ local leased = redis.call('ZMSCORE', K_RUNNING, unpack(ids))
 local atts = redis.call('HMGET', K_ATT, unpack(ids))
 local out, done, seen = {}, {}, {}
 for i = 1, n do
-  local _, token = att_of(atts[i])
-  if leased[i] and not seen[ids[i]] and token == tonumber(ARGV[2 * i]) then
+  if leased[i] and not seen[ids[i]] and token_str(atts[i]) == ARGV[2 * i] then
     seen[ids[i]] = true
     done[#done + 1] = ids[i]
     out[i] = 1

@@ -17,8 +17,7 @@ local atts = redis.call('HMGET', K_ATT, unpack(ids))
 local deadline = now_ms() + lease
 local out, leases = {}, {}
 for i = 1, n do
-  local _, token = att_of(atts[i])
-  if leased[i] and token == tonumber(ARGV[2 * i + 1]) then
+  if leased[i] and token_str(atts[i]) == ARGV[2 * i + 1] then
     leases[#leases + 1] = deadline
     leases[#leases + 1] = ids[i]
     out[i] = 1

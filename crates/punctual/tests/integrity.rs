@@ -275,6 +275,59 @@ async fn every_numeric_argument_of_every_script_must_be_a_finite_integer() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_right_token_written_another_way_is_refused_and_changes_nothing() {
+    let f = Fixture::new().await;
+    let t = "forms";
+    let token = seed(&f, t).await;
+    let digits = token.to_string();
+    let keys = topic_keys(t);
+    let snap = f.snapshot().await;
+    let mut c = f.conn.clone();
+    let forms = [
+        format!("0x{token:x}"),
+        format!("0X{token:X}"),
+        format!("+{digits}"),
+        format!("0{digits}"),
+        format!("{}.{}e{}", &digits[..1], &digits[1..], digits.len() - 1),
+        format!("{digits}.0"),
+        format!(" {digits}"),
+        format!("{digits} "),
+    ];
+    for form in &forms {
+        // Ten years: an extend that took the token would move the deadline.
+        for (script, argv) in [
+            ("ack", vec!["run", form.as_str()]),
+            ("extend", vec!["315360000000", "run", form.as_str()]),
+            ("fail", vec!["run", form.as_str(), "err", "", "1"]),
+        ] {
+            let r = eval(script, &keys, &argv)
+                .query_async::<redis::Value>(&mut c)
+                .await;
+            match &r {
+                Err(e) => assert_eq!(e.code(), Some("PUNCTUAL_INVALID"), "{script} {form}: {e}"),
+                Ok(v) => assert!(
+                    matches!(v, redis::Value::Array(a) if a == &[redis::Value::Int(0)])
+                        || script == "fail",
+                    "{script} {form:?} took the token: {v:?}"
+                ),
+            }
+            assert_eq!(
+                f.snapshot().await,
+                snap,
+                "{script} {form:?}: something was written ({r:?})"
+            );
+        }
+    }
+    // The token as claim wrote it still works.
+    let ok: Vec<i64> = eval("ack", &keys, &["run", &digits])
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(ok, vec![1]);
+    assert!(f.queue.check(t).await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scripts_refuse_keys_that_are_not_the_nine_keys_of_one_topic() {
     let f = Fixture::new().await;
     let t = "keys";
