@@ -787,6 +787,66 @@ async fn a_producer_with_a_stale_partition_count_cannot_strand_a_job() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_change_that_fails_midway_leaves_the_topic_open_to_producers() {
+    let f = Fixture::new().await;
+    let t = "half-split";
+    let mut c = f.conn.clone();
+    let p2 = punctual::partition_name(t, 2, 3);
+    // Redis refuses to mark a new partition: its meta is not a hash (a
+    // stand-in for any error after the old layout was checked and marked).
+    let _: () = redis::cmd("SET")
+        .arg(key(&p2, "meta"))
+        .arg("not a hash")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let err = f.queue.set_partitions(t, 3).await.unwrap_err();
+    assert!(err.to_string().contains("WRONGTYPE"), "{err}");
+    // Producers still get in, with the old count or a fresh read of it.
+    let fresh = crate::util::queue(&f.server).await;
+    assert_eq!(fresh.partitions(t).await.unwrap(), 1);
+    let r = fresh.enqueue(t, Job::new("x").id("a")).await;
+    assert_eq!(r.expect("an enqueue").status, EnqueueStatus::Created);
+    f.queue.enqueue(t, Job::new("x").id("b")).await.unwrap();
+    assert!(f.queue.check(t).await.unwrap().is_empty());
+
+    // A change that stopped after storing the new count in P:partitions
+    // (a crash before the new partitions were marked: here they still hold
+    // the marks of an earlier change back to 1) is finished by running it
+    // again: enqueues are refused until then.
+    let u = "half-split-2";
+    for i in 0..3 {
+        let _: () = redis::cmd("HSET")
+            .arg(key(&punctual::partition_name(u, i, 3), "meta"))
+            .arg("partitions")
+            .arg(1)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+    }
+    let _: () = redis::cmd("HSET")
+        .arg(format!("{PREFIX}:partitions"))
+        .arg(u)
+        .arg(3)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let stuck = crate::util::queue(&f.server).await;
+    assert!(stuck.enqueue(u, Job::new("x").id("c")).await.is_err());
+    f.queue.set_partitions(u, 3).await.unwrap();
+    let r = crate::util::queue(&f.server)
+        .await
+        .enqueue_batch(
+            u,
+            (0..12).map(|i| Job::new("y").id(format!("m{i}"))).collect(),
+        )
+        .await
+        .unwrap();
+    assert!(r.iter().all(|e| e.status == EnqueueStatus::Created));
+    assert!(f.queue.check(u).await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stored_id_that_is_not_utf8_goes_to_dead_at_its_first_claim() {
     // Written before the scripts refused such ids: claim cannot hand it out
     // (Delivery::id is text, so its ack would name another id).
