@@ -309,7 +309,17 @@ mod tests {
             must_not_repeat(&evalsha(enqueue, &["1048576", "0"])),
             "malformed"
         );
-        for safe in ["ack", "fail", "extend", "tick", "get", "stats"] {
+        for safe in [
+            "ack",
+            "fail",
+            "extend",
+            "tick",
+            "get",
+            "stats",
+            "reschedule",
+            "dead_purge",
+            "dead_replay",
+        ] {
             let sha = crate::scripts::script_source(safe).map(|s| redis::Script::new(&s));
             let sha = sha.expect("a script").get_hash().to_string();
             assert!(!must_not_repeat(&evalsha(&sha, &["x"])), "{safe}");
