@@ -16,21 +16,7 @@ local leased = redis.call('ZMSCORE', K_RUNNING, unpack(ids))
 local atts = redis.call('HMGET', K_ATT, unpack(ids))
 local out, done, seen = {}, {}, {}
 for i = 1, n do
-  -- The token matches when the stored "A:T" ends in ":" and the given
-  -- digits (compared in place, no string made), else numerically (a token
-  -- written with leading zeros).
-  local v, tok, match = atts[i], ARGV[2 * i], false
-  if leased[i] then
-    local at = v and #v - #tok or 0
-    if at > 1 and string.byte(v, at) == 58 and string.find(v, tok, at + 1, true)
-      and string.find(v, '^%d+:%d+$') then
-      match = true
-    else
-      local _, token = att_of(v)
-      match = token == tonumber(tok)
-    end
-  end
-  if match and not seen[ids[i]] then
+  if leased[i] and not seen[ids[i]] and token_str(atts[i]) == ARGV[2 * i] then
     seen[ids[i]] = true
     done[#done + 1] = ids[i]
     out[i] = 1

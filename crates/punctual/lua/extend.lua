@@ -1,5 +1,6 @@
 #!lua flags=allow-oom
--- extend: push the lease deadline of running jobs to now + lease. Fenced.
+-- extend: push the lease deadline of running jobs to now + lease, never
+-- earlier than it was. Fenced.
 -- Runs even when Redis is over maxmemory (it updates scores in place).
 -- KEYS: the nine topic keys. ARGV[1] lease ms, then pairs id, token.
 -- Returns one integer per pair: 1 extended, 0 the lease is lost (stop work).
@@ -16,8 +17,7 @@ local atts = redis.call('HMGET', K_ATT, unpack(ids))
 local deadline = now_ms() + lease
 local out, leases = {}, {}
 for i = 1, n do
-  local _, token = att_of(atts[i])
-  if leased[i] and token == tonumber(ARGV[2 * i + 1]) then
+  if leased[i] and token_str(atts[i]) == ARGV[2 * i + 1] then
     leases[#leases + 1] = deadline
     leases[#leases + 1] = ids[i]
     out[i] = 1
@@ -29,5 +29,7 @@ for i = 1, n do
     out[i] = 0
   end
 end
-if #leases > 0 then variadic('ZADD', K_RUNNING, leases) end
+-- GT: never earlier (nothing tells the schedulers of an earlier deadline).
+-- At most 2000 arguments: one call.
+if #leases > 0 then redis.call('ZADD', K_RUNNING, 'GT', unpack(leases)) end
 return out

@@ -16,8 +16,9 @@ end
 if #err > 4096 then err = string.sub(err, -4096) end
 
 if not redis.call('ZSCORE', K_RUNNING, id) then return { 'stale', 0 } end
-local attempts, current = att_of(redis.call('HGET', K_ATT, id))
-if current ~= token then return { 'stale', 0 } end
+local att = redis.call('HGET', K_ATT, id)
+if token_str(att) ~= ARGV[2] then return { 'stale', 0 } end
+local attempts = att_of(att)
 local now, up = clock()
 local rec = redis.call('HGET', K_JOBS, id)
 local r = decode(rec)

@@ -6,13 +6,20 @@
 //! single-node `ConnectionManager` never resends a command (it reconnects
 //! and returns the error). The cluster client resends a command after any
 //! error, also after a dropped connection or a timeout, when the command
-//! may have run: fine for the idempotent calls (fenced `ack`, `fail` and
-//! `extend`, `tick`, reads, `enqueue` of jobs that all carry an id), wrong
-//! for `claim` (a resent claim leases more jobs to nobody, each losing an
-//! attempt) and for `enqueue` of a job without an id (a resent one is a
-//! second job). Those go over a second cluster connection without
-//! automatic resends, and are resent here only after an error that proves
-//! Redis did not run them (see `did_not_run`).
+//! may have run: fine for the calls that may run twice (fenced `ack`,
+//! `fail` and `extend`, `tick`, reads, `reschedule`, `dead_replay` and
+//! `dead_purge` by ids, `enqueue` of jobs that all carry an id), wrong for
+//! `claim` (a resent claim leases more jobs to nobody, each losing an
+//! attempt), for `cancel` (a resent one reports "no such job" for the job
+//! it cancelled) and for `enqueue` of a job without an id or with replace
+//! (a resent one is a second job). Those go over a second cluster
+//! connection without automatic resends, and are resent here only after an
+//! error that proves Redis did not run them (see `did_not_run`).
+//!
+//! A script in this second group must be added to `must_not_repeat`; a
+//! script that is safe to resend must stay so. The `"oldest", n` mode of
+//! `dead_replay` and `dead_purge` is not (a second run takes the next n), so
+//! `Queue` never sends it: it reads the oldest ids and sends those.
 
 use std::time::Duration;
 
@@ -70,8 +77,9 @@ impl ConnectionLike for Conn {
     }
 }
 
-/// Whether running `cmd` twice could do harm: a `claim`, or an `enqueue`
-/// with a job that has no id or with replace. Recognised by the script's
+/// Whether running `cmd` twice could do harm: a `claim`, a `cancel` (a
+/// second run would report "no such job" for the job the first one
+/// cancelled), or an `enqueue` with a job that has no id or with replace. Recognised by the script's
 /// SHA and, for `enqueue`, its ARGV (see `lua/enqueue.lua`); a call that
 /// does not parse as expected counts as unsafe.
 fn must_not_repeat(cmd: &Cmd) -> bool {
@@ -90,7 +98,7 @@ fn must_not_repeat(cmd: &Cmd) -> bool {
     }
     let scripts = &crate::scripts::SCRIPTS;
     let sha = args[1];
-    if sha == scripts.claim.get_hash().as_bytes() {
+    if sha == scripts.claim.get_hash().as_bytes() || sha == scripts.cancel.get_hash().as_bytes() {
         return true;
     }
     if sha != scripts.enqueue.get_hash().as_bytes() {
@@ -277,6 +285,7 @@ mod tests {
         let claim = SCRIPTS.claim.get_hash();
         let enqueue = SCRIPTS.enqueue.get_hash();
         assert!(must_not_repeat(&evalsha(claim, &["10", "30000"])));
+        assert!(must_not_repeat(&evalsha(SCRIPTS.cancel.get_hash(), &["a"])));
         let batch = |replace: &str, ids: &[&str]| {
             let mut argv = vec!["1048576".to_string(), replace.into(), ids.len().to_string()];
             for id in ids {
@@ -297,7 +306,17 @@ mod tests {
             must_not_repeat(&evalsha(enqueue, &["1048576", "0"])),
             "malformed"
         );
-        for safe in ["ack", "fail", "extend", "tick", "get", "stats"] {
+        for safe in [
+            "ack",
+            "fail",
+            "extend",
+            "tick",
+            "get",
+            "stats",
+            "reschedule",
+            "dead_purge",
+            "dead_replay",
+        ] {
             let sha = crate::scripts::script_source(safe).map(|s| redis::Script::new(&s));
             let sha = sha.expect("a script").get_hash().to_string();
             assert!(!must_not_repeat(&evalsha(&sha, &["x"])), "{safe}");

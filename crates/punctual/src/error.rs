@@ -86,6 +86,40 @@ impl Error {
         }
     }
 
+    /// Whether this is a passing condition (Redis unreachable, timed out,
+    /// busy, out of memory, loading, failing over) rather than a refusal
+    /// that will last until someone acts (a wrong key type, a missing
+    /// permission, invalid input, an unexpected reply).
+    pub(crate) fn is_passing(&self) -> bool {
+        match self {
+            Error::Redis(r) => {
+                r.is_io_error()
+                    || r.is_timeout()
+                    || r.is_connection_dropped()
+                    || r.is_connection_refusal()
+                    || matches!(
+                        r.code(),
+                        Some(
+                            "OOM"
+                                | "BUSY"
+                                | "LOADING"
+                                | "READONLY"
+                                | "MASTERDOWN"
+                                | "TRYAGAIN"
+                                | "CLUSTERDOWN"
+                                | "NOREPLICAS"
+                                | "MISCONF"
+                                | "MOVED"
+                                | "ASK"
+                                | "NOSCRIPT"
+                        )
+                    )
+            }
+            Error::PartialBatch { source, .. } => source.is_passing(),
+            _ => false,
+        }
+    }
+
     pub(crate) fn invalid(msg: impl Into<String>) -> Self {
         Error::Invalid(msg.into())
     }

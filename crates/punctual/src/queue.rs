@@ -458,6 +458,12 @@ impl Queue {
     /// enqueue script refuses a call routed with another count (the library
     /// then reads the count again and routes anew). Do not run two changes
     /// of one topic at once.
+    ///
+    /// A change that fails midway is undone; one that could not be undone
+    /// (Redis lost meanwhile) or was cut short (a crash) may leave producers
+    /// refused: run it again (with the new count, or the old one) to finish
+    /// it. A call with the count the topic already has re-marks any
+    /// partition whose mark disagrees.
     pub async fn set_partitions(&self, topic: &str, k: u32) -> Result<()> {
         validate_topic(topic)?;
         if k == 0 || k > MAX_PARTITIONS {
@@ -468,6 +474,22 @@ impl Queue {
         self.inner.partitions.lock().unwrap().remove(topic);
         let now = self.partitions(topic).await?;
         if now == k {
+            // Finishes a change cut short after it stored the count: a
+            // partition still marked with another count refuses every
+            // enqueue routed with this one.
+            for i in 0..k {
+                let p = partition_name(topic, i, k);
+                let mark: Option<String> = self
+                    .cmd(
+                        redis::cmd("HGET")
+                            .arg(self.keys(&p).meta())
+                            .arg("partitions"),
+                    )
+                    .await?;
+                if mark.is_some_and(|m| m != k.to_string()) {
+                    self.layout(&p, k, false).await?;
+                }
+            }
             return Ok(());
         }
         // Mark every physical topic of the current layout with the new
@@ -504,12 +526,41 @@ impl Queue {
                 "topic {topic:?} holds {live} jobs in {now} partition(s): drain it (or purge its dead jobs) before changing its partitions to {k}"
             )));
         }
-        for i in 0..k {
-            let p = partition_name(topic, i, k);
-            if !old.contains(&p) {
-                self.layout(&p, k, false).await?;
+        // The old layout is marked with k: store k at once, so that
+        // producers read the count the marks ask for. Then mark the new
+        // partitions. On an error, undo (the count, then the old marks):
+        // otherwise every enqueue would be refused.
+        let mut stored = false;
+        let mut done = self.store_partitions(topic, k).await;
+        if done.is_ok() {
+            stored = true;
+            for i in 0..k {
+                let p = partition_name(topic, i, k);
+                if !old.contains(&p) {
+                    if let Err(e) = self.layout(&p, k, false).await {
+                        done = Err(e);
+                        break;
+                    }
+                }
             }
         }
+        self.inner.partitions.lock().unwrap().remove(topic);
+        if let Err(e) = done {
+            let mut undone = !stored || self.store_partitions(topic, now).await.is_ok();
+            for m in &old {
+                undone &= self.layout(m, now, false).await.is_ok();
+            }
+            if !undone {
+                tracing::warn!(topic, from = now, to = k, error = %e, "a partition change failed and could not be undone: run it again");
+            }
+            return Err(e);
+        }
+        self.register(topic).await?;
+        Ok(())
+    }
+
+    /// Stores a topic's partition count in `P:partitions` (1: no entry).
+    async fn store_partitions(&self, topic: &str, k: u32) -> Result<()> {
         let key = partitions_key(&self.inner.prefix);
         if k == 1 {
             self.cmd::<i64>(redis::cmd("HDEL").arg(&key).arg(topic))
@@ -518,7 +569,6 @@ impl Queue {
             self.cmd::<i64>(redis::cmd("HSET").arg(&key).arg(topic).arg(k))
                 .await?;
         }
-        self.register(topic).await?;
         self.inner.partitions.lock().unwrap().remove(topic);
         Ok(())
     }
@@ -1107,21 +1157,31 @@ impl Queue {
                     // At most what is dead now, so jobs that die again as fast
                     // as they are replayed cannot keep this going.
                     let mut here = self.stats_of(&physical).await?.dead as usize;
+                    let keys = self.keys(&physical);
                     while left > 0 && here > 0 {
                         let n = left.min(here).min(MAX_BATCH);
-                        let v = self
-                            .run(script, &physical, |inv| {
-                                inv.arg("oldest").arg(n);
-                            })
+                        // Read the ids, then act on them by id: a call resent
+                        // after a lost reply (the cluster client does) finds
+                        // them gone and cannot take the next n too. Bytes: an
+                        // id stored before ids had to be UTF-8 must still go.
+                        let ids: Vec<Vec<u8>> = self
+                            .cmd(redis::cmd("ZRANGE").arg(keys.dead()).arg(0).arg(n - 1))
                             .await?;
-                        let (done, ids) = read(v)?;
-                        total += done;
-                        all.extend(ids);
-                        if done == 0 {
+                        if ids.is_empty() {
                             break;
                         }
-                        left = left.saturating_sub(done);
-                        here = here.saturating_sub(done);
+                        let v = self
+                            .run(script, &physical, |inv| {
+                                inv.arg("ids").arg(&ids);
+                            })
+                            .await?;
+                        let (done, got) = read(v)?;
+                        total += done;
+                        all.extend(got);
+                        // Counted by the ids read, not by the reply (a resent
+                        // call reports 0): never more than n acted on.
+                        left = left.saturating_sub(ids.len());
+                        here = here.saturating_sub(ids.len());
                     }
                 }
             }
@@ -1477,7 +1537,8 @@ impl Queue {
         })
     }
 
-    /// Extends leases to now + `lease`; returns one flag per pair: extended,
+    /// Extends leases to now + `lease`, never earlier than they were (a
+    /// deadline already later stays); returns one flag per pair: extended,
     /// or lost (stop working on that job: it was reclaimed or cancelled).
     pub async fn extend(
         &self,

@@ -541,10 +541,13 @@ pub(crate) fn humanize(d: Duration) -> String {
 /// Records outcomes. No call waits behind another: every fail is its own
 /// task, and each topic has its own lane of acks, one call in flight at a
 /// time, which takes whatever has queued up for that topic meanwhile (so
-/// acks still go out in batches). A Redis error is retried; meanwhile the
-/// keeper keeps the leases alive, so an outcome is never lost to a short
-/// outage, and a call that Redis keeps refusing holds up nothing but its
-/// own job. Ends when every sender is gone and every call has finished.
+/// acks still go out in batches). A passing Redis error (an outage) is
+/// retried; meanwhile the keeper keeps the leases alive, so an outcome is
+/// never lost to a short outage. A call that Redis keeps refusing (a wrong
+/// key type, a missing permission, invalid input) holds up nothing but its
+/// own jobs, and only for a few tries: then they are forgotten, their
+/// leases run out, and a scheduler reclaims them (see `settle_or_give_up`).
+/// Ends when every sender is gone and every call has finished.
 async fn settle_loop(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Settle>) {
     // Per topic: acks waiting for the lane; the topics with a call in flight.
     let mut waiting: HashMap<usize, Vec<(String, i64)>> = HashMap::new();
@@ -602,7 +605,13 @@ async fn settle_loop(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Settle
 
 async fn ack_many(shared: Arc<Shared>, ti: usize, pairs: Vec<(String, i64)>) {
     let topic = &shared.topics[ti].name;
-    let flags = retry_forever(|| shared.queue.ack(topic, &pairs)).await;
+    let Some(flags) = settle_or_give_up(|| shared.queue.ack(topic, &pairs)).await else {
+        for (id, token) in pairs {
+            tracing::error!(topic = %topic, id = %id, "Redis keeps refusing the ack: leaving the job to its lease; it will be reclaimed and run again");
+            forget(&shared, ti, &id, token);
+        }
+        return;
+    };
     for ((id, token), ok) in pairs.into_iter().zip(flags) {
         if !ok {
             tracing::warn!(topic = %topic, id = %id, "ack refused: the lease was lost and the job re-delivered or cancelled");
@@ -623,12 +632,17 @@ async fn fail_one(shared: Arc<Shared>, s: Settle) {
         Outcome::Permanent { error } => (error.as_str(), None, true),
         Outcome::Done => unreachable!("done outcomes are acked"),
     };
-    let r = retry_forever(|| {
+    let r = settle_or_give_up(|| {
         shared
             .queue
             .fail(topic, &s.id, s.token, error, after, permanent)
     })
     .await;
+    let Some(r) = r else {
+        tracing::error!(topic = %topic, id = %s.id, error, "Redis keeps refusing the fail: leaving the job to its lease; it will be reclaimed and run again");
+        forget(&shared, s.topic, &s.id, s.token);
+        return;
+    };
     match r {
         Failed::Retry => {
             tracing::info!(topic = %topic, id = %s.id, error, "job failed; will retry")
@@ -643,16 +657,33 @@ async fn fail_one(shared: Arc<Shared>, s: Settle) {
     forget(&shared, s.topic, &s.id, s.token);
 }
 
-async fn retry_forever<T, F, Fut>(mut call: F) -> T
+/// Tries of a settle call that Redis refuses for a lasting reason before
+/// the worker gives up on it (about 0.75 s of backoff in all).
+const LASTING_REFUSALS: u32 = 5;
+
+/// Runs a settle call until it succeeds: through any passing error (an
+/// outage: the keeper cannot extend either, so nothing is held longer than
+/// a lease past it), but only `LASTING_REFUSALS` times through a refusal
+/// that lasts, or the keeper would extend the job's lease for the life of
+/// the worker. `None`: given up; the caller forgets the job.
+async fn settle_or_give_up<T, F, Fut>(mut call: F) -> Option<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T>>,
 {
     let mut backoff = Duration::from_millis(50);
+    let mut refused = 0;
     loop {
         match call().await {
-            Ok(v) => return v,
+            Ok(v) => return Some(v),
             Err(e) => {
+                if !e.is_passing() {
+                    refused += 1;
+                    if refused >= LASTING_REFUSALS {
+                        tracing::error!(error = %e, "recording a job outcome was refused {refused} times; giving up");
+                        return None;
+                    }
+                }
                 tracing::warn!(error = %e, "recording a job outcome failed; retrying in {backoff:?}");
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(2));

@@ -275,6 +275,59 @@ async fn every_numeric_argument_of_every_script_must_be_a_finite_integer() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_right_token_written_another_way_is_refused_and_changes_nothing() {
+    let f = Fixture::new().await;
+    let t = "forms";
+    let token = seed(&f, t).await;
+    let digits = token.to_string();
+    let keys = topic_keys(t);
+    let snap = f.snapshot().await;
+    let mut c = f.conn.clone();
+    let forms = [
+        format!("0x{token:x}"),
+        format!("0X{token:X}"),
+        format!("+{digits}"),
+        format!("0{digits}"),
+        format!("{}.{}e{}", &digits[..1], &digits[1..], digits.len() - 1),
+        format!("{digits}.0"),
+        format!(" {digits}"),
+        format!("{digits} "),
+    ];
+    for form in &forms {
+        // Ten years: an extend that took the token would move the deadline.
+        for (script, argv) in [
+            ("ack", vec!["run", form.as_str()]),
+            ("extend", vec!["315360000000", "run", form.as_str()]),
+            ("fail", vec!["run", form.as_str(), "err", "", "1"]),
+        ] {
+            let r = eval(script, &keys, &argv)
+                .query_async::<redis::Value>(&mut c)
+                .await;
+            match &r {
+                Err(e) => assert_eq!(e.code(), Some("PUNCTUAL_INVALID"), "{script} {form}: {e}"),
+                Ok(v) => assert!(
+                    matches!(v, redis::Value::Array(a) if a == &[redis::Value::Int(0)])
+                        || script == "fail",
+                    "{script} {form:?} took the token: {v:?}"
+                ),
+            }
+            assert_eq!(
+                f.snapshot().await,
+                snap,
+                "{script} {form:?}: something was written ({r:?})"
+            );
+        }
+    }
+    // The token as claim wrote it still works.
+    let ok: Vec<i64> = eval("ack", &keys, &["run", &digits])
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(ok, vec![1]);
+    assert!(f.queue.check(t).await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scripts_refuse_keys_that_are_not_the_nine_keys_of_one_topic() {
     let f = Fixture::new().await;
     let t = "keys";
@@ -731,6 +784,66 @@ async fn a_producer_with_a_stale_partition_count_cannot_strand_a_job() {
     let r = fresh.enqueue_batch(t, many).await.unwrap();
     assert!(r.iter().all(|e| e.status == EnqueueStatus::Created));
     assert!(f.queue.check(t).await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_change_that_fails_midway_leaves_the_topic_open_to_producers() {
+    let f = Fixture::new().await;
+    let t = "half-split";
+    let mut c = f.conn.clone();
+    let p2 = punctual::partition_name(t, 2, 3);
+    // Redis refuses to mark a new partition: its meta is not a hash (a
+    // stand-in for any error after the old layout was checked and marked).
+    let _: () = redis::cmd("SET")
+        .arg(key(&p2, "meta"))
+        .arg("not a hash")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let err = f.queue.set_partitions(t, 3).await.unwrap_err();
+    assert!(err.to_string().contains("WRONGTYPE"), "{err}");
+    // Producers still get in, with the old count or a fresh read of it.
+    let fresh = crate::util::queue(&f.server).await;
+    assert_eq!(fresh.partitions(t).await.unwrap(), 1);
+    let r = fresh.enqueue(t, Job::new("x").id("a")).await;
+    assert_eq!(r.expect("an enqueue").status, EnqueueStatus::Created);
+    f.queue.enqueue(t, Job::new("x").id("b")).await.unwrap();
+    assert!(f.queue.check(t).await.unwrap().is_empty());
+
+    // A change that stopped after storing the new count in P:partitions
+    // (a crash before the new partitions were marked: here they still hold
+    // the marks of an earlier change back to 1) is finished by running it
+    // again: enqueues are refused until then.
+    let u = "half-split-2";
+    for i in 0..3 {
+        let _: () = redis::cmd("HSET")
+            .arg(key(&punctual::partition_name(u, i, 3), "meta"))
+            .arg("partitions")
+            .arg(1)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+    }
+    let _: () = redis::cmd("HSET")
+        .arg(format!("{PREFIX}:partitions"))
+        .arg(u)
+        .arg(3)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let stuck = crate::util::queue(&f.server).await;
+    assert!(stuck.enqueue(u, Job::new("x").id("c")).await.is_err());
+    f.queue.set_partitions(u, 3).await.unwrap();
+    let r = crate::util::queue(&f.server)
+        .await
+        .enqueue_batch(
+            u,
+            (0..12).map(|i| Job::new("y").id(format!("m{i}"))).collect(),
+        )
+        .await
+        .unwrap();
+    assert!(r.iter().all(|e| e.status == EnqueueStatus::Created));
+    assert!(f.queue.check(u).await.unwrap().is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

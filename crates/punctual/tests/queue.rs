@@ -40,6 +40,35 @@ fn state_of(info: &Option<punctual::JobInfo>) -> Option<State> {
 // ---- 1. fencing --------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extend_never_moves_a_lease_deadline_earlier() {
+    // No scheduler is told when a deadline moves earlier, so one asleep
+    // until the old deadline would reclaim the job up to max_sleep late.
+    let f = Fixture::new().await;
+    let (q, t) = (&f.queue, "extend-shorter");
+    q.enqueue(t, Job::new("p").id("j")).await.unwrap();
+    let d = claim_one(q, t, Duration::from_secs(60)).await;
+    let deadline = || async { q.get(t, "j").await.unwrap().unwrap().state_since_ms };
+    let leased = deadline().await.expect("a lease deadline");
+    assert_eq!(
+        q.extend(t, &[pair(&d)], Duration::from_millis(1000))
+            .await
+            .unwrap(),
+        vec![true],
+        "the lease is still held"
+    );
+    assert_eq!(
+        deadline().await,
+        Some(leased),
+        "a shorter extend left the deadline where it was"
+    );
+    // A longer one moves it later, as before.
+    q.extend(t, &[pair(&d)], Duration::from_secs(120))
+        .await
+        .unwrap();
+    assert!(deadline().await.unwrap() >= leased + 59_000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stale_token_cannot_ack_fail_or_extend_the_next_delivery() {
     let f = Fixture::new().await;
     let (q, t) = (&f.queue, "fencing");
