@@ -1054,7 +1054,7 @@ async fn the_enqueue_script_refuses_every_character_validate_topic_refuses() {
 // ---- ack compares tokens by value ---------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ack_compares_tokens_by_value_not_by_their_last_digits() {
+async fn ack_compares_tokens_as_the_strings_claim_returned() {
     let f = Fixture::new().await;
     let t = "acktok";
     let token = seed(&f, t).await;
@@ -1077,9 +1077,17 @@ async fn ack_compares_tokens_by_value_not_by_their_last_digits() {
         assert_eq!(got, [0], "token {wrong} (the lease's is {tok})");
     }
     assert!(f.queue.get(t, "run").await.unwrap().is_some());
-    // The same value with a leading zero is the same token.
+    // Tokens are compared as the strings claim returned: the same value
+    // with a leading zero is not a token at all (an error, nothing
+    // changed); the token itself acks.
     let zero = format!("0{tok}");
-    let got: Vec<i64> = eval("ack", &keys, &["run", &zero])
+    let err = eval("ack", &keys, &["run", &zero])
+        .query_async::<Vec<i64>>(&mut c)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("decimal integers"), "{err}");
+    assert!(f.queue.get(t, "run").await.unwrap().is_some());
+    let got: Vec<i64> = eval("ack", &keys, &["run", &tok])
         .query_async(&mut c)
         .await
         .unwrap();
