@@ -80,6 +80,19 @@ enum Readiness {
     Starting,
     Ready(usize),
     Failed,
+    /// The first program spoke another protocol version.
+    Refused,
+}
+
+/// How a pool's first start went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FirstStart {
+    /// A program said `ready`, taking this many jobs at once.
+    Ready(usize),
+    /// The first start failed (it is retried with backoff).
+    Failed,
+    /// The program speaks another protocol version: it is not restarted.
+    Refused,
 }
 
 /// Counters shared by a pool's managers (for /metrics).
@@ -155,22 +168,29 @@ impl Pool {
         self.cfg.processes
     }
 
-    /// How many jobs one program takes at once, from the first handshake
-    /// (None if the first start failed).
-    pub async fn first_ready(&self) -> Option<usize> {
+    /// How the first start went: how many jobs one program takes at once,
+    /// or why none does.
+    pub async fn first_ready(&self) -> FirstStart {
         let mut rx = self.ready.clone();
-        let r = *rx.wait_for(|r| *r != Readiness::Starting).await.ok()?;
-        match r {
-            Readiness::Ready(n) => Some(n),
-            _ => None,
+        let Ok(r) = rx.wait_for(|r| *r != Readiness::Starting).await else {
+            return FirstStart::Failed;
+        };
+        match *r {
+            Readiness::Ready(n) => FirstStart::Ready(n),
+            Readiness::Refused => FirstStart::Refused,
+            _ => FirstStart::Failed,
         }
     }
 
     /// The worker's timeout for a job of this topic: only a backstop. The
     /// job's own `timeout` starts when it is written to a program, so time
-    /// spent waiting for a free program does not count against it.
-    pub fn backstop(&self) -> Duration {
-        self.cfg.timeout + self.cfg.start_timeout + RESTART_MAX + Duration::from_secs(5)
+    /// spent waiting for a free program does not count against it, and the
+    /// backstop covers the longest such wait: with `concurrency` jobs
+    /// claimed and `capacity` taken at once by the pool's programs, a job
+    /// waits for at most `concurrency / capacity` rounds, each of which ends
+    /// within a job's timeout plus a restart.
+    pub fn backstop(&self, concurrency: usize, capacity: usize) -> Duration {
+        backstop(&self.cfg, concurrency, capacity)
     }
 
     /// Runs one job on a program of the pool.
@@ -577,14 +597,21 @@ impl Manager {
                     if reason == "stop" {
                         break;
                     }
-                    self.failed_start();
                     self.restarted(reason);
                     if !restart {
+                        self.ready.send_if_modified(|r| {
+                            let first = *r == Readiness::Starting;
+                            if first {
+                                *r = Readiness::Refused;
+                            }
+                            first
+                        });
                         tracing::error!(topic = %self.topic, pid, "resident program refused: {why}");
                         disabled = Some(format!("resident program refused: {why}"));
                         wait = Duration::ZERO;
                         continue;
                     }
+                    self.failed_start();
                     tracing::warn!(topic = %self.topic, pid, "resident program {why}; restarting in {delay:?}");
                     wait = delay;
                     delay = (delay * 2).min(RESTART_MAX);
@@ -933,9 +960,38 @@ async fn retire(mut p: Proc, times: StopTimes) {
     p.kill().await;
 }
 
+/// See [`Pool::backstop`].
+fn backstop(cfg: &ResidentConfig, concurrency: usize, capacity: usize) -> Duration {
+    let rounds = concurrency.div_ceil(capacity.max(1)).max(1) as u32;
+    (cfg.timeout + cfg.start_timeout + RESTART_MAX) * rounds + Duration::from_secs(5)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_backstop_covers_the_wait_for_a_free_program() {
+        let cfg = ResidentConfig {
+            argv: vec!["x".into()],
+            env: Default::default(),
+            cwd: None,
+            processes: 1,
+            max_jobs: 0,
+            max_memory: None,
+            start_timeout: Duration::from_secs(60),
+            timeout: Duration::from_secs(10),
+        };
+        // 64 jobs claimed for one program taking one at a time: the last
+        // waits behind 63 others, each ending within its timeout (a
+        // restart included), so its backstop covers 64 rounds.
+        let one_round = cfg.timeout + cfg.start_timeout + RESTART_MAX;
+        assert!(backstop(&cfg, 64, 1) >= one_round * 64);
+        assert!(backstop(&cfg, 64, 64) >= one_round);
+        assert!(backstop(&cfg, 64, 64) < one_round * 2);
+        // Capacity 0 (unknown) is taken as one.
+        assert!(backstop(&cfg, 4, 0) >= one_round * 4);
+    }
 
     #[test]
     fn replies_parse_and_violations_say_why() {

@@ -14,7 +14,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use super::config::Config;
 use super::handlers::{Exec, Http};
 use super::metrics::{JobRecord, MetricsSender};
-use super::resident::{Pool, StopTimes};
+use super::resident::{FirstStart, Pool, StopTimes};
 
 /// Connects to Redis with the config's URL, prefix and payload limit. A
 /// Redis still loading its dataset (after a restart) is waited for, with
@@ -116,20 +116,35 @@ pub async fn run_worker(
             .map(|r| r.start_timeout)
             .unwrap_or_default();
         async move {
-            let n = tokio::time::timeout(start, pool.first_ready())
-                .await
-                .ok()
-                .flatten();
-            n.unwrap_or(1) * pool.processes()
+            let first = tokio::time::timeout(start, pool.first_ready()).await;
+            let n = match first {
+                Ok(FirstStart::Ready(n)) => n,
+                Ok(FirstStart::Refused) => return Err(name.clone()),
+                Ok(FirstStart::Failed) | Err(_) => 1,
+            };
+            Ok((name.clone(), n * pool.processes()))
         }
     }));
-    let need: usize = tokio::select! {
-        n = firsts => n.into_iter().sum(),
+    let capacity: BTreeMap<String, usize> = tokio::select! {
+        n = firsts => match n.into_iter().collect::<Result<_, String>>() {
+            Ok(c) => c,
+            Err(topic) => {
+                // A program that speaks another protocol would only burn
+                // the attempts of every job claimed for it: claim nothing,
+                // exit, and let the supervisor's backoff and log say so.
+                stop_pools(&pools).await;
+                anyhow::bail!(
+                    "[topics.{topic}]: the resident program speaks another protocol version than punctual's ({}); update it or punctual (docs/RESIDENT.md)",
+                    super::resident::PROTOCOL
+                );
+            }
+        },
         _ = &mut stop => {
             stop_pools(&pools).await;
             return Ok(());
         }
     };
+    let need: usize = capacity.values().sum();
     if need > cfg.concurrency {
         tracing::info!(
             concurrency = need,
@@ -154,7 +169,8 @@ pub async fn run_worker(
         let metrics = metrics.clone();
         if let Some(pool) = pools.get(name) {
             let pool = pool.clone();
-            worker = worker.handle_with_timeout(name.clone(), pool.backstop(), move |d| {
+            let backstop = pool.backstop(cfg.concurrency, capacity[name]);
+            worker = worker.handle_with_timeout(name.clone(), backstop, move |d| {
                 let (pool, metrics) = (pool.clone(), metrics.clone());
                 async move { measured(&d, metrics.as_deref(), pool.run(d.clone())).await }
             });
