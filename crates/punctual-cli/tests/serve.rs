@@ -866,6 +866,38 @@ async fn an_exec_handler_that_exits_is_done_even_if_a_background_process_holds_s
 /// An exec handler can reply on fd 3 (PUNCTUAL_REPLY_FD): the reply decides
 /// whatever the exit status (docs/RESIDENT.md, "Delays from exec handlers").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exec_handler_writing_a_huge_reply_is_not_blocked_until_its_timeout() {
+    // 256 KiB on fd 3, more than the reply cap and a pipe's buffer: the
+    // program must be able to write it all and exit, its outcome decided
+    // then, not at the timeout.
+    let redis = RedisServer::start();
+    let mut svc = Service::new();
+    let big = svc.script(
+        "big.sh",
+        "cat > /dev/null\nhead -c 262144 /dev/zero | tr '\\0' x >&3\nexit 0",
+    );
+    svc.config(
+        &redis.url(),
+        "workers = 1",
+        &format!(
+            "[topics.big]\nexec = [{:?}]\ntimeout = \"60s\"\nmax_attempts = 1",
+            big.display().to_string()
+        ),
+    );
+    svc.start();
+    let q = Queue::connect(redis.url()).await.unwrap();
+    q.enqueue("big", Job::new("x").id("b")).await.unwrap();
+    eventually(Duration::from_secs(30), "the job settled", || async {
+        live(&q, "big").await == 0 || q.stats("big").await.unwrap().dead == 1
+    })
+    .await;
+    if let Some(j) = q.get("big", "b").await.unwrap() {
+        let e = j.last_error.unwrap_or_default();
+        assert!(!e.contains("timed out"), "{e}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_exec_handler_can_reply_on_fd_3_with_a_delay_or_dead() {
     let redis = RedisServer::start();
     let mut svc = Service::new();

@@ -117,11 +117,16 @@ impl Exec {
             };
             let read_reply = async {
                 let mut buf = [0u8; 4096];
+                // Past the cap, keep reading and drop the bytes: a program
+                // that writes more must not block on a full pipe until its
+                // timeout.
                 while let Ok(n) = replies.read(&mut buf).await {
-                    if n == 0 || reply.len() > MAX_REPLY {
+                    if n == 0 {
                         break;
                     }
-                    reply.extend_from_slice(&buf[..n]);
+                    if reply.len() <= MAX_REPLY {
+                        reply.extend_from_slice(&buf[..n]);
+                    }
                 }
             };
             let io = futures::future::join3(feed, collect, read_reply).fuse();
