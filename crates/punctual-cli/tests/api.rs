@@ -156,6 +156,9 @@ async fn without_a_token_the_api_only_reads() {
     assert_eq!(status, 200);
     assert_eq!(info["changes_allowed"], false);
     assert_eq!(info["mode"], "api");
+    // No supervisor, so no resident programs: an empty object.
+    let (status, resident) = api.call("GET", "/api/v1/resident", None, None).await;
+    assert_eq!((status, resident), (200, json!({})));
     let (status, job) = api
         .call("GET", "/api/v1/topics/orders/jobs/order:1", None, None)
         .await;
@@ -942,6 +945,19 @@ async fn serve_http_serves_the_api_and_consumes_what_it_enqueues() {
         .call("GET", "/api/v1/topics/orders/series", None, None)
         .await;
     assert_eq!(series["lateness_measured"], true);
+    // Exec topics only: no resident programs, here or in /healthz.
+    let (status, resident) = svc.call("GET", "/api/v1/resident", None, None).await;
+    assert_eq!((status, resident), (200, json!({})));
+    let health: Value = serde_json::from_str(
+        &reqwest::get(svc.url("/healthz"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(health["resident"], json!({}), "{health}");
 
     // Enqueued over HTTP, consumed by the workers.
     let (status, _) = svc

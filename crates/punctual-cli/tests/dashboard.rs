@@ -1,8 +1,9 @@
 //! The dashboard end to end in a real headless Chromium (Debian's chromium
 //! and chromium-driver, which `.ci/run` installs), driven over chromedriver's
 //! WebDriver HTTP API: the page loads, its counts follow jobs pushed by a
-//! producer without a reload, the Replay button replays a dead job, and a
-//! screenshot is saved to `target/test-artifacts/dashboard.png`.
+//! producer without a reload, the Replay button replays a dead job, a
+//! screenshot is saved to `target/test-artifacts/dashboard.png`, and the
+//! dashboard of `punctual serve` shows its resident handlers.
 
 mod support;
 
@@ -432,11 +433,72 @@ async fn the_dashboard_shows_live_counts_and_replays_a_dead_job() {
     }
     let updated = browser.text("#refreshed").await.unwrap();
     assert!(updated.starts_with("updated "), "{updated}");
+    // `punctual api` runs no resident handler: no such panel.
+    assert_eq!(
+        browser
+            .script("return document.querySelector('#resident').hidden")
+            .await,
+        true
+    );
 
     let png = browser.screenshot().await;
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
     let path = artifact("dashboard.png");
     std::fs::write(&path, &png).unwrap();
     eprintln!("screenshot: {}", path.display());
+
+    // The dashboard of `punctual serve` shows its resident programs.
+    let dir = tempfile::tempdir().unwrap();
+    let handler = dir.path().join("mail.py");
+    std::fs::write(&handler, RESIDENT).unwrap();
+    let svc = Server::serve(
+        &redis.url(),
+        None,
+        "workers = 1",
+        &format!(
+            "[topics.mail]\nresident = [\"python3\", {:?}]\nprocesses = 2",
+            handler.display().to_string()
+        ),
+    )
+    .await;
+    for i in 0..3 {
+        q.enqueue("mail", Job::new("hi").id(format!("mail:{i}")))
+            .await
+            .unwrap();
+    }
+    browser.goto(&svc.url("/")).await;
+    let mail = r#"#resident tr[data-topic="mail"]"#;
+    browser
+        .wait_text(&format!("{mail} td.jobs"), "3 jobs handled", |t| t == "3")
+        .await;
+    browser
+        .wait_text(&format!("{mail} td.alive"), "2 programs alive", |t| {
+            t == "2"
+        })
+        .await;
+    assert_eq!(
+        browser
+            .text(&format!("{mail} td.restarts"))
+            .await
+            .as_deref(),
+        Some("0")
+    );
+    std::fs::write(
+        artifact("dashboard-resident.png"),
+        browser.screenshot().await,
+    )
+    .unwrap();
     browser.quit().await;
 }
+
+/// A resident handler (docs/RESIDENT.md) that says every job is done.
+const RESIDENT: &str = r#"import json, os
+jobs = os.fdopen(int(os.environ["PUNCTUAL_JOBS_FD"]), "rb")
+replies = os.fdopen(int(os.environ["PUNCTUAL_REPLIES_FD"]), "w")
+def send(msg):
+    replies.write(json.dumps(msg) + "\n")
+    replies.flush()
+send({"type": "ready", "protocol": 1, "inflight": 1})
+for line in jobs:
+    send({"type": "done", "id": json.loads(line)["id"]})
+"#;

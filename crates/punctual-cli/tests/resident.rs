@@ -12,6 +12,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use punctual::{Job, Queue};
 use punctual_testkit::RedisServer;
+use serde_json::{json, Value};
 use support::{eventually, gone, live, Service};
 
 /// The resident handler under test. It appends to `records` (next to it):
@@ -122,6 +123,42 @@ impl Resident {
             .collect()
     }
 
+    /// Topic `t`'s resident figures as `/healthz` shows them under
+    /// `resident`, once `GET /api/v1/resident` shows the same (one
+    /// source); `Null` until then.
+    async fn figures(&self) -> Value {
+        let Some(h) = self.healthz().await else {
+            return Value::Null;
+        };
+        let api = async {
+            let r = reqwest::get(format!("http://127.0.0.1:{}/api/v1/resident", self.http))
+                .await
+                .ok()?;
+            serde_json::from_str::<Value>(&r.text().await.ok()?).ok()
+        };
+        match api.await {
+            Some(a) if a["t"] == h["resident"]["t"] => a["t"].clone(),
+            _ => Value::Null,
+        }
+    }
+
+    /// Waits until `figures` equals `want`.
+    async fn figures_become(&self, want: Value) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let got = self.figures().await;
+            if got == want {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "resident figures: want {want}, have {got}; log:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Pids that recorded `kind` (ready, eof).
     fn pids(&self, kind: &str) -> Vec<i32> {
         self.records()
@@ -209,6 +246,11 @@ async fn every_job_runs_at_least_once_and_none_early_over_several_programs() {
         "2 workers x 3 programs, none restarted; log:\n{}",
         svc.log()
     );
+    // /healthz and the API: alive = processes x workers, one reply per job.
+    svc.figures_become(json!({
+        "alive": 6, "restarts": 0, "jobs": jobs.len(), "restarts_by_reason": {}
+    }))
+    .await;
     svc.signal(Signal::SIGTERM);
     assert!(svc.wait(Duration::from_secs(20)).success());
 }
@@ -299,6 +341,10 @@ async fn a_program_killed_mid_job_is_replaced_and_the_job_retried() {
     })
     .await;
     let first = svc.jobs()[0].pid;
+    svc.figures_become(json!({
+        "alive": 1, "restarts": 0, "jobs": 0, "restarts_by_reason": {}
+    }))
+    .await;
     kill(Pid::from_raw(first), Signal::SIGKILL).unwrap();
     eventually(Duration::from_secs(20), "the job done", || async {
         live(&q, "t").await == 0
@@ -316,6 +362,11 @@ async fn a_program_killed_mid_job_is_replaced_and_the_job_retried() {
             && m.contains("punctual_resident_restarts_total{topic=\"t\",reason=\"exit\"} 1")
             && m.contains("punctual_resident_jobs_total{topic=\"t\"} 1")
     })
+    .await;
+    // The same figures in /healthz and GET /api/v1/resident.
+    svc.figures_become(json!({
+        "alive": 1, "restarts": 1, "jobs": 1, "restarts_by_reason": {"exit": 1}
+    }))
     .await;
 }
 

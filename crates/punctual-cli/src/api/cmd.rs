@@ -136,6 +136,7 @@ pub async fn run(ctx: &Ctx, args: ApiArgs) -> Result<()> {
             args.require_token_for_reads,
             sampler,
             "api",
+            None,
         )));
     let opts = super::HttpOptions {
         header_timeout: args.header_timeout,

@@ -27,6 +27,8 @@ use axum::response::{IntoResponse, Response};
 use axum::Router;
 use punctual::Queue;
 
+use crate::serve::metrics::ResidentBoard;
+
 pub use auth::Token;
 pub use sampler::Sampler;
 pub use server::HttpOptions;
@@ -45,6 +47,8 @@ pub struct ApiState {
     sampler: Arc<Sampler>,
     /// `serve` or `api`, shown by `/api/v1/info`.
     mode: &'static str,
+    /// The resident programs of `serve`'s workers; `None` for `punctual api`.
+    resident: Option<ResidentBoard>,
 }
 
 impl ApiState {
@@ -54,6 +58,7 @@ impl ApiState {
         reads_need_token: bool,
         sampler: Arc<Sampler>,
         mode: &'static str,
+        resident: Option<ResidentBoard>,
     ) -> Arc<ApiState> {
         Arc::new(ApiState {
             queue,
@@ -61,6 +66,7 @@ impl ApiState {
             reads_need_token,
             sampler,
             mode,
+            resident,
         })
     }
 }

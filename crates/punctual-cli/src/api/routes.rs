@@ -36,6 +36,7 @@ pub fn routes() -> Router<Arc<ApiState>> {
         .route("/info", get(info))
         .route("/auth", get(auth_check))
         .route("/topics", get(all_topics))
+        .route("/resident", get(resident))
         .route("/topics/{topic}", get(topic_stats))
         .route("/topics/{topic}/jobs", post(enqueue).get(peek))
         .route("/topics/{topic}/jobs/{id}", get(get_job).delete(cancel))
@@ -157,6 +158,15 @@ async fn info(State(s): St) -> Json<Value> {
 /// 200 when the request carries the right token (the dashboard's check).
 async fn auth_check(_: Authorized) -> Json<Value> {
     Json(json!({"authorized": true}))
+}
+
+/// The resident programs of `serve`'s workers on this host, by topic
+/// (what `/healthz` shows under `resident`); `{}` for `punctual api`.
+async fn resident(State(s): St) -> Json<Value> {
+    Json(match &s.resident {
+        Some(board) => json!(board.snapshot()),
+        None => json!({}),
+    })
 }
 
 /// Every valid known topic's stats, and under `skipped` the names in the
@@ -620,6 +630,7 @@ mod tests {
             "/info",
             "/auth",
             "/topics",
+            "/resident",
             "/topics/{topic}",
             "/topics/{topic}/jobs",
             "/topics/{topic}/jobs/{id}",

@@ -14,6 +14,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use punctual::Queue;
 
 use super::config::Config;
+use super::metrics::ResidentBoard;
 use super::supervisor::Children;
 use crate::api::{self, ApiState, Sampler, Token};
 
@@ -22,6 +23,7 @@ const SAMPLE_INTERVAL: Duration = Duration::from_secs(5);
 
 struct AppState {
     children: Children,
+    resident: ResidentBoard,
     handle: PrometheusHandle,
     queue: Queue,
     topics: Vec<String>,
@@ -32,6 +34,7 @@ struct AppState {
 pub async fn serve(
     cfg: &Config,
     children: Children,
+    resident: ResidentBoard,
     handle: PrometheusHandle,
     queue: Queue,
 ) -> Result<tokio::task::JoinHandle<()>> {
@@ -58,9 +61,17 @@ pub async fn serve(
     let sampler = Arc::new(Sampler::new(SAMPLE_INTERVAL, Some(handle.clone())));
     let sampling = api::start_sampler(sampler.clone(), queue.clone());
     api::log_start(&local, token.as_ref(), reads_need_token);
-    let api_state = ApiState::new(queue.clone(), token, reads_need_token, sampler, "serve");
+    let api_state = ApiState::new(
+        queue.clone(),
+        token,
+        reads_need_token,
+        sampler,
+        "serve",
+        Some(resident.clone()),
+    );
     let state = Arc::new(AppState {
         children,
+        resident,
         handle,
         queue,
         topics,
@@ -85,8 +96,11 @@ async fn healthz(State(s): State<Arc<AppState>>) -> Response {
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    let body =
-        serde_json::json!({ "status": if ok { "ok" } else { "degraded" }, "children": children });
+    let body = serde_json::json!({
+        "status": if ok { "ok" } else { "degraded" },
+        "children": children,
+        "resident": s.resident.snapshot(),
+    });
     (code, Json(body)).into_response()
 }
 

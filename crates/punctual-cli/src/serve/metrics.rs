@@ -5,13 +5,16 @@
 //! Resident pools add lines starting with `#` (never a topic's first
 //! character): `#resident pid topic alive jobs` every second (absolute
 //! processes alive, jobs handled since the last line) and
-//! `#restart topic reason`.
+//! `#restart topic reason`. The supervisor sums these per topic in a
+//! [`ResidentBoard`], which `/metrics`, `/healthz` and the dashboard read.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use serde::Serialize;
 use tokio::net::UnixDatagram;
 use tokio::sync::mpsc;
 
@@ -116,26 +119,90 @@ pub fn install_recorder() -> anyhow::Result<PrometheusHandle> {
     Ok(handle)
 }
 
-/// The supervisor's side: reads datagrams and records histograms.
-pub fn receive(path: &Path) -> std::io::Result<tokio::task::JoinHandle<()>> {
+/// One topic's resident programs on this host, summed over its workers.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ResidentFigures {
+    /// Programs alive now (a worker silent for 5 s counts 0).
+    pub alive: u64,
+    /// Programs replaced or recycled since the supervisor started.
+    pub restarts: u64,
+    /// Replies from the programs (jobs handled) since the supervisor started.
+    pub jobs: u64,
+    /// `restarts` by reason (`exit`, `timeout`, `max_jobs`, ...).
+    pub restarts_by_reason: BTreeMap<String, u64>,
+}
+
+/// The supervisor's per-topic resident figures: what the
+/// `punctual_resident_*` metrics are set from, and what `/healthz` and
+/// `GET /api/v1/resident` show.
+#[derive(Debug, Clone, Default)]
+pub struct ResidentBoard(Arc<Mutex<BTreeMap<String, ResidentFigures>>>);
+
+impl ResidentBoard {
+    /// A board listing `topics` (the resident topics this host's workers
+    /// run) at zero, so they show before the first report.
+    pub fn new<'a>(topics: impl IntoIterator<Item = &'a str>) -> ResidentBoard {
+        let b = ResidentBoard::default();
+        {
+            let mut m = b.0.lock().unwrap();
+            for t in topics {
+                m.insert(t.to_string(), ResidentFigures::default());
+            }
+        }
+        b
+    }
+
+    /// A copy of the figures, by topic.
+    pub fn snapshot(&self) -> BTreeMap<String, ResidentFigures> {
+        self.0.lock().unwrap().clone()
+    }
+
+    fn restart(&self, topic: &str, reason: &str) {
+        let mut m = self.0.lock().unwrap();
+        let f = m.entry(topic.to_string()).or_default();
+        f.restarts += 1;
+        let by = f.restarts_by_reason.entry(reason.to_string()).or_default();
+        *by += 1;
+        metrics::counter!("punctual_resident_restarts_total", "topic" => topic.to_string(), "reason" => reason.to_string()).absolute(*by);
+    }
+
+    fn jobs(&self, topic: &str, jobs: u64) {
+        let mut m = self.0.lock().unwrap();
+        let f = m.entry(topic.to_string()).or_default();
+        f.jobs += jobs;
+        metrics::counter!("punctual_resident_jobs_total", "topic" => topic.to_string())
+            .absolute(f.jobs);
+    }
+
+    fn alive(&self, topic: &str, alive: u64) {
+        let mut m = self.0.lock().unwrap();
+        m.entry(topic.to_string()).or_default().alive = alive;
+        metrics::gauge!("punctual_resident_processes", "topic" => topic.to_string())
+            .set(alive as f64);
+    }
+}
+
+/// The supervisor's side: reads datagrams, records histograms, and keeps
+/// `board`.
+pub fn receive(path: &Path, board: ResidentBoard) -> std::io::Result<tokio::task::JoinHandle<()>> {
     let sock = UnixDatagram::bind(path)?;
     Ok(tokio::spawn(async move {
         let mut buf = vec![0u8; 64 * 1024];
         // (worker pid, topic) -> (resident programs alive, last report).
-        let mut alive: HashMap<(String, String), (f64, Instant)> = HashMap::new();
+        let mut alive: Alive = HashMap::new();
         let mut tick = tokio::time::interval(Duration::from_secs(2));
         loop {
             let n = tokio::select! {
                 r = sock.recv(&mut buf) => match r { Ok(n) => n, Err(_) => return },
                 _ = tick.tick() => {
-                    resident_gauges(&mut alive);
+                    resident_gauges(&mut alive, &board);
                     continue;
                 }
             };
             let text = String::from_utf8_lossy(&buf[..n]);
             for line in text.lines() {
                 if line.starts_with('#') {
-                    resident_line(line, &mut alive);
+                    resident_line(line, &mut alive, &board);
                     continue;
                 }
                 let mut f = line.split('\t');
@@ -158,41 +225,37 @@ pub fn receive(path: &Path) -> std::io::Result<tokio::task::JoinHandle<()>> {
     }))
 }
 
-type Alive = HashMap<(String, String), (f64, Instant)>;
+type Alive = HashMap<(String, String), (u64, Instant)>;
 
-fn resident_line(line: &str, alive: &mut Alive) {
+fn resident_line(line: &str, alive: &mut Alive, board: &ResidentBoard) {
     let f: Vec<&str> = line.split('\t').collect();
     match f.as_slice() {
-        ["#restart", topic, reason] => {
-            metrics::counter!("punctual_resident_restarts_total", "topic" => topic.to_string(), "reason" => reason.to_string()).increment(1);
-        }
+        ["#restart", topic, reason] => board.restart(topic, reason),
         ["#resident", pid, topic, n, jobs] => {
-            let (Ok(n), Ok(jobs)) = (n.parse::<f64>(), jobs.parse::<u64>()) else {
+            let (Ok(n), Ok(jobs)) = (n.parse::<u64>(), jobs.parse::<u64>()) else {
                 return;
             };
-            metrics::counter!("punctual_resident_jobs_total", "topic" => topic.to_string())
-                .increment(jobs);
+            board.jobs(topic, jobs);
             alive.insert((pid.to_string(), topic.to_string()), (n, Instant::now()));
-            resident_gauges(alive);
+            resident_gauges(alive, board);
         }
         _ => {}
     }
 }
 
 /// Sums the programs alive per topic over the workers heard from lately.
-fn resident_gauges(alive: &mut Alive) {
-    let mut per_topic: HashMap<String, f64> = HashMap::new();
+fn resident_gauges(alive: &mut Alive, board: &ResidentBoard) {
+    let mut per_topic: HashMap<String, u64> = HashMap::new();
     for ((_, topic), (n, _)) in alive.iter() {
         *per_topic.entry(topic.clone()).or_default() += n;
     }
     // A worker not heard from for 5 s is gone (its programs died with it).
     alive.retain(|_, (_, at)| at.elapsed() < Duration::from_secs(5));
-    let mut fresh: HashMap<String, f64> = HashMap::new();
+    let mut fresh: HashMap<String, u64> = HashMap::new();
     for ((_, topic), (n, _)) in alive.iter() {
         *fresh.entry(topic.clone()).or_default() += n;
     }
     for topic in per_topic.keys() {
-        let n = fresh.get(topic).copied().unwrap_or(0.0);
-        metrics::gauge!("punctual_resident_processes", "topic" => topic.clone()).set(n);
+        board.alive(topic, fresh.get(topic).copied().unwrap_or(0));
     }
 }

@@ -155,7 +155,15 @@ pub async fn supervise(cfg: Config) -> Result<i32> {
         .tempdir()?;
     let metrics_path = rundir.path().join("metrics.sock");
     let handle = super::metrics::install_recorder()?;
-    let _receiver = super::metrics::receive(&metrics_path)?;
+    // The resident topics this host's workers run show (at zero) before
+    // their first report.
+    let resident = super::metrics::ResidentBoard::new(
+        cfg.topics
+            .iter()
+            .filter(|(_, t)| cfg.workers > 0 && t.resident.is_some())
+            .map(|(name, _)| name.as_str()),
+    );
+    let _receiver = super::metrics::receive(&metrics_path, resident.clone())?;
 
     let exe =
         std::env::current_exe().context("cannot find this program's path to re-execute it")?;
@@ -182,7 +190,16 @@ pub async fn supervise(cfg: Config) -> Result<i32> {
     ));
 
     let http = match &cfg.http {
-        Some(_) => Some(super::http::serve(&cfg, children.clone(), handle, queue.clone()).await?),
+        Some(_) => Some(
+            super::http::serve(
+                &cfg,
+                children.clone(),
+                resident.clone(),
+                handle,
+                queue.clone(),
+            )
+            .await?,
+        ),
         None => None,
     };
 

@@ -179,6 +179,25 @@ function select(topic) {
   refresh();
 }
 
+// ---- resident handlers ------------------------------------------------------
+
+// figures: {topic: {alive, restarts, jobs, restarts_by_reason}}, {} when
+// this server runs no resident handler (the panel stays hidden).
+function renderResident(figures) {
+  if (!changed('resident', figures)) return;
+  const names = Object.keys(figures).sort();
+  $('#resident').hidden = names.length === 0;
+  $('#resident tbody').replaceChildren(...names.map((t) => {
+    const f = figures[t];
+    const why = Object.entries(f.restarts_by_reason || {}).map(([k, v]) => k + ': ' + v).join(', ');
+    return el('tr', { dataset: { topic: t } },
+      el('td', { class: 'topic mono' }, t),
+      el('td', { class: 'num alive' }, count(f.alive)),
+      el('td', { class: 'num restarts', title: why || null }, count(f.restarts)),
+      el('td', { class: 'num jobs' }, count(f.jobs)));
+  }));
+}
+
 // ---- one topic --------------------------------------------------------------
 
 function renderDetail(topic, stats, series, pool, ready, dead) {
@@ -431,8 +450,12 @@ async function refresh() {
   if (state.busy) return;
   state.busy = true;
   try {
-    const { topics } = await api('GET', '/topics');
+    const [{ topics }, resident] = await Promise.all([
+      api('GET', '/topics'),
+      api('GET', '/resident'),
+    ]);
     state.topics = topics;
+    renderResident(resident);
     if (!state.selected || !topics.some((t) => t.topic === state.selected)) {
       const fromHash = decodeURIComponent((location.hash.match(/topic=([^&]+)/) || [])[1] || '');
       const pick = topics.find((t) => t.topic === fromHash) || topics[0];
