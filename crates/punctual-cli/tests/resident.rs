@@ -542,6 +542,37 @@ async fn max_memory_recycles_after_the_job_that_crossed_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_memory_recycles_a_program_that_never_runs_out_of_jobs() {
+    // A program taking 4 jobs at once under a backlog may never hold none:
+    // once over max_memory it gets no more, and is recycled when its last
+    // one is answered.
+    let redis = RedisServer::start();
+    let mut svc = Resident::new();
+    svc.start(
+        &redis.url(),
+        "workers = 1\nconcurrency = 16",
+        "processes = 1\nmax_memory = \"1B\"\nenv = { INFLIGHT = \"4\" }",
+    );
+    let q = Queue::connect(redis.url()).await.unwrap();
+    let jobs: Vec<Job> = (0..40).map(|i| Job::new("x").id(format!("m{i}"))).collect();
+    q.enqueue_batch("t", jobs).await.unwrap();
+    eventually(Duration::from_secs(60), "every job done", || async {
+        live(&q, "t").await == 0
+    })
+    .await;
+    let jobs = svc.jobs();
+    assert_eq!(jobs.len(), 40, "{jobs:?}");
+    let mut per_pid: std::collections::HashMap<i32, usize> = Default::default();
+    for j in &jobs {
+        *per_pid.entry(j.pid).or_default() += 1;
+    }
+    assert!(
+        per_pid.values().all(|&n| n <= 4),
+        "no program takes a job after crossing max_memory: {per_pid:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_program_speaking_another_protocol_makes_its_worker_claim_nothing() {
     // Claiming jobs for a program that cannot run them would only burn
     // their attempts: the worker stops before it claims, and the

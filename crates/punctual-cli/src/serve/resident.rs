@@ -701,10 +701,23 @@ impl Manager {
         let mut sent = 0u64;
         let mut draining = false;
         let mut replied = false;
+        // Over max_memory: takes no more jobs, recycled once it holds none.
+        let mut over_memory = false;
         let max_jobs = self.cfg.max_jobs;
         let rx = self.rx.clone();
         let pid = p.pid;
         loop {
+            // Checked after every reply, also while the program holds other
+            // jobs (inflight > 1 under load may never hold none).
+            if replied && !over_memory {
+                replied = false;
+                if let (Some(max), Some(rss)) = (self.cfg.max_memory, rss_bytes(pid)) {
+                    if rss > max {
+                        tracing::info!(topic = %self.topic, pid, rss, max, "resident program over max_memory");
+                        over_memory = true;
+                    }
+                }
+            }
             if inflight.is_empty() {
                 if draining {
                     return End::Stop;
@@ -712,17 +725,14 @@ impl Manager {
                 if max_jobs > 0 && sent >= max_jobs {
                     return End::Recycle("max_jobs");
                 }
-                if replied {
-                    replied = false;
-                    if let (Some(max), Some(rss)) = (self.cfg.max_memory, rss_bytes(pid)) {
-                        if rss > max {
-                            tracing::info!(topic = %self.topic, pid, rss, max, "resident program over max_memory");
-                            return End::Recycle("max_memory");
-                        }
-                    }
+                if over_memory {
+                    return End::Recycle("max_memory");
                 }
             }
-            let can_take = !draining && inflight.len() < cap && (max_jobs == 0 || sent < max_jobs);
+            let can_take = !draining
+                && !over_memory
+                && inflight.len() < cap
+                && (max_jobs == 0 || sent < max_jobs);
             if can_take {
                 if let Some(req) = self.carry.take() {
                     if !req.reply.is_closed() {
