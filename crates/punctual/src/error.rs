@@ -90,7 +90,12 @@ impl Error {
     /// busy, out of memory, loading, failing over) rather than a refusal
     /// that will last until someone acts (a wrong key type, a missing
     /// permission, invalid input, an unexpected reply).
-    pub(crate) fn is_passing(&self) -> bool {
+    ///
+    /// ```
+    /// let err = punctual::Job::new("x").id("").validate().unwrap_err();
+    /// assert!(!err.is_passing(), "bad input lasts until the caller fixes it");
+    /// ```
+    pub fn is_passing(&self) -> bool {
         match self {
             Error::Redis(r) => {
                 r.is_io_error()

@@ -81,31 +81,7 @@ impl From<punctual::Error> for ApiError {
 /// Whether the Redis error under `e` means "not now" (unreachable, timed
 /// out, busy, out of memory, loading, failing over): worth a retry, so 503.
 fn unavailable(e: &punctual::Error) -> bool {
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(c) = cause {
-        if let Some(r) = c.downcast_ref::<redis::RedisError>() {
-            return r.is_io_error()
-                || r.is_timeout()
-                || r.is_connection_dropped()
-                || r.is_connection_refusal()
-                || matches!(
-                    r.code(),
-                    Some(
-                        "OOM"
-                            | "BUSY"
-                            | "LOADING"
-                            | "READONLY"
-                            | "MASTERDOWN"
-                            | "TRYAGAIN"
-                            | "CLUSTERDOWN"
-                            | "NOREPLICAS"
-                            | "MISCONF"
-                    )
-                );
-        }
-        cause = c.source();
-    }
-    false
+    e.is_passing()
 }
 
 impl IntoResponse for ApiError {
