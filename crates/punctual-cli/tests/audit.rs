@@ -74,10 +74,11 @@ async fn cli_cancel_replay_and_purge_are_recorded_with_the_os_user() {
     let redis = RedisServer::start();
     let url = redis.url();
     let q = Queue::connect(url.as_str()).await.unwrap();
+    // First the dead ones: a claim takes any ready job.
+    make_dead(&q, "orders", &["d1", "d2"]).await;
     q.enqueue("orders", Job::new("x").id("order:1"))
         .await
         .unwrap();
-    make_dead(&q, "orders", &["d1", "d2"]).await;
 
     let (code, out, err) = punctual(&url, &["cancel", "orders", "order:1"]);
     assert_eq!(code, 0, "{out}{err}");
@@ -111,7 +112,7 @@ async fn cli_cancel_replay_and_purge_are_recorded_with_the_os_user() {
         assert!(e["at"].as_str().is_some_and(|s| s.contains('T')), "{e}");
     }
     assert_eq!(entries[2]["detail"]["id"], "order:1", "{:#}", entries[2]);
-    assert_eq!(entries[2]["detail"]["was"], "pool", "{:#}", entries[2]);
+    assert_eq!(entries[2]["detail"]["was"], "ready", "{:#}", entries[2]);
     assert_eq!(entries[1]["detail"]["ids"][0], "d1", "{:#}", entries[1]);
     assert_eq!(entries[0]["detail"]["purged"], 1, "{:#}", entries[0]);
 
@@ -129,10 +130,11 @@ async fn api_changes_are_recorded_with_the_client_address() {
     let redis = RedisServer::start();
     let url = redis.url();
     let q = Queue::connect(url.as_str()).await.unwrap();
+    // First the dead ones: a claim takes any ready job.
+    make_dead(&q, "orders", &["d1", "d2"]).await;
     q.enqueue("orders", Job::new("x").id("order:1"))
         .await
         .unwrap();
-    make_dead(&q, "orders", &["d1", "d2"]).await;
     let api = Server::api(&url, Some(TOKEN), &[]).await;
 
     for (method, path, body) in [
@@ -159,7 +161,11 @@ async fn api_changes_are_recorded_with_the_client_address() {
         .await;
     assert_eq!(status, 401);
     let (status, _) = api
-        .authed("POST", "/api/v1/topics/orders/jobs", Some(r#"{"payload": 1}"#))
+        .authed(
+            "POST",
+            "/api/v1/topics/orders/jobs",
+            Some(r#"{"payload": 1}"#),
+        )
         .await;
     assert_eq!(status, 201);
 

@@ -53,11 +53,7 @@ fn systemd_unit_passes_systemd_analyze_verify() {
         "{text}"
     );
     let copy = dir.path().join("punctual.service");
-    std::fs::write(
-        &copy,
-        text.replace("/usr/local/bin/punctual", support::BIN),
-    )
-    .unwrap();
+    std::fs::write(&copy, text.replace("/usr/local/bin/punctual", support::BIN)).unwrap();
     // Without systemd as PID 1 (a container), verify still loads and lints
     // the unit file offline; --man=no: no man pages to look up.
     let out = Command::new(&analyze)
@@ -67,7 +63,10 @@ fn systemd_unit_passes_systemd_analyze_verify() {
         .output()
         .unwrap();
     let text = output_text(&out);
-    assert!(out.status.success(), "systemd-analyze verify failed:\n{text}");
+    assert!(
+        out.status.success(),
+        "systemd-analyze verify failed:\n{text}"
+    );
     // It exits 0 on some warnings: none may be about our unit.
     assert!(
         !text.contains("punctual.service"),
@@ -105,7 +104,11 @@ fn alert_rules_pass_promtool_check_and_their_unit_tests() {
         .arg(&rules)
         .output()
         .unwrap();
-    assert!(out.status.success(), "promtool check rules:\n{}", output_text(&out));
+    assert!(
+        out.status.success(),
+        "promtool check rules:\n{}",
+        output_text(&out)
+    );
 
     let out = Command::new(&promtool)
         .args(["test", "rules"])
@@ -113,7 +116,11 @@ fn alert_rules_pass_promtool_check_and_their_unit_tests() {
         .current_dir(&dir)
         .output()
         .unwrap();
-    assert!(out.status.success(), "promtool test rules:\n{}", output_text(&out));
+    assert!(
+        out.status.success(),
+        "promtool test rules:\n{}",
+        output_text(&out)
+    );
 
     // Each alert the operations guide names is defined and tested.
     let rules_text = std::fs::read_to_string(&rules).unwrap();
@@ -126,7 +133,13 @@ fn alert_rules_pass_promtool_check_and_their_unit_tests() {
         "PunctualResidentRestarting",
         "PunctualReadyBacklog",
     ] {
-        assert!(rules_text.contains(&format!("alert: {alert}")), "{alert} not in the rules");
-        assert!(tests_text.contains(&format!("alertname: {alert}")), "{alert} not tested");
+        assert!(
+            rules_text.contains(&format!("alert: {alert}")),
+            "{alert} not in the rules"
+        );
+        assert!(
+            tests_text.contains(&format!("alertname: {alert}")),
+            "{alert} not tested"
+        );
     }
 }

@@ -85,15 +85,17 @@ async fn assert_imported(q: &Queue, n: usize) {
 }
 
 const IMPORT: &[&str] = &[
-    "import", "zset", KEY, "--topic", "orders", "--id-field", "uuid",
+    "import",
+    "zset",
+    KEY,
+    "--topic",
+    "orders",
+    "--id-field",
+    "uuid",
 ];
 
 fn import_args(extra: &[&str]) -> Vec<String> {
-    IMPORT
-        .iter()
-        .chain(extra)
-        .map(|s| s.to_string())
-        .collect()
+    IMPORT.iter().chain(extra).map(|s| s.to_string()).collect()
 }
 
 fn run_import(url: &str, extra: &[&str]) -> (i32, String, String) {
@@ -113,7 +115,10 @@ async fn import_of_3000_members_twice_gives_3000_jobs() {
     let (code, out, err) = run_import(&url, &["--dry-run"]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("would import 3000"), "{out}");
-    assert!(out.contains("seconds"), "says how it read the scores: {out}");
+    assert!(
+        out.contains("seconds"),
+        "says how it read the scores: {out}"
+    );
     assert_eq!(zcard(&redis), 3000);
     assert_eq!(q.stats("orders").await.unwrap().pool, 0);
 
@@ -192,7 +197,10 @@ async fn scores_in_milliseconds_are_detected_or_forced() {
     // Detected per member (the default).
     let (code, out, err) = run_import(&url, &[]);
     assert_eq!(code, 0, "{out}{err}");
-    assert_eq!(q.get("orders", "s").await.unwrap().unwrap().due_ms, DUE_S * 1000);
+    assert_eq!(
+        q.get("orders", "s").await.unwrap().unwrap().due_ms,
+        DUE_S * 1000
+    );
     assert_eq!(zcard(&redis), 0);
 }
 
@@ -214,9 +222,11 @@ async fn a_kill_in_the_middle_then_a_rerun_loses_nothing_and_duplicates_nothing(
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    eventually(Duration::from_secs(30), "the import to start moving", || async {
-        zcard(&redis) < 3000
-    })
+    eventually(
+        Duration::from_secs(30),
+        "the import to start moving",
+        || async { zcard(&redis) < 3000 },
+    )
     .await;
     // Stop every write, so the import is surely in the middle, then kill it.
     redis.cli(&["CLIENT", "PAUSE", "30000", "WRITE"]).unwrap();
@@ -226,8 +236,14 @@ async fn a_kill_in_the_middle_then_a_rerun_loses_nothing_and_duplicates_nothing(
     assert!(status.code().is_none(), "killed, not finished: {status:?}");
     let left = zcard(&redis);
     let pool = q.stats("orders").await.unwrap().pool as usize;
-    assert!(left > 0 && pool > 0, "killed in the middle: {left} left, {pool} in pool");
-    assert!(left + pool >= 3000, "nothing lost: {left} left + {pool} in pool");
+    assert!(
+        left > 0 && pool > 0,
+        "killed in the middle: {left} left, {pool} in pool"
+    );
+    assert!(
+        left + pool >= 3000,
+        "nothing lost: {left} left + {pool} in pool"
+    );
 
     let (code, out, err) = run_import(&url, &[]);
     assert_eq!(code, 0, "{out}{err}");

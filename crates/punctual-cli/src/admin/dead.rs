@@ -120,6 +120,15 @@ async fn replay(ctx: &Ctx, args: DeadReplayArgs) -> Result<()> {
     };
     let queue = ctx.queue().await?;
     let replayed = queue.dead_replay(&args.topic, selector).await?;
+    super::audit::record(
+        &queue,
+        super::audit::cli_entry(
+            "dead.replay",
+            &args.topic,
+            json!({"replayed": replayed.len(), "ids": super::audit::some_ids(&replayed)}),
+        ),
+    )
+    .await;
     if ctx.json() {
         emit_json(&json!({
             "topic": args.topic, "replayed": replayed.len(), "ids": replayed,
@@ -155,6 +164,15 @@ async fn purge(ctx: &Ctx, args: DeadPurgeArgs) -> Result<()> {
     };
     let queue = ctx.queue().await?;
     let purged = queue.dead_purge(&args.topic, selector).await?;
+    super::audit::record(
+        &queue,
+        super::audit::cli_entry(
+            "dead.purge",
+            &args.topic,
+            json!({"purged": purged, "all": args.all, "ids": super::audit::some_ids(&ids)}),
+        ),
+    )
+    .await;
     if ctx.json() {
         emit_json(&json!({"topic": args.topic, "purged": purged}))?;
     } else {

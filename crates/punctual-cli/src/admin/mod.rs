@@ -1,6 +1,7 @@
 //! The admin commands: one module per group of commands, each a `run`
 //! function taking the context and its parsed arguments.
 
+pub mod audit;
 pub mod check;
 pub mod dead;
 pub mod job;
