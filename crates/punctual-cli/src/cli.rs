@@ -180,6 +180,11 @@ pub enum Command {
     #[command(after_help = "Examples:\n  punctual audit\n  punctual audit --limit 500 --json")]
     Audit(crate::admin::audit::AuditArgs),
 
+    /// Move jobs into punctual from elsewhere: `import zset KEY` takes a
+    /// home-made ZSET queue (JSON members, due-time scores).
+    #[command(subcommand)]
+    Import(crate::admin::import::ImportCommand),
+
     /// Check the Redis at --redis for what punctual needs: version, eviction
     /// policy, persistence, script time limit, cluster mode, latency.
     ///
@@ -248,6 +253,7 @@ impl Command {
             | Command::Script(_)
             | Command::Partitions(_)
             | Command::Audit(_)
+            | Command::Import(_)
             | Command::Doctor(_) => "warn",
             Command::Serve(_)
             | Command::Api(_)

@@ -4,6 +4,7 @@
 pub mod audit;
 pub mod check;
 pub mod dead;
+pub mod import;
 pub mod job;
 pub mod partitions;
 pub mod push;
