@@ -110,6 +110,18 @@ fn alert_rules_pass_promtool_check_and_their_unit_tests() {
         output_text(&out)
     );
 
+    // The quick start's Prometheus config, which loads the rules.
+    let out = Command::new(&promtool)
+        .args(["check", "config"])
+        .arg(dir.join("prometheus.yml"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check config:\n{}",
+        output_text(&out)
+    );
+
     let out = Command::new(&promtool)
         .args(["test", "rules"])
         .arg(&tests)

@@ -88,7 +88,7 @@ pub async fn run(ctx: &Ctx, args: AuditArgs) -> Result<()> {
     }
     let mut out = t.render();
     out.push_str(&format!(
-        "{} newest first (the trail keeps {MAX_ENTRIES}; --limit N shows more)\n",
+        "{}, newest first (the trail keeps {MAX_ENTRIES}; --limit N shows more)\n",
         super::plural(trail.entries.len(), "entry", "entries")
     ));
     emit(&out)

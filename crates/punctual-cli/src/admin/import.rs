@@ -338,8 +338,8 @@ async fn zset(ctx: &Ctx, args: ZsetArgs) -> Result<()> {
     print_report(ctx, &args, &report)?;
     if !report.bad.is_empty() {
         let mut msg = format!(
-            "{} members were left in {:?} (fix or remove them, then run the import again)",
-            report.bad.len(),
+            "{} left in {:?} (fix or remove them, then run the import again)",
+            super::plural(report.bad.len(), "member was", "members were"),
             args.key
         );
         for b in report.bad.iter().take(NAMED) {
