@@ -33,6 +33,16 @@ fn os_user() -> String {
     }
 }
 
+/// Records a change made through the CLI (see [`record`]).
+pub async fn cli(queue: &Queue, action: &str, topic: &str, detail: Value) {
+    record(queue, cli_entry(action, topic, detail)).await;
+}
+
+/// `{"<what>": n, "ids": [the first 100]}`: the detail of a change to many jobs.
+pub fn counted(what: &str, ids: &[String]) -> Value {
+    serde_json::json!({ what: ids.len(), "ids": some_ids(ids) })
+}
+
 /// Appends `entry` to the audit trail. A failure is a warning on stderr
 /// (or in the log): the change itself is done and its result stands.
 pub async fn record(queue: &Queue, entry: Entry) {

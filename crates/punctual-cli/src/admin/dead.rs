@@ -6,6 +6,7 @@ use anyhow::Result;
 use punctual::{DeadSelector, JobInfo};
 use serde_json::{json, Map, Value};
 
+use super::audit;
 use crate::cli::{DeadCommand, DeadListArgs, DeadPurgeArgs, DeadReplayArgs};
 use crate::context::Ctx;
 use crate::exit;
@@ -120,13 +121,11 @@ async fn replay(ctx: &Ctx, args: DeadReplayArgs) -> Result<()> {
     };
     let queue = ctx.queue().await?;
     let replayed = queue.dead_replay(&args.topic, selector).await?;
-    super::audit::record(
+    audit::cli(
         &queue,
-        super::audit::cli_entry(
-            "dead.replay",
-            &args.topic,
-            json!({"replayed": replayed.len(), "ids": super::audit::some_ids(&replayed)}),
-        ),
+        "dead.replay",
+        &args.topic,
+        audit::counted("replayed", &replayed),
     )
     .await;
     if ctx.json() {
@@ -164,13 +163,11 @@ async fn purge(ctx: &Ctx, args: DeadPurgeArgs) -> Result<()> {
     };
     let queue = ctx.queue().await?;
     let purged = queue.dead_purge(&args.topic, selector).await?;
-    super::audit::record(
+    audit::cli(
         &queue,
-        super::audit::cli_entry(
-            "dead.purge",
-            &args.topic,
-            json!({"purged": purged, "all": args.all, "ids": super::audit::some_ids(&ids)}),
-        ),
+        "dead.purge",
+        &args.topic,
+        json!({"purged": purged, "all": args.all, "ids": ids}),
     )
     .await;
     if ctx.json() {

@@ -114,9 +114,11 @@ pub async fn cancel(ctx: &Ctx, job: JobRef) -> Result<()> {
         .cancel(&job.topic, &job.id)
         .await?
         .ok_or_else(|| not_live(&job))?;
-    super::audit::record(
+    super::audit::cli(
         &queue,
-        super::audit::cli_entry("cancel", &job.topic, json!({"id": job.id, "was": was})),
+        "cancel",
+        &job.topic,
+        json!({"id": job.id, "was": was}),
     )
     .await;
     if ctx.json() {

@@ -20,6 +20,7 @@ use serde_json::{json, Value};
 use super::auth::Authorized;
 use super::error::{ApiError, ApiResult};
 use super::ApiState;
+use crate::admin::audit::counted;
 use crate::input::parse_time;
 
 /// Largest offset into the dead list.
@@ -578,13 +579,8 @@ async fn dead_replay(
     topic_ok(&topic)?;
     let which = selector(body(&headers, bytes)?, true)?;
     let ids = s.queue.dead_replay(&topic, which).await?;
-    who.record(
-        &s.queue,
-        "dead.replay",
-        &topic,
-        json!({"replayed": ids.len(), "ids": crate::admin::audit::some_ids(&ids)}),
-    )
-    .await;
+    who.record(&s.queue, "dead.replay", &topic, counted("replayed", &ids))
+        .await;
     Ok(Json(json!({"replayed": ids.len(), "ids": ids})))
 }
 
@@ -667,6 +663,7 @@ mod tests {
             "/topics/{topic}/pause",
             "/topics/{topic}/resume",
             "/topics/{topic}/series",
+            "/audit",
         ] {
             assert!(
                 doc.contains(&format!("\n  /api/v1{path}:\n")),
