@@ -255,3 +255,39 @@ async fn a_kill_in_the_middle_then_a_rerun_loses_nothing_and_duplicates_nothing(
         assert!(q.get("orders", id).await.unwrap().is_some(), "{id} lost");
     }
 }
+
+#[tokio::test]
+async fn a_member_whose_id_is_live_with_another_payload_is_left_in_place() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    fill(&redis, 10);
+    let (code, out, err) = run_import(&url, &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    let q = Queue::connect(url.as_str()).await.unwrap();
+
+    // The old producer re-adds order 1 with other data, and adds two
+    // members that share one id: neither may vanish unimported.
+    let changed = r#"{"uuid":"u-1","order":999}"#;
+    redis.cli(&["ZADD", KEY, "1893456000", changed]).unwrap();
+    redis
+        .cli(&["ZADD", KEY, "1893456000", r#"{"uuid":"twin","n":1}"#])
+        .unwrap();
+    redis
+        .cli(&["ZADD", KEY, "1893456001", r#"{"uuid":"twin","n":2}"#])
+        .unwrap();
+    let (code, out, err) = run_import(&url, &[]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("2 members were left"), "{err}");
+    assert!(err.contains("u-1"), "{err}");
+    assert!(err.contains("another payload"), "{err}");
+    assert_eq!(zcard(&redis), 2, "the changed member and one twin stay");
+    let still = redis.cli(&["ZSCORE", KEY, changed]).unwrap();
+    assert!(!still.trim().is_empty(), "the changed member stays");
+    assert_eq!(
+        String::from_utf8(q.get("orders", "u-1").await.unwrap().unwrap().payload).unwrap(),
+        member(1),
+        "the live job is untouched"
+    );
+    assert!(q.get("orders", "twin").await.unwrap().is_some());
+    assert_eq!(q.stats("orders").await.unwrap().pool, 11);
+}

@@ -6,7 +6,9 @@
 //! from the ZSET (`ZREM` of exactly that member) only after punctual's
 //! enqueue of it returned, so a crash at any point loses nothing; a rerun
 //! finds what a crash left behind live in punctual already (the id is a
-//! duplicate) and only removes it. Members that are not JSON, lack the id
+//! duplicate and the live job's payload is this member) and only removes
+//! it; a member whose id is live with another payload stays and is
+//! reported. Members that are not JSON, lack the id
 //! field, or have an unusable score stay where they are and are reported.
 
 use std::collections::HashSet;
@@ -41,8 +43,9 @@ pub enum ImportCommand {
     /// the member's text as payload and the value of --id-field as job id.
     /// A member is removed from KEY only after punctual accepted it, so the
     /// import can be killed at any point and run again: nothing is lost and
-    /// nothing doubled (a member whose id is live in the topic already is
-    /// only removed). Members that are not JSON, lack the id field or have
+    /// nothing doubled (a member whose id is live in the topic already, with
+    /// this member as payload, is only removed; with another payload it is
+    /// left and reported). Members that are not JSON, lack the id field or have
     /// an unusable score stay in KEY and are reported (exit 1). Stop the
     /// old consumer first; the old producer may keep writing (run the
     /// import again to move what it added).
@@ -309,15 +312,44 @@ async fn zset(ctx: &Ctx, args: ZsetArgs) -> Result<()> {
             // Only now, and only what punctual holds, leaves the ZSET.
             let mut zrem = redis::cmd("ZREM");
             zrem.arg(&args.key);
+            let mut removing = 0;
             for (r, m) in results.iter().zip(&members) {
-                match r.status {
-                    EnqueueStatus::Duplicate => report.already += 1,
-                    _ => report.imported += 1,
+                if r.status == EnqueueStatus::Duplicate {
+                    // Live already: this very member (imported before a
+                    // crash), or another member with the same id, which
+                    // must not vanish.
+                    let live = queue.get(&args.topic, &r.id).await?;
+                    let reason = match live {
+                        Some(info) if info.payload == *m => {
+                            report.already += 1;
+                            None
+                        }
+                        Some(_) => Some(format!(
+                            "id {:?} is live in topic {:?} with another payload (a second member with this id?): cancel that job or change this member's id",
+                            r.id, args.topic
+                        )),
+                        None => Some(format!(
+                            "id {:?} was live in topic {:?} a moment ago and is gone now: run the import again",
+                            r.id, args.topic
+                        )),
+                    };
+                    if let Some(reason) = reason {
+                        report.bad.push(Bad {
+                            member: one_line(&String::from_utf8_lossy(m), 80),
+                            reason,
+                        });
+                        continue;
+                    }
+                } else {
+                    report.imported += 1;
                 }
                 zrem.arg(m);
+                removing += 1;
             }
-            let n: usize = zrem.query_async(&mut src).await?;
-            report.removed += n;
+            if removing > 0 {
+                let n: usize = zrem.query_async(&mut src).await?;
+                report.removed += n;
+            }
         }
         cursor = next;
         if cursor == 0 {
