@@ -564,5 +564,25 @@ async fn the_audit_panel_shows_who_changed_what() {
         })
         .await;
     std::fs::write(artifact("dashboard-audit.png"), browser.screenshot().await).unwrap();
+
+    // A trail that cannot be read says so in its panel; the rest of the
+    // page keeps refreshing.
+    redis.cli(&["DEL", "punctual:audit"]).unwrap();
+    redis.cli(&["SET", "punctual:audit", "not a list"]).unwrap();
+    browser
+        .wait_text("#audit tbody", "the audit error", |t| {
+            t.contains("cannot read the audit trail")
+        })
+        .await;
+    q.enqueue("orders", Job::new("y").delay(Duration::from_secs(600)))
+        .await
+        .unwrap();
+    browser
+        .wait_text(
+            r#"#topics tr[data-topic="orders"] td.pool"#,
+            "the new job counted",
+            |t| t == "1",
+        )
+        .await;
     browser.quit().await;
 }

@@ -453,10 +453,16 @@ function auditDetail(d) {
     .join(' ');
 }
 
-// entries: newest first, from GET /api/v1/audit.
-function renderAudit(entries) {
-  if (!changed('audit', entries)) return;
+// audit: GET /api/v1/audit's answer (entries newest first), or {error}.
+function renderAudit(audit) {
+  if (!changed('audit', audit)) return;
   const body = $('#audit tbody');
+  if (audit.error) {
+    body.replaceChildren(el('tr', { class: 'empty' }, el('td', { colspan: 5 },
+      'cannot read the audit trail: ' + audit.error)));
+    return;
+  }
+  const entries = audit.entries || [];
   if (entries.length === 0) {
     body.replaceChildren(el('tr', { class: 'empty' }, el('td', { colspan: 5 },
       'Nothing recorded yet: replays, purges, cancels, pauses, resumes and imports through the API or the CLI appear here.')));
@@ -479,11 +485,12 @@ async function refresh() {
     const [{ topics }, resident, audit] = await Promise.all([
       api('GET', '/topics'),
       api('GET', '/resident'),
-      api('GET', '/audit?limit=20'),
+      // A trail that cannot be read must not stop the rest of the page.
+      api('GET', '/audit?limit=20').catch((e) => ({ error: explain(e) })),
     ]);
     state.topics = topics;
     renderResident(resident);
-    renderAudit(audit.entries);
+    renderAudit(audit);
     if (!state.selected || !topics.some((t) => t.topic === state.selected)) {
       const fromHash = decodeURIComponent((location.hash.match(/topic=([^&]+)/) || [])[1] || '');
       const pick = topics.find((t) => t.topic === fromHash) || topics[0];
