@@ -171,6 +171,20 @@ pub enum Command {
     #[command(after_help = API_EXAMPLES)]
     Api(crate::api::cmd::ApiArgs),
 
+    /// Show the audit trail: who replayed, purged, cancelled, paused,
+    /// resumed or imported what, and when (newest first).
+    ///
+    /// The CLI records `cli` and the OS user; the HTTP API records `api` and
+    /// the client's address. The trail is the LIST PREFIX:audit in Redis
+    /// (the newest 10,000 entries). --json prints an array of entries.
+    #[command(after_help = "Examples:\n  punctual audit\n  punctual audit --limit 500 --json")]
+    Audit(crate::admin::audit::AuditArgs),
+
+    /// Move jobs into punctual from elsewhere: `import zset KEY` takes a
+    /// home-made ZSET queue (JSON members, due-time scores).
+    #[command(subcommand)]
+    Import(crate::admin::import::ImportCommand),
+
     /// Check the Redis at --redis for what punctual needs: version, eviction
     /// policy, persistence, script time limit, cluster mode, latency.
     ///
@@ -238,6 +252,8 @@ impl Command {
             | Command::Check(_)
             | Command::Script(_)
             | Command::Partitions(_)
+            | Command::Audit(_)
+            | Command::Import(_)
             | Command::Doctor(_) => "warn",
             Command::Serve(_)
             | Command::Api(_)

@@ -145,6 +145,8 @@ async fn dispatch(ctx: &Ctx, command: Command) -> anyhow::Result<()> {
         Command::Check(a) => admin::check::run(ctx, a).await,
         Command::Script(a) => admin::script::run(ctx, a),
         Command::Partitions(a) => admin::partitions::run(ctx, a).await,
+        Command::Audit(a) => admin::audit::run(ctx, a).await,
+        Command::Import(c) => admin::import::run(ctx, c).await,
         Command::Serve(_) => unreachable!("serve is run by main with its config"),
         Command::Bench(_) => unreachable!("bench is run by main (it needs --redis's source)"),
         Command::Api(a) => api::cmd::run(ctx, a).await,

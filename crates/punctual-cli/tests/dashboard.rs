@@ -502,3 +502,87 @@ send({"type": "ready", "protocol": 1, "inflight": 1})
 for line in jobs:
     send({"type": "done", "id": json.loads(line)["id"]})
 "#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audit_panel_shows_who_changed_what() {
+    let redis = RedisServer::start();
+    let q = Queue::connect(redis.url()).await.unwrap();
+    q.enqueue(
+        "orders",
+        Job::new("x").id("order:1").delay(Duration::from_secs(600)),
+    )
+    .await
+    .unwrap();
+    let api = Server::api(&redis.url(), Some(TOKEN), &[]).await;
+    // A cancel through the CLI, then a pause through the API.
+    let out = Command::new(support::BIN)
+        .args(["--redis", &redis.url(), "cancel", "orders", "order:1"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", support::output_text(&out));
+    let (status, v) = api
+        .authed("POST", "/api/v1/topics/orders/pause", None)
+        .await;
+    assert_eq!(status, 200, "{v}");
+
+    let browser = Browser::start().await;
+    browser.goto(&api.url("/")).await;
+    let newest = "#audit tbody tr:first-child";
+    browser
+        .wait_text(&format!("{newest} td.action"), "the pause, newest", |t| {
+            t == "pause"
+        })
+        .await;
+    let who = browser.text(&format!("{newest} td.who")).await.unwrap();
+    assert!(who.starts_with("api (127.0.0.1:"), "{who}");
+    assert_eq!(
+        browser.text(&format!("{newest} td.topic")).await.as_deref(),
+        Some("orders")
+    );
+    let older = "#audit tbody tr:nth-child(2)";
+    assert_eq!(
+        browser.text(&format!("{older} td.action")).await.as_deref(),
+        Some("cancel")
+    );
+    let who = browser.text(&format!("{older} td.who")).await.unwrap();
+    assert!(who.starts_with("cli ("), "{who}");
+    let detail = browser.text(&format!("{older} td.detail")).await.unwrap();
+    assert!(detail.contains("order:1"), "{detail}");
+
+    // A resume from the dashboard's own button appears without a reload.
+    browser.type_into("#token", TOKEN).await;
+    browser.click("#token-save").await;
+    browser
+        .wait_text("#token-state", "the token accepted", |t| t == "accepted")
+        .await;
+    browser
+        .click(r#"#topics tr[data-topic="orders"] button.resume"#)
+        .await;
+    browser
+        .wait_text(&format!("{newest} td.action"), "the resume, newest", |t| {
+            t == "resume"
+        })
+        .await;
+    std::fs::write(artifact("dashboard-audit.png"), browser.screenshot().await).unwrap();
+
+    // A trail that cannot be read says so in its panel; the rest of the
+    // page keeps refreshing.
+    redis.cli(&["DEL", "punctual:audit"]).unwrap();
+    redis.cli(&["SET", "punctual:audit", "not a list"]).unwrap();
+    browser
+        .wait_text("#audit tbody", "the audit error", |t| {
+            t.contains("cannot read the audit trail")
+        })
+        .await;
+    q.enqueue("orders", Job::new("y").delay(Duration::from_secs(600)))
+        .await
+        .unwrap();
+    browser
+        .wait_text(
+            r#"#topics tr[data-topic="orders"] td.pool"#,
+            "the new job counted",
+            |t| t == "1",
+        )
+        .await;
+    browser.quit().await;
+}

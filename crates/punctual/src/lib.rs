@@ -4,10 +4,12 @@
 //! - [`Queue`] enqueues, inspects and administers jobs.
 //! - [`Worker`] runs handlers for claimed jobs, extending their leases.
 //! - [`Scheduler`] promotes due jobs and reclaims expired leases.
+//! - [`audit`] records who changed what (replay, purge, cancel, ...).
 //!
 //! All state changes are Lua scripts that run atomically inside Redis and take
 //! every time from Redis `TIME`; see `docs/PROTOCOL.md`.
 
+pub mod audit;
 mod conn;
 mod error;
 mod job;

@@ -397,6 +397,12 @@ impl Queue {
         cmd.query_async(&mut conn).await.map_err(Error::Redis)
     }
 
+    /// Runs a pipeline (a `MULTI` when it is atomic).
+    pub(crate) async fn pipe<T: redis::FromRedisValue>(&self, pipe: &redis::Pipeline) -> Result<T> {
+        let mut conn = self.inner.conn.clone();
+        pipe.query_async(&mut conn).await.map_err(Error::Redis)
+    }
+
     /// Adds the topic to the set of known topics, once per process.
     async fn register(&self, topic: &str) -> Result<()> {
         if self.inner.registered.lock().unwrap().contains(topic) {

@@ -6,6 +6,7 @@ use anyhow::Result;
 use punctual::{DeadSelector, JobInfo};
 use serde_json::{json, Map, Value};
 
+use super::audit;
 use crate::cli::{DeadCommand, DeadListArgs, DeadPurgeArgs, DeadReplayArgs};
 use crate::context::Ctx;
 use crate::exit;
@@ -120,6 +121,13 @@ async fn replay(ctx: &Ctx, args: DeadReplayArgs) -> Result<()> {
     };
     let queue = ctx.queue().await?;
     let replayed = queue.dead_replay(&args.topic, selector).await?;
+    audit::cli(
+        &queue,
+        "dead.replay",
+        &args.topic,
+        audit::counted("replayed", &replayed),
+    )
+    .await;
     if ctx.json() {
         emit_json(&json!({
             "topic": args.topic, "replayed": replayed.len(), "ids": replayed,
@@ -155,6 +163,13 @@ async fn purge(ctx: &Ctx, args: DeadPurgeArgs) -> Result<()> {
     };
     let queue = ctx.queue().await?;
     let purged = queue.dead_purge(&args.topic, selector).await?;
+    audit::cli(
+        &queue,
+        "dead.purge",
+        &args.topic,
+        json!({"purged": purged, "all": args.all, "ids": ids}),
+    )
+    .await;
     if ctx.json() {
         emit_json(&json!({"topic": args.topic, "purged": purged}))?;
     } else {

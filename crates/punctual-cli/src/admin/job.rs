@@ -114,6 +114,13 @@ pub async fn cancel(ctx: &Ctx, job: JobRef) -> Result<()> {
         .cancel(&job.topic, &job.id)
         .await?
         .ok_or_else(|| not_live(&job))?;
+    super::audit::cli(
+        &queue,
+        "cancel",
+        &job.topic,
+        json!({"id": job.id, "was": was}),
+    )
+    .await;
     if ctx.json() {
         return emit_json(&json!({
             "topic": job.topic, "id": job.id, "cancelled": true, "was": was,

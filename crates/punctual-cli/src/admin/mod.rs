@@ -1,8 +1,10 @@
 //! The admin commands: one module per group of commands, each a `run`
 //! function taking the context and its parsed arguments.
 
+pub mod audit;
 pub mod check;
 pub mod dead;
+pub mod import;
 pub mod job;
 pub mod partitions;
 pub mod push;

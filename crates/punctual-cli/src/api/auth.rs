@@ -1,11 +1,15 @@
 //! The bearer token that every mutating call must present.
 
 use std::fmt;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::extract::FromRequestParts;
+use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
+use punctual::audit::Entry;
+use punctual::Queue;
+use serde_json::Value;
 use subtle::ConstantTimeEq;
 
 use super::error::ApiError;
@@ -82,8 +86,23 @@ pub fn resolve(configured: Option<&str>) -> Result<Option<Token>, String> {
 
 /// Proof that the request carried the API token: a handler that takes this
 /// argument refuses requests without it (401) before reading anything else.
+/// It says who made the call, for the audit trail.
 #[derive(Debug)]
-pub struct Authorized;
+pub struct Authorized {
+    /// The client's address (`ip:port`), or `unknown`.
+    pub from: String,
+}
+
+impl Authorized {
+    /// Records a change made by this call in the audit trail, as `api`
+    /// from the client's address. A failure is logged, never returned.
+    pub async fn record(&self, queue: &Queue, action: &str, topic: &str, detail: Value) {
+        let entry = Entry::new("api", self.from.as_str(), action)
+            .topic(topic)
+            .detail(detail);
+        crate::admin::audit::record(queue, entry).await;
+    }
+}
 
 impl FromRequestParts<Arc<ApiState>> for Authorized {
     type Rejection = ApiError;
@@ -110,7 +129,11 @@ impl FromRequestParts<Arc<ApiState>> for Authorized {
             ApiError::unauthorized("the Authorization header must be `Bearer <token>`")
         })?;
         if token.matches(given) {
-            Ok(Authorized)
+            let from = parts
+                .extensions
+                .get::<ConnectInfo<SocketAddr>>()
+                .map_or_else(|| "unknown".to_string(), |c| c.0.to_string());
+            Ok(Authorized { from })
         } else {
             Err(ApiError::unauthorized(
                 "wrong API token: send the token the server was started with (PUNCTUAL_API_TOKEN or api_token)",

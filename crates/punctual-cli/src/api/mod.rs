@@ -4,13 +4,16 @@
 //! `punctual serve --http ADDR` serves next to `/healthz` and `/metrics`.
 //!
 //! - `routes`: the JSON routes, each a thin layer over `punctual::Queue`.
-//! - `auth`: the bearer token every mutating call must present.
+//! - `auth`: the bearer token every mutating call must present (and who
+//!   made the call, for the audit trail).
+//! - `audit`: `GET /api/v1/audit`, the audit trail.
 //! - `error`: JSON errors with a stable code and a message.
 //! - `sampler`: the last hour of each topic's numbers, for the charts.
 //! - `dashboard`: the page and its assets, embedded in the binary.
 //! - `server`: serving over HTTP/1.1 with time limits and a Host check.
 //! - `cmd`: the `punctual api` command.
 
+mod audit;
 pub mod auth;
 pub mod cmd;
 mod dashboard;

@@ -20,6 +20,7 @@ use serde_json::{json, Value};
 use super::auth::Authorized;
 use super::error::{ApiError, ApiResult};
 use super::ApiState;
+use crate::admin::audit::counted;
 use crate::input::parse_time;
 
 /// Largest offset into the dead list.
@@ -47,6 +48,7 @@ pub fn routes() -> Router<Arc<ApiState>> {
         .route("/topics/{topic}/pause", post(pause))
         .route("/topics/{topic}/resume", post(resume))
         .route("/topics/{topic}/series", get(series))
+        .route("/audit", get(super::audit::list))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
 }
@@ -469,14 +471,18 @@ async fn enqueue(
 }
 
 async fn cancel(
-    _: Authorized,
+    who: Authorized,
     State(s): St,
     Path((topic, id)): Path<(String, String)>,
 ) -> ApiResult<Json<Value>> {
     topic_ok(&topic)?;
     id_ok(&id)?;
     match s.queue.cancel(&topic, &id).await? {
-        Some(was) => Ok(Json(json!({"id": id, "cancelled": true, "was": was}))),
+        Some(was) => {
+            who.record(&s.queue, "cancel", &topic, json!({"id": id, "was": was}))
+                .await;
+            Ok(Json(json!({"id": id, "cancelled": true, "was": was})))
+        }
         None => Err(not_live(&topic, &id)),
     }
 }
@@ -564,7 +570,7 @@ fn selector(b: DeadBody, allow_oldest: bool) -> ApiResult<DeadSelector> {
 }
 
 async fn dead_replay(
-    _: Authorized,
+    who: Authorized,
     State(s): St,
     Path(topic): Path<String>,
     headers: HeaderMap,
@@ -573,11 +579,13 @@ async fn dead_replay(
     topic_ok(&topic)?;
     let which = selector(body(&headers, bytes)?, true)?;
     let ids = s.queue.dead_replay(&topic, which).await?;
+    who.record(&s.queue, "dead.replay", &topic, counted("replayed", &ids))
+        .await;
     Ok(Json(json!({"replayed": ids.len(), "ids": ids})))
 }
 
 async fn dead_purge(
-    _: Authorized,
+    who: Authorized,
     State(s): St,
     Path(topic): Path<String>,
     headers: HeaderMap,
@@ -585,19 +593,33 @@ async fn dead_purge(
 ) -> ApiResult<Json<Value>> {
     topic_ok(&topic)?;
     let which = selector(body(&headers, bytes)?, false)?;
+    let all = matches!(which, DeadSelector::All);
     let n = s.queue.dead_purge(&topic, which).await?;
+    who.record(
+        &s.queue,
+        "dead.purge",
+        &topic,
+        json!({"purged": n, "all": all}),
+    )
+    .await;
     Ok(Json(json!({"purged": n})))
 }
 
-async fn pause(_: Authorized, State(s): St, Path(topic): Path<String>) -> ApiResult<Json<Value>> {
+async fn pause(who: Authorized, State(s): St, Path(topic): Path<String>) -> ApiResult<Json<Value>> {
     topic_ok(&topic)?;
     s.queue.pause(&topic).await?;
+    who.record(&s.queue, "pause", &topic, json!({})).await;
     Ok(Json(json!({"topic": topic, "paused": true})))
 }
 
-async fn resume(_: Authorized, State(s): St, Path(topic): Path<String>) -> ApiResult<Json<Value>> {
+async fn resume(
+    who: Authorized,
+    State(s): St,
+    Path(topic): Path<String>,
+) -> ApiResult<Json<Value>> {
     topic_ok(&topic)?;
     s.queue.resume(&topic).await?;
+    who.record(&s.queue, "resume", &topic, json!({})).await;
     Ok(Json(json!({"topic": topic, "paused": false})))
 }
 
@@ -641,6 +663,7 @@ mod tests {
             "/topics/{topic}/pause",
             "/topics/{topic}/resume",
             "/topics/{topic}/series",
+            "/audit",
         ] {
             assert!(
                 doc.contains(&format!("\n  /api/v1{path}:\n")),

@@ -444,18 +444,53 @@ function saveToken(ev) {
   checkToken();
 }
 
+// ---- audit trail --------------------------------------------------------------
+
+function auditDetail(d) {
+  if (!d || typeof d !== 'object') return d == null ? '' : String(d);
+  return Object.entries(d)
+    .map(([k, v]) => k + '=' + (typeof v === 'string' ? v : JSON.stringify(v)))
+    .join(' ');
+}
+
+// audit: GET /api/v1/audit's answer (entries newest first), or {error}.
+function renderAudit(audit) {
+  if (!changed('audit', audit)) return;
+  const body = $('#audit tbody');
+  if (audit.error) {
+    body.replaceChildren(el('tr', { class: 'empty' }, el('td', { colspan: 5 },
+      'cannot read the audit trail: ' + audit.error)));
+    return;
+  }
+  const entries = audit.entries || [];
+  if (entries.length === 0) {
+    body.replaceChildren(el('tr', { class: 'empty' }, el('td', { colspan: 5 },
+      'Nothing recorded yet: replays, purges, cancels, pauses, resumes and imports through the API or the CLI appear here.')));
+    return;
+  }
+  body.replaceChildren(...entries.map((e) => el('tr', {},
+    el('td', { class: 'when', title: new Date(e.at_ms).toISOString() }, clock(e.at_ms)),
+    el('td', { class: 'who mono' }, e.who + ' (' + e.from + ')'),
+    el('td', { class: 'action mono' }, e.action),
+    el('td', { class: 'topic mono' }, e.topic || '–'),
+    el('td', { class: 'detail mono' }, auditDetail(e.detail)))));
+}
+
 // ---- the loop ----------------------------------------------------------------
 
 async function refresh() {
   if (state.busy) return;
   state.busy = true;
   try {
-    const [{ topics }, resident] = await Promise.all([
+    const [{ topics }, resident, audit] = await Promise.all([
       api('GET', '/topics'),
       api('GET', '/resident'),
+      // A trail that cannot be read must not stop the rest of the page.
+      api('GET', '/audit?limit=20').catch((e) => ({ error: explain(e) })),
     ]);
     state.topics = topics;
     renderResident(resident);
+    renderAudit(audit);
     if (!state.selected || !topics.some((t) => t.topic === state.selected)) {
       const fromHash = decodeURIComponent((location.hash.match(/topic=([^&]+)/) || [])[1] || '');
       const pick = topics.find((t) => t.topic === fromHash) || topics[0];

@@ -1,0 +1,293 @@
+//! `punctual import zset` end to end: a home-made ZSET queue (members are
+//! JSON, scores are due times) moved into a topic by the real binary, safely:
+//! dry run first, each member removed only after punctual accepted it,
+//! rerunnable, bad members left in place and reported, and a kill in the
+//! middle followed by a rerun loses nothing and duplicates nothing.
+
+mod support;
+
+use std::collections::HashSet;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use punctual::{Queue, State};
+use punctual_testkit::RedisServer;
+use serde_json::Value;
+use support::{eventually, BIN};
+
+const KEY: &str = "legacy:orders";
+/// A due time in seconds (2030-01-01T00:00:00Z), far enough ahead that no
+/// job becomes due during a test.
+const DUE_S: i64 = 1_893_456_000;
+
+fn punctual(url: &str, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(BIN)
+        .arg("--redis")
+        .arg(url)
+        .args(args)
+        .env_remove("PUNCTUAL_REDIS_URL")
+        .env_remove("PUNCTUAL_PREFIX")
+        .env_remove("PUNCTUAL_LOG")
+        .output()
+        .expect("run punctual");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The legacy member of order `i`: JSON with its id in `uuid`.
+fn member(i: usize) -> String {
+    format!(r#"{{"uuid":"u-{i}","order":{i}}}"#)
+}
+
+/// Fills the legacy ZSET with `n` members, due at DUE_S + i seconds.
+fn fill(redis: &RedisServer, n: usize) {
+    for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
+        let mut args = vec!["ZADD".to_string(), KEY.to_string()];
+        for &i in chunk {
+            args.push((DUE_S + i as i64).to_string());
+            args.push(member(i));
+        }
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        redis.cli(&refs).unwrap();
+    }
+}
+
+fn zcard(redis: &RedisServer) -> usize {
+    redis.cli(&["ZCARD", KEY]).unwrap().trim().parse().unwrap()
+}
+
+/// Every job of the topic is in pool: checks each of the `n` orders is
+/// there once, with its payload and due time.
+async fn assert_imported(q: &Queue, n: usize) {
+    let stats = q.stats("orders").await.unwrap();
+    assert_eq!(
+        (stats.pool, stats.ready, stats.running, stats.dead),
+        (n as u64, 0, 0, 0),
+        "{stats:?}"
+    );
+    for i in [0, 1, n / 2, n - 1] {
+        let info = q
+            .get("orders", &format!("u-{i}"))
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("u-{i} missing"));
+        assert_eq!(info.state, State::Pool);
+        assert_eq!(info.due_ms, (DUE_S + i as i64) * 1000, "u-{i}");
+        assert_eq!(String::from_utf8(info.payload).unwrap(), member(i));
+    }
+    let violations = q.check("orders").await.unwrap();
+    assert!(violations.is_empty(), "{violations:?}");
+}
+
+const IMPORT: &[&str] = &[
+    "import",
+    "zset",
+    KEY,
+    "--topic",
+    "orders",
+    "--id-field",
+    "uuid",
+];
+
+fn import_args(extra: &[&str]) -> Vec<String> {
+    IMPORT.iter().chain(extra).map(|s| s.to_string()).collect()
+}
+
+fn run_import(url: &str, extra: &[&str]) -> (i32, String, String) {
+    let args = import_args(extra);
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    punctual(url, &refs)
+}
+
+#[tokio::test]
+async fn import_of_3000_members_twice_gives_3000_jobs() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    fill(&redis, 3000);
+    let q = Queue::connect(url.as_str()).await.unwrap();
+
+    // Dry run: says what it would do, changes nothing.
+    let (code, out, err) = run_import(&url, &["--dry-run"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("would import 3000"), "{out}");
+    assert!(
+        out.contains("seconds"),
+        "says how it read the scores: {out}"
+    );
+    assert_eq!(zcard(&redis), 3000);
+    assert_eq!(q.stats("orders").await.unwrap().pool, 0);
+
+    let (code, out, err) = run_import(&url, &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("imported 3000"), "{out}");
+    assert_eq!(zcard(&redis), 0);
+    assert_imported(&q, 3000).await;
+
+    // Again, with the legacy producer having re-added 5 members meanwhile
+    // (what a crash between an enqueue and its ZREM also leaves): they are
+    // live in punctual already, so they are removed and nothing is doubled.
+    fill(&redis, 5);
+    let (code, out, err) = run_import(&url, &["--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(v["imported"], 0, "{v}");
+    assert_eq!(v["already"], 5, "{v}");
+    assert_eq!(v["removed"], 5, "{v}");
+    assert_eq!(zcard(&redis), 0);
+    assert_imported(&q, 3000).await;
+
+    // The import is in the audit trail.
+    let (code, out, _) = punctual(&url, &["audit", "--json"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("\"import\""), "{out}");
+}
+
+#[tokio::test]
+async fn bad_members_are_reported_and_left_in_place() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    fill(&redis, 10);
+    for (score, m) in [
+        ("1893456000", "not json"),
+        ("1893456001", r#"{"order":1}"#),
+        ("1893456002", r#"{"uuid":{"nested":1}}"#),
+        ("1893456003", r#"{"uuid":""}"#),
+    ] {
+        redis.cli(&["ZADD", KEY, score, m]).unwrap();
+    }
+    let q = Queue::connect(url.as_str()).await.unwrap();
+
+    for _ in 0..2 {
+        let (code, out, err) = run_import(&url, &[]);
+        assert_eq!(code, 1, "bad members make the run exit 1: {out}{err}");
+        assert!(err.contains("4 members were left"), "{err}");
+        assert!(err.contains("not JSON"), "{err}");
+        assert!(err.contains("no \"uuid\""), "{err}");
+        assert!(err.contains("not json"), "names the member: {err}");
+        assert_eq!(zcard(&redis), 4, "the bad ones stay");
+        assert_eq!(q.stats("orders").await.unwrap().pool, 10);
+    }
+}
+
+#[tokio::test]
+async fn scores_in_milliseconds_are_detected_or_forced() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let due_ms = DUE_S * 1000 + 123;
+    redis
+        .cli(&["ZADD", KEY, &due_ms.to_string(), r#"{"uuid":"ms"}"#])
+        .unwrap();
+    redis
+        .cli(&["ZADD", KEY, &DUE_S.to_string(), r#"{"uuid":"s"}"#])
+        .unwrap();
+    let q = Queue::connect(url.as_str()).await.unwrap();
+
+    // Forced to ms, a seconds score is a time in 1970: refused, left in place.
+    let (code, out, err) = run_import(&url, &["--scores", "ms"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("1970"), "{err}");
+    assert_eq!(zcard(&redis), 1);
+    assert_eq!(q.get("orders", "ms").await.unwrap().unwrap().due_ms, due_ms);
+
+    // Detected per member (the default).
+    let (code, out, err) = run_import(&url, &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(
+        q.get("orders", "s").await.unwrap().unwrap().due_ms,
+        DUE_S * 1000
+    );
+    assert_eq!(zcard(&redis), 0);
+}
+
+#[tokio::test]
+async fn a_kill_in_the_middle_then_a_rerun_loses_nothing_and_duplicates_nothing() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    fill(&redis, 3000);
+    let q = Queue::connect(url.as_str()).await.unwrap();
+
+    let args = import_args(&["--batch", "10"]);
+    let mut child = Command::new(BIN)
+        .arg("--redis")
+        .arg(&url)
+        .args(&args)
+        .env_remove("PUNCTUAL_REDIS_URL")
+        .env_remove("PUNCTUAL_PREFIX")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    eventually(
+        Duration::from_secs(30),
+        "the import to start moving",
+        || async { zcard(&redis) < 3000 },
+    )
+    .await;
+    // Stop every write, so the import is surely in the middle, then kill it.
+    redis.cli(&["CLIENT", "PAUSE", "30000", "WRITE"]).unwrap();
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGKILL).unwrap();
+    let status = child.wait().unwrap();
+    redis.cli(&["CLIENT", "UNPAUSE"]).unwrap();
+    assert!(status.code().is_none(), "killed, not finished: {status:?}");
+    let left = zcard(&redis);
+    let pool = q.stats("orders").await.unwrap().pool as usize;
+    assert!(
+        left > 0 && pool > 0,
+        "killed in the middle: {left} left, {pool} in pool"
+    );
+    assert!(
+        left + pool >= 3000,
+        "nothing lost: {left} left + {pool} in pool"
+    );
+
+    let (code, out, err) = run_import(&url, &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(zcard(&redis), 0);
+    assert_imported(&q, 3000).await;
+    // Each order once: 3,000 ids in pool (a ZSET), none elsewhere.
+    let ids: HashSet<String> = (0..3000).map(|i| format!("u-{i}")).collect();
+    for id in &ids {
+        assert!(q.get("orders", id).await.unwrap().is_some(), "{id} lost");
+    }
+}
+
+#[tokio::test]
+async fn a_member_whose_id_is_live_with_another_payload_is_left_in_place() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    fill(&redis, 10);
+    let (code, out, err) = run_import(&url, &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    let q = Queue::connect(url.as_str()).await.unwrap();
+
+    // The old producer re-adds order 1 with other data, and adds two
+    // members that share one id: neither may vanish unimported.
+    let changed = r#"{"uuid":"u-1","order":999}"#;
+    redis.cli(&["ZADD", KEY, "1893456000", changed]).unwrap();
+    redis
+        .cli(&["ZADD", KEY, "1893456000", r#"{"uuid":"twin","n":1}"#])
+        .unwrap();
+    redis
+        .cli(&["ZADD", KEY, "1893456001", r#"{"uuid":"twin","n":2}"#])
+        .unwrap();
+    let (code, out, err) = run_import(&url, &[]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("2 members were left"), "{err}");
+    assert!(err.contains("u-1"), "{err}");
+    assert!(err.contains("another payload"), "{err}");
+    assert_eq!(zcard(&redis), 2, "the changed member and one twin stay");
+    let still = redis.cli(&["ZSCORE", KEY, changed]).unwrap();
+    assert!(!still.trim().is_empty(), "the changed member stays");
+    assert_eq!(
+        String::from_utf8(q.get("orders", "u-1").await.unwrap().unwrap().payload).unwrap(),
+        member(1),
+        "the live job is untouched"
+    );
+    assert!(q.get("orders", "twin").await.unwrap().is_some());
+    assert_eq!(q.stats("orders").await.unwrap().pool, 11);
+}
