@@ -297,3 +297,47 @@ async fn the_scheduler_offers_a_snapshot_of_the_current_minute() {
         .await;
     assert_eq!(enq, 1, "the snapshot copies the counters");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_works_on_a_cluster_with_partitions_on_several_shards() {
+    let c = punctual_testkit::RedisCluster::start();
+    let q = punctual::Queue::connect(c.seed_urls()).await.unwrap();
+    assert!(q.is_cluster());
+    q.set_partitions("p", 4).await.unwrap();
+    // Leave 20 s in the minute (Redis's clock, via the history itself).
+    let h = q.history("p", 1).await.unwrap();
+    let left = 60_000 - h.now_ms % 60_000;
+    if left < 20_000 {
+        tokio::time::sleep(Duration::from_millis(left as u64 + 50)).await;
+    }
+    q.snapshot_history("p").await.unwrap();
+    for i in 0..20 {
+        q.enqueue("p", Job::new("x").id(format!("j{i}")))
+            .await
+            .unwrap();
+    }
+    let stop = CancellationToken::new();
+    let worker = {
+        let q = q.clone();
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            Worker::new(q, WorkerConfig::default().concurrency(4))
+                .handle("p", |_| async { Outcome::Done })
+                .run(stop.cancelled_owned())
+                .await
+                .unwrap()
+        })
+    };
+    wait_until(Duration::from_secs(10), "20 jobs done", async || {
+        q.stats("p").await.unwrap().counters.get("done") == Some(&20)
+    })
+    .await;
+    stop.cancel();
+    worker.await.unwrap();
+    let h = q.history("p", 2).await.unwrap();
+    let cur = h.minutes.last().unwrap();
+    assert_eq!(counter(cur, "enqueued"), 20, "{h:?}");
+    assert_eq!(counter(cur, "done"), 20, "{h:?}");
+    let started: u64 = h.minutes.iter().map(|m| m.lateness.count).sum();
+    assert_eq!(started, 20);
+}
