@@ -70,7 +70,9 @@ impl SchedulerConfig {
     }
 }
 
-/// Promotes and reclaims for a set of topics.
+/// Promotes and reclaims for a set of topics, and once a minute offers a
+/// snapshot of their counters to the per-minute history
+/// ([`Queue::history`]).
 ///
 /// ```no_run
 /// # async fn demo() -> punctual::Result<()> {

@@ -172,6 +172,10 @@ struct TopicEntry {
 
 /// Runs handlers for jobs of some topics.
 ///
+/// It also measures how late each job starts and adds the figures to the
+/// topic's per-minute history in Redis every 5 s and when it stops
+/// ([`Queue::history`]).
+///
 /// ```no_run
 /// # async fn demo() -> punctual::Result<()> {
 /// use punctual::{Outcome, Queue, Worker, WorkerConfig};
