@@ -108,6 +108,16 @@ pub enum Command {
     /// oldest due job has waited for a worker (it grows when workers fall
     /// behind). DONE, RETRIED and DIED count since the topic began. --json
     /// prints an array with every counter.
+    ///
+    /// With --history DURATION, per-minute figures of one topic from the
+    /// history in Redis (kept 7 days; every host's schedulers and workers
+    /// write it): how many jobs were enqueued, done, retried, died and
+    /// reclaimed each minute, and how late jobs started (STARTED, mean,
+    /// max, and how many started over 1 s late). `-` is a gap: no scheduler
+    /// ran then. The last row is the current minute so far.
+    #[command(
+        after_help = "Examples:\n  punctual stats\n  punctual stats orders --history 1h\n  punctual stats orders --history 1d --json"
+    )]
     Stats(StatsArgs),
 
     /// List the known topics (every topic ever enqueued to under this prefix).
@@ -426,6 +436,10 @@ impl RequiredWhen {
 pub struct StatsArgs {
     /// Only this topic (default: every known topic).
     pub topic: Option<String>,
+    /// Per-minute history of TOPIC over this span, e.g. `1h`, `30m`, up to
+    /// `7d` (rounded up to whole minutes).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "topic")]
+    pub history: Option<std::time::Duration>,
 }
 
 /// Arguments of `check`.

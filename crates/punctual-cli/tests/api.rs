@@ -1095,3 +1095,157 @@ async fn a_bad_name_in_the_topic_set_is_listed_as_skipped_not_a_500() {
     assert_eq!(skipped[1]["name"], "bad\\xff");
     assert_eq!(skipped[1]["reason"], "not valid UTF-8");
 }
+
+/// Redis's clock (epoch ms) on `redis`.
+fn redis_now_ms(redis: &RedisServer) -> i64 {
+    let t = redis.cli(&["TIME"]).unwrap();
+    let mut it = t.split_whitespace().map(|v| v.parse::<i64>().unwrap());
+    it.next().unwrap() * 1000 + it.next().unwrap() / 1000
+}
+
+/// Waits, if needed, until Redis's clock has `need` seconds left in its
+/// minute; returns the minute.
+async fn fresh_minute(redis: &RedisServer, need: i64) -> i64 {
+    let left = 60_000 - redis_now_ms(redis) % 60_000;
+    if left < need * 1000 {
+        tokio::time::sleep(Duration::from_millis(left as u64 + 50)).await;
+    }
+    redis_now_ms(redis) / 60_000
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_route_returns_per_minute_figures_with_gaps() {
+    let redis = redis();
+    let q = Queue::connect(redis.url()).await.unwrap();
+    let m = fresh_minute(&redis, 15).await;
+    q.snapshot_history("orders").await.unwrap();
+    q.enqueue_batch("orders", vec![Job::new("a"), Job::new("b")])
+        .await
+        .unwrap();
+    let api = Server::api(&redis.url(), None, &[]).await;
+
+    let (status, v) = api
+        .call("GET", "/api/v1/topics/orders/history?minutes=3", None, None)
+        .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["topic"], "orders");
+    assert_eq!(
+        v["bucket_bounds_ms"],
+        json!([1, 10, 100, 1000, 10000, 60000])
+    );
+    let minutes = v["minutes"].as_array().unwrap();
+    assert_eq!(minutes.len(), 3, "{v}");
+    assert_eq!(minutes[2]["minute"], m);
+    assert_eq!(minutes[2]["partial"], true);
+    assert_eq!(minutes[2]["counters"]["enqueued"], 2, "{v}");
+    assert!(
+        minutes[0]["counters"].is_null(),
+        "a gap is null, not zeros: {v}"
+    );
+    assert_eq!(minutes[0]["lateness"]["count"], 0);
+
+    let (_, v) = api
+        .call("GET", "/api/v1/topics/orders/history", None, None)
+        .await;
+    assert_eq!(
+        v["minutes"].as_array().unwrap().len(),
+        60,
+        "default: an hour"
+    );
+    for bad in ["minutes=0", "minutes=10081", "minutes=x", "hours=2"] {
+        let (status, v) = api
+            .call(
+                "GET",
+                &format!("/api/v1/topics/orders/history?{bad}"),
+                None,
+                None,
+            )
+            .await;
+        assert_eq!(status, 400, "{bad}: {v}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_survives_a_restart_of_serve() {
+    let redis = redis();
+    let dir = tempfile::tempdir().unwrap();
+    let handler = Server::script(dir.path(), "handler.sh", "cat > /dev/null");
+    let topics = format!(
+        "[topics.orders]\nexec = [{:?}]\n",
+        handler.display().to_string()
+    );
+    let settings = "workers = 1\nconcurrency = 2";
+    fresh_minute(&redis, 30).await;
+    let mut svc = Server::serve(&redis.url(), None, settings, &topics).await;
+    let history = |svc: &Server| {
+        let url = svc.url("/api/v1/topics/orders/history?minutes=5");
+        async move {
+            let text = reqwest::get(url).await.unwrap().text().await.unwrap();
+            let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+            v
+        }
+    };
+    // Totals over the minutes that have figures.
+    let totals = |v: &Value| {
+        let mut done = 0;
+        let mut started = 0;
+        for m in v["minutes"].as_array().unwrap() {
+            done += m["counters"]["done"].as_u64().unwrap_or(0);
+            started += m["lateness"]["count"].as_u64().unwrap();
+        }
+        (done, started)
+    };
+    eventually(
+        Duration::from_secs(20),
+        "serve's scheduler took a snapshot",
+        || async {
+            let v = history(&svc).await;
+            v["minutes"][4]["counters"].is_object()
+        },
+    )
+    .await;
+    let q = Queue::connect(redis.url()).await.unwrap();
+    let jobs: Vec<Job> = (0..5).map(|i| Job::new(format!("{i}"))).collect();
+    q.enqueue_batch("orders", jobs).await.unwrap();
+    eventually(
+        Duration::from_secs(30),
+        "5 done and 5 starts measured",
+        || async { totals(&history(&svc).await) == (5, 5) },
+    )
+    .await;
+    let before = history(&svc).await;
+    svc.stop();
+
+    let svc = Server::serve(&redis.url(), None, settings, &topics).await;
+    // (Should the minute have turned while serve was down, the new
+    // scheduler's first snapshot ends that minute.)
+    eventually(
+        Duration::from_secs(20),
+        "the same totals after the restart",
+        || async { totals(&history(&svc).await) == (5, 5) },
+    )
+    .await;
+    let after = history(&svc).await;
+    assert_eq!(totals(&after), (5, 5), "after the restart: {after}");
+    // The minutes before the restart are the same figures.
+    let figures = |v: &Value| {
+        v["minutes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["partial"] == false)
+            .map(|m| {
+                (
+                    m["minute"].clone(),
+                    m["counters"].clone(),
+                    m["lateness"].clone(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    for f in figures(&after) {
+        if let Some(b) = figures(&before).into_iter().find(|b| b.0 == f.0) {
+            assert_eq!(b, f, "a complete minute changed across the restart");
+        }
+    }
+}

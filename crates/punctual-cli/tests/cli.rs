@@ -787,3 +787,84 @@ fn push_help_has_an_example() {
     assert!(out.stdout.contains("Examples:"), "{out:?}");
     assert!(out.stdout.contains("--batch"), "{out:?}");
 }
+
+/// Waits, if needed, until Redis's clock has at least `need` seconds left in
+/// its minute; returns that minute (epoch ms / 60,000).
+fn fresh_minute(server: &RedisServer, need: i64) -> i64 {
+    let now = || {
+        let t = server.cli(&["TIME"]).unwrap();
+        let mut it = t.split_whitespace().map(|v| v.parse::<i64>().unwrap());
+        it.next().unwrap() * 1000 + it.next().unwrap() / 1000
+    };
+    let left = 60_000 - now() % 60_000;
+    if left < need * 1000 {
+        std::thread::sleep(Duration::from_millis(left as u64 + 50));
+    }
+    now() / 60_000
+}
+
+#[test]
+fn stats_history_prints_per_minute_figures_with_gaps() {
+    let env = Env::new();
+    let m = fresh_minute(&env.server, 15);
+    // A snapshot of m - 1 (nothing counted yet) as a scheduler would take,
+    // none of m - 2.
+    let prev = format!("punctual:{{orders}}:hist:{}", m - 1);
+    env.server
+        .cli(&["HSET", &prev, "at", &((m - 1) * 60_000).to_string()])
+        .unwrap();
+    env.with_queue(async |q| {
+        q.snapshot_history("orders").await.unwrap();
+        for i in 0..3 {
+            q.enqueue("orders", Job::new("x").id(format!("j{i}")))
+                .await
+                .unwrap();
+        }
+        let jobs = q.claim("orders", 2, Duration::from_secs(60)).await.unwrap();
+        let done: Vec<(String, i64)> = jobs.iter().map(|d| (d.id.clone(), d.token)).collect();
+        q.ack("orders", &done).await.unwrap();
+    });
+
+    let out = env.run(&["stats", "orders", "--history", "3m"]).ok().stdout;
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].starts_with("MINUTE"), "{out}");
+    assert!(
+        lines[0].contains("ENQUEUED") && lines[0].contains("DONE") && lines[0].contains("LATE-MAX"),
+        "{out}"
+    );
+    let rows: Vec<Vec<&str>> = lines[1..]
+        .iter()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows.len(), 3, "{out}");
+    // MINUTE is "YYYY-MM-DD HH:MM", then ENQUEUED DONE RETRIED DEAD RECLAIMED.
+    assert_eq!(
+        &rows[0][2..7],
+        &["-", "-", "-", "-", "-"],
+        "no snapshot: a gap\n{out}"
+    );
+    assert_eq!(&rows[1][2..7], &["0", "0", "0", "0", "0"], "{out}");
+    assert_eq!(&rows[2][2..7], &["3", "2", "0", "0", "0"], "{out}");
+    let hhmm = |minute: i64| {
+        let t = chrono::DateTime::from_timestamp(minute * 60, 0).unwrap();
+        t.format("%H:%M").to_string()
+    };
+    assert_eq!(rows[0][1], hhmm(m - 2), "{out}");
+    assert_eq!(rows[2][1], hhmm(m), "{out}");
+
+    let json = env
+        .run(&["stats", "orders", "--history", "3m", "--json"])
+        .ok()
+        .json();
+    let minutes = json["minutes"].as_array().unwrap();
+    assert_eq!(minutes.len(), 3);
+    assert!(minutes[0]["counters"].is_null());
+    assert_eq!(minutes[2]["counters"]["done"], 2);
+    assert_eq!(minutes[2]["minute"], m);
+
+    let bad = env.run(&["stats", "--history", "1h"]);
+    assert_eq!(bad.code, 2, "{bad:?}");
+    assert!(bad.stderr.contains("TOPIC"), "{bad:?}");
+    let bad = env.run(&["stats", "orders", "--history", "8d"]);
+    assert_ne!(bad.code, 0, "{bad:?}");
+}

@@ -422,15 +422,14 @@ async fn the_dashboard_shows_live_counts_and_replays_a_dead_job() {
         "{found}"
     );
 
-    // The charts fill in as samples arrive (one a second here).
+    // The charts read the history in Redis: no scheduler ran here, so the
+    // throughput chart has no figures and says why (the history with
+    // figures is checked below, in its own test).
     browser
-        .wait_text("#chart-throughput", "a throughput line", |_| true)
+        .wait_text("#chart-throughput", "the throughput chart", |t| {
+            t.contains("no scheduler took snapshots")
+        })
         .await;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while browser.find("#chart-throughput svg path").await.is_none() {
-        assert!(Instant::now() < deadline, "no chart line after 20 s");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
     let updated = browser.text("#refreshed").await.unwrap();
     assert!(updated.starts_with("updated "), "{updated}");
     // `punctual api` runs no resident handler: no such panel.
@@ -502,6 +501,127 @@ send({"type": "ready", "protocol": 1, "inflight": 1})
 for line in jobs:
     send({"type": "done", "id": json.loads(line)["id"]})
 "#;
+
+/// The chart points of the line `name` in the chart `chart`: (minute end in
+/// epoch ms, value, y in the SVG).
+async fn chart_points(browser: &Browser, chart: &str, name: &str) -> Vec<(i64, f64, f64)> {
+    let js = format!(
+        "return [...document.querySelectorAll('#{chart} svg circle')]\
+         .filter((c) => c.dataset.line === {name:?})\
+         .map((c) => [Number(c.dataset.t), Number(c.dataset.v), Number(c.getAttribute('cy'))])"
+    );
+    browser
+        .script(&js)
+        .await
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p[0].as_f64().unwrap() as i64,
+                p[1].as_f64().unwrap(),
+                p[2].as_f64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_charts_the_history_with_gaps_and_lateness_on_a_log_scale() {
+    let redis = RedisServer::start();
+    let q = Queue::connect(redis.url()).await.unwrap();
+    q.enqueue("orders", Job::new("x")).await.unwrap();
+    let cli = |args: &[&str]| redis.cli(args).unwrap();
+    let t: Vec<i64> = cli(&["TIME"])
+        .split_whitespace()
+        .map(|v| v.parse().unwrap())
+        .collect();
+    let m = t[0] / 60;
+    // Snapshots of m-6 .. m-3 and of m-1 (m-2 has none: a gap), as
+    // schedulers took them: 100 jobs done a minute.
+    for (i, minute) in [m - 6, m - 5, m - 4, m - 3, m - 1].into_iter().enumerate() {
+        let done = (i as i64 * 100).to_string();
+        let key = format!("punctual:{{orders}}:hist:{minute}");
+        cli(&[
+            "HSET",
+            &key,
+            "at",
+            &(minute * 60_000).to_string(),
+            "done",
+            &done,
+        ]);
+    }
+    // Lateness: about 5 ms, except a 60 s spike in m-4.
+    for (minute, count, sum_us, max_us) in [
+        (m - 6, 100, 500_000, 9_000),
+        (m - 5, 100, 480_000, 8_000),
+        (m - 4, 1, 60_000_000, 60_000_000),
+        (m - 3, 100, 520_000, 9_500),
+    ] {
+        let key = format!("punctual:{{orders}}:late:{minute}");
+        cli(&[
+            "HSET",
+            &key,
+            "count",
+            &count.to_string(),
+            "sum_us",
+            &sum_us.to_string(),
+            "max_us",
+            &max_us.to_string(),
+        ]);
+    }
+    let api = Server::api(&redis.url(), None, &[]).await;
+    let browser = Browser::start().await;
+    browser.goto(&api.url("/#topic=orders")).await;
+    browser
+        .wait_text("#detail-topic", "the orders detail", |t| t == "orders")
+        .await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while chart_points(&browser, "chart-lateness", "mean").await.len() < 4 {
+        assert!(Instant::now() < deadline, "no lateness points after 20 s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // Throughput: one point per minute with both snapshots, none for a gap.
+    let done = chart_points(&browser, "chart-throughput", "done/min").await;
+    let minutes: Vec<i64> = done.iter().map(|p| p.0 / 60_000 - 1).collect();
+    assert_eq!(minutes, vec![m - 6, m - 5, m - 4], "{done:?}");
+    assert!(done.iter().all(|p| p.1 == 100.0), "{done:?}");
+
+    // Lateness: the 5 ms minutes stay well clear of the axis beside the
+    // 60 s spike (on a linear axis they would sit on it, at 1/12,000 of
+    // its height).
+    let mean = chart_points(&browser, "chart-lateness", "mean").await;
+    let spike = mean.iter().find(|p| p.1 == 60_000.0).expect("the spike");
+    let calm = mean
+        .iter()
+        .find(|p| (p.1 - 5.0).abs() < 0.01)
+        .expect("a 5 ms minute");
+    let bottom: f64 = browser
+        .script("return Number(document.querySelector('#chart-lateness svg').dataset.bottom)")
+        .await
+        .as_f64()
+        .unwrap();
+    let (h_spike, h_calm) = (bottom - spike.2, bottom - calm.2);
+    assert!(
+        h_spike > 0.0 && h_calm > 0.1 * h_spike,
+        "spike {spike:?}, calm {calm:?}, bottom {bottom}"
+    );
+    assert!(
+        browser
+            .text("#chart-lateness")
+            .await
+            .unwrap()
+            .contains("1s"),
+        "decade labels on the lateness axis"
+    );
+    std::fs::write(
+        artifact("dashboard-history.png"),
+        browser.screenshot().await,
+    )
+    .unwrap();
+    browser.quit().await;
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_audit_panel_shows_who_changed_what() {

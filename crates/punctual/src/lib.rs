@@ -12,6 +12,7 @@
 pub mod audit;
 mod conn;
 mod error;
+mod history;
 mod job;
 mod keys;
 mod partition;
@@ -25,6 +26,9 @@ mod wake;
 mod worker;
 
 pub use error::{Error, ErrorKind, Result};
+pub use history::{
+    History, Lateness, MinuteFigures, HISTORY_TTL, LATENESS_BUCKETS_MS, MAX_HISTORY_MINUTES,
+};
 pub use job::{
     DeadSelector, EnqueueOptions, EnqueueStatus, Enqueued, Job, JobInfo, State, TopicStats,
     Violation, When, MAX_ATTEMPTS, MAX_DELAY,

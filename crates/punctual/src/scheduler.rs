@@ -1,7 +1,9 @@
 //! The scheduler: per topic, promote due jobs and reclaim expired leases,
 //! sleeping until the next due time or lease deadline, woken early when an
 //! earlier job arrives. Any number may run at once: each tick is one atomic
-//! script, so two schedulers never move a job twice.
+//! script, so two schedulers never move a job twice. Once a minute each
+//! scheduler also offers a snapshot of the counters for the history
+//! (`history.rs`).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -68,7 +70,9 @@ impl SchedulerConfig {
     }
 }
 
-/// Promotes and reclaims for a set of topics.
+/// Promotes and reclaims for a set of topics, and once a minute offers a
+/// snapshot of their counters to the per-minute history
+/// ([`Queue::history`]).
 ///
 /// ```no_run
 /// # async fn demo() -> punctual::Result<()> {
@@ -124,6 +128,11 @@ impl Scheduler {
         for t in &self.topics {
             physical.extend(self.queue.partition_names(t).await?);
         }
+        // Once a minute, a snapshot of the counters for the history.
+        tasks.push(tokio::spawn(
+            crate::history::snapshot_loop(self.queue.clone(), physical.clone(), stop.clone())
+                .in_current_span(),
+        ));
         for topic in physical {
             let notify = Arc::new(Notify::new());
             channels.insert(self.queue.keys(&topic).pool().to_string(), notify.clone());

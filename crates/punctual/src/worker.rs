@@ -172,6 +172,10 @@ struct TopicEntry {
 
 /// Runs handlers for jobs of some topics.
 ///
+/// It also measures how late each job starts and adds the figures to the
+/// topic's per-minute history in Redis every 5 s and when it stops
+/// ([`Queue::history`]).
+///
 /// ```no_run
 /// # async fn demo() -> punctual::Result<()> {
 /// use punctual::{Outcome, Queue, Worker, WorkerConfig};
@@ -216,6 +220,8 @@ struct Shared {
     topics: Vec<TopicEntry>,
     /// Jobs leased by this process, until their ack or fail is recorded.
     inflight: Mutex<HashMap<(usize, String), (i64, AbortHandle)>>,
+    /// How late jobs started, until added to the history in Redis.
+    lateness: crate::history::LatenessBook,
 }
 
 impl Worker {
@@ -298,6 +304,7 @@ impl Worker {
             config: self.config,
             topics: entries,
             inflight: Mutex::new(HashMap::new()),
+            lateness: Default::default(),
         });
         let notify = Arc::new(Notify::new());
         let channels = shared
@@ -322,6 +329,12 @@ impl Worker {
         let settler = tokio::spawn(settle_loop(shared.clone(), settle_rx).in_current_span());
         let settler_abort = settler.abort_handle();
         let keeper = tokio::spawn(keep_leases(shared.clone(), stop_rest.clone()).in_current_span());
+        let flusher = {
+            let (shared, stop) = (shared.clone(), stop_rest.clone());
+            tokio::spawn(
+                async move { shared.lateness.run(&shared.queue, stop).await }.in_current_span(),
+            )
+        };
         let fetcher = tokio::spawn(
             fetch_loop(
                 shared.clone(),
@@ -361,6 +374,7 @@ impl Worker {
         }
         stop_rest.cancel();
         let _ = keeper.await;
+        let _ = flusher.await;
         let _ = listener.await;
         Ok(Stopped { abandoned })
     }
@@ -481,6 +495,9 @@ fn spawn_slot(
     settle: mpsc::UnboundedSender<Settle>,
 ) {
     let topic = &shared.topics[ti];
+    shared
+        .lateness
+        .record(&topic.name, job.claimed_us, job.lateness_us());
     let (id, token) = (job.id.clone(), job.token);
     let timeout = topic.timeout;
     let run = AssertUnwindSafe((topic.handler)(job)).catch_unwind();

@@ -4,6 +4,7 @@ mod util;
 
 mod cluster;
 mod faults;
+mod history;
 mod integrity;
 mod queue;
 mod runtime_regressions;

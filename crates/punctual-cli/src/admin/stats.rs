@@ -1,4 +1,5 @@
-//! `punctual stats [TOPIC]` and `punctual topics`.
+//! `punctual stats [TOPIC]`, `punctual stats TOPIC --history DURATION` and
+//! `punctual topics`.
 
 use anyhow::Result;
 use futures::stream::{self, StreamExt, TryStreamExt};
@@ -17,6 +18,9 @@ pub async fn stats(ctx: &Ctx, args: StatsArgs) -> Result<()> {
         punctual::validate_topic(t)?;
     }
     let queue = ctx.queue().await?;
+    if let (Some(span), Some(topic)) = (args.history, &args.topic) {
+        return history(ctx, &queue, topic, span).await;
+    }
     let topics = super::topics_or_all(&queue, args.topic.as_deref()).await?;
     let all: Vec<TopicStats> = stream::iter(topics)
         .map(|t| {
@@ -87,4 +91,75 @@ pub async fn topics(ctx: &Ctx) -> Result<()> {
     let mut out = topics.join("\n");
     out.push('\n');
     emit(&out)
+}
+
+/// The minutes a span covers, rounded up; refused past 7 days.
+fn span_minutes(span: std::time::Duration) -> Result<u32> {
+    let minutes = span.as_secs().div_ceil(60).max(1);
+    if minutes > u64::from(punctual::MAX_HISTORY_MINUTES) {
+        return Err(crate::exit::invalid(format!(
+            "--history {}: the history is kept for 7 days; give at most 7d",
+            humantime::format_duration(span)
+        )));
+    }
+    Ok(minutes as u32)
+}
+
+/// Runs `stats TOPIC --history DURATION`.
+async fn history(
+    ctx: &Ctx,
+    queue: &punctual::Queue,
+    topic: &str,
+    span: std::time::Duration,
+) -> Result<()> {
+    let h = queue.history(topic, span_minutes(span)?).await?;
+    if ctx.json() {
+        return emit_json(&h);
+    }
+    emit(&history_table(&h))
+}
+
+fn history_table(h: &punctual::History) -> String {
+    let mut t = Table::new(&[
+        "MINUTE (UTC)",
+        "ENQUEUED",
+        "DONE",
+        "RETRIED",
+        "DIED",
+        "RECLAIMED",
+        "STARTED",
+        "LATE-MEAN",
+        "LATE-MAX",
+        "OVER-1S",
+    ]);
+    let late_ms = |us: u64| span(us.div_ceil(1000));
+    for m in &h.minutes {
+        let when = chrono::DateTime::from_timestamp(m.minute * 60, 0)
+            .map(|t| t.format("%Y-%m-%d %H:%M").to_string())
+            .unwrap_or_else(|| m.minute.to_string());
+        let counter = |name: &str| match &m.counters {
+            Some(c) => c.get(name).copied().unwrap_or(0).to_string(),
+            None => "-".into(),
+        };
+        let l = &m.lateness;
+        let (mean, max) = match l.mean_us() {
+            Some(mean) => (late_ms(mean), late_ms(l.max_us)),
+            None => ("-".into(), "-".into()),
+        };
+        // Buckets 4.. are the starts over 1 s late.
+        let over_1s: u64 = l.buckets[4..].iter().sum();
+        t.row(vec![
+            when,
+            counter("enqueued"),
+            counter("done"),
+            counter("retried"),
+            counter("dead"),
+            counter("reclaimed"),
+            l.count.to_string(),
+            mean,
+            max,
+            over_1s.to_string(),
+        ]);
+    }
+    t.render()
 }

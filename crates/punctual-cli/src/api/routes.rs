@@ -49,6 +49,7 @@ pub fn routes() -> Router<Arc<ApiState>> {
         .route("/topics/{topic}/resume", post(resume))
         .route("/topics/{topic}/series", get(series))
         .route("/audit", get(super::audit::list))
+        .route("/topics/{topic}/history", get(history))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
 }
@@ -293,6 +294,29 @@ async fn series(State(s): St, Path(topic): Path<String>) -> ApiResult<Json<Value
         "lateness_measured": s.sampler.has_lateness(),
         "points": s.sampler.series(&topic),
     })))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HistoryQuery {
+    minutes: Option<u32>,
+}
+
+/// Per-minute figures from the history in Redis (every host, kept 7 days).
+async fn history(
+    State(s): St,
+    Path(topic): Path<String>,
+    q: Result<Query<HistoryQuery>, QueryRejection>,
+) -> ApiResult<Json<Value>> {
+    topic_ok(&topic)?;
+    let minutes = query(q)?.minutes.unwrap_or(60);
+    if minutes == 0 || minutes > punctual::MAX_HISTORY_MINUTES {
+        return Err(ApiError::invalid(format!(
+            "minutes={minutes}: give 1 to {} (7 days)",
+            punctual::MAX_HISTORY_MINUTES
+        )));
+    }
+    Ok(Json(json!(s.queue.history(&topic, minutes).await?)))
 }
 
 // ---- changing -------------------------------------------------------------
@@ -663,6 +687,7 @@ mod tests {
             "/topics/{topic}/pause",
             "/topics/{topic}/resume",
             "/topics/{topic}/series",
+            "/topics/{topic}/history",
             "/audit",
         ] {
             assert!(

@@ -200,7 +200,7 @@ function renderResident(figures) {
 
 // ---- one topic --------------------------------------------------------------
 
-function renderDetail(topic, stats, series, pool, ready, dead) {
+function renderDetail(topic, stats, history, pool, ready, dead) {
   $('#detail').hidden = false;
   $('#detail-topic').textContent = topic;
   const status = $('#detail-status');
@@ -210,7 +210,7 @@ function renderDetail(topic, stats, series, pool, ready, dead) {
   toggle.textContent = stats.paused ? 'Resume' : 'Pause';
   toggle.onclick = () => togglePause(topic, stats.paused);
 
-  if (changed('series', series)) renderCharts(series);
+  if (changed('history', history)) renderCharts(history);
   if (changed('pool', pool)) renderPeek('#next-due', pool, 'Nothing waiting for its due time.');
   if (changed('ready', ready)) renderPeek('#ready', ready, 'No due job is waiting for a worker.');
   if (changed('dead', dead)) renderDead(topic, dead);
@@ -287,9 +287,18 @@ function fmtValue(v) {
   return v.toFixed(2).replace(/\.?0+$/, '') || '0';
 }
 
+// Lateness in ms as an axis label: 0.1ms, 1ms, 10ms, 100ms, 1s, 10s, 100s.
+function fmtMs(ms) {
+  if (ms >= 1000) return fmtValue(ms / 1000) + 's';
+  return fmtValue(ms) + 'ms';
+}
+
 // lines: [{name, color, points: [[t_ms, value or null]]}]; the x axis
-// spans the data (at least 5 minutes, at most the hour kept).
-function lineChart(container, lines, endMs, startMs, emptyText) {
+// spans the data (at least 5 minutes, at most the hour shown). With `log`,
+// the y axis is logarithmic, one grid line per decade, so a 60 s spike and
+// the usual few ms are both readable. Each point is a circle with its time
+// and value (data-t, data-v), so a lone minute between gaps shows too.
+function lineChart(container, lines, endMs, startMs, emptyText, { log = false, label = fmtValue } = {}) {
   const W = Math.max(300, container.clientWidth || 600);
   const H = 180;
   const L = 46, R = 10, T = 22, B = 20;
@@ -297,13 +306,29 @@ function lineChart(container, lines, endMs, startMs, emptyText) {
   const t0 = endMs - window;
   const x = (t) => L + ((t - t0) / window) * (W - L - R);
   let max = 0;
-  for (const l of lines) for (const [, v] of l.points) if (v != null && v > max) max = v;
-  const top = niceMax(max);
-  const y = (v) => T + (1 - v / top) * (H - T - B);
-  const root = svg('svg', { viewBox: `0 0 ${W} ${H}`, role: 'img' });
-  for (const f of [0, 0.5, 1]) {
-    root.append(svg('line', { class: 'axis', x1: L, x2: W - R, y1: y(top * f), y2: y(top * f) }));
-    root.append(svg('text', { x: L - 6, y: y(top * f) + 3, 'text-anchor': 'end' }, fmtValue(top * f)));
+  let minPos = Infinity;
+  for (const l of lines) {
+    for (const [, v] of l.points) {
+      if (v != null && v > max) max = v;
+      if (v != null && v > 0 && v < minPos) minPos = v;
+    }
+  }
+  let y, ticks;
+  if (log) {
+    const lo = Math.max(-3, Math.min(-1, Math.floor(Math.log10(minPos))));
+    const hi = Math.max(lo + 1, Math.ceil(Math.log10(max > 0 ? max : 1)));
+    y = (v) => T + (1 - (Math.log10(Math.max(v, Math.pow(10, lo))) - lo) / (hi - lo)) * (H - T - B);
+    ticks = [];
+    for (let k = lo; k <= hi; k++) ticks.push(Math.pow(10, k));
+  } else {
+    const top = niceMax(max);
+    y = (v) => T + (1 - v / top) * (H - T - B);
+    ticks = [0, top / 2, top];
+  }
+  const root = svg('svg', { viewBox: `0 0 ${W} ${H}`, role: 'img', 'data-bottom': H - B });
+  for (const v of ticks) {
+    root.append(svg('line', { class: 'axis', x1: L, x2: W - R, y1: y(v), y2: y(v) }));
+    root.append(svg('text', { x: L - 6, y: y(v) + 3, 'text-anchor': 'end' }, label(v)));
   }
   const step = [60e3, 120e3, 300e3, 600e3, 900e3].find((s) => window / s <= 6) || 900e3;
   for (let ago = 0; ago <= window + 1; ago += step) {
@@ -322,6 +347,10 @@ function lineChart(container, lines, endMs, startMs, emptyText) {
       if (v == null || t < t0) { pen = false; continue; }
       d += (pen ? 'L' : 'M') + x(t).toFixed(1) + ' ' + y(v).toFixed(1) + ' ';
       pen = true;
+      root.append(svg('circle', {
+        cx: x(t).toFixed(1), cy: y(v).toFixed(1), r: 2, fill: l.color,
+        'data-line': l.name, 'data-t': t, 'data-v': v,
+      }));
     }
     if (d) root.append(svg('path', { d, fill: 'none', stroke: l.color, 'stroke-width': 1.6, 'stroke-linejoin': 'round' }));
   }
@@ -330,38 +359,40 @@ function lineChart(container, lines, endMs, startMs, emptyText) {
   for (const l of lines) {
     legend.append(svg('rect', { x: lx, y: 6, width: 10, height: 10, rx: 2, fill: l.color }));
     const last = [...l.points].reverse().find(([, v]) => v != null);
-    const label = l.name + (last ? ' ' + fmtValue(last[1]) : '');
-    legend.append(svg('text', { x: lx + 14, y: 15 }, label));
-    lx += 22 + label.length * 6.2;
+    const text = l.name + (last ? ' ' + label(last[1]) : '');
+    legend.append(svg('text', { x: lx + 14, y: 15 }, text));
+    lx += 22 + text.length * 6.2;
   }
   root.append(legend);
   container.replaceChildren(root);
 }
 
-function renderCharts(series) {
-  const pts = series.points;
-  const end = pts.length ? pts[pts.length - 1].t_ms : Date.now();
-  const start = pts.length ? pts[0].t_ms - series.interval_ms : end;
-  const pick = (f) => pts.map((p) => [p.t_ms, f(p)]);
-  const waiting = 'collecting: one point every ' + span(series.interval_ms);
+// The charts, from the per-minute history in Redis (every host; survives
+// restarts). A point is drawn at the end of its minute. Throughput shows
+// complete minutes only (the current one is still counting); a minute
+// without the schedulers' snapshots is a gap in the line.
+function renderCharts(history) {
+  const mins = history.minutes;
+  const end = history.now_ms;
+  const start = mins.length ? mins[0].minute * 60e3 : end;
+  const at = (m) => (m.partial ? end : (m.minute + 1) * 60e3);
+  const done = mins.filter((m) => !m.partial);
+  const count = (name) => done.map((m) => [at(m), m.counters ? (m.counters[name] || 0) : null]);
   lineChart($('#chart-throughput'), [
-    { name: 'done/s', color: '#15803d', points: pick((p) => p.done_per_s) },
-    { name: 'enqueued/s', color: '#2563eb', points: pick((p) => p.enqueued_per_s) },
-    { name: 'died/s', color: '#b91c1c', points: pick((p) => p.dead_per_s) },
-  ], end, start, waiting);
-  const lines = [];
-  if (series.lateness_measured) {
-    lines.push({ name: 'p99', color: '#9333ea', points: pick((p) => p.lateness_p99_ms) });
-    lines.push({ name: 'mean', color: '#0891b2', points: pick((p) => p.lateness_mean_ms) });
-  }
-  lines.push({ name: 'oldest ready wait', color: '#d97706', points: pick((p) => p.oldest_ready_ms) });
-  const idle = series.lateness_measured
-    ? 'no handler ran and no job waited for a worker'
-    : 'no job waited for a worker';
-  lineChart($('#chart-lateness'), lines, end, start, pts.length ? idle : waiting);
-  $('#lateness-note').textContent = series.lateness_measured
-    ? 'p99 and mean: how late handlers started after the due time, as the workers of this punctual serve measured it (interpolated within histogram buckets). Oldest ready wait: how long the oldest due job had waited for a worker (from Redis, all hosts).'
-    : 'Handler lateness is measured by the workers of punctual serve, so this standalone server cannot show it; it shows how long the oldest due job had waited for a worker (from Redis, all hosts). Open the dashboard of punctual serve --http for handler lateness.';
+    { name: 'done/min', color: '#15803d', points: count('done') },
+    { name: 'enqueued/min', color: '#2563eb', points: count('enqueued') },
+    { name: 'died/min', color: '#b91c1c', points: count('dead') },
+  ], end, start, 'no history: no scheduler took snapshots in this hour');
+  const late = (f) => mins.map((m) => [at(m), m.lateness.count ? f(m.lateness) : null]);
+  lineChart($('#chart-lateness'), [
+    { name: 'max', color: '#9333ea', points: late((l) => l.max_us / 1000) },
+    { name: 'mean', color: '#0891b2', points: late((l) => l.sum_us / l.count / 1000) },
+  ], end, start, 'no handler started in this hour', { log: true, label: fmtMs });
+  const gaps = done.filter((m) => !m.counters).length;
+  $('#lateness-note').textContent =
+    'Per minute, from Redis (every host, kept 7 days): how late handlers started after the due time, ' +
+    'as the workers measured it; logarithmic scale.' +
+    (gaps ? ' ' + gaps + ' of the last ' + done.length + ' minutes have no throughput figures: no scheduler ran.' : '');
 }
 
 // ---- job lookup ----------------------------------------------------------------
@@ -500,13 +531,13 @@ async function refresh() {
     const t = state.selected;
     if (t) {
       const p = topicPath(t);
-      const [series, pool, ready, dead] = await Promise.all([
-        api('GET', p + '/series'),
+      const [history, pool, ready, dead] = await Promise.all([
+        api('GET', p + '/history?minutes=60'),
         api('GET', p + '/jobs?state=pool&limit=10'),
         api('GET', p + '/jobs?state=ready&limit=10'),
         api('GET', p + '/dead?limit=20'),
       ]);
-      renderDetail(t, topics.find((x) => x.topic === t), series, pool, ready, dead);
+      renderDetail(t, topics.find((x) => x.topic === t), history, pool, ready, dead);
     } else {
       $('#detail').hidden = true;
     }
@@ -536,7 +567,7 @@ async function start() {
   checkToken();
   await refresh();
   setInterval(refresh, REFRESH_MS);
-  window.addEventListener('resize', () => { delete state.rendered.series; refresh(); });
+  window.addEventListener('resize', () => { delete state.rendered.history; refresh(); });
 }
 
 document.addEventListener('DOMContentLoaded', start);
