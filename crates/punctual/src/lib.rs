@@ -15,6 +15,7 @@ mod keys;
 mod partition;
 mod queue;
 mod redact;
+pub mod registry;
 mod reply;
 mod scheduler;
 mod scripts;

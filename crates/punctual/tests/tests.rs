@@ -6,5 +6,6 @@ mod cluster;
 mod faults;
 mod integrity;
 mod queue;
+mod registry;
 mod runtime_regressions;
 mod worker;
