@@ -146,6 +146,13 @@ pub enum Command {
     /// `punctual serve` after a change (or set `partitions` in its config).
     Partitions(PartitionsArgs),
 
+    /// List the live punctual processes on every host: supervisors,
+    /// workers, schedulers and resident programs, from the registry in
+    /// Redis (each beats every `heartbeat`; a record expires 3 beats after
+    /// the last).
+    #[command(after_help = crate::admin::ps::EXAMPLES)]
+    Ps(crate::admin::ps::PsArgs),
+
     /// Run the consumer service: a supervisor that spawns worker and scheduler
     /// processes and runs each job's handler (exec, resident or http) from the config.
     ///
@@ -238,6 +245,7 @@ impl Command {
             | Command::Check(_)
             | Command::Script(_)
             | Command::Partitions(_)
+            | Command::Ps(_)
             | Command::Doctor(_) => "warn",
             Command::Serve(_)
             | Command::Api(_)

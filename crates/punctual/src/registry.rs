@@ -317,10 +317,16 @@ impl Queue {
         })
     }
 
+    /// Redis's clock, epoch ms (what the registry's times are measured
+    /// with).
+    pub async fn redis_now_ms(&self) -> Result<i64> {
+        let (secs, micros): (i64, i64) = self.cmd(&redis::cmd("TIME")).await?;
+        Ok(secs * 1000 + micros / 1000)
+    }
+
     /// Writes one beat of `info` (Redis's clock for the times).
     async fn beat(&self, info: &mut ProcessInfo) -> Result<()> {
-        let (secs, micros): (i64, i64) = self.cmd(&redis::cmd("TIME")).await?;
-        let now = secs * 1000 + micros / 1000;
+        let now = self.redis_now_ms().await?;
         if info.started_ms == 0 {
             info.started_ms = now;
         }

@@ -5,6 +5,7 @@ pub mod check;
 pub mod dead;
 pub mod job;
 pub mod partitions;
+pub mod ps;
 pub mod push;
 pub mod script;
 pub mod stats;

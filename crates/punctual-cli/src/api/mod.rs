@@ -49,9 +49,12 @@ pub struct ApiState {
     mode: &'static str,
     /// The resident programs of `serve`'s workers; `None` for `punctual api`.
     resident: Option<ResidentBoard>,
+    /// When a topic's status is `overdue`.
+    alerts: crate::health::Alerts,
 }
 
 impl ApiState {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         queue: Queue,
         token: Option<Token>,
@@ -59,6 +62,7 @@ impl ApiState {
         sampler: Arc<Sampler>,
         mode: &'static str,
         resident: Option<ResidentBoard>,
+        alerts: crate::health::Alerts,
     ) -> Arc<ApiState> {
         Arc::new(ApiState {
             queue,
@@ -67,6 +71,7 @@ impl ApiState {
             sampler,
             mode,
             resident,
+            alerts,
         })
     }
 }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use punctual::registry::Registry;
 use punctual::{Outcome, Queue, Scheduler, SchedulerConfig, Worker, WorkerConfig};
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -62,6 +63,16 @@ fn loading(e: &punctual::Error) -> bool {
             r.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::BusyLoading)
         }
         _ => false,
+    }
+}
+
+/// How a child registers: under the id its supervisor chose (in
+/// [`super::supervisor::PROCESS_ID_ENV`]), beating every `heartbeat`.
+fn registry(cfg: &Config) -> Registry {
+    let r = Registry::default().heartbeat(cfg.heartbeat);
+    match std::env::var(super::supervisor::PROCESS_ID_ENV) {
+        Ok(id) if !id.is_empty() => r.id(id),
+        _ => r,
     }
 }
 
@@ -163,7 +174,8 @@ pub async fn run_worker(
         .lease(cfg.lease)
         .idle_check(cfg.idle_check)
         .shutdown_timeout(grace)
-        .max_retry_delay(cfg.max_retry_delay);
+        .max_retry_delay(cfg.max_retry_delay)
+        .registry(registry(&cfg));
     let mut worker = Worker::new(queue, wc);
     for (name, t) in &cfg.topics {
         let metrics = metrics.clone();
@@ -294,7 +306,8 @@ pub async fn run_scheduler(cfg: Config) -> Result<()> {
     let sc = SchedulerConfig::default()
         .promote_batch(cfg.promote_batch)
         .max_ready(cfg.max_ready)
-        .max_sleep(cfg.idle_check);
+        .max_sleep(cfg.idle_check)
+        .registry(registry(&cfg));
     let mut s = Scheduler::new(queue, sc);
     for name in cfg.topics.keys() {
         s = s.topic(name.clone());
