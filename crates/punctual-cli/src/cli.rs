@@ -179,10 +179,14 @@ pub enum Command {
     Api(crate::api::cmd::ApiArgs),
 
     /// Check the Redis at --redis for what punctual needs: version, eviction
-    /// policy, persistence, script time limit, cluster mode, latency.
+    /// policy, persistence, script time limit, cluster mode, latency; and
+    /// every topic: jobs overdue in the pool (no scheduler alive, or too
+    /// slow), ready jobs waiting too long, jobs with no live worker.
     ///
-    /// Prints one verdict per line (ok, warn or FAIL) with what to change.
-    /// Exits 1 when a check fails, 0 when none does (warnings included).
+    /// Prints one verdict per line (ok, warn or FAIL) with what to change,
+    /// e.g. "FAIL topic  topic orders: 12 jobs overdue by up to 7.0 s; no
+    /// scheduler alive". Exits 1 when a check fails, 0 when none does
+    /// (warnings included).
     Doctor(crate::doctor::DoctorArgs),
 
     /// Watch punctual work: push a few dozen delayed jobs and consume them
