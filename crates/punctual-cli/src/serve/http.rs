@@ -92,8 +92,9 @@ pub async fn serve(
 }
 
 /// 200 `ok`; 503 `degraded` when a child is not running or a topic of
-/// the config crosses an alert (`reasons` says which and why), or when
-/// Redis cannot be read.
+/// the config crosses an alert (`reasons` says which and why). When Redis
+/// cannot be read, `redis_error` says so and the status stays as the
+/// children make it.
 async fn healthz(State(s): State<Arc<AppState>>) -> Response {
     let children = s.children.lock().unwrap().clone();
     let mut reasons: Vec<String> = children
@@ -101,10 +102,21 @@ async fn healthz(State(s): State<Arc<AppState>>) -> Response {
         .filter(|c| !c.alive)
         .map(|c| format!("{}-{} is not running", c.role, c.index))
         .collect();
-    match crate::health::topics(&s.queue, s.topics.clone(), &s.alerts).await {
-        Ok(all) => reasons.extend(all.into_iter().flat_map(|(_, h)| h.reasons)),
-        Err(e) => reasons.push(format!("cannot read the topics from Redis: {e}")),
-    }
+    // A Redis outage alone does not make the service unhealthy (restarting
+    // it would not help; its children retry): it is reported, not judged.
+    let judged = tokio::time::timeout(
+        Duration::from_secs(2),
+        crate::health::topics(&s.queue, s.topics.clone(), &s.alerts),
+    )
+    .await;
+    let redis_error = match judged {
+        Ok(Ok(all)) => {
+            reasons.extend(all.into_iter().flat_map(|(_, h)| h.reasons));
+            None
+        }
+        Ok(Err(e)) => Some(e.to_string()),
+        Err(_) => Some("Redis did not answer within 2 s".to_string()),
+    };
     let ok = reasons.is_empty();
     let code = if ok {
         StatusCode::OK
@@ -114,6 +126,7 @@ async fn healthz(State(s): State<Arc<AppState>>) -> Response {
     let body = serde_json::json!({
         "status": if ok { "ok" } else { "degraded" },
         "reasons": reasons,
+        "redis_error": redis_error,
         "children": children,
         "resident": s.resident.snapshot(),
     });
