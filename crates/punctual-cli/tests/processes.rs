@@ -324,3 +324,91 @@ async fn a_topic_with_jobs_and_no_worker_is_not_active_and_api_healthz_says_why(
         "{text}"
     );
 }
+
+/// A resident program (docs/RESIDENT.md) that says every job is done.
+const RESIDENT: &str = r#"import json, os
+jobs = os.fdopen(int(os.environ["PUNCTUAL_JOBS_FD"]), "rb")
+replies = os.fdopen(int(os.environ["PUNCTUAL_REPLIES_FD"]), "w")
+def send(msg):
+    replies.write(json.dumps(msg) + "\n")
+    replies.flush()
+send({"type": "ready", "protocol": 1, "inflight": 1})
+for line in jobs:
+    send({"type": "done", "id": json.loads(line)["id"]})
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resident_programs_are_listed_under_their_worker_and_leave_with_it() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let mut svc = Service::new();
+    let program = svc.path("mail.py");
+    std::fs::write(&program, RESIDENT).unwrap();
+    svc.config(
+        &url,
+        "workers = 1\nschedulers = 1",
+        &format!(
+            "[topics.mail]\nresident = [\"python3\", {:?}]\nprocesses = 2",
+            program.display().to_string()
+        ),
+    );
+    svc.start();
+    eventually(
+        Duration::from_secs(20),
+        "two resident programs registered",
+        || async {
+            ps(&url, &[])
+                .iter()
+                .filter(|p| p["role"] == "resident")
+                .count()
+                == 2
+        },
+    )
+    .await;
+    let procs = ps(&url, &["--topic", "mail"]);
+    let worker = procs.iter().find(|p| p["role"] == "worker").unwrap();
+    let wid = worker["id"].as_str().unwrap();
+    let mut pids = Vec::new();
+    for r in procs.iter().filter(|p| p["role"] == "resident") {
+        let id = r["id"].as_str().unwrap();
+        assert!(id.starts_with(&format!("{wid}/resident-mail-")), "{id}");
+        assert_eq!(r["topics"], serde_json::json!(["mail"]));
+        let pid = r["pid"].as_i64().unwrap() as i32;
+        // The record names the program, not the worker.
+        let cmdline = std::fs::read_to_string(format!("/proc/{pid}/cmdline")).unwrap();
+        assert!(cmdline.contains("mail.py"), "{cmdline}");
+        pids.push(pid);
+    }
+    // The worker dies at once: its programs' records go with its own.
+    kill(
+        Pid::from_raw(worker["pid"].as_i64().unwrap() as i32),
+        Signal::SIGKILL,
+    )
+    .unwrap();
+    eventually(
+        Duration::from_secs(5),
+        "the old programs' records are gone",
+        || async {
+            !ps(&url, &[])
+                .iter()
+                .any(|p| pids.contains(&(p["pid"].as_i64().unwrap() as i32)))
+        },
+    )
+    .await;
+    // A clean stop removes every record.
+    eventually(
+        Duration::from_secs(20),
+        "the new worker's programs registered",
+        || async {
+            ps(&url, &[])
+                .iter()
+                .filter(|p| p["role"] == "resident")
+                .count()
+                == 2
+        },
+    )
+    .await;
+    svc.signal(Signal::SIGTERM);
+    assert!(svc.wait(Duration::from_secs(20)).success(), "{}", svc.log());
+    assert!(ps(&url, &[]).is_empty());
+}
