@@ -206,7 +206,7 @@ mod tests {
         s.ready = 3;
         assert_eq!(judge(&s, &[], &a).status, "no consumer");
         let w = ProcessInfo::new(Role::Worker, ["orders"]);
-        assert_eq!(judge(&s, &[w.clone()], &a).status, "active");
+        assert_eq!(judge(&s, std::slice::from_ref(&w), &a).status, "active");
         let other = ProcessInfo::new(Role::Worker, ["mails"]);
         assert_eq!(judge(&s, &[other], &a).status, "no consumer");
         s.paused = true;

@@ -94,14 +94,14 @@ async fn registry_off_keeps_a_worker_out_and_a_dropped_registration_expires() {
 async fn deregistering_a_process_removes_its_children_too() {
     let f = Fixture::new().await;
     let period = Duration::from_secs(5);
-    let mut keep = Vec::new();
+    let mut handles = Vec::new();
     for id in [
         "sup",
         "sup/worker-0",
         "sup/worker-0/resident-1",
         "sup2/worker-0",
     ] {
-        keep.push(
+        handles.push(
             f.queue
                 .register_process(ProcessInfo::new(Role::Worker, ["t"]).with_id(id), period)
                 .unwrap(),
@@ -112,7 +112,6 @@ async fn deregistering_a_process_removes_its_children_too() {
     })
     .await;
     // Stop beating (as a SIGKILLed child would), then the supervisor cleans up.
-    let handles: Vec<_> = keep.drain(..).collect();
     drop(handles);
     assert_eq!(f.queue.deregister_process("sup/worker-0").await.unwrap(), 2);
     let left: Vec<String> = f
