@@ -3,7 +3,8 @@
 //!
 //! A record is the STRING `P:{procs}:p:<id>` (JSON, a [`ProcessInfo`]),
 //! written with `SET .. PX` (3 beat periods) every beat, and listed in the
-//! ZSET `P:{procs}:index` (id → time of the last beat, Redis's clock). All
+//! ZSET `P:{procs}:index` (id → time of the last beat that wrote the entry:
+//! the first, every 12th, and one that found the record gone). All
 //! keys share the hash tag `{procs}`, so one `MGET` reads them on a cluster
 //! too. The record is the truth: an index entry whose record is gone is
 //! ignored and removed by the reader. See docs/PROTOCOL.md, "Process
@@ -24,6 +25,9 @@ pub const BEATS_TO_LIVE: u32 = 3;
 /// Index entries older than this are trimmed by every beat (their records
 /// expired long before).
 const INDEX_KEEP_MS: i64 = 3_600_000;
+/// Every this many beats, a beat also rewrites the index entry (and trims
+/// the index); the others only rewrite the record.
+const INDEX_EVERY: u64 = 12;
 /// Longest process id.
 pub const MAX_PROCESS_ID_LEN: usize = 200;
 
@@ -294,9 +298,14 @@ impl Queue {
         let token = stop.clone();
         let task = tokio::spawn(async move {
             let mut warned = false;
+            let mut clock = None;
+            let mut beats: u64 = 0;
             loop {
-                match queue.beat(&mut info).await {
-                    Ok(()) => warned = false,
+                match queue.beat(&mut info, &mut clock, beats).await {
+                    Ok(()) => {
+                        warned = false;
+                        beats += 1;
+                    }
                     Err(e) if !warned => {
                         warned = true;
                         tracing::warn!(id = %info.id, error = %e, "registry beat failed; trying again every beat");
@@ -324,19 +333,54 @@ impl Queue {
         Ok(secs * 1000 + micros / 1000)
     }
 
-    /// Writes one beat of `info` (Redis's clock for the times).
-    async fn beat(&self, info: &mut ProcessInfo) -> Result<()> {
-        let now = self.redis_now_ms().await?;
+    /// Writes beat number `n` of `info`. Times are Redis's clock: read
+    /// once (`TIME`, kept in `clock` with the local instant) and advanced
+    /// by the local monotonic clock, so a beat is one command, `SET .. XX`,
+    /// which keeps an idle process's load on Redis at 1 command per beat.
+    /// The first beat, every [`INDEX_EVERY`]th, and one whose record had
+    /// expired (the process was stopped, or Redis lost it) also write the
+    /// index entry and trim the index.
+    async fn beat(
+        &self,
+        info: &mut ProcessInfo,
+        clock: &mut Option<(i64, std::time::Instant)>,
+        n: u64,
+    ) -> Result<()> {
+        let (base, at) = match *clock {
+            Some(c) => c,
+            None => {
+                let c = (self.redis_now_ms().await?, std::time::Instant::now());
+                *clock = Some(c);
+                c
+            }
+        };
+        let now = base + at.elapsed().as_millis() as i64;
         if info.started_ms == 0 {
             info.started_ms = now;
         }
         info.beat_ms = now;
         let json = serde_json::to_string(info).expect("a process record serializes");
         let ttl = info.beat_period_ms * BEATS_TO_LIVE as u64;
+        let key = record_key(self.prefix(), &info.id);
+        if n > 0 && n % INDEX_EVERY != 0 {
+            let kept: Option<String> = self
+                .cmd(
+                    redis::cmd("SET")
+                        .arg(&key)
+                        .arg(&json)
+                        .arg("PX")
+                        .arg(ttl)
+                        .arg("XX"),
+                )
+                .await?;
+            if kept.is_some() {
+                return Ok(());
+            }
+        }
         let index = index_key(self.prefix());
         let mut pipe = redis::pipe();
         pipe.cmd("SET")
-            .arg(record_key(self.prefix(), &info.id))
+            .arg(&key)
             .arg(json)
             .arg("PX")
             .arg(ttl)

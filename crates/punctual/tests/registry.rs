@@ -154,3 +154,34 @@ async fn stats_count_the_jobs_overdue_in_the_pool_and_their_age() {
     assert_eq!((s.overdue, s.overdue_ms, s.ready), (0, None, 3));
     assert!(s.oldest_ready_ms.unwrap() >= 250);
 }
+
+#[tokio::test]
+async fn a_process_whose_record_vanished_is_listed_again_at_its_next_beat() {
+    let f = Fixture::new().await;
+    let _r = f
+        .queue
+        .register_process(
+            ProcessInfo::new(Role::Worker, ["orders"]).with_id("w-9"),
+            Duration::from_millis(500),
+        )
+        .unwrap();
+    wait_until(Duration::from_secs(5), "registered", async || {
+        f.queue.processes().await.unwrap().len() == 1
+    })
+    .await;
+    // As after a pause longer than 3 beats: the record expired and a
+    // reader dropped the index entry.
+    let _: i64 = f
+        .cmd(redis::cmd("DEL").arg(format!("{PREFIX}:{{procs}}:p:w-9")))
+        .await;
+    assert!(f.queue.processes().await.unwrap().is_empty());
+    // Well before the periodic index refresh (12 beats, 6 s).
+    wait_until(Duration::from_secs(4), "listed again", async || {
+        f.queue.processes().await.unwrap().len() == 1
+    })
+    .await;
+    let ttl: i64 = f
+        .cmd(redis::cmd("PTTL").arg(format!("{PREFIX}:{{procs}}:p:w-9")))
+        .await;
+    assert!(ttl > 0 && ttl <= 1500, "ttl {ttl}");
+}
