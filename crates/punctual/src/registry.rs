@@ -362,7 +362,7 @@ impl Queue {
         let json = serde_json::to_string(info).expect("a process record serializes");
         let ttl = info.beat_period_ms * BEATS_TO_LIVE as u64;
         let key = record_key(self.prefix(), &info.id);
-        if n > 0 && n % INDEX_EVERY != 0 {
+        if n > 0 && !n.is_multiple_of(INDEX_EVERY) {
             let kept: Option<String> = self
                 .cmd(
                     redis::cmd("SET")
