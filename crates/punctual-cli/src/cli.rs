@@ -156,6 +156,13 @@ pub enum Command {
     /// `punctual serve` after a change (or set `partitions` in its config).
     Partitions(PartitionsArgs),
 
+    /// List the live punctual processes on every host: supervisors,
+    /// workers, schedulers and resident programs, from the registry in
+    /// Redis (each beats every `heartbeat`; a record expires 3 beats after
+    /// the last).
+    #[command(after_help = crate::admin::ps::EXAMPLES)]
+    Ps(crate::admin::ps::PsArgs),
+
     /// Run the consumer service: a supervisor that spawns worker and scheduler
     /// processes and runs each job's handler (exec, resident or http) from the config.
     ///
@@ -196,10 +203,14 @@ pub enum Command {
     Import(crate::admin::import::ImportCommand),
 
     /// Check the Redis at --redis for what punctual needs: version, eviction
-    /// policy, persistence, script time limit, cluster mode, latency.
+    /// policy, persistence, script time limit, cluster mode, latency; and
+    /// every topic: jobs overdue in the pool (no scheduler alive, or too
+    /// slow), ready jobs waiting too long, jobs with no live worker.
     ///
-    /// Prints one verdict per line (ok, warn or FAIL) with what to change.
-    /// Exits 1 when a check fails, 0 when none does (warnings included).
+    /// Prints one verdict per line (ok, warn or FAIL) with what to change,
+    /// e.g. "FAIL topic  topic orders: 12 jobs overdue by up to 7.0 s; no
+    /// scheduler alive". Exits 1 when a check fails, 0 when none does
+    /// (warnings included).
     Doctor(crate::doctor::DoctorArgs),
 
     /// Watch punctual work: push a few dozen delayed jobs and consume them
@@ -264,6 +275,7 @@ impl Command {
             | Command::Partitions(_)
             | Command::Audit(_)
             | Command::Import(_)
+            | Command::Ps(_)
             | Command::Doctor(_) => "warn",
             Command::Serve(_)
             | Command::Api(_)

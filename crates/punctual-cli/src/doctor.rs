@@ -26,6 +26,17 @@ pub struct DoctorArgs {
     /// Round trips (PING) to time for the latency check.
     #[arg(long, value_name = "N", default_value_t = 50, value_parser = clap::value_parser!(u16).range(5..=10_000))]
     pub pings: u16,
+
+    /// A topic fails when a job in its pool is past due by more than this
+    /// (no scheduler alive, or one too slow): `overdue_alert` in the serve
+    /// config.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = crate::input::parse_duration)]
+    pub overdue_alert: Duration,
+
+    /// A topic fails when its oldest ready job has waited longer than this
+    /// (no worker alive, or too few): `ready_alert` in the serve config.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = crate::input::parse_duration)]
+    pub ready_alert: Duration,
 }
 
 /// A verdict.
@@ -507,7 +518,12 @@ pub async fn run(ctx: &Ctx, args: DoctorArgs) -> Result<()> {
     let facts = read_facts(&mut conn, args.pings)
         .await
         .with_context(|| format!("cannot read the configuration of Redis at {shown}"))?;
-    let checks = judge(&facts, args.promote_batch as u64);
+    let mut checks = judge(&facts, args.promote_batch as u64);
+    let alerts = crate::health::Alerts {
+        overdue: args.overdue_alert,
+        ready: args.ready_alert,
+    };
+    checks.extend(topic_checks(ctx, &alerts).await);
     let failed = checks.iter().filter(|c| c.status == Status::Fail).count();
     let warned = checks.iter().filter(|c| c.status == Status::Warn).count();
     if ctx.json() {
@@ -527,6 +543,68 @@ pub async fn run(ctx: &Ctx, args: DoctorArgs) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// The overdue signal and the consumers of every known topic: a FAIL per
+/// topic over an alert, a warning per topic with jobs and no live worker,
+/// else one ok line.
+async fn topic_checks(ctx: &Ctx, alerts: &crate::health::Alerts) -> Vec<Check> {
+    let read = async {
+        let queue = ctx.queue().await?;
+        let topics = queue.topics().await?;
+        let n = topics.len();
+        let procs = queue.processes().await?.len();
+        anyhow::Ok((
+            crate::health::topics(&queue, topics, alerts).await?,
+            n,
+            procs,
+        ))
+    };
+    let (all, n, procs) = match read.await {
+        Ok(r) => r,
+        Err(e) => {
+            return vec![check(
+                "topics",
+                Status::Warn,
+                format!("cannot read the topics and the process registry: {e:#}"),
+                "check that --redis and --prefix are the ones punctual serve uses",
+            )]
+        }
+    };
+    let mut out = Vec::new();
+    for (s, h) in &all {
+        if !h.reasons.is_empty() {
+            let advice = if s.overdue_ms.is_some() && h.schedulers == 0 {
+                "start a scheduler for it (punctual serve with schedulers >= 1 and the topic in its config)"
+            } else if h.workers == 0 {
+                "start a worker for it (punctual serve with workers >= 1 and the topic in its config)"
+            } else {
+                "it cannot keep up: look at the logs of its schedulers and workers, add workers or concurrency (punctual ps lists them)"
+            };
+            out.push(check("topic", Status::Fail, h.reasons.join("; "), advice));
+        }
+        let waiting = s.pool + s.ready + s.running;
+        if h.workers == 0 && waiting > 0 && !s.paused {
+            out.push(check(
+                "topic",
+                Status::Warn,
+                format!(
+                    "topic {}: {} jobs waiting or running; no worker alive",
+                    s.topic, waiting
+                ),
+                "start a worker for it, or ignore this if none should run yet",
+            ));
+        }
+    }
+    if out.is_empty() {
+        out.push(check(
+            "topics",
+            Status::Ok,
+            format!("{n} topic(s), none overdue or without a worker; {procs} punctual process(es) alive"),
+            "",
+        ));
+    }
+    out
 }
 
 fn render(url: &str, checks: &[Check], failed: usize, warned: usize) -> String {

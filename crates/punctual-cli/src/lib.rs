@@ -28,6 +28,7 @@ mod context;
 mod demo;
 mod doctor;
 mod exit;
+mod health;
 mod input;
 mod output;
 mod private_redis;
@@ -151,6 +152,7 @@ async fn dispatch(ctx: &Ctx, command: Command) -> anyhow::Result<()> {
         Command::Bench(_) => unreachable!("bench is run by main (it needs --redis's source)"),
         Command::Api(a) => api::cmd::run(ctx, a).await,
         Command::Doctor(a) => doctor::run(ctx, a).await,
+        Command::Ps(a) => admin::ps::run(ctx, a).await,
         Command::Demo(a) => demo::run(&ctx.global.redis_url, a).await,
         Command::Worker(_) => unreachable!("a worker is run by main (it needs the handlers)"),
         Command::Scheduler(a) => serve::cmd::scheduler(a).await,

@@ -706,3 +706,62 @@ async fn the_audit_panel_shows_who_changed_what() {
         .await;
     browser.quit().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_lists_processes_and_warns_about_an_overdue_topic() {
+    let redis = RedisServer::start();
+    let q = Queue::connect(redis.url()).await.unwrap();
+    // A worker and no scheduler: due jobs stay in the pool.
+    let svc = Server::serve(
+        &redis.url(),
+        None,
+        "workers = 1\nschedulers = 0\noverdue_alert = \"1s\"",
+        "[topics.orders]\nexec = [\"true\"]",
+    )
+    .await;
+    for i in 0..2 {
+        q.enqueue(
+            "orders",
+            Job::new("x")
+                .id(format!("o{i}"))
+                .delay(Duration::from_millis(100)),
+        )
+        .await
+        .unwrap();
+    }
+    let browser = Browser::start().await;
+    browser.goto(&svc.url("/")).await;
+    browser
+        .wait_text(
+            r#"#processes tr[data-role="worker"] td.topics"#,
+            "the worker in the Processes panel",
+            |t| t == "orders",
+        )
+        .await;
+    assert_eq!(
+        browser
+            .text(r#"#processes tr[data-role="supervisor"] td.role"#)
+            .await
+            .as_deref(),
+        Some("supervisor")
+    );
+    let warning = browser
+        .wait_text("#overdue li", "the overdue warning", |t| {
+            t.starts_with("topic orders: 2 jobs overdue by up to")
+        })
+        .await;
+    assert!(warning.ends_with("no scheduler alive"), "{warning}");
+    browser
+        .wait_text(
+            r#"#topics tr[data-topic="orders"] td.status"#,
+            "orders overdue",
+            |t| t == "overdue",
+        )
+        .await;
+    std::fs::write(
+        artifact("dashboard-processes.png"),
+        browser.screenshot().await,
+    )
+    .unwrap();
+    browser.quit().await;
+}

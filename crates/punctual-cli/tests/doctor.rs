@@ -79,7 +79,7 @@ fn an_evicting_redis_without_aof_fails_with_what_to_change() {
         assert_eq!(verdict(&stdout, ok).0, "ok", "{stdout}");
     }
     assert!(stdout.contains("2 check(s) failed"), "{stdout}");
-    assert!(stderr.contains("2 of 8 checks failed"), "{stderr}");
+    assert!(stderr.contains("2 of 9 checks failed"), "{stderr}");
 
     let (code, v) = json_checks(&redis, &[]);
     assert_eq!(code, Some(1));

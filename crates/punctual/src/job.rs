@@ -342,6 +342,12 @@ pub struct TopicStats {
     pub next_due_in_ms: Option<i64>,
     /// Milliseconds the oldest ready job has waited, if any.
     pub oldest_ready_ms: Option<i64>,
+    /// Jobs still in the pool although their due time has passed (no
+    /// scheduler running, or one too slow). 0 within a tick when healthy.
+    pub overdue: u64,
+    /// Milliseconds the most overdue job in the pool is past its due time,
+    /// if any is overdue.
+    pub overdue_ms: Option<i64>,
     /// Counters since the topic began: enqueued, duplicates, claimed, done,
     /// retried, dead, reclaimed, promoted, cancelled, replayed, purged, orphans.
     pub counters: std::collections::BTreeMap<String, u64>,

@@ -18,6 +18,7 @@ mod keys;
 mod partition;
 mod queue;
 mod redact;
+pub mod registry;
 mod reply;
 mod scheduler;
 mod scripts;

@@ -869,7 +869,8 @@ impl Queue {
 
     /// Sizes and counters of a topic.
     /// For a partitioned topic, the partitions add up: sizes and counters
-    /// summed, the earliest next due time, the longest ready wait.
+    /// summed, the earliest next due time, the longest ready wait and
+    /// overdue age.
     pub async fn stats(&self, topic: &str) -> Result<TopicStats> {
         let names = self.partition_names(topic).await?;
         let parts: Vec<TopicStats> =
@@ -890,6 +891,8 @@ impl Queue {
                 (a, b) => a.or(b),
             };
             total.oldest_ready_ms = total.oldest_ready_ms.max(s.oldest_ready_ms);
+            total.overdue += s.overdue;
+            total.overdue_ms = total.overdue_ms.max(s.overdue_ms);
             for (k, v) in s.counters {
                 *total.counters.entry(k).or_default() += v;
             }
@@ -911,6 +914,8 @@ impl Queue {
             let name = c.string()?;
             counters.insert(name, c.int()?.max(0) as u64);
         }
+        let overdue = r.int()?;
+        let overdue_ms = r.int()?;
         Ok(TopicStats {
             topic: topic.to_string(),
             partitions: 1,
@@ -921,6 +926,8 @@ impl Queue {
             paused,
             next_due_in_ms: (next >= 0).then_some(next),
             oldest_ready_ms: (oldest >= 0).then_some(oldest),
+            overdue: overdue.max(0) as u64,
+            overdue_ms: (overdue_ms >= 0).then_some(overdue_ms),
             counters,
         })
     }

@@ -17,6 +17,7 @@ use tracing::Instrument;
 use crate::error::{Error, Result};
 use crate::keys::validate_topic;
 use crate::queue::{Queue, MAX_BATCH};
+use crate::registry::{Registry, Role};
 
 /// Settings of a [`Scheduler`].
 #[derive(Debug, Clone)]
@@ -33,6 +34,9 @@ pub struct SchedulerConfig {
     pub max_sleep: Duration,
     /// Sleep after a refused promotion (ready full) (default 50 ms).
     pub refused_backoff: Duration,
+    /// How this scheduler appears in the process registry (default: it
+    /// registers with a generated id and beats every 5 s).
+    pub registry: Registry,
 }
 
 impl Default for SchedulerConfig {
@@ -43,6 +47,7 @@ impl Default for SchedulerConfig {
             max_ready: 100_000,
             max_sleep: Duration::from_secs(30),
             refused_backoff: Duration::from_millis(50),
+            registry: Registry::default(),
         }
     }
 }
@@ -66,6 +71,11 @@ impl SchedulerConfig {
     /// Longest idle sleep.
     pub fn max_sleep(mut self, d: Duration) -> Self {
         self.max_sleep = d;
+        self
+    }
+    /// Registry settings ([`Registry::off`] to stay out of it).
+    pub fn registry(mut self, r: Registry) -> Self {
+        self.registry = r;
         self
     }
 }
@@ -120,6 +130,13 @@ impl Scheduler {
         if self.config.reclaim_batch == 0 || self.config.reclaim_batch > MAX_BATCH {
             return Err(Error::invalid("the reclaim batch must be 1 to 1000"));
         }
+        let mut logical = self.topics.clone();
+        logical.sort();
+        logical.dedup();
+        let registration = self
+            .config
+            .registry
+            .start(&self.queue, Role::Scheduler, &logical)?;
         let stop = CancellationToken::new();
         let mut channels = HashMap::new();
         let mut tasks = Vec::new();
@@ -155,6 +172,9 @@ impl Scheduler {
             let _ = t.await;
         }
         let _ = listener.await;
+        if let Some(r) = registration {
+            r.stop().await;
+        }
         Ok(())
     }
 }

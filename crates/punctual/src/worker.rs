@@ -19,6 +19,7 @@ use tracing::Instrument;
 use crate::error::{Error, Result};
 use crate::keys::validate_topic;
 use crate::queue::{Delivery, Failed, Queue, MAX_BATCH};
+use crate::registry::{Registry, Role};
 
 /// What a handler says about one delivery.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,6 +108,9 @@ pub struct WorkerConfig {
     /// (an HTTP `Retry-After`, say): longer ones are cut to this, so no
     /// answer can park a job for years (default 1 day).
     pub max_retry_delay: Duration,
+    /// How this worker appears in the process registry (default: it
+    /// registers with a generated id and beats every 5 s).
+    pub registry: Registry,
 }
 
 impl Default for WorkerConfig {
@@ -119,6 +123,7 @@ impl Default for WorkerConfig {
             timeout: Duration::from_secs(30),
             shutdown_timeout: Duration::from_secs(30),
             max_retry_delay: Duration::from_secs(24 * 3600),
+            registry: Registry::default(),
         }
     }
 }
@@ -157,6 +162,11 @@ impl WorkerConfig {
     /// Longest retry delay a handler may ask for.
     pub fn max_retry_delay(mut self, d: Duration) -> Self {
         self.max_retry_delay = d;
+        self
+    }
+    /// Registry settings ([`Registry::off`] to stay out of it).
+    pub fn registry(mut self, r: Registry) -> Self {
+        self.registry = r;
         self
     }
 }
@@ -286,6 +296,13 @@ impl Worker {
             return Err(Error::invalid("the lease must be at least 30 ms"));
         }
         let concurrency = self.config.concurrency;
+        let mut logical: Vec<String> = self.topics.iter().map(|t| t.logical.clone()).collect();
+        logical.sort();
+        logical.dedup();
+        let registration = self
+            .config
+            .registry
+            .start(&self.queue, Role::Worker, &logical)?;
         // A partitioned topic is served as one entry per partition, with the
         // same handler; claims rotate over them all.
         let mut entries = Vec::new();
@@ -376,6 +393,9 @@ impl Worker {
         let _ = keeper.await;
         let _ = flusher.await;
         let _ = listener.await;
+        if let Some(r) = registration {
+            r.stop().await;
+        }
         Ok(Stopped { abandoned })
     }
 }

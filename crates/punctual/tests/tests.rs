@@ -7,5 +7,6 @@ mod faults;
 mod history;
 mod integrity;
 mod queue;
+mod registry;
 mod runtime_regressions;
 mod worker;

@@ -7,6 +7,7 @@ pub mod dead;
 pub mod import;
 pub mod job;
 pub mod partitions;
+pub mod ps;
 pub mod push;
 pub mod script;
 pub mod stats;

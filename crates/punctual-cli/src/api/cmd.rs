@@ -18,6 +18,7 @@ use super::auth::{self, Token};
 use super::{ApiState, Sampler};
 use crate::context::Ctx;
 use crate::exit;
+use crate::health::Alerts;
 use crate::input::parse_duration;
 
 /// Arguments of `punctual api`.
@@ -73,6 +74,16 @@ pub struct ApiArgs {
     /// which show the last hour (kept in memory only).
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
     pub sample_interval: Duration,
+
+    /// /healthz answers 503 `degraded` when a topic's pool holds a job
+    /// past due by more than this (no scheduler alive, or too slow).
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    pub overdue_alert: Duration,
+
+    /// /healthz answers 503 `degraded` when a topic's oldest ready job has
+    /// waited longer than this (no worker alive, or too few).
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    pub ready_alert: Duration,
 }
 
 /// The token from `--token-file`, else from the environment.
@@ -127,9 +138,13 @@ pub async fn run(ctx: &Ctx, args: ApiArgs) -> Result<()> {
     let sampler = Arc::new(Sampler::new(args.sample_interval, None));
     let sampling = super::start_sampler(sampler.clone(), queue.clone());
     super::log_start(&addr, token.as_ref(), args.require_token_for_reads);
+    let alerts = Alerts {
+        overdue: args.overdue_alert,
+        ready: args.ready_alert,
+    };
     let app = Router::new()
         .route("/healthz", get(healthz))
-        .with_state(queue.clone())
+        .with_state((queue.clone(), alerts))
         .merge(super::router(ApiState::new(
             queue,
             token,
@@ -137,6 +152,7 @@ pub async fn run(ctx: &Ctx, args: ApiArgs) -> Result<()> {
             sampler,
             "api",
             None,
+            alerts,
         )));
     let opts = super::HttpOptions {
         header_timeout: args.header_timeout,
@@ -149,10 +165,28 @@ pub async fn run(ctx: &Ctx, args: ApiArgs) -> Result<()> {
     Ok(())
 }
 
-/// 200 when Redis answers, 503 when it does not.
-async fn healthz(State(queue): State<Queue>) -> impl IntoResponse {
-    match queue.topics().await {
-        Ok(_) => (StatusCode::OK, Json(serde_json::json!({"status": "ok"}))),
+/// 200 when Redis answers and no topic crosses an alert; 503 `degraded`
+/// with the `reasons` when one does; 503 when Redis does not answer.
+async fn healthz(State((queue, alerts)): State<(Queue, Alerts)>) -> impl IntoResponse {
+    let all = match queue.topics().await {
+        Ok(t) => crate::health::topics(&queue, t, &alerts).await,
+        Err(e) => Err(e),
+    };
+    match all {
+        Ok(all) => {
+            let reasons: Vec<String> = all.into_iter().flat_map(|(_, h)| h.reasons).collect();
+            if reasons.is_empty() {
+                (
+                    StatusCode::OK,
+                    Json(serde_json::json!({"status": "ok", "reasons": []})),
+                )
+            } else {
+                (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    Json(serde_json::json!({"status": "degraded", "reasons": reasons})),
+                )
+            }
+        }
         Err(e) => (
             StatusCode::SERVICE_UNAVAILABLE,
             Json(serde_json::json!({"status": "redis unavailable", "error": e.to_string()})),

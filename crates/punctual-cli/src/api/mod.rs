@@ -52,9 +52,12 @@ pub struct ApiState {
     mode: &'static str,
     /// The resident programs of `serve`'s workers; `None` for `punctual api`.
     resident: Option<ResidentBoard>,
+    /// When a topic's status is `overdue`.
+    alerts: crate::health::Alerts,
 }
 
 impl ApiState {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         queue: Queue,
         token: Option<Token>,
@@ -62,6 +65,7 @@ impl ApiState {
         sampler: Arc<Sampler>,
         mode: &'static str,
         resident: Option<ResidentBoard>,
+        alerts: crate::health::Alerts,
     ) -> Arc<ApiState> {
         Arc::new(ApiState {
             queue,
@@ -70,6 +74,7 @@ impl ApiState {
             sampler,
             mode,
             resident,
+            alerts,
         })
     }
 }

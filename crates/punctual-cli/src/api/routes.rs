@@ -11,7 +11,6 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use futures::stream::{self, StreamExt, TryStreamExt};
 use punctual::{DeadSelector, EnqueueOptions, EnqueueStatus, Job, State as JobState, When};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -21,6 +20,7 @@ use super::auth::Authorized;
 use super::error::{ApiError, ApiResult};
 use super::ApiState;
 use crate::admin::audit::counted;
+use crate::health;
 use crate::input::parse_time;
 
 /// Largest offset into the dead list.
@@ -38,6 +38,7 @@ pub fn routes() -> Router<Arc<ApiState>> {
         .route("/auth", get(auth_check))
         .route("/topics", get(all_topics))
         .route("/resident", get(resident))
+        .route("/processes", get(processes))
         .route("/topics/{topic}", get(topic_stats))
         .route("/topics/{topic}/jobs", post(enqueue).get(peek))
         .route("/topics/{topic}/jobs/{id}", get(get_job).delete(cancel))
@@ -177,20 +178,28 @@ async fn resident(State(s): St) -> Json<Value> {
 /// the others).
 async fn all_topics(State(s): St) -> ApiResult<Json<Value>> {
     let listed = s.queue.list_topics().await?;
-    let stats: Vec<punctual::TopicStats> = stream::iter(listed.valid)
-        .map(|t| {
-            let q = s.queue.clone();
-            async move { q.stats(&t).await }
-        })
-        .buffered(16)
-        .try_collect()
-        .await?;
-    Ok(Json(json!({ "topics": stats, "skipped": listed.skipped })))
+    let all = health::topics(&s.queue, listed.valid, &s.alerts).await?;
+    let topics: Vec<Value> = all
+        .iter()
+        .map(|(st, h)| health::topic_json(st, h))
+        .collect();
+    Ok(Json(json!({ "topics": topics, "skipped": listed.skipped })))
 }
 
+/// One topic's stats, with its status (`active` only with a live worker)
+/// and the alerts it crosses.
 async fn topic_stats(State(s): St, Path(topic): Path<String>) -> ApiResult<Json<Value>> {
     topic_ok(&topic)?;
-    Ok(Json(json!(s.queue.stats(&topic).await?)))
+    let all = health::topics(&s.queue, vec![topic], &s.alerts).await?;
+    let (st, h) = &all[0];
+    Ok(Json(health::topic_json(st, h)))
+}
+
+/// The live processes in the registry, on every host.
+async fn processes(State(s): St) -> ApiResult<Json<Value>> {
+    let procs = s.queue.processes().await?;
+    let now = s.queue.redis_now_ms().await?;
+    Ok(Json(json!({ "now_ms": now, "processes": procs })))
 }
 
 #[derive(Debug, Deserialize)]

@@ -49,6 +49,18 @@ pub struct Config {
     /// Safety-net interval for idle workers and schedulers.
     #[serde(default = "default_idle_check", with = "humantime_serde")]
     pub idle_check: Duration,
+    /// Beat period of every process's record in the process registry (the
+    /// record expires 3 beats after the last).
+    #[serde(default = "default_heartbeat", with = "humantime_serde")]
+    pub heartbeat: Duration,
+    /// A topic is degraded (/healthz 503, doctor FAIL) when a job in its
+    /// pool is past due by more than this: no scheduler, or one too slow.
+    #[serde(default = "default_overdue_alert", with = "humantime_serde")]
+    pub overdue_alert: Duration,
+    /// A topic is degraded when its oldest ready job has waited longer than
+    /// this: no worker, or too few.
+    #[serde(default = "default_ready_alert", with = "humantime_serde")]
+    pub ready_alert: Duration,
     /// Address for /healthz, /metrics, the HTTP API and the dashboard (off
     /// when absent).
     #[serde(default)]
@@ -244,6 +256,15 @@ fn default_max_payload() -> usize {
 fn default_idle_check() -> Duration {
     Duration::from_secs(30)
 }
+fn default_heartbeat() -> Duration {
+    punctual::registry::DEFAULT_HEARTBEAT
+}
+fn default_overdue_alert() -> Duration {
+    crate::health::DEFAULT_OVERDUE_ALERT
+}
+fn default_ready_alert() -> Duration {
+    crate::health::DEFAULT_READY_ALERT
+}
 fn default_http_header_timeout() -> Duration {
     Duration::from_secs(30)
 }
@@ -294,6 +315,14 @@ pub struct Overrides {
 }
 
 impl Config {
+    /// The thresholds of the overdue signal.
+    pub fn alerts(&self) -> crate::health::Alerts {
+        crate::health::Alerts {
+            overdue: self.overdue_alert,
+            ready: self.ready_alert,
+        }
+    }
+
     /// Reads and validates a file; errors name the key and line. `rust`
     /// names the topics with a handler registered in Rust.
     pub fn load(path: &Path, o: &Overrides, rust: &[&str]) -> Result<Config> {
@@ -371,6 +400,12 @@ impl Config {
         }
         if self.idle_check < Duration::from_millis(100) {
             bail!("idle_check must be at least 100ms");
+        }
+        if self.heartbeat < Duration::from_millis(100) {
+            bail!("heartbeat must be at least 100ms");
+        }
+        if self.overdue_alert.is_zero() || self.ready_alert.is_zero() {
+            bail!("overdue_alert and ready_alert must be more than 0s");
         }
         if self.max_retry_delay < Duration::from_secs(1)
             || self.max_retry_delay > punctual::MAX_DELAY

@@ -27,6 +27,7 @@ struct AppState {
     handle: PrometheusHandle,
     queue: Queue,
     topics: Vec<String>,
+    alerts: crate::health::Alerts,
 }
 
 /// Binds the config's `http` address and serves in the background. The
@@ -68,6 +69,7 @@ pub async fn serve(
         sampler,
         "serve",
         Some(resident.clone()),
+        cfg.alerts(),
     );
     let state = Arc::new(AppState {
         children,
@@ -75,6 +77,7 @@ pub async fn serve(
         handle,
         queue,
         topics,
+        alerts: cfg.alerts(),
     });
     let app = Router::new()
         .route("/healthz", get(healthz))
@@ -88,9 +91,33 @@ pub async fn serve(
     }))
 }
 
+/// 200 `ok`; 503 `degraded` when a child is not running or a topic of
+/// the config crosses an alert (`reasons` says which and why). When Redis
+/// cannot be read, `redis_error` says so and the status stays as the
+/// children make it.
 async fn healthz(State(s): State<Arc<AppState>>) -> Response {
     let children = s.children.lock().unwrap().clone();
-    let ok = children.iter().all(|c| c.alive);
+    let mut reasons: Vec<String> = children
+        .iter()
+        .filter(|c| !c.alive)
+        .map(|c| format!("{}-{} is not running", c.role, c.index))
+        .collect();
+    // A Redis outage alone does not make the service unhealthy (restarting
+    // it would not help; its children retry): it is reported, not judged.
+    let judged = tokio::time::timeout(
+        Duration::from_secs(2),
+        crate::health::topics(&s.queue, s.topics.clone(), &s.alerts),
+    )
+    .await;
+    let redis_error = match judged {
+        Ok(Ok(all)) => {
+            reasons.extend(all.into_iter().flat_map(|(_, h)| h.reasons));
+            None
+        }
+        Ok(Err(e)) => Some(e.to_string()),
+        Err(_) => Some("Redis did not answer within 2 s".to_string()),
+    };
+    let ok = reasons.is_empty();
     let code = if ok {
         StatusCode::OK
     } else {
@@ -98,6 +125,8 @@ async fn healthz(State(s): State<Arc<AppState>>) -> Response {
     };
     let body = serde_json::json!({
         "status": if ok { "ok" } else { "degraded" },
+        "reasons": reasons,
+        "redis_error": redis_error,
         "children": children,
         "resident": s.resident.snapshot(),
     });
@@ -106,9 +135,14 @@ async fn healthz(State(s): State<Arc<AppState>>) -> Response {
 
 async fn metrics(State(s): State<Arc<AppState>>) -> Response {
     // Queue depths and counters come from Redis: they cover every host.
+    match s.queue.processes().await {
+        Ok(procs) => crate::health::process_gauges(&procs, &s.topics),
+        Err(e) => tracing::warn!(error = %e, "cannot read the process registry for /metrics"),
+    }
     for t in &s.topics {
         match s.queue.stats(t).await {
             Ok(st) => {
+                crate::health::gauges(&st);
                 for (state, n) in [
                     ("pool", st.pool),
                     ("ready", st.ready),

@@ -102,6 +102,16 @@ pub struct PoolStats {
     pub jobs: AtomicU64,
 }
 
+/// Where a pool's programs are registered in the process registry: under
+/// their worker's id, as `<worker id>/resident-<topic>-<slot>`.
+#[derive(Debug, Clone)]
+pub struct Registered {
+    pub queue: punctual::Queue,
+    /// The worker's id.
+    pub worker: String,
+    pub heartbeat: Duration,
+}
+
 /// The resident programs of one topic in this worker process.
 pub struct Pool {
     topic: String,
@@ -126,6 +136,7 @@ impl Pool {
         cfg: ResidentConfig,
         times: StopTimes,
         metrics: Option<Arc<MetricsSender>>,
+        registry: Option<Registered>,
     ) -> Arc<Pool> {
         let cfg = Arc::new(cfg);
         let (tx, rx) = mpsc::unbounded_channel();
@@ -145,6 +156,7 @@ impl Pool {
                     ready: ready_tx.clone(),
                     times,
                     metrics: metrics.clone(),
+                    registry: registry.clone(),
                     stats: stats.clone(),
                     carry: None,
                     retiring: Vec::new(),
@@ -268,6 +280,7 @@ struct Manager {
     ready: Arc<watch::Sender<Readiness>>,
     times: StopTimes,
     metrics: Option<Arc<MetricsSender>>,
+    registry: Option<Registered>,
     stats: Arc<PoolStats>,
     /// A job taken but not sent: goes to the next program first.
     carry: Option<Request>,
@@ -626,8 +639,12 @@ impl Manager {
                 first
             });
             tracing::info!(topic = %self.topic, pid = p.pid, slot = self.slot, inflight = cap, "resident program ready");
+            let registration = self.register(p.pid);
             let end = self.serve(&mut p, cap, &mut delay).await;
             self.stats.alive.fetch_sub(1, Ordering::Relaxed);
+            if let Some(r) = registration {
+                r.stop().await;
+            }
             match end {
                 End::Recycle(reason) => {
                     tracing::info!(topic = %self.topic, pid = p.pid, reason, "recycling the resident program");
@@ -660,6 +677,28 @@ impl Manager {
         }
         for h in self.retiring.drain(..) {
             let _ = h.await;
+        }
+    }
+
+    /// Registers the program `pid` of this slot in the process registry
+    /// (until the returned handle is stopped, when its service ends).
+    fn register(&self, pid: u32) -> Option<punctual::registry::Registration> {
+        let r = self.registry.as_ref()?;
+        let info = punctual::registry::ProcessInfo::new(
+            punctual::registry::Role::Resident,
+            [self.topic.clone()],
+        )
+        .with_id(format!(
+            "{}/resident-{}-{}",
+            r.worker, self.topic, self.slot
+        ))
+        .with_pid(pid);
+        match r.queue.register_process(info, r.heartbeat) {
+            Ok(reg) => Some(reg),
+            Err(e) => {
+                tracing::warn!(topic = %self.topic, pid, error = %e, "cannot register the resident program");
+                None
+            }
         }
     }
 

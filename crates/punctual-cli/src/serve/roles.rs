@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use punctual::registry::{ProcessInfo, Registry, Role};
 use punctual::{Outcome, Queue, Scheduler, SchedulerConfig, Worker, WorkerConfig};
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -65,6 +66,17 @@ fn loading(e: &punctual::Error) -> bool {
     }
 }
 
+/// How a child registers: under the id its supervisor chose (in
+/// [`super::supervisor::PROCESS_ID_ENV`]; else a generated one), beating
+/// every `heartbeat`.
+fn registry(cfg: &Config) -> Registry {
+    let id = std::env::var(super::supervisor::PROCESS_ID_ENV)
+        .ok()
+        .filter(|id| !id.is_empty())
+        .unwrap_or_else(|| ProcessInfo::new(Role::Worker, [""; 0]).id);
+    Registry::default().heartbeat(cfg.heartbeat).id(id)
+}
+
 /// Resolves on SIGTERM, SIGINT, or when this process's parent is not its
 /// supervisor (it died and this process was re-parented). The supervisor's
 /// pid comes from the environment, so a supervisor that died before this
@@ -106,7 +118,13 @@ pub async fn run_worker(
     // boot stops them cleanly.
     let stop = stop_signal();
     tokio::pin!(stop);
-    let pools = start_pools(&cfg, metrics.clone());
+    let registry = registry(&cfg);
+    let registered = registry.enabled.then(|| super::resident::Registered {
+        queue: queue.clone(),
+        worker: registry.id.clone().unwrap_or_default(),
+        heartbeat: cfg.heartbeat,
+    });
+    let pools = start_pools(&cfg, metrics.clone(), registered);
     // Wait for each pool's first handshake (or failure), to learn how many
     // jobs a program takes at once: the worker runs at least enough jobs at
     // once to keep every resident program busy.
@@ -163,7 +181,8 @@ pub async fn run_worker(
         .lease(cfg.lease)
         .idle_check(cfg.idle_check)
         .shutdown_timeout(grace)
-        .max_retry_delay(cfg.max_retry_delay);
+        .max_retry_delay(cfg.max_retry_delay)
+        .registry(registry);
     let mut worker = Worker::new(queue, wc);
     for (name, t) in &cfg.topics {
         let metrics = metrics.clone();
@@ -225,14 +244,21 @@ type Pools = BTreeMap<String, Arc<Pool>>;
 
 /// One pool of resident programs per resident topic, with a task reporting
 /// their counts to the supervisor every second.
-fn start_pools(cfg: &Config, metrics: Option<Arc<MetricsSender>>) -> Pools {
+fn start_pools(
+    cfg: &Config,
+    metrics: Option<Arc<MetricsSender>>,
+    registered: Option<super::resident::Registered>,
+) -> Pools {
     let times = StopTimes::default();
     let pools: Pools = cfg
         .topics
         .keys()
         .filter_map(|name| {
             let r = cfg.resident(name)?;
-            Some((name.clone(), Pool::start(name, r, times, metrics.clone())))
+            Some((
+                name.clone(),
+                Pool::start(name, r, times, metrics.clone(), registered.clone()),
+            ))
         })
         .collect();
     if let (Some(m), false) = (metrics, pools.is_empty()) {
@@ -294,7 +320,8 @@ pub async fn run_scheduler(cfg: Config) -> Result<()> {
     let sc = SchedulerConfig::default()
         .promote_batch(cfg.promote_batch)
         .max_ready(cfg.max_ready)
-        .max_sleep(cfg.idle_check);
+        .max_sleep(cfg.idle_check)
+        .registry(registry(&cfg));
     let mut s = Scheduler::new(queue, sc);
     for name in cfg.topics.keys() {
         s = s.topic(name.clone());

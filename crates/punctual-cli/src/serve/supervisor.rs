@@ -43,6 +43,10 @@ pub const SUPERVISOR_PID_ENV: &str = "PUNCTUAL_SUPERVISOR_PID";
 pub const CHILD_CONFIG_FD: i32 = 3;
 /// Environment variable naming the metrics socket for workers.
 pub const METRICS_ENV: &str = "PUNCTUAL_METRICS_SOCKET";
+/// Environment variable with the id a child registers under in the process
+/// registry (`<supervisor id>/<role>-<index>`): the supervisor removes the
+/// record, and those under it, when it reaps the child.
+pub const PROCESS_ID_ENV: &str = "PUNCTUAL_PROCESS_ID";
 /// Environment variable with the log format for children.
 pub const LOG_FORMAT_ENV: &str = "PUNCTUAL_CHILD_LOG_FORMAT";
 /// Secrets punctual reads from the environment: the supervisor keeps them
@@ -52,9 +56,10 @@ pub const LOG_FORMAT_ENV: &str = "PUNCTUAL_CHILD_LOG_FORMAT";
 pub const SECRET_ENV: [&str; 2] = ["PUNCTUAL_REDIS_URL", "PUNCTUAL_API_TOKEN"];
 /// What no handler sees: what the supervisor passes to its children, and
 /// the secrets punctual itself reads from the environment.
-pub const INTERNAL_ENV: [&str; 6] = [
+pub const INTERNAL_ENV: [&str; 7] = [
     CONFIG_FD_ENV,
     SUPERVISOR_PID_ENV,
+    PROCESS_ID_ENV,
     METRICS_ENV,
     LOG_FORMAT_ENV,
     SECRET_ENV[0],
@@ -165,6 +170,17 @@ pub async fn supervise(cfg: Config) -> Result<i32> {
     );
     let _receiver = super::metrics::receive(&metrics_path, resident.clone())?;
 
+    // This supervisor's record in the process registry; its children's ids
+    // are under its id.
+    let registration = queue.register_process(
+        punctual::registry::ProcessInfo::new(
+            punctual::registry::Role::Supervisor,
+            cfg.topics.keys().cloned(),
+        ),
+        cfg.heartbeat,
+    )?;
+    let sup_id = registration.id().to_string();
+
     let exe =
         std::env::current_exe().context("cannot find this program's path to re-execute it")?;
     let config_json: Arc<str> = serde_json::to_string(&cfg)?.into();
@@ -213,6 +229,7 @@ pub async fn supervise(cfg: Config) -> Result<i32> {
             .arg(index.to_string())
             .env(CONFIG_FD_ENV, CHILD_CONFIG_FD.to_string())
             .env(SUPERVISOR_PID_ENV, std::process::id().to_string())
+            .env(PROCESS_ID_ENV, format!("{sup_id}/{role}-{index}"))
             .env(LOG_FORMAT_ENV, &cfg.log_format);
         for var in SECRET_ENV {
             cmd.env_remove(var);
@@ -228,6 +245,10 @@ pub async fn supervise(cfg: Config) -> Result<i32> {
             role,
             index,
             si,
+            Registry {
+                queue: queue.clone(),
+                id: format!("{sup_id}/{role}-{index}"),
+            },
             children.clone(),
             stop.clone(),
             kill_now.clone(),
@@ -263,6 +284,7 @@ pub async fn supervise(cfg: Config) -> Result<i32> {
     if let Some(h) = http {
         h.abort();
     }
+    registration.stop().await;
     if let Some(p) = &cfg.pidfile {
         let _ = std::fs::remove_file(p);
     }
@@ -331,6 +353,24 @@ impl ChildCommand {
     }
 }
 
+/// A child's place in the process registry.
+struct Registry {
+    queue: punctual::Queue,
+    /// The id the child registers under.
+    id: String,
+}
+
+impl Registry {
+    /// Removes the record of a reaped child (and its resident programs'):
+    /// a killed child cannot, and would stay listed until its record
+    /// expired.
+    async fn reaped(&self) {
+        if let Err(e) = self.queue.deregister_process(&self.id).await {
+            tracing::warn!(id = %self.id, error = %e, "cannot remove a reaped child's registry record; it expires on its own");
+        }
+    }
+}
+
 /// Keeps one child running until `stop`; returns whether it then exited
 /// cleanly within the shutdown timeout.
 #[allow(clippy::too_many_arguments)]
@@ -339,6 +379,7 @@ async fn run_slot(
     role: &'static str,
     index: usize,
     si: usize,
+    registry: Registry,
     children: Children,
     stop: CancellationToken,
     kill_now: CancellationToken,
@@ -379,6 +420,7 @@ async fn run_slot(
                     c[si].alive = false;
                     c[si].last_exit = Some(what.clone());
                 }
+                registry.reaped().await;
                 if stop.is_cancelled() {
                     return ok;
                 }
@@ -409,6 +451,7 @@ async fn run_slot(
                     }
                 };
                 children.lock().unwrap()[si].alive = false;
+                registry.reaped().await;
                 tracing::info!(child = %name, pid, clean, "stopped");
                 return clean;
             }

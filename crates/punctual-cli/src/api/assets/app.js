@@ -147,7 +147,7 @@ function renderTopics(topics) {
       onclick: (ev) => { if (!ev.target.closest('button')) select(t.topic); },
     },
       el('td', { class: 'topic mono' }, t.topic),
-      el('td', { class: 'status' }, el('span', { class: 'badge' + (t.paused ? ' paused' : '') }, t.paused ? 'paused' : 'active')),
+      el('td', { class: 'status' }, badge(t)),
       el('td', { class: 'num pool' }, count(t.pool)),
       el('td', { class: 'num ready' }, count(t.ready)),
       el('td', { class: 'num running' }, count(t.running)),
@@ -198,14 +198,53 @@ function renderResident(figures) {
   }));
 }
 
+// ---- processes and the overdue signal ----------------------------------------
+
+// A topic's status badge: active only with a live worker (the API says).
+function badge(t) {
+  const status = t.status || (t.paused ? 'paused' : 'active');
+  const cls = { active: '', idle: ' idle', paused: ' paused', 'no consumer': ' bad', overdue: ' bad' }[status] || ' idle';
+  const title = status === 'no consumer' ? 'jobs are waiting and no worker serving this topic is alive'
+    : status === 'overdue' ? (t.reasons || []).join('; ') : null;
+  return el('span', { class: 'badge' + cls, title }, status);
+}
+
+// The topics over an alert (their reasons), as a warning above the topics.
+function renderOverdue(topics) {
+  const reasons = topics.flatMap((t) => t.reasons || []);
+  if (!changed('overdue', reasons)) return;
+  $('#overdue').hidden = reasons.length === 0;
+  $('#overdue ul').replaceChildren(...reasons.map((r) => el('li', {}, r)));
+}
+
+// {now_ms, processes: [{id, host, pid, role, topics, version, started_ms, beat_ms}]}
+function renderProcesses(reply) {
+  const procs = reply.processes || [];
+  if (!changed('processes', procs.map((p) => [p.id, p.pid, p.beat_ms]))) return;
+  const body = $('#processes tbody');
+  if (procs.length === 0) {
+    body.replaceChildren(el('tr', { class: 'empty' }, el('td', { colspan: 8 },
+      'No live punctual process is registered: nothing runs a worker or a scheduler for this prefix.')));
+    return;
+  }
+  const ago = (ms) => span(Math.max(0, reply.now_ms - ms));
+  body.replaceChildren(...procs.map((p) => el('tr', { dataset: { id: p.id, role: p.role } },
+    el('td', { class: 'role' }, p.role),
+    el('td', { class: 'host mono' }, p.host),
+    el('td', { class: 'num pid' }, String(p.pid)),
+    el('td', { class: 'topics mono' }, p.topics.length ? p.topics.join(', ') : '–'),
+    el('td', { class: 'up' }, ago(p.started_ms)),
+    el('td', { class: 'beat' }, ago(p.beat_ms) + ' ago'),
+    el('td', { class: 'version' }, p.version),
+    el('td', { class: 'id mono' }, p.id))));
+}
+
 // ---- one topic --------------------------------------------------------------
 
 function renderDetail(topic, stats, history, pool, ready, dead) {
   $('#detail').hidden = false;
   $('#detail-topic').textContent = topic;
-  const status = $('#detail-status');
-  status.textContent = stats.paused ? 'paused' : 'active';
-  status.className = 'badge' + (stats.paused ? ' paused' : '');
+  $('#detail-status').replaceWith(Object.assign(badge(stats), { id: 'detail-status' }));
   const toggle = $('#pause-toggle');
   toggle.textContent = stats.paused ? 'Resume' : 'Pause';
   toggle.onclick = () => togglePause(topic, stats.paused);
@@ -522,6 +561,8 @@ async function refresh() {
     state.topics = topics;
     renderResident(resident);
     renderAudit(audit);
+    renderOverdue(topics);
+    renderProcesses(await api('GET', '/processes'));
     if (!state.selected || !topics.some((t) => t.topic === state.selected)) {
       const fromHash = decodeURIComponent((location.hash.match(/topic=([^&]+)/) || [])[1] || '');
       const pick = topics.find((t) => t.topic === fromHash) || topics[0];
