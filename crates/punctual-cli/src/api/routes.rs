@@ -686,6 +686,7 @@ mod tests {
             "/auth",
             "/topics",
             "/resident",
+            "/processes",
             "/topics/{topic}",
             "/topics/{topic}/jobs",
             "/topics/{topic}/jobs/{id}",
