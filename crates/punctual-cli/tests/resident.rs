@@ -41,6 +41,7 @@ pid = os.getpid()
 assert os.environ.get("PUNCTUAL_PROTOCOL") == "1"
 leaked = [v for v in ("PUNCTUAL_SERVE_CONFIG", "PUNCTUAL_METRICS_SOCKET") if v in os.environ]
 record("ready %d %s" % (pid, ",".join(leaked) or "-"))
+time.sleep(float(os.environ.get("SLOW_READY", "0")))
 send({"type": "ready", "protocol": int(os.environ.get("PROTO", "1")), "inflight": int(os.environ.get("INFLIGHT", "1"))})
 for line in jobs:
     job = json.loads(line)
@@ -509,6 +510,35 @@ async fn sigterm_drains_the_job_in_flight_then_the_program_sees_eof_and_exits() 
         svc.log()
             .contains(&format!("resident program exited pid={pid} status=0")),
         "and exited 0:\n{}",
+        svc.log()
+    );
+    assert!(gone(pid));
+}
+
+/// A shutdown that finds a program still starting (not ready yet) stops it
+/// like any other, with EOF on fd 3, instead of killing it: it holds no job,
+/// and a program that cleans up on EOF must get the chance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_while_a_program_starts_gives_it_eof_too() {
+    let redis = RedisServer::start();
+    let mut svc = Resident::new();
+    svc.start(
+        &redis.url(),
+        "workers = 1",
+        "processes = 1\nstart_timeout = \"30s\"\nenv = { SLOW_READY = \"2\" }",
+    );
+    eventually(Duration::from_secs(20), "the program started", || async {
+        !svc.pids("ready").is_empty()
+    })
+    .await;
+    let pid = svc.pids("ready")[0];
+    svc.signal(Signal::SIGTERM);
+    let status = svc.wait(Duration::from_secs(30));
+    assert!(status.success(), "serve exits 0; log:\n{}", svc.log());
+    assert_eq!(
+        svc.pids("eof"),
+        vec![pid],
+        "the starting program read EOF on fd 3; log:\n{}",
         svc.log()
     );
     assert!(gone(pid));

@@ -603,13 +603,17 @@ impl Manager {
             self.stats.alive.fetch_add(1, Ordering::Relaxed);
             let cap = match self.handshake(&mut p).await {
                 Ok(n) => n,
+                Err(("stop", _, _)) => {
+                    // Shutdown while it starts: it holds no job, so it is
+                    // stopped like any other (EOF first), not killed.
+                    retire(p, self.times).await;
+                    self.stats.alive.fetch_sub(1, Ordering::Relaxed);
+                    break;
+                }
                 Err((reason, why, restart)) => {
                     let pid = p.pid;
                     p.kill().await;
                     self.stats.alive.fetch_sub(1, Ordering::Relaxed);
-                    if reason == "stop" {
-                        break;
-                    }
                     self.restarted(reason);
                     if !restart {
                         self.ready.send_if_modified(|r| {
