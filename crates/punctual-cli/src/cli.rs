@@ -4,6 +4,7 @@
 //! To add a command: add a variant to [`Command`] with an `Args` struct, a
 //! module that runs it, and an arm in `main.rs`'s dispatch.
 
+use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use clap::{ArgGroup, Args, Parser, Subcommand};
@@ -39,6 +40,20 @@ pub struct Cli {
 #[derive(Debug, Args, Clone)]
 #[command(next_help_heading = "Global options")]
 pub struct GlobalOpts {
+    /// The config file (TOML) of `serve`. Every command takes its `redis`,
+    /// `prefix` and `max_payload` from it, so admin commands ask the Redis
+    /// the service uses. Precedence: --redis/--prefix/--max-payload or their
+    /// PUNCTUAL_* variable, then the file, then the default. A file that
+    /// cannot be read or is invalid is an error (exit 2), never skipped.
+    #[arg(
+        long,
+        short,
+        value_name = "FILE",
+        env = "PUNCTUAL_CONFIG",
+        global = true
+    )]
+    pub config: Option<PathBuf>,
+
     /// Redis to use: redis://[user:password@]host:port[/db] or rediss://... for TLS.
     /// For a Redis Cluster, give one node's URL (detected) or several,
     /// comma-separated.
@@ -221,6 +236,20 @@ impl Command {
                 | Command::Demo(_)
                 | Command::Bench(_)
                 | Command::Api(_)
+        )
+    }
+
+    /// Whether this command takes `redis`, `prefix` and `max_payload` from
+    /// the config file (`serve` reads the whole file itself; its children
+    /// get it from the supervisor; `script` never connects).
+    pub fn reads_config(&self) -> bool {
+        !matches!(
+            self,
+            Command::Serve(_)
+                | Command::Worker(_)
+                | Command::Scheduler(_)
+                | Command::Script(_)
+                | Command::DemoHandler
         )
     }
 

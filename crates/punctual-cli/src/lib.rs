@@ -48,7 +48,7 @@ pub fn main() -> ExitCode {
 /// your own `main`; see the `rust_service` example.
 pub fn main_with(handlers: Handlers) -> ExitCode {
     let matches = Cli::command().get_matches();
-    let cli = match Cli::from_arg_matches(&matches) {
+    let mut cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
         Err(e) => e.exit(),
     };
@@ -61,13 +61,13 @@ pub fn main_with(handlers: Handlers) -> ExitCode {
         )
     };
     let service = cli.command.is_service();
-    let redis_explicit = explicit("redis_url");
+    let redis_explicit = explicit("redis_url") || cli.global.config.is_some();
     // `serve` reads its config first: the log format may be set there.
     let serve_config = match &cli.command {
         Command::Serve(args) => {
             let redis = explicit("redis_url").then(|| cli.global.redis_url.clone());
             let prefix = explicit("prefix").then(|| cli.global.prefix.clone());
-            match serve::cmd::load(args, redis, prefix, &handlers) {
+            match serve::cmd::load(cli.global.config.as_deref(), args, redis, prefix, &handlers) {
                 Ok(cfg) => Some(cfg),
                 Err(err) => {
                     eprintln!("{}", exit::report(&err));
@@ -77,6 +77,15 @@ pub fn main_with(handlers: Handlers) -> ExitCode {
         }
         _ => None,
     };
+    // Every other command that talks to Redis takes its Redis, prefix and
+    // payload limit from the config file, when one is named.
+    if cli.command.reads_config() {
+        let rust: Vec<&str> = handlers.topics().collect();
+        if let Err(err) = context::apply_config(&mut cli.global, explicit, &rust) {
+            eprintln!("{}", exit::report(&err));
+            return exit::classify(&err).into();
+        }
+    }
     let json_logs = match &serve_config {
         Some(cfg) => cfg.log_format == "json",
         None => std::env::var(serve::supervisor::LOG_FORMAT_ENV).is_ok_and(|f| f == "json"),
