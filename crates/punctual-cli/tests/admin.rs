@@ -3,12 +3,19 @@
 //! replay, listing with a cursor, bulk cancel, topic deletion and the
 //! `dead` enqueue status.
 
-use std::process::{Command, Stdio};
-use std::time::Duration;
+mod support;
 
-use punctual::{Failed, Job, Queue};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use punctual::{
+    Failed, Job, Outcome, Queue, Scheduler, SchedulerConfig, State, Worker, WorkerConfig,
+};
 use punctual_testkit::{free_port, RedisServer};
 use serde_json::Value;
+use support::{eventually, Server, TOKEN};
+use tokio_util::sync::CancellationToken;
 
 /// What one run of the binary did.
 #[derive(Debug)]
@@ -167,4 +174,190 @@ fn admin_commands_take_redis_and_prefix_from_the_config_file() {
     let out = punctual(&["topics"], &[("PUNCTUAL_CONFIG", bad.to_str().unwrap())]);
     assert_eq!(out.code, 2, "{out:?}");
     assert!(out.stderr.contains("bad.toml"), "{out:?}");
+}
+
+// ---- paced replay ----------------------------------------------------------
+
+/// `n` ids `j0000`, `j0001`, ...
+fn ids(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("j{i:04}")).collect()
+}
+
+/// The due times of the topic's jobs in pool, sorted, and how many jobs are
+/// in ready. A paced job is due start + its offset, exactly, unless that
+/// time had passed when the script ran (then it is due now, in ready).
+async fn paced(q: &Queue, topic: &str) -> (Vec<i64>, u64) {
+    let mut pool: Vec<i64> = q
+        .peek(topic, State::Pool, 1000)
+        .await
+        .unwrap()
+        .iter()
+        .map(|(_, d)| *d)
+        .collect();
+    pool.sort();
+    (pool, q.stats(topic).await.unwrap().ready)
+}
+
+/// Asserts that `n` jobs were paced `step` ms apart: every gap between pool
+/// jobs is exactly `step`, and no more than a few are in ready.
+#[track_caller]
+fn assert_paced((pool, ready): (Vec<i64>, u64), n: usize, step: i64) {
+    assert_eq!(pool.len() + ready as usize, n, "{pool:?}, {ready} ready");
+    assert!(ready <= 5, "{ready} of {n} were due at once");
+    for w in pool.windows(2) {
+        assert_eq!(w[1] - w[0], step, "uneven: {pool:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_replay_rate_holds_its_rate_measured_by_when_the_jobs_run() {
+    const N: usize = 2000;
+    const RATE: f64 = 250.0;
+    let server = RedisServer::start();
+    let url = server.url();
+    let q = Queue::connect(url.clone()).await.unwrap();
+    make_dead(&q, "orders", &ids(N)).await;
+
+    // A scheduler and a worker that note when each job runs.
+    let ran: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let stop = CancellationToken::new();
+    let scheduler = Scheduler::new(q.clone(), SchedulerConfig::default())
+        .topic("orders")
+        .run(stop.clone().cancelled_owned());
+    let scheduler = tokio::spawn(scheduler);
+    let noted = ran.clone();
+    let worker = Worker::new(q.clone(), WorkerConfig::default().concurrency(64))
+        .handle("orders", move |_job| {
+            let noted = noted.clone();
+            async move {
+                noted.lock().unwrap().push(Instant::now());
+                Outcome::Done
+            }
+        })
+        .run(stop.clone().cancelled_owned());
+    let worker = tokio::spawn(worker);
+
+    let u = url.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        punctual(
+            &[
+                "--redis", &u, "dead", "replay", "orders", "--all", "--rate", "250/s", "--json",
+            ],
+            &[],
+        )
+    })
+    .await
+    .unwrap()
+    .ok();
+    assert_eq!(out.json()["replayed"], N, "{out:?}");
+    // The pacing is in the due times: the command is gone, and jobs are
+    // still waiting.
+    assert!(q.stats("orders").await.unwrap().pool > 0);
+
+    eventually(
+        Duration::from_secs(60),
+        "every replayed job ran",
+        || async { ran.lock().unwrap().len() >= N },
+    )
+    .await;
+    stop.cancel();
+    worker.await.unwrap().unwrap();
+    scheduler.await.unwrap().unwrap();
+
+    let ran = ran.lock().unwrap();
+    let span = ran
+        .iter()
+        .max()
+        .unwrap()
+        .duration_since(*ran.iter().min().unwrap());
+    let rate = (N - 1) as f64 / span.as_secs_f64();
+    eprintln!("{N} replayed jobs ran over {span:?}: {rate:.1}/s (asked for {RATE}/s)");
+    assert!(
+        (RATE * 0.8..=RATE * 1.2).contains(&rate),
+        "{N} jobs ran over {span:?}: {rate:.0}/s, asked for {RATE}/s"
+    );
+}
+
+#[tokio::test]
+async fn dead_replay_spread_spaces_due_times_evenly_over_the_window() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let q = Queue::connect(url.clone()).await.unwrap();
+    make_dead(&q, "orders", &ids(100)).await;
+    let out = punctual(
+        &[
+            "--redis", &url, "dead", "replay", "orders", "--all", "--spread", "2s", "--json",
+        ],
+        &[],
+    )
+    .ok();
+    assert_eq!(out.json()["replayed"], 100, "{out:?}");
+    // The i-th of 100 is due i x 20 ms after the start (Redis's clock).
+    assert_paced(paced(&q, "orders").await, 100, 20);
+    let s = q.stats("orders").await.unwrap();
+    assert_eq!((s.dead, s.pool + s.ready), (0, 100));
+
+    // Bad pacing is refused before anything is written.
+    make_dead(&q, "other", &ids(3)).await;
+    for args in [
+        vec!["--rate", "0/s"],
+        vec!["--rate", "fast"],
+        vec!["--rate", "10/s", "--spread", "1m"],
+        vec!["--spread", "0s"],
+    ] {
+        let mut all = vec!["--redis", url.as_str(), "dead", "replay", "other", "--all"];
+        all.extend(args.iter().copied());
+        let out = punctual(&all, &[]);
+        assert_eq!(out.code, 2, "{args:?}: {out:?}");
+    }
+    assert_eq!(q.stats("other").await.unwrap().dead, 3);
+}
+
+#[tokio::test]
+async fn api_dead_replay_takes_a_rate_or_a_spread() {
+    let server = RedisServer::start();
+    let q = Queue::connect(server.url()).await.unwrap();
+    make_dead(&q, "orders", &ids(50)).await;
+    let api = Server::api(&server.url(), Some(TOKEN), &[]).await;
+    let (status, body) = api
+        .authed(
+            "POST",
+            "/api/v1/topics/orders/dead/replay",
+            Some(r#"{"all": true, "rate": "10/s"}"#),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["replayed"], 50);
+    assert_eq!(body["last_due_in_ms"], 4900);
+    assert_paced(paced(&q, "orders").await, 50, 100);
+
+    make_dead(&q, "other", &ids(10)).await;
+    for bad in [
+        r#"{"all": true, "rate": "0/s"}"#,
+        r#"{"all": true, "rate": "10/s", "spread_ms": 1000}"#,
+        r#"{"all": true, "spread_ms": 0}"#,
+    ] {
+        let (status, body) = api
+            .authed("POST", "/api/v1/topics/other/dead/replay", Some(bad))
+            .await;
+        assert_eq!(status, 400, "{bad}: {body}");
+    }
+    let (status, body) = api
+        .authed(
+            "POST",
+            "/api/v1/topics/other/dead/replay",
+            Some(r#"{"all": true, "spread_ms": 900}"#),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_paced(paced(&q, "other").await, 10, 90);
+    // Purge takes no pacing.
+    let (status, _) = api
+        .authed(
+            "POST",
+            "/api/v1/topics/other/dead/purge",
+            Some(r#"{"all": true, "rate": "1/s"}"#),
+        )
+        .await;
+    assert_eq!(status, 400);
 }

@@ -10,8 +10,8 @@ use redis::{Script, Value};
 use crate::conn::Conn;
 use crate::error::{Error, Result};
 use crate::job::{
-    DeadSelector, EnqueueOptions, EnqueueStatus, Enqueued, Job, JobInfo, State, TopicStats,
-    Violation, When,
+    DeadSelector, EnqueueOptions, EnqueueStatus, Enqueued, Job, JobInfo, ReplayPace, State,
+    TopicStats, Violation, When,
 };
 use crate::keys::{partitions_key, topics_key, validate_id, validate_topic, TopicKeys};
 use crate::partition::{generate_id, partition_name, partition_of, MAX_PARTITIONS};
@@ -1041,9 +1041,62 @@ impl Queue {
     /// Moves dead jobs back to ready, due now, attempts reset. Returns the
     /// ids replayed.
     pub async fn dead_replay(&self, topic: &str, which: DeadSelector) -> Result<Vec<String>> {
-        self.dead_op(&SCRIPTS.dead_replay, topic, which, |v| {
+        self.dead_replay_paced(topic, which, ReplayPace::Now, |_| {})
+            .await
+    }
+
+    /// Moves dead jobs back, attempts reset, due as `pace` says: with
+    /// [`ReplayPace::Now`] to ready, due now; with a rate or a spread, the
+    /// i-th replayed job is due [`ReplayPace::offset`] after the start
+    /// (Redis's `TIME`, read once), in pool, so replaying 50,000 jobs does
+    /// not flood their handlers, and the pacing holds after this call
+    /// returns. `progress` is told how many were replayed so far after each
+    /// call of the script (at most 1,000 jobs each). Returns the ids
+    /// replayed, in the order they are due.
+    ///
+    /// ```no_run
+    /// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+    /// use std::time::Duration;
+    /// use punctual::{DeadSelector, ReplayPace};
+    ///
+    /// let pace = ReplayPace::Rate { jobs: 100, per: Duration::from_secs(1) };
+    /// let ids = queue
+    ///     .dead_replay_paced("orders", DeadSelector::All, pace, |n| eprintln!("{n} replayed"))
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn dead_replay_paced(
+        &self,
+        topic: &str,
+        which: DeadSelector,
+        pace: ReplayPace,
+        progress: impl Fn(usize) + Send + Sync,
+    ) -> Result<Vec<String>> {
+        pace.validate()?;
+        validate_topic(topic)?;
+        let pacer = match pace {
+            ReplayPace::Now => None,
+            _ => {
+                let n = match &which {
+                    DeadSelector::Ids(ids) => ids.len(),
+                    DeadSelector::Oldest(n) => (*n).min(self.stats(topic).await?.dead as usize),
+                    _ => self.stats(topic).await?.dead as usize,
+                };
+                let (s, us): (i64, i64) = self.cmd(&redis::cmd("TIME")).await?;
+                Some(Pacer {
+                    pace,
+                    n,
+                    start_ms: s * 1000 + us / 1000,
+                    sent: std::sync::atomic::AtomicUsize::new(0),
+                })
+            }
+        };
+        let done = std::sync::atomic::AtomicUsize::new(0);
+        self.dead_op(&SCRIPTS.dead_replay, topic, which, pacer.as_ref(), |v| {
             let ids: Vec<String> = redis::from_redis_value(v)
                 .map_err(|e| Error::protocol("dead_replay", e.to_string()))?;
+            let n = done.fetch_add(ids.len(), std::sync::atomic::Ordering::Relaxed) + ids.len();
+            progress(n);
             Ok((ids.len(), ids))
         })
         .await
@@ -1052,7 +1105,7 @@ impl Queue {
 
     /// Deletes dead jobs. Returns how many.
     pub async fn dead_purge(&self, topic: &str, which: DeadSelector) -> Result<usize> {
-        self.dead_op(&SCRIPTS.dead_purge, topic, which, |v| {
+        self.dead_op(&SCRIPTS.dead_purge, topic, which, None, |v| {
             let n: i64 = redis::from_redis_value(v)
                 .map_err(|e| Error::protocol("dead_purge", e.to_string()))?;
             Ok((n as usize, Vec::new()))
@@ -1066,6 +1119,7 @@ impl Queue {
         script: &Script,
         topic: &str,
         which: DeadSelector,
+        pacer: Option<&Pacer>,
         read: impl Fn(Value) -> Result<(usize, Vec<String>)>,
     ) -> Result<(usize, Vec<String>)> {
         validate_topic(topic)?;
@@ -1083,9 +1137,10 @@ impl Queue {
                 for (p, ids) in by_part {
                     let physical = partition_name(topic, p, k);
                     for chunk in ids.chunks(MAX_BATCH) {
+                        let args = Pacer::args(pacer, chunk);
                         let v = self
                             .run(script, &physical, |inv| {
-                                inv.arg("ids").arg(chunk);
+                                inv.arg(args);
                             })
                             .await?;
                         let (n, ids) = read(v)?;
@@ -1131,9 +1186,10 @@ impl Queue {
                     }
                     let mut round = 0;
                     for (p, ids) in by_part {
+                        let args = Pacer::args(pacer, &ids);
                         let v = self
                             .run(script, &partition_name(topic, p, k), |inv| {
-                                inv.arg("ids").arg(&ids);
+                                inv.arg(args);
                             })
                             .await?;
                         let (done, ids) = read(v)?;
@@ -1170,9 +1226,10 @@ impl Queue {
                         if ids.is_empty() {
                             break;
                         }
+                        let args = Pacer::args(pacer, &ids);
                         let v = self
                             .run(script, &physical, |inv| {
-                                inv.arg("ids").arg(&ids);
+                                inv.arg(args);
                             })
                             .await?;
                         let (done, got) = read(v)?;
@@ -1625,5 +1682,42 @@ mod tests {
                 String::from_utf8_lossy(bad)
             );
         }
+    }
+}
+
+/// The due times of a paced replay: the i-th id sent (over every call) is
+/// due `start_ms + pace.offset(i, n)`, an absolute time of Redis's clock.
+#[derive(Debug)]
+struct Pacer {
+    pace: ReplayPace,
+    n: usize,
+    start_ms: i64,
+    sent: std::sync::atomic::AtomicUsize,
+}
+
+impl Pacer {
+    /// The script's ARGV for these ids: `"ids", id...` without a pacer,
+    /// else `"due", id, "a<ms>", ...`. Built before the call, so a resent
+    /// call carries the same due times.
+    fn args<I: AsRef<[u8]>>(pacer: Option<&Pacer>, ids: &[I]) -> Vec<Vec<u8>> {
+        let mut out = Vec::with_capacity(ids.len() * 2 + 1);
+        match pacer {
+            None => {
+                out.push(b"ids".to_vec());
+                out.extend(ids.iter().map(|id| id.as_ref().to_vec()));
+            }
+            Some(p) => {
+                out.push(b"due".to_vec());
+                let first = p
+                    .sent
+                    .fetch_add(ids.len(), std::sync::atomic::Ordering::Relaxed);
+                for (j, id) in ids.iter().enumerate() {
+                    let off = p.pace.offset(first + j, p.n).as_millis() as i64;
+                    out.push(id.as_ref().to_vec());
+                    out.push(format!("a{}", p.start_ms.saturating_add(off)).into_bytes());
+                }
+            }
+        }
+        out
     }
 }

@@ -12,7 +12,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures::stream::{self, StreamExt, TryStreamExt};
-use punctual::{DeadSelector, EnqueueOptions, EnqueueStatus, Job, State as JobState, When};
+use punctual::{
+    DeadSelector, EnqueueOptions, EnqueueStatus, Job, ReplayPace, State as JobState, When,
+};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -532,6 +534,26 @@ struct DeadBody {
     oldest: Option<usize>,
     #[serde(default, deserialize_with = "present")]
     all: Option<bool>,
+    /// Replay only: jobs per period, as `--rate` ("100/s", "6000/m").
+    #[serde(default, deserialize_with = "present")]
+    rate: Option<String>,
+    /// Replay only: spread the jobs evenly over this many ms.
+    #[serde(default, deserialize_with = "present")]
+    spread_ms: Option<u64>,
+}
+
+/// The pacing of a replay body: a rate, a spread or neither (due now).
+fn pace(b: &DeadBody) -> ApiResult<ReplayPace> {
+    match (&b.rate, b.spread_ms) {
+        (Some(_), Some(_)) => Err(ApiError::invalid("give rate or spread_ms, not both")),
+        (Some(r), None) => crate::input::parse_rate(r).map_err(ApiError::invalid),
+        (None, Some(ms)) => {
+            let p = ReplayPace::Spread(Duration::from_millis(ms));
+            p.validate().map_err(|e| ApiError::invalid(e.to_string()))?;
+            Ok(p)
+        }
+        (None, None) => Ok(ReplayPace::Now),
+    }
 }
 
 fn selector(b: DeadBody, allow_oldest: bool) -> ApiResult<DeadSelector> {
@@ -571,9 +593,17 @@ async fn dead_replay(
     bytes: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Json<Value>> {
     topic_ok(&topic)?;
-    let which = selector(body(&headers, bytes)?, true)?;
-    let ids = s.queue.dead_replay(&topic, which).await?;
-    Ok(Json(json!({"replayed": ids.len(), "ids": ids})))
+    let b = body(&headers, bytes)?;
+    let pace = pace(&b)?;
+    let which = selector(b, true)?;
+    let ids = s
+        .queue
+        .dead_replay_paced(&topic, which, pace, |_| {})
+        .await?;
+    let last_due = pace.offset(ids.len().saturating_sub(1), ids.len());
+    Ok(Json(json!({
+        "replayed": ids.len(), "ids": ids, "last_due_in_ms": last_due.as_millis() as u64,
+    })))
 }
 
 async fn dead_purge(
@@ -584,7 +614,13 @@ async fn dead_purge(
     bytes: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Json<Value>> {
     topic_ok(&topic)?;
-    let which = selector(body(&headers, bytes)?, false)?;
+    let b: DeadBody = body(&headers, bytes)?;
+    if b.rate.is_some() || b.spread_ms.is_some() {
+        return Err(ApiError::invalid(
+            "purge takes no rate or spread_ms (they pace a replay)",
+        ));
+    }
+    let which = selector(b, false)?;
     let n = s.queue.dead_purge(&topic, which).await?;
     Ok(Json(json!({"purged": n})))
 }
@@ -672,6 +708,8 @@ mod tests {
             ids: ids.map(|v| v.into_iter().map(String::from).collect()),
             oldest,
             all,
+            rate: None,
+            spread_ms: None,
         };
         assert!(selector(b(None, None, None), true).is_err());
         assert!(selector(b(Some(vec![]), None, None), true).is_err());
