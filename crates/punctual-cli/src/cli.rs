@@ -367,7 +367,9 @@ pub struct PushArgs {
     pub when: WhenArgs,
 
     /// The job's id (default: a generated, time-sortable one). Pushing an id
-    /// that is still live in the topic is a no-op reported as "duplicate".
+    /// that is still live in the topic is a no-op reported as "duplicate";
+    /// one in the dead-letter set is reported as "dead" and exits 1 (nothing
+    /// was enqueued: replay it or push with --replace).
     #[arg(long, value_name = "ID", conflicts_with = "batch")]
     pub id: Option<String>,
 

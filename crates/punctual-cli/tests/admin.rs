@@ -13,7 +13,7 @@ use punctual::{
     Failed, Job, Outcome, Queue, Scheduler, SchedulerConfig, State, Worker, WorkerConfig,
 };
 use punctual_testkit::{free_port, RedisServer};
-use serde_json::Value;
+use serde_json::{json, Value};
 use support::{eventually, Server, TOKEN};
 use tokio_util::sync::CancellationToken;
 
@@ -360,4 +360,94 @@ async fn api_dead_replay_takes_a_rate_or_a_spread() {
         )
         .await;
     assert_eq!(status, 400);
+}
+
+// ---- re-pushing a dead id --------------------------------------------------
+
+#[tokio::test]
+async fn pushing_an_id_that_is_dead_says_dead_in_the_cli_and_the_api() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let q = Queue::connect(url.clone()).await.unwrap();
+    make_dead(&q, "orders", &["order:1".to_string()]).await;
+
+    let out = punctual(
+        &["--redis", &url, "push", "orders", "x", "--id", "order:1"],
+        &[],
+    );
+    assert_eq!(out.code, 1, "{out:?}");
+    assert_eq!(out.stdout, "order:1 dead\n");
+    assert!(out.stderr.contains("is dead"), "{out:?}");
+    assert!(
+        out.stderr.contains("punctual dead replay orders order:1"),
+        "{out:?}"
+    );
+    let out = punctual(
+        &[
+            "--redis", &url, "push", "orders", "x", "--id", "order:1", "--json",
+        ],
+        &[],
+    );
+    assert_eq!(out.code, 1, "{out:?}");
+    assert_eq!(out.json()["status"], "dead");
+
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_punctual"));
+    let child = cmd
+        .args(["--redis", &url, "push", "orders", "--batch", "--json"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .as_ref()
+        .unwrap()
+        .write_all(
+            b"{\"payload\": 1, \"id\": \"order:1\"}\n{\"payload\": 2, \"id\": \"order:2\"}\n",
+        )
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let s: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (s["created"].clone(), s["dead"].clone()),
+        (json!(1), json!(1)),
+        "{s}"
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("order:1"));
+
+    let api = Server::api(&url, Some(TOKEN), &[]).await;
+    let (status, body) = api
+        .authed(
+            "POST",
+            "/api/v1/topics/orders/jobs",
+            Some(r#"{"payload": "x", "id": "order:1"}"#),
+        )
+        .await;
+    assert_eq!(
+        (status, body["status"].as_str()),
+        (200, Some("dead")),
+        "{body}"
+    );
+    let (status, body) = api
+        .authed(
+            "POST",
+            "/api/v1/topics/orders/jobs",
+            Some(r#"[{"payload": "x", "id": "order:1"}, {"payload": "y", "id": "order:3"}]"#),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        (body["dead"].clone(), body["created"].clone()),
+        (json!(1), json!(1)),
+        "{body}"
+    );
+    assert_eq!(body["jobs"][0]["status"], "dead");
+    // Still dead, unchanged.
+    assert_eq!(
+        q.get("orders", "order:1").await.unwrap().unwrap().state,
+        State::Dead
+    );
 }

@@ -220,6 +220,10 @@ pub enum EnqueueStatus {
     Duplicate,
     /// A live job with this id was replaced.
     Replaced,
+    /// A job with this id is in the dead-letter set; nothing changed, so
+    /// this job will not run: replay the dead one
+    /// ([`crate::Queue::dead_replay`]) or enqueue with replace.
+    Dead,
 }
 
 /// The result of enqueueing one job.
@@ -232,9 +236,16 @@ pub struct Enqueued {
 }
 
 impl Enqueued {
-    /// Whether the id was live already and nothing changed.
+    /// Whether the id was live already and nothing changed (a plain
+    /// duplicate, or an id in the dead-letter set: [`Enqueued::is_dead`]).
     pub fn is_duplicate(&self) -> bool {
-        self.status == EnqueueStatus::Duplicate
+        matches!(self.status, EnqueueStatus::Duplicate | EnqueueStatus::Dead)
+    }
+
+    /// Whether the id is in the dead-letter set, so nothing was enqueued and
+    /// the job will not run unless it is replayed.
+    pub fn is_dead(&self) -> bool {
+        self.status == EnqueueStatus::Dead
     }
 }
 

@@ -768,7 +768,14 @@ impl Queue {
             let status = match r.int()? {
                 0 => EnqueueStatus::Duplicate,
                 2 => EnqueueStatus::Replaced,
-                _ => EnqueueStatus::Created,
+                3 => EnqueueStatus::Dead,
+                1 => EnqueueStatus::Created,
+                other => {
+                    return Err(Error::protocol(
+                        "enqueue",
+                        format!("unknown status {other} for {id:?}"),
+                    ))
+                }
             };
             out.push(Enqueued { id, status });
         }

@@ -151,10 +151,11 @@ async fn replay(ctx: &Ctx, args: DeadReplayArgs) -> Result<()> {
     let n = replayed.len();
     let last_due = pace.offset(n.saturating_sub(1), n);
     if ctx.json() {
-        emit_json(&json!({
-            "topic": args.topic, "replayed": n, "ids": replayed,
-            "last_due_in_ms": last_due.as_millis() as u64,
-        }))?;
+        let mut out = json!({"topic": args.topic, "replayed": n, "ids": replayed});
+        if pace != ReplayPace::Now {
+            out["last_due_in_ms"] = json!(last_due.as_millis() as u64);
+        }
+        emit_json(&out)?;
     } else if pace == ReplayPace::Now {
         emit(&format!(
             "replayed {} of topic {:?}: back in ready, due now, attempts reset\n",

@@ -386,6 +386,7 @@ fn status_name(s: EnqueueStatus) -> &'static str {
         EnqueueStatus::Created => "created",
         EnqueueStatus::Duplicate => "duplicate",
         EnqueueStatus::Replaced => "replaced",
+        EnqueueStatus::Dead => "dead",
         _ => "unknown",
     }
 }
@@ -442,9 +443,10 @@ async fn enqueue(
         jobs.push(job);
     }
     if jobs.is_empty() {
-        return Ok(
-            Json(json!({"jobs": [], "created": 0, "duplicate": 0, "replaced": 0})).into_response(),
-        );
+        return Ok(Json(
+            json!({"jobs": [], "created": 0, "duplicate": 0, "replaced": 0, "dead": 0}),
+        )
+        .into_response());
     }
     let results = s.queue.enqueue_with(&topic, jobs, &opts).await?;
     if !batch {
@@ -466,6 +468,7 @@ async fn enqueue(
         "created": count(EnqueueStatus::Created),
         "duplicate": count(EnqueueStatus::Duplicate),
         "replaced": count(EnqueueStatus::Replaced),
+        "dead": count(EnqueueStatus::Dead),
     }))
     .into_response())
 }
@@ -600,10 +603,12 @@ async fn dead_replay(
         .queue
         .dead_replay_paced(&topic, which, pace, |_| {})
         .await?;
-    let last_due = pace.offset(ids.len().saturating_sub(1), ids.len());
-    Ok(Json(json!({
-        "replayed": ids.len(), "ids": ids, "last_due_in_ms": last_due.as_millis() as u64,
-    })))
+    let mut out = json!({"replayed": ids.len(), "ids": ids});
+    if pace != ReplayPace::Now {
+        let last_due = pace.offset(ids.len().saturating_sub(1), ids.len());
+        out["last_due_in_ms"] = json!(last_due.as_millis() as u64);
+    }
+    Ok(Json(out))
 }
 
 async fn dead_purge(
