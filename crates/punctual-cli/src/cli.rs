@@ -106,9 +106,23 @@ pub enum Command {
     /// Show one job: state, due time, attempts, last error, payload.
     Get(JobRef),
 
-    /// Cancel a job, whatever its state (a running job's worker cannot ack it
-    /// afterwards).
-    Cancel(JobRef),
+    /// Cancel a job, or every job whose id starts with a prefix, whatever
+    /// its state (a running job's worker cannot ack it afterwards).
+    Cancel(crate::admin::cancel::CancelArgs),
+
+    /// List the ids of one state page by page, with a cursor, optionally
+    /// only those starting with a prefix.
+    ///
+    /// Each page is a bounded scan of the state's set in every partition
+    /// (ZSCAN), so listing a million jobs costs the same per page as
+    /// listing ten. Ids within a page are sorted by their time (due, lease
+    /// deadline or death); the listing as a whole is not. A job present
+    /// throughout is listed at least once.
+    List(crate::admin::list::ListArgs),
+
+    /// Manage topics: `topic delete TOPIC` removes a topic that holds no job.
+    #[command(subcommand)]
+    Topic(crate::admin::topic::TopicCommand),
 
     /// Give a waiting job (in pool or ready) a new due time.
     ///
@@ -260,6 +274,8 @@ impl Command {
             Command::Push(_)
             | Command::Get(_)
             | Command::Cancel(_)
+            | Command::List(_)
+            | Command::Topic(_)
             | Command::Reschedule(_)
             | Command::Stats(_)
             | Command::Topics

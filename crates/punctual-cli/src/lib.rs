@@ -146,7 +146,9 @@ async fn dispatch(ctx: &Ctx, command: Command) -> anyhow::Result<()> {
     match command {
         Command::Push(a) => admin::push::run(ctx, a).await,
         Command::Get(a) => admin::job::get(ctx, a).await,
-        Command::Cancel(a) => admin::job::cancel(ctx, a).await,
+        Command::Cancel(a) => admin::cancel::run(ctx, a).await,
+        Command::List(a) => admin::list::run(ctx, a).await,
+        Command::Topic(c) => admin::topic::run(ctx, c).await,
         Command::Reschedule(a) => admin::job::reschedule(ctx, a).await,
         Command::Stats(a) => admin::stats::stats(ctx, a).await,
         Command::Topics => admin::stats::topics(ctx).await,

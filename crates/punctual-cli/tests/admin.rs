@@ -451,3 +451,331 @@ async fn pushing_an_id_that_is_dead_says_dead_in_the_cli_and_the_api() {
         State::Dead
     );
 }
+
+// ---- listing, bulk cancel, topic deletion ------------------------------------
+
+/// Enqueues jobs with these ids, due in an hour.
+async fn push_later(q: &Queue, topic: &str, ids: &[String]) {
+    for chunk in ids.chunks(1000) {
+        let jobs = chunk
+            .iter()
+            .map(|id| {
+                Job::new("x")
+                    .id(id.as_str())
+                    .delay(Duration::from_secs(3600))
+            })
+            .collect();
+        q.enqueue_batch(topic, jobs).await.unwrap();
+    }
+}
+
+/// Every id `punctual list` shows, page by page; and how many pages.
+fn list_all(url: &str, topic: &str, state: &str, extra: &[&str]) -> (Vec<String>, usize) {
+    let (mut ids, mut pages, mut cursor) = (Vec::new(), 0, None::<String>);
+    loop {
+        let mut args = vec!["--redis", url, "list", topic, state, "--json"];
+        args.extend_from_slice(extra);
+        if let Some(c) = &cursor {
+            args.extend(["--cursor", c.as_str()]);
+        }
+        let page = punctual(&args, &[]).ok().json();
+        pages += 1;
+        for j in page["jobs"].as_array().unwrap() {
+            ids.push(j["id"].as_str().unwrap().to_string());
+        }
+        match page["cursor"].as_str() {
+            Some(c) => cursor = Some(c.to_string()),
+            None => break,
+        }
+        assert!(pages < 1000, "the cursor never ends");
+    }
+    ids.sort();
+    ids.dedup();
+    (ids, pages)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_pages_through_a_state_with_a_cursor_and_an_id_prefix() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let q = Queue::connect(url.clone()).await.unwrap();
+    let orders: Vec<String> = (0..2000).map(|i| format!("order:{i:04}")).collect();
+    let users: Vec<String> = (0..500).map(|i| format!("user:{i:03}")).collect();
+    push_later(&q, "orders", &orders).await;
+    push_later(&q, "orders", &users).await;
+    push_later(&q, "orders", &["a*b".to_string(), "axb".to_string()]).await;
+
+    let u = url.clone();
+    let (ids, pages) = tokio::task::spawn_blocking(move || {
+        list_all(
+            &u,
+            "orders",
+            "pool",
+            &["--id-prefix", "order:", "--limit", "500"],
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(ids, orders, "every order:, once, nothing else");
+    assert!(pages >= 4, "{pages} pages of at most about 500");
+    let u = url.clone();
+    let (ids, _) = tokio::task::spawn_blocking(move || list_all(&u, "orders", "pool", &[]))
+        .await
+        .unwrap();
+    assert_eq!(ids.len(), 2502);
+    // A prefix is matched literally, glob characters included.
+    let out = punctual(
+        &[
+            "--redis",
+            &url,
+            "list",
+            "orders",
+            "pool",
+            "--id-prefix",
+            "a*",
+            "--json",
+        ],
+        &[],
+    )
+    .ok();
+    assert_eq!(out.json()["jobs"].as_array().unwrap().len(), 1, "{out:?}");
+    assert_eq!(out.json()["jobs"][0]["id"], "a*b");
+    // Text: a table and how to go on.
+    let out = punctual(
+        &["--redis", &url, "list", "orders", "pool", "--limit", "10"],
+        &[],
+    )
+    .ok();
+    assert!(out.stdout.starts_with("ID "), "{out:?}");
+    assert!(out.stdout.contains("--cursor "), "{out:?}");
+    let out = punctual(
+        &[
+            "--redis", &url, "list", "orders", "pool", "--cursor", "junk",
+        ],
+        &[],
+    );
+    assert_eq!(out.code, 2, "{out:?}");
+
+    // A partitioned topic: every partition, one cursor.
+    q.set_partitions("parted", 3).await.unwrap();
+    let parted: Vec<String> = (0..300).map(|i| format!("p:{i:03}")).collect();
+    push_later(&q, "parted", &parted).await;
+    let u = url.clone();
+    let (ids, _) =
+        tokio::task::spawn_blocking(move || list_all(&u, "parted", "pool", &["--limit", "50"]))
+            .await
+            .unwrap();
+    assert_eq!(ids, parted);
+
+    // The API: the same pages.
+    let api = Server::api(&url, None, &[]).await;
+    let (mut got, mut cursor) = (Vec::new(), String::new());
+    loop {
+        let path =
+            format!("/api/v1/topics/orders/jobs?state=pool&id_prefix=user:&limit=100{cursor}");
+        let (status, body) = api.call("GET", &path, None, None).await;
+        assert_eq!(status, 200, "{body}");
+        for j in body["jobs"].as_array().unwrap() {
+            got.push(j["id"].as_str().unwrap().to_string());
+        }
+        match body["cursor"].as_str() {
+            Some(c) => cursor = format!("&cursor={c}"),
+            None => break,
+        }
+    }
+    got.sort();
+    got.dedup();
+    assert_eq!(got, users);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_by_id_prefix_with_a_dry_run() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let q = Queue::connect(url.clone()).await.unwrap();
+    make_dead(&q, "orders", &["a:dead".to_string()]).await;
+    push_later(
+        &q,
+        "orders",
+        &["a:1".to_string(), "a:2".to_string(), "b:1".to_string()],
+    )
+    .await;
+    q.enqueue("orders", Job::new("now").id("a:ready"))
+        .await
+        .unwrap();
+    let before = q.stats("orders").await.unwrap();
+
+    let out = punctual(
+        &[
+            "--redis",
+            &url,
+            "cancel",
+            "orders",
+            "--id-prefix",
+            "a:",
+            "--dry-run",
+            "--json",
+        ],
+        &[],
+    )
+    .ok();
+    let v = out.json();
+    assert_eq!(
+        (v["matched"].clone(), v["cancelled"].clone()),
+        (json!(4), json!(0)),
+        "{v}"
+    );
+    let after = q.stats("orders").await.unwrap();
+    assert_eq!(
+        (after.pool, after.ready, after.dead),
+        (before.pool, before.ready, before.dead),
+        "a dry run changed something"
+    );
+    let out = punctual(
+        &[
+            "--redis",
+            &url,
+            "cancel",
+            "orders",
+            "--id-prefix",
+            "a:",
+            "--dry-run",
+        ],
+        &[],
+    )
+    .ok();
+    assert!(out.stdout.contains("would cancel 4 jobs"), "{out:?}");
+
+    let out = punctual(
+        &[
+            "--redis",
+            &url,
+            "cancel",
+            "orders",
+            "--id-prefix",
+            "a:",
+            "--json",
+        ],
+        &[],
+    )
+    .ok();
+    assert_eq!(out.json()["cancelled"], 4, "{out:?}");
+    let s = q.stats("orders").await.unwrap();
+    assert_eq!((s.pool, s.ready, s.dead), (1, 0, 0));
+    assert!(q.get("orders", "b:1").await.unwrap().is_some());
+
+    // An id or a prefix is required, a prefix may not be empty, and an id
+    // and a prefix together are refused.
+    for args in [
+        vec!["cancel", "orders", "--id-prefix", ""],
+        vec!["cancel", "orders"],
+        vec!["cancel", "orders", "b:1", "--id-prefix", "b:"],
+    ] {
+        let mut all = vec!["--redis", url.as_str()];
+        all.extend(args.iter().copied());
+        assert_eq!(punctual(&all, &[]).code, 2, "{args:?}");
+    }
+    // Cancel by id still works.
+    punctual(&["--redis", &url, "cancel", "orders", "b:1"], &[]).ok();
+
+    // The API.
+    push_later(&q, "orders", &["c:1".to_string(), "c:2".to_string()]).await;
+    let api = Server::api(&url, Some(TOKEN), &[]).await;
+    let (status, body) = api
+        .authed(
+            "POST",
+            "/api/v1/topics/orders/cancel",
+            Some(r#"{"id_prefix": "c:", "dry_run": true}"#),
+        )
+        .await;
+    assert_eq!((status, body["matched"].clone()), (200, json!(2)), "{body}");
+    assert_eq!(q.stats("orders").await.unwrap().pool, 2);
+    let (status, body) = api
+        .authed(
+            "POST",
+            "/api/v1/topics/orders/cancel",
+            Some(r#"{"id_prefix": "c:"}"#),
+        )
+        .await;
+    assert_eq!(
+        (status, body["cancelled"].clone()),
+        (200, json!(2)),
+        "{body}"
+    );
+    assert_eq!(q.stats("orders").await.unwrap().pool, 0);
+    let (status, _) = api
+        .authed(
+            "POST",
+            "/api/v1/topics/orders/cancel",
+            Some(r#"{"id_prefix": ""}"#),
+        )
+        .await;
+    assert_eq!(status, 400);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_topic_is_refused_while_any_job_exists_and_then_removes_every_key() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let q = Queue::connect(url.clone()).await.unwrap();
+    let keys = |pattern: &str| -> Vec<String> {
+        server
+            .cli(&["--scan", "--pattern", pattern])
+            .unwrap()
+            .lines()
+            .map(String::from)
+            .filter(|l| !l.is_empty())
+            .collect()
+    };
+    make_dead(&q, "orders", &["d".to_string()]).await;
+    let out = punctual(&["--redis", &url, "topic", "delete", "orders"], &[]);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.contains("1 job"), "{out:?}");
+    assert!(!keys("punctual:{orders}:*").is_empty());
+    q.dead_purge("orders", punctual::DeadSelector::All)
+        .await
+        .unwrap();
+    let out = punctual(
+        &["--redis", &url, "topic", "delete", "orders", "--json"],
+        &[],
+    )
+    .ok();
+    assert_eq!(out.json()["deleted"], true, "{out:?}");
+    assert_eq!(keys("punctual:{orders}:*"), Vec::<String>::new());
+    assert_eq!(
+        server
+            .cli(&["SISMEMBER", "punctual:topics", "orders"])
+            .unwrap()
+            .trim(),
+        "0"
+    );
+    // Again: no such topic.
+    let out = punctual(&["--redis", &url, "topic", "delete", "orders"], &[]);
+    assert_eq!(out.code, 1, "{out:?}");
+
+    // Partitioned: a job in any partition refuses; then every partition's
+    // keys and the partition count go.
+    q.set_partitions("parted", 3).await.unwrap();
+    push_later(&q, "parted", &["p:1".to_string()]).await;
+    let api = Server::api(&url, Some(TOKEN), &[]).await;
+    let (status, body) = api.authed("DELETE", "/api/v1/topics/parted", None).await;
+    assert_eq!(status, 409, "{body}");
+    q.cancel("parted", "p:1").await.unwrap();
+    let (status, body) = api.authed("DELETE", "/api/v1/topics/parted", None).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(keys("punctual:{parted*"), Vec::<String>::new());
+    assert_eq!(
+        server
+            .cli(&["HEXISTS", "punctual:partitions", "parted"])
+            .unwrap()
+            .trim(),
+        "0"
+    );
+    assert_eq!(
+        server
+            .cli(&["SISMEMBER", "punctual:topics", "parted"])
+            .unwrap()
+            .trim(),
+        "0"
+    );
+}

@@ -381,6 +381,31 @@ pub enum DeadSelector {
     All,
 }
 
+/// One page of [`crate::Queue::list`]: ids with their score in the state's
+/// set (pool: due time; ready: due time; running: lease deadline; dead: time
+/// of death; epoch ms), sorted by it, and the cursor of the next page.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct ListPage {
+    /// Ids and scores (ms), lowest score first within the page.
+    pub jobs: Vec<(String, i64)>,
+    /// Pass it back for the next page; `None`: the listing is complete.
+    pub cursor: Option<String>,
+}
+
+/// What [`crate::Queue::delete_topic`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TopicDeleted {
+    /// Its keys and its entries in the topic set and partition counts are gone.
+    Deleted,
+    /// No such topic: not listed, no partition count, no key.
+    Unknown,
+    /// Refused: it holds this many jobs (in any state or partition); nothing
+    /// was deleted.
+    HoldsJobs(u64),
+}
+
 /// When replayed dead jobs become due ([`crate::Queue::dead_replay_paced`]).
 ///
 /// The pacing is in the jobs' due times (Redis's clock, read once at the

@@ -1,13 +1,16 @@
 //! The admin commands: one module per group of commands, each a `run`
 //! function taking the context and its parsed arguments.
 
+pub mod cancel;
 pub mod check;
 pub mod dead;
 pub mod job;
+pub mod list;
 pub mod partitions;
 pub mod push;
 pub mod script;
 pub mod stats;
+pub mod topic;
 
 use anyhow::Result;
 use punctual::Queue;

@@ -13,7 +13,8 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures::stream::{self, StreamExt, TryStreamExt};
 use punctual::{
-    DeadSelector, EnqueueOptions, EnqueueStatus, Job, ReplayPace, State as JobState, When,
+    DeadSelector, EnqueueOptions, EnqueueStatus, Job, ReplayPace, State as JobState, TopicDeleted,
+    When,
 };
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -39,7 +40,8 @@ pub fn routes() -> Router<Arc<ApiState>> {
         .route("/auth", get(auth_check))
         .route("/topics", get(all_topics))
         .route("/resident", get(resident))
-        .route("/topics/{topic}", get(topic_stats))
+        .route("/topics/{topic}", get(topic_stats).delete(delete_topic))
+        .route("/topics/{topic}/cancel", post(cancel_prefix))
         .route("/topics/{topic}/jobs", post(enqueue).get(peek))
         .route("/topics/{topic}/jobs/{id}", get(get_job).delete(cancel))
         .route("/topics/{topic}/jobs/{id}/reschedule", post(reschedule))
@@ -197,6 +199,10 @@ async fn topic_stats(State(s): St, Path(topic): Path<String>) -> ApiResult<Json<
 struct PeekQuery {
     state: Option<String>,
     limit: Option<usize>,
+    /// With `id_prefix` (may be empty) or `cursor`: a page of a listing by
+    /// cursor (`Queue::list`) instead of the first jobs by time.
+    id_prefix: Option<String>,
+    cursor: Option<String>,
 }
 
 async fn peek(
@@ -219,6 +225,25 @@ async fn peek(
         }
     };
     let limit = limit_ok(q.limit, 20)?;
+    if q.id_prefix.is_some() || q.cursor.is_some() {
+        let page = s
+            .queue
+            .list(
+                &topic,
+                state,
+                q.id_prefix.as_deref().unwrap_or(""),
+                q.cursor.as_deref(),
+                limit,
+            )
+            .await?;
+        return Ok(Json(json!({
+            "topic": topic,
+            "state": name,
+            "now_ms": now_ms(),
+            "jobs": page.jobs.into_iter().map(|(id, at_ms)| json!({"id": id, "at_ms": at_ms})).collect::<Vec<_>>(),
+            "cursor": page.cursor,
+        })));
+    }
     let jobs = s.queue.peek(&topic, state, limit).await?;
     Ok(Json(json!({
         "topic": topic,
@@ -628,6 +653,59 @@ async fn dead_purge(
     let which = selector(b, false)?;
     let n = s.queue.dead_purge(&topic, which).await?;
     Ok(Json(json!({"purged": n})))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CancelPrefixBody {
+    id_prefix: String,
+    #[serde(default)]
+    dry_run: bool,
+}
+
+async fn cancel_prefix(
+    _: Authorized,
+    State(s): St,
+    Path(topic): Path<String>,
+    headers: HeaderMap,
+    bytes: Result<Bytes, BytesRejection>,
+) -> ApiResult<Json<Value>> {
+    topic_ok(&topic)?;
+    let b: CancelPrefixBody = body(&headers, bytes)?;
+    if b.id_prefix.is_empty() {
+        return Err(ApiError::invalid(
+            "id_prefix is empty: that would cancel every job of the topic; give a prefix",
+        ));
+    }
+    let found = s
+        .queue
+        .cancel_prefix(&topic, &b.id_prefix, b.dry_run)
+        .await?;
+    Ok(Json(json!({
+        "topic": topic,
+        "id_prefix": b.id_prefix,
+        "dry_run": b.dry_run,
+        "matched": found.len(),
+        "cancelled": if b.dry_run { 0 } else { found.len() },
+        "jobs": found.iter().map(|(id, st)| json!({"id": id, "state": st})).collect::<Vec<_>>(),
+    })))
+}
+
+async fn delete_topic(
+    _: Authorized,
+    State(s): St,
+    Path(topic): Path<String>,
+) -> ApiResult<Json<Value>> {
+    topic_ok(&topic)?;
+    match s.queue.delete_topic(&topic).await? {
+        TopicDeleted::Deleted => Ok(Json(json!({"topic": topic, "deleted": true}))),
+        TopicDeleted::HoldsJobs(n) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "not_empty",
+            format!("topic {topic:?} holds {n} jobs (in some state or partition): cancel or purge them first; nothing was deleted"),
+        )),
+        _ => Err(ApiError::not_found(format!("no topic {topic:?}"))),
+    }
 }
 
 async fn pause(_: Authorized, State(s): St, Path(topic): Path<String>) -> ApiResult<Json<Value>> {
