@@ -136,7 +136,7 @@ async fn replay(ctx: &Ctx, args: DeadReplayArgs) -> Result<()> {
         };
         let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
         bar.set_style(
-            ProgressStyle::with_template("replaying {bar:30} {pos}/{len} ({per_sec}, {eta} left)")
+            ProgressStyle::with_template("replaying {bar:30} {pos}/{len} written ({eta} left)")
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
         bar
