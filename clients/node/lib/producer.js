@@ -18,7 +18,14 @@ const MAX_PARTITIONS = 1024;
 // Rounds of routing anew after the script refuses a stale partition count.
 const STALE_ROUNDS = 5;
 const KEYS = ['pool', 'ready', 'running', 'dead', 'jobs', 'meta', 'stats', 'seq', 'attempts'];
-const STATUS = { 0: 'duplicate', 1: 'created', 2: 'replaced' };
+const STATUS = { 0: 'duplicate', 1: 'created', 2: 'replaced', 3: 'dead' };
+
+/** The name of an enqueue status; an unknown one is an error, never taken for "created". */
+function statusName(code) {
+  const name = STATUS[Number(code)];
+  if (name === undefined) throw new Error(`enqueue returned an unknown status ${code}`);
+  return name;
+}
 const DIGITS = '0123456789abcdefghijklmnopqrstuvwxyz';
 
 /** A batch that took several script calls failed part way. */
@@ -170,7 +177,7 @@ class Producer {
    * Enqueues one job: due now, `delayMs` after Redis gets it, or `at` (a
    * Date or epoch ms, Redis clock). Options: id (default: generated),
    * delayMs, at, maxAttempts, backoffMs (array of ms), replace.
-   * @returns {Promise<{id: string, status: 'created'|'duplicate'|'replaced'}>}
+   * @returns {Promise<{id: string, status: 'created'|'duplicate'|'replaced'|'dead'}>}
    */
   async enqueue(topic, payload, { replace = false, ...options } = {}) {
     return (await this.enqueueBatch(topic, [{ payload, ...options }], { replace }))[0];
@@ -223,7 +230,7 @@ class Producer {
             throw new Error('unexpected reply from Redis to enqueue: one result per job expected');
           }
           idx.forEach((i, n) => {
-            placed[i] = { id: text(reply[2 * n]), status: STATUS[Number(reply[2 * n + 1])] ?? 'created' };
+            placed[i] = { id: text(reply[2 * n]), status: statusName(reply[2 * n + 1]) };
           });
           accepted = true;
         } catch (e) {
@@ -249,7 +256,7 @@ class Producer {
       this.registered.add(topic);
     }
     if (firstError) {
-      if (placed.every((p) => p === null || p.status === 'duplicate')) throw firstError;
+      if (placed.every((p) => p === null || p.status === 'duplicate' || p.status === 'dead')) throw firstError;
       const written = new Map();
       placed.forEach((p, i) => p && written.set(i, p));
       throw new PartialBatch(jobs.length, written, failed.sort((a, b) => a - b), firstError);

@@ -38,6 +38,21 @@ test('a call the script refuses does not list the topic', async () => {
   assert.equal(Number(await redis.sIsMember(`${prefix}:topics`, 'fine')), 1);
 });
 
+test('enqueue of a dead id says dead', async () => {
+  const prefix = freshPrefix();
+  const p = new punctual.Producer(redis, { prefix });
+  await p.enqueue('orders', 'a', { id: 'order:9', delayMs: 60000 });
+  // Moved to dead as fail would (record kept, in the dead set only).
+  await redis.zRem(`${prefix}:{orders}:pool`, 'order:9');
+  await redis.zAdd(`${prefix}:{orders}:dead`, { score: 1000, value: 'order:9' });
+  assert.deepEqual(await p.enqueue('orders', 'b', { id: 'order:9' }), { id: 'order:9', status: 'dead' });
+  const out = await p.enqueueBatch('orders', [{ payload: 'c', id: 'order:9' }, { payload: 'd', id: 'new' }]);
+  assert.deepEqual(out.map((o) => o.status), ['dead', 'created']);
+  const info = await p.get('orders', 'order:9');
+  assert.deepEqual([info.state, info.payload.toString()], ['dead', 'a']);
+  assert.equal((await p.enqueue('orders', 'e', { id: 'order:9', replace: true })).status, 'replaced');
+});
+
 test('enqueue: created, duplicate, replaced; get', async () => {
   const prefix = freshPrefix();
   const p = new punctual.Producer(redis, { prefix });

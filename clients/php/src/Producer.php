@@ -25,7 +25,7 @@ final class Producer
     /** Rounds of routing anew after the script refuses a stale partition count. */
     private const STALE_ROUNDS = 5;
     private const KEYS = ['pool', 'ready', 'running', 'dead', 'jobs', 'meta', 'stats', 'seq', 'attempts'];
-    private const STATUS = [0 => 'duplicate', 1 => 'created', 2 => 'replaced'];
+    private const STATUS = [0 => 'duplicate', 1 => 'created', 2 => 'replaced', 3 => 'dead'];
     private const DIGITS = '0123456789abcdefghijklmnopqrstuvwxyz';
 
     /** @var array<string, array{0: string, 1: string}> name => [text, sha1] */
@@ -131,6 +131,16 @@ final class Producer
         return $k <= 1 ? 0 : crc32($id) % $k; // 64-bit PHP: crc32() is non-negative
     }
 
+    /** The name of an enqueue status; an unknown one is an error, never taken for "created". */
+    private static function status(mixed $code): string
+    {
+        $name = self::STATUS[(int) $code] ?? null;
+        if ($name === null) {
+            throw new \RuntimeException("enqueue returned an unknown status $code");
+        }
+        return $name;
+    }
+
     private static function partitionName(string $topic, int $i, int $k): string
     {
         return $k <= 1 ? $topic : $topic . '#' . $i;
@@ -197,7 +207,9 @@ final class Producer
      * duplicate).
      *
      * @param array<string, mixed> $options
-     * @return array{id: string, status: string} status: created, duplicate or replaced
+     * @return array{id: string, status: string} status: created, duplicate, replaced
+     *     or dead (the id is in the dead-letter set: nothing changed, so this job
+     *     will not run; replay the dead one or enqueue with 'replace' => true)
      */
     public function enqueue(string $topic, string $payload, array $options = []): array
     {
@@ -265,7 +277,7 @@ final class Producer
                         throw new \UnexpectedValueException('unexpected reply from Redis to enqueue: one result per job expected');
                     }
                     foreach ($idx as $n => $i) {
-                        $placed[$i] = ['id' => (string) $reply[2 * $n], 'status' => self::STATUS[(int) $reply[2 * $n + 1]] ?? 'created'];
+                        $placed[$i] = ['id' => (string) $reply[2 * $n], 'status' => self::status($reply[2 * $n + 1])];
                     }
                     $accepted = true;
                 } catch (\Throwable $e) {
@@ -293,7 +305,7 @@ final class Producer
         }
         if ($firstError !== null) {
             $written = array_filter($placed, fn ($p) => $p !== null);
-            if (array_filter($written, fn ($p) => $p['status'] !== 'duplicate') === []) {
+            if (array_filter($written, fn ($p) => $p['status'] !== 'duplicate' && $p['status'] !== 'dead') === []) {
                 throw $firstError;
             }
             sort($failed);

@@ -95,6 +95,21 @@ $tests['enqueue: created, duplicate, replaced; get'] = function (Redis $r): void
     same(['ready', 'now', 6], [$info['state'], $info['payload'], $info['max_attempts']]);
 };
 
+$tests['enqueue of a dead id says dead'] = function (Redis $r): void {
+    $prefix = fresh_prefix();
+    $p = new Producer($r, $prefix);
+    $p->enqueue('orders', 'a', ['id' => 'order:9', 'delay_ms' => 60000]);
+    // Moved to dead as fail would (record kept, in the dead set only).
+    $r->zRem("$prefix:{orders}:pool", 'order:9');
+    $r->zAdd("$prefix:{orders}:dead", 1000, 'order:9');
+    same(['id' => 'order:9', 'status' => 'dead'], $p->enqueue('orders', 'b', ['id' => 'order:9']));
+    $out = $p->enqueueBatch('orders', [['payload' => 'c', 'id' => 'order:9'], ['payload' => 'd', 'id' => 'new']]);
+    same(['dead', 'created'], array_column($out, 'status'));
+    $info = $p->get('orders', 'order:9');
+    same(['dead', 'a'], [$info['state'], $info['payload']]);
+    same('replaced', $p->enqueue('orders', 'e', ['id' => 'order:9', 'replace' => true])['status']);
+};
+
 $tests['generated ids and absolute times'] = function (Redis $r): void {
     $p = new Producer($r, fresh_prefix());
     $now = (int) $r->time()[0] * 1000;

@@ -32,7 +32,16 @@ MAX_PARTITIONS = 1024
 # Rounds of routing anew after the script refuses a stale partition count.
 STALE_ROUNDS = 5
 _KEYS = ("pool", "ready", "running", "dead", "jobs", "meta", "stats", "seq", "attempts")
-_STATUS = {0: "duplicate", 1: "created", 2: "replaced"}
+_STATUS = {0: "duplicate", 1: "created", 2: "replaced", 3: "dead"}
+
+
+def _status(code) -> str:
+    """The name of an enqueue status; an unknown one is an error, never
+    taken for "created"."""
+    try:
+        return _STATUS[int(code)]
+    except (KeyError, ValueError) as e:
+        raise RuntimeError(f"enqueue returned an unknown status {code!r}") from e
 _DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
 
 Payload = Union[bytes, str]
@@ -73,14 +82,22 @@ class NewJob:
 class Enqueued:
     """What enqueue did with one job: its id (given or generated) and
     ``status``: ``"created"``, ``"duplicate"`` (the id was live, nothing
-    changed) or ``"replaced"``."""
+    changed), ``"replaced"`` or ``"dead"`` (the id is in the dead-letter set:
+    nothing changed, so this job will not run; replay the dead one, e.g.
+    ``punctual dead replay TOPIC ID``, or enqueue with ``replace=True``)."""
 
     id: str
     status: str
 
     @property
     def is_duplicate(self) -> bool:
-        return self.status == "duplicate"
+        """Nothing was enqueued: the id was live (or dead)."""
+        return self.status in ("duplicate", "dead")
+
+    @property
+    def is_dead(self) -> bool:
+        """The id is in the dead-letter set; this job will not run."""
+        return self.status == "dead"
 
 
 @dataclass(frozen=True)
@@ -477,7 +494,7 @@ class Producer:
                     if len(reply) != 2 * len(idx):
                         raise redis.exceptions.ResponseError("unexpected reply from Redis to enqueue")
                     for n, i in enumerate(idx):
-                        placed[i] = Enqueued(_text(reply[2 * n]), _STATUS.get(int(reply[2 * n + 1]), "created"))
+                        placed[i] = Enqueued(_text(reply[2 * n]), _status(reply[2 * n + 1]))
                     accepted = True
                 except Exception as e:  # noqa: BLE001 - reported below, as the library does
                     if _is_stale(e) and rounds < STALE_ROUNDS:

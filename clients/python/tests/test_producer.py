@@ -63,6 +63,21 @@ class ProducerTest(unittest.TestCase):
         info = self.p.get("orders", "order:1")
         self.assertEqual((info.state, info.payload, info.max_attempts), ("ready", b"now", 6))
 
+    def test_re_enqueue_of_a_dead_id_says_dead(self):
+        self.p.enqueue("orders", b"a", id="order:9", delay_ms=60_000)
+        # Moved to dead as fail would (record kept, in the dead set only).
+        self.r.zrem(self.prefix + ":{orders}:pool", "order:9")
+        self.r.zadd(self.prefix + ":{orders}:dead", {"order:9": 1000})
+        e = self.p.enqueue("orders", b"b", id="order:9")
+        self.assertEqual(e.status, "dead")
+        self.assertTrue(e.is_dead)
+        self.assertTrue(e.is_duplicate)
+        out = self.p.enqueue_batch("orders", [punctual.NewJob("c", id="order:9"), punctual.NewJob("d", id="new")])
+        self.assertEqual([o.status for o in out], ["dead", "created"])
+        info = self.p.get("orders", "order:9")
+        self.assertEqual((info.state, info.payload), ("dead", b"a"))
+        self.assertEqual(self.p.enqueue("orders", b"e", id="order:9", replace=True).status, "replaced")
+
     def test_generated_id_and_absolute_time(self):
         now_ms = int(self.r.time()[0]) * 1000
         e = self.p.enqueue("t", "x", at_ms=now_ms + 3_600_000)

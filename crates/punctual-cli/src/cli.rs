@@ -4,11 +4,12 @@
 //! To add a command: add a variant to [`Command`] with an `Args` struct, a
 //! module that runs it, and an arm in `main.rs`'s dispatch.
 
+use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use clap::{ArgGroup, Args, Parser, Subcommand};
 
-use crate::input::{parse_duration, parse_max_payload, parse_time};
+use crate::input::{parse_duration, parse_max_payload, parse_rate, parse_time};
 
 /// punctual: a delay queue on Redis. Run each job at its due time, at least
 /// once, never early, and never lose one.
@@ -39,6 +40,20 @@ pub struct Cli {
 #[derive(Debug, Args, Clone)]
 #[command(next_help_heading = "Global options")]
 pub struct GlobalOpts {
+    /// The config file (TOML) of `serve`. Every command takes its `redis`,
+    /// `prefix` and `max_payload` from it, so admin commands ask the Redis
+    /// the service uses. Precedence: --redis/--prefix/--max-payload or their
+    /// PUNCTUAL_* variable, then the file, then the default. A file that
+    /// cannot be read or is invalid is an error (exit 2), never skipped.
+    #[arg(
+        long,
+        short,
+        value_name = "FILE",
+        env = "PUNCTUAL_CONFIG",
+        global = true
+    )]
+    pub config: Option<PathBuf>,
+
     /// Redis to use: redis://[user:password@]host:port[/db] or rediss://... for TLS.
     /// For a Redis Cluster, give one node's URL (detected) or several,
     /// comma-separated.
@@ -91,9 +106,23 @@ pub enum Command {
     /// Show one job: state, due time, attempts, last error, payload.
     Get(JobRef),
 
-    /// Cancel a job, whatever its state (a running job's worker cannot ack it
-    /// afterwards).
-    Cancel(JobRef),
+    /// Cancel a job, or every job whose id starts with a prefix, whatever
+    /// its state (a running job's worker cannot ack it afterwards).
+    Cancel(crate::admin::cancel::CancelArgs),
+
+    /// List the ids of one state page by page, with a cursor, optionally
+    /// only those starting with a prefix.
+    ///
+    /// Each page is a bounded scan of the state's set in every partition
+    /// (ZSCAN), so listing a million jobs costs the same per page as
+    /// listing ten. Ids within a page are sorted by their time (due, lease
+    /// deadline or death); the listing as a whole is not. A job present
+    /// throughout is listed at least once.
+    List(crate::admin::list::ListArgs),
+
+    /// Manage topics: `topic delete TOPIC` removes a topic that holds no job.
+    #[command(subcommand)]
+    Topic(crate::admin::topic::TopicCommand),
 
     /// Give a waiting job (in pool or ready) a new due time.
     ///
@@ -259,6 +288,20 @@ impl Command {
         )
     }
 
+    /// Whether this command takes `redis`, `prefix` and `max_payload` from
+    /// the config file (`serve` reads the whole file itself; its children
+    /// get it from the supervisor; `script` never connects).
+    pub fn reads_config(&self) -> bool {
+        !matches!(
+            self,
+            Command::Serve(_)
+                | Command::Worker(_)
+                | Command::Scheduler(_)
+                | Command::Script(_)
+                | Command::DemoHandler
+        )
+    }
+
     /// The log level when PUNCTUAL_LOG is not set. Admin commands only warn;
     /// long-running services will want `info`.
     pub fn default_log_level(&self) -> &'static str {
@@ -266,6 +309,8 @@ impl Command {
             Command::Push(_)
             | Command::Get(_)
             | Command::Cancel(_)
+            | Command::List(_)
+            | Command::Topic(_)
             | Command::Reschedule(_)
             | Command::Stats(_)
             | Command::Topics
@@ -314,6 +359,17 @@ Examples:
   punctual push orders --batch < jobs.jsonl
   where each line looks like
   {\"payload\": {\"order\": 1}, \"delay_ms\": 60000, \"id\": \"order:1\", \"max_attempts\": 3}";
+
+const REPLAY_EXAMPLES: &str = "\
+Examples:
+  # the two jobs named, due now
+  punctual dead replay orders order:10086 order:10087
+
+  # 50,000 dead jobs at 100 a second (done in 8m20s; the command returns at once)
+  punctual dead replay orders --all --rate 100/s
+
+  # the 1,000 that died first, evenly over ten minutes
+  punctual dead replay orders --oldest 1000 --spread 10m";
 
 const API_EXAMPLES: &str = "\
 Examples:
@@ -365,7 +421,9 @@ pub struct PushArgs {
     pub when: WhenArgs,
 
     /// The job's id (default: a generated, time-sortable one). Pushing an id
-    /// that is still live in the topic is a no-op reported as "duplicate".
+    /// that is still live in the topic is a no-op reported as "duplicate";
+    /// one in the dead-letter set is reported as "dead" and exits 1 (nothing
+    /// was enqueued: replay it or push with --replace).
     #[arg(long, value_name = "ID", conflicts_with = "batch")]
     pub id: Option<String>,
 
@@ -483,7 +541,9 @@ pub enum DeadCommand {
     /// List dead jobs, most recent death first.
     List(DeadListArgs),
 
-    /// Move dead jobs back to ready: due now, attempts reset to 0.
+    /// Move dead jobs back: due now (in ready), or paced with --rate or
+    /// --spread (due later, in pool), attempts reset to 0.
+    #[command(after_help = REPLAY_EXAMPLES)]
     Replay(DeadReplayArgs),
 
     /// Delete dead jobs for good. `--all` asks no question; it prints how many.
@@ -523,6 +583,27 @@ pub struct DeadReplayArgs {
     /// Replay every dead job of the topic.
     #[arg(long)]
     pub all: bool,
+
+    /// Pace the replay: jobs per period, e.g. 100/s, 6000/m or 50/10s (a
+    /// plain number is per second). The i-th job is due i/rate after now
+    /// (Redis's clock), so they wait in pool and the pacing holds after this
+    /// command exits; a scheduler releases them.
+    #[arg(long, value_name = "N/PERIOD", value_parser = parse_rate, conflicts_with = "spread")]
+    pub rate: Option<punctual::ReplayPace>,
+
+    /// Pace the replay: spread the jobs evenly over this window, e.g. 10m
+    /// (the first due now, the last one step before the window ends).
+    #[arg(long, value_name = "DURATION", value_parser = parse_spread)]
+    pub spread: Option<Duration>,
+}
+
+/// A --spread window: 1 ms to ten years.
+fn parse_spread(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d < Duration::from_millis(1) {
+        return Err("a spread must be at least 1ms; give e.g. 10m".into());
+    }
+    Ok(d)
 }
 
 /// Arguments of `dead purge`.

@@ -12,6 +12,34 @@ pub struct Ctx {
     pub global: GlobalOpts,
 }
 
+/// Takes `redis`, `prefix` and `max_payload` from the config file named by
+/// `--config` / `PUNCTUAL_CONFIG`, where the option was not given explicitly
+/// (`explicit(id)`: on the command line or in its variable). The file is
+/// read and validated as `serve` reads it (`rust`: the topics with a Rust
+/// handler); one that cannot be read or is invalid is an error (exit 2).
+pub fn apply_config(
+    global: &mut GlobalOpts,
+    explicit: impl Fn(&str) -> bool,
+    rust: &[&str],
+) -> anyhow::Result<()> {
+    let Some(path) = global.config.clone() else {
+        return Ok(());
+    };
+    let cfg = crate::serve::config::Config::load(&path, &Default::default(), rust)
+        .map_err(|e| crate::exit::invalid(format!("--config: {e:#}")))?;
+    if !explicit("redis_url") {
+        global.redis_url = cfg.redis;
+    }
+    if !explicit("prefix") {
+        global.prefix = cfg.prefix;
+    }
+    if !explicit("max_payload") {
+        global.max_payload = cfg.max_payload;
+    }
+    tracing::debug!(config = %path.display(), "read the config file");
+    Ok(())
+}
+
 impl Ctx {
     /// Whether to print JSON.
     pub fn json(&self) -> bool {

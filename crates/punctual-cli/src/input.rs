@@ -26,6 +26,28 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// A rate such as `100/s`, `6000/m`, `500/h` or `50/10s` (jobs per period);
+/// a plain number is per second. At least one job per period.
+pub fn parse_rate(s: &str) -> Result<punctual::ReplayPace, String> {
+    const HINT: &str = "give jobs per period, e.g. 100/s, 6000/m or 50/10s";
+    let t = s.trim();
+    let (n, per) = t.split_once('/').unwrap_or((t, "s"));
+    let jobs: u64 = n
+        .trim()
+        .parse()
+        .map_err(|_| format!("{t:?} is not a rate; {HINT}"))?;
+    let per = per.trim();
+    let per = if per.starts_with(|c: char| c.is_ascii_digit()) {
+        parse_duration(per)
+    } else {
+        parse_duration(&format!("1{per}"))
+    }
+    .map_err(|e| format!("{t:?}: bad period: {e}"))?;
+    let pace = punctual::ReplayPace::Rate { jobs, per };
+    pace.validate().map_err(|e| format!("{t:?}: {e}; {HINT}"))?;
+    Ok(pace)
+}
+
 /// An RFC 3339 time, not before 1970.
 pub fn parse_time(s: &str) -> Result<SystemTime, String> {
     let t = s.trim();
@@ -128,6 +150,22 @@ impl<'de> serde::de::Visitor<'de> for NoDuplicates {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rates_are_jobs_per_period() {
+        let rate = |s| match parse_rate(s).unwrap() {
+            punctual::ReplayPace::Rate { jobs, per } => (jobs, per.as_millis()),
+            p => panic!("{p:?}"),
+        };
+        assert_eq!(rate("100/s"), (100, 1000));
+        assert_eq!(rate("100"), (100, 1000));
+        assert_eq!(rate("6000/m"), (6000, 60_000));
+        assert_eq!(rate("500/h"), (500, 3_600_000));
+        assert_eq!(rate("50/10s"), (50, 10_000));
+        for bad in ["0/s", "fast", "-1/s", "10/", "10/0s", "1.5/s"] {
+            assert!(parse_rate(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn durations_in_human_units() {

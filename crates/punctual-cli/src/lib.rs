@@ -49,7 +49,7 @@ pub fn main() -> ExitCode {
 /// your own `main`; see the `rust_service` example.
 pub fn main_with(handlers: Handlers) -> ExitCode {
     let matches = Cli::command().get_matches();
-    let cli = match Cli::from_arg_matches(&matches) {
+    let mut cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
         Err(e) => e.exit(),
     };
@@ -62,13 +62,13 @@ pub fn main_with(handlers: Handlers) -> ExitCode {
         )
     };
     let service = cli.command.is_service();
-    let redis_explicit = explicit("redis_url");
+    let redis_explicit = explicit("redis_url") || cli.global.config.is_some();
     // `serve` reads its config first: the log format may be set there.
     let serve_config = match &cli.command {
         Command::Serve(args) => {
             let redis = explicit("redis_url").then(|| cli.global.redis_url.clone());
             let prefix = explicit("prefix").then(|| cli.global.prefix.clone());
-            match serve::cmd::load(args, redis, prefix, &handlers) {
+            match serve::cmd::load(cli.global.config.as_deref(), args, redis, prefix, &handlers) {
                 Ok(cfg) => Some(cfg),
                 Err(err) => {
                     eprintln!("{}", exit::report(&err));
@@ -78,6 +78,15 @@ pub fn main_with(handlers: Handlers) -> ExitCode {
         }
         _ => None,
     };
+    // Every other command that talks to Redis takes its Redis, prefix and
+    // payload limit from the config file, when one is named.
+    if cli.command.reads_config() {
+        let rust: Vec<&str> = handlers.topics().collect();
+        if let Err(err) = context::apply_config(&mut cli.global, explicit, &rust) {
+            eprintln!("{}", exit::report(&err));
+            return exit::classify(&err).into();
+        }
+    }
     let json_logs = match &serve_config {
         Some(cfg) => cfg.log_format == "json",
         None => std::env::var(serve::supervisor::LOG_FORMAT_ENV).is_ok_and(|f| f == "json"),
@@ -138,7 +147,9 @@ async fn dispatch(ctx: &Ctx, command: Command) -> anyhow::Result<()> {
     match command {
         Command::Push(a) => admin::push::run(ctx, a).await,
         Command::Get(a) => admin::job::get(ctx, a).await,
-        Command::Cancel(a) => admin::job::cancel(ctx, a).await,
+        Command::Cancel(a) => admin::cancel::run(ctx, a).await,
+        Command::List(a) => admin::list::run(ctx, a).await,
+        Command::Topic(c) => admin::topic::run(ctx, c).await,
         Command::Reschedule(a) => admin::job::reschedule(ctx, a).await,
         Command::Stats(a) => admin::stats::stats(ctx, a).await,
         Command::Topics => admin::stats::topics(ctx).await,

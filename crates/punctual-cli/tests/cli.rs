@@ -253,7 +253,7 @@ fn push_batch_enqueues_every_line() {
         .json();
     assert_eq!(
         summary,
-        serde_json::json!({"topic": "orders", "jobs": 4, "created": 3, "duplicate": 1, "replaced": 0})
+        serde_json::json!({"topic": "orders", "jobs": 4, "created": 3, "duplicate": 1, "replaced": 0, "dead": 0})
     );
     assert_eq!(env.get("orders", "b1")["payload"], "raw text");
     let b2 = env.get("orders", "b2");

@@ -12,7 +12,9 @@
 -- call is refused with "PUNCTUAL_STALE ..." and nothing is written: read
 -- P:partitions again and route anew.
 -- Returns: a flat array id1, status1, id2, status2 ... where status is
--- 1 created, 0 duplicate (nothing changed), 2 replaced.
+-- 1 created, 0 duplicate (nothing changed), 2 replaced, 3 dead (the id is in
+-- the dead-letter set; nothing changed, so this job will not run: replay the
+-- dead one or enqueue with replace).
 -- Errors: "PUNCTUAL_INVALID <reason>" and nothing is written, when any job of
 -- the batch is invalid.
 
@@ -183,11 +185,13 @@ for i = 1, n do
     if replace then
       status = 2
       if has_rec[id] then old_state[id] = state_of(id) or false else old_state[id] = stray[id] end
+    elseif stray[id] == 'dead' or (has_rec[id] and redis.call('ZSCORE', K_DEAD, id)) then
+      status = 3
     else
       status = 0
     end
   end
-  if status ~= 0 then
+  if status == 1 or status == 2 then
     seen[id] = true
     local due = dues[i]
     local head = heads[due]

@@ -220,6 +220,10 @@ pub enum EnqueueStatus {
     Duplicate,
     /// A live job with this id was replaced.
     Replaced,
+    /// A job with this id is in the dead-letter set; nothing changed, so
+    /// this job will not run: replay the dead one
+    /// ([`crate::Queue::dead_replay`]) or enqueue with replace.
+    Dead,
 }
 
 /// The result of enqueueing one job.
@@ -232,9 +236,16 @@ pub struct Enqueued {
 }
 
 impl Enqueued {
-    /// Whether the id was live already and nothing changed.
+    /// Whether the id was live already and nothing changed (a plain
+    /// duplicate, or an id in the dead-letter set: [`Enqueued::is_dead`]).
     pub fn is_duplicate(&self) -> bool {
-        self.status == EnqueueStatus::Duplicate
+        matches!(self.status, EnqueueStatus::Duplicate | EnqueueStatus::Dead)
+    }
+
+    /// Whether the id is in the dead-letter set, so nothing was enqueued and
+    /// the job will not run unless it is replayed.
+    pub fn is_dead(&self) -> bool {
+        self.status == EnqueueStatus::Dead
     }
 }
 
@@ -374,6 +385,99 @@ pub enum DeadSelector {
     Oldest(usize),
     /// All of them (purge only; replays all in batches).
     All,
+}
+
+/// One page of [`crate::Queue::list`]: ids with their score in the state's
+/// set (pool: due time; ready: due time; running: lease deadline; dead: time
+/// of death; epoch ms), sorted by it, and the cursor of the next page.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct ListPage {
+    /// Ids and scores (ms), lowest score first within the page.
+    pub jobs: Vec<(String, i64)>,
+    /// Pass it back for the next page; `None`: the listing is complete.
+    pub cursor: Option<String>,
+}
+
+/// What [`crate::Queue::delete_topic`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TopicDeleted {
+    /// Its keys and its entries in the topic set and partition counts are gone.
+    Deleted,
+    /// No such topic: not listed, no partition count, no key.
+    Unknown,
+    /// Refused: it holds this many jobs (in any state or partition); nothing
+    /// was deleted.
+    HoldsJobs(u64),
+}
+
+/// When replayed dead jobs become due ([`crate::Queue::dead_replay_paced`]).
+///
+/// The pacing is in the jobs' due times (Redis's clock, read once at the
+/// start): paced jobs wait in pool, so it holds without the caller staying
+/// alive, and a scheduler releases them.
+///
+/// ```
+/// use std::time::Duration;
+/// use punctual::ReplayPace;
+///
+/// let pace = ReplayPace::Rate { jobs: 100, per: Duration::from_secs(1) };
+/// assert_eq!(pace.offset(250, 50_000), Duration::from_millis(2500));
+/// let pace = ReplayPace::Spread(Duration::from_secs(600));
+/// assert_eq!(pace.offset(1, 600), Duration::from_secs(1));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ReplayPace {
+    /// Every job due now, in ready.
+    #[default]
+    Now,
+    /// `jobs` per `per`: the i-th job replayed (from 0) is due
+    /// i × per / jobs after the start.
+    Rate {
+        /// Jobs per `per` (at least 1).
+        jobs: u64,
+        /// The period (at least 1 ms).
+        per: Duration,
+    },
+    /// Evenly over this window: the i-th of n is due i × window / n after
+    /// the start (the last one a step before the window ends).
+    Spread(Duration),
+}
+
+impl ReplayPace {
+    /// How long after the start the `i`-th (from 0) of `n` jobs is due.
+    pub fn offset(&self, i: usize, n: usize) -> Duration {
+        let ms = match *self {
+            ReplayPace::Now => 0,
+            ReplayPace::Rate { jobs, per } => i as u128 * per.as_millis() / u128::from(jobs.max(1)),
+            ReplayPace::Spread(window) => i as u128 * window.as_millis() / (n.max(1) as u128),
+        };
+        Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX))
+    }
+
+    /// Checks the pacing: a rate of at least one job per period of at least
+    /// 1 ms, a window of at least 1 ms, at most ten years.
+    pub fn validate(&self) -> Result<()> {
+        match *self {
+            ReplayPace::Now => Ok(()),
+            ReplayPace::Rate { jobs, per } => {
+                if jobs == 0 || per < Duration::from_millis(1) || per > MAX_DELAY {
+                    return Err(Error::invalid(
+                        "replay rate must be at least one job per period of 1 ms to ten years",
+                    ));
+                }
+                Ok(())
+            }
+            ReplayPace::Spread(w) => {
+                if w < Duration::from_millis(1) || w > MAX_DELAY {
+                    return Err(Error::invalid("replay spread must be 1 ms to ten years"));
+                }
+                Ok(())
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -10,8 +10,8 @@ use redis::{Script, Value};
 use crate::conn::Conn;
 use crate::error::{Error, Result};
 use crate::job::{
-    DeadSelector, EnqueueOptions, EnqueueStatus, Enqueued, Job, JobInfo, State, TopicStats,
-    Violation, When,
+    DeadSelector, EnqueueOptions, EnqueueStatus, Enqueued, Job, JobInfo, ListPage, ReplayPace,
+    State, TopicDeleted, TopicStats, Violation, When,
 };
 use crate::keys::{partitions_key, topics_key, validate_id, validate_topic, TopicKeys};
 use crate::partition::{generate_id, partition_name, partition_of, MAX_PARTITIONS};
@@ -774,7 +774,14 @@ impl Queue {
             let status = match r.int()? {
                 0 => EnqueueStatus::Duplicate,
                 2 => EnqueueStatus::Replaced,
-                _ => EnqueueStatus::Created,
+                3 => EnqueueStatus::Dead,
+                1 => EnqueueStatus::Created,
+                other => {
+                    return Err(Error::protocol(
+                        "enqueue",
+                        format!("unknown status {other} for {id:?}"),
+                    ))
+                }
             };
             out.push(Enqueued { id, status });
         }
@@ -844,6 +851,253 @@ impl Queue {
                 Ok(State::parse(&s))
             }
         }
+    }
+
+    /// Lists the ids of one state (pool, ready, running or dead) that start
+    /// with `id_prefix` (`""`: every id), a page at a time: pass `None`
+    /// first, then the returned cursor until it is `None`. At scale: each
+    /// page is one or a few `ZSCAN ... MATCH` calls per partition, so a page
+    /// costs about `count` entries whatever the set's size, and the
+    /// listing visits every partition of a partitioned topic. As with
+    /// `ZSCAN`, a job present throughout the listing is returned at least
+    /// once (possibly twice); jobs that move meanwhile may be missed or seen
+    /// twice; pages are sorted by score, the whole listing is not. A page
+    /// holds about `count` ids (1 to 1000; a small set is returned whole).
+    ///
+    /// ```no_run
+    /// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+    /// let mut cursor = None;
+    /// loop {
+    ///     let page = queue
+    ///         .list("orders", punctual::State::Pool, "order:", cursor.as_deref(), 500)
+    ///         .await?;
+    ///     for (id, due_ms) in &page.jobs {
+    ///         println!("{id} due at {due_ms}");
+    ///     }
+    ///     match page.cursor {
+    ///         Some(c) => cursor = Some(c),
+    ///         None => break,
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn list(
+        &self,
+        topic: &str,
+        state: State,
+        id_prefix: &str,
+        cursor: Option<&str>,
+        count: usize,
+    ) -> Result<ListPage> {
+        validate_topic(topic)?;
+        if count == 0 || count > MAX_BATCH {
+            return Err(Error::invalid("list pages hold 1 to 1000 jobs"));
+        }
+        if id_prefix.len() > crate::keys::MAX_ID_LEN {
+            return Err(Error::invalid("an id prefix is at most 200 bytes"));
+        }
+        let k = self.partitions(topic).await?;
+        let bad_cursor = || {
+            Error::invalid(format!(
+                "cursor {:?} is not one this listing returned (start again without a cursor)",
+                cursor.unwrap_or("")
+            ))
+        };
+        let (mut part, mut at): (u32, u64) = match cursor {
+            None => (0, 0),
+            Some(c) => {
+                let (p, z) = c.split_once('-').ok_or_else(bad_cursor)?;
+                let p: u32 = p.parse().map_err(|_| bad_cursor())?;
+                let z: u64 = z.parse().map_err(|_| bad_cursor())?;
+                if p >= k {
+                    return Err(bad_cursor());
+                }
+                (p, z)
+            }
+        };
+        let mut pattern = String::with_capacity(id_prefix.len() * 2 + 1);
+        for c in id_prefix.chars() {
+            if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+                pattern.push('\\');
+            }
+            pattern.push(c);
+        }
+        pattern.push('*');
+        let mut jobs: Vec<(String, i64)> = Vec::new();
+        loop {
+            let keys = self.keys(&partition_name(topic, part, k));
+            let key = match state {
+                State::Pool => keys.pool(),
+                State::Ready => keys.ready(),
+                State::Running => keys.running(),
+                State::Dead => keys.dead(),
+                other => {
+                    return Err(Error::invalid(format!(
+                        "cannot list {other} jobs: give pool, ready, running or dead"
+                    )))
+                }
+            };
+            let want = count - jobs.len().min(count);
+            let (next, items): (u64, Vec<(Vec<u8>, f64)>) = self
+                .cmd(
+                    redis::cmd("ZSCAN")
+                        .arg(key)
+                        .arg(at)
+                        .arg("MATCH")
+                        .arg(&pattern)
+                        .arg("COUNT")
+                        .arg(want.max(10)),
+                )
+                .await?;
+            jobs.extend(
+                items
+                    .into_iter()
+                    .map(|(id, s)| (String::from_utf8_lossy(&id).into_owned(), s as i64)),
+            );
+            at = next;
+            if at == 0 {
+                part += 1;
+                if part >= k {
+                    jobs.sort_by_key(|(_, s)| *s);
+                    return Ok(ListPage { jobs, cursor: None });
+                }
+            }
+            if jobs.len() >= count {
+                jobs.sort_by_key(|(_, s)| *s);
+                return Ok(ListPage {
+                    jobs,
+                    cursor: Some(format!("{part}-{at}")),
+                });
+            }
+        }
+    }
+
+    /// Cancels every job of the topic whose id starts with `id_prefix` (not
+    /// empty), in any state, found by [`Queue::list`]; with `dry_run`, only
+    /// finds them. Returns the ids with the state each was in (with
+    /// `dry_run`: the state each is in). A job enqueued while this runs may
+    /// be left alone.
+    pub async fn cancel_prefix(
+        &self,
+        topic: &str,
+        id_prefix: &str,
+        dry_run: bool,
+    ) -> Result<Vec<(String, State)>> {
+        validate_topic(topic)?;
+        if id_prefix.is_empty() {
+            return Err(Error::invalid(
+                "an empty id prefix would cancel every job of the topic: give a prefix",
+            ));
+        }
+        let mut seen = HashSet::new();
+        let mut found = Vec::new();
+        for state in [State::Pool, State::Ready, State::Running, State::Dead] {
+            let mut cursor: Option<String> = None;
+            loop {
+                let page = self
+                    .list(topic, state, id_prefix, cursor.as_deref(), MAX_BATCH)
+                    .await?;
+                for (id, _) in page.jobs {
+                    if validate_id(&id).is_ok() && seen.insert(id.clone()) {
+                        found.push((id, state));
+                    }
+                }
+                match page.cursor {
+                    Some(c) => cursor = Some(c),
+                    None => break,
+                }
+            }
+        }
+        if dry_run {
+            return Ok(found);
+        }
+        let done: Vec<Option<(String, State)>> = stream::iter(found)
+            .map(|(id, _)| async move {
+                Ok::<_, Error>(self.cancel(topic, &id).await?.map(|st| (id, st)))
+            })
+            .buffered(32)
+            .collect::<Vec<_>>()
+            .await
+            .into_iter()
+            .collect::<Result<_>>()?;
+        Ok(done.into_iter().flatten().collect())
+    }
+
+    /// Deletes a topic that holds no job: every key of each of its
+    /// partitions (counters, settings, pause, sequence included), then its
+    /// name in the topic set and its partition count. Refused, with nothing
+    /// deleted, while any job exists in any state or partition: each
+    /// partition is checked and deleted in one script, so a job enqueued
+    /// meanwhile is never lost (a producer that enqueues to the topic after
+    /// the deletion creates it anew; a long-running producer of this library
+    /// does not list it again, which `check` reports as an unlisted topic).
+    pub async fn delete_topic(&self, topic: &str) -> Result<TopicDeleted> {
+        validate_topic(topic)?;
+        self.inner.partitions.lock().unwrap().remove(topic);
+        let k = self.partitions(topic).await?;
+        let mut names: Vec<String> = (0..k).map(|i| partition_name(topic, i, k)).collect();
+        if k > 1 {
+            // The unpartitioned name keeps a mark of the count in its meta
+            // (set_partitions), and anything written before the split.
+            names.push(topic.to_string());
+        }
+        let mut held = 0u64;
+        let mut any_key = false;
+        for name in &names {
+            let s = self.stats_of(name).await?;
+            held += s.pool + s.ready + s.running + s.dead;
+            let keys = self.keys(name);
+            let n: u64 = self.cmd(redis::cmd("EXISTS").arg(&keys.keys[..])).await?;
+            any_key |= n > 0;
+        }
+        if held > 0 {
+            return Ok(TopicDeleted::HoldsJobs(held));
+        }
+        let listed: bool = self
+            .cmd(
+                redis::cmd("SISMEMBER")
+                    .arg(topics_key(&self.inner.prefix))
+                    .arg(topic),
+            )
+            .await?;
+        if !listed && !any_key && k == 1 {
+            let counted: bool = self
+                .cmd(
+                    redis::cmd("HEXISTS")
+                        .arg(partitions_key(&self.inner.prefix))
+                        .arg(topic),
+                )
+                .await?;
+            if !counted {
+                return Ok(TopicDeleted::Unknown);
+            }
+        }
+        for name in &names {
+            let v = self.run(&SCRIPTS.topic_delete, name, |_| {}).await?;
+            let n: u64 = redis::from_redis_value(v)
+                .map_err(|e| Error::protocol("topic_delete", e.to_string()))?;
+            if n > 0 {
+                // A job arrived after the check: stop, with nothing of the
+                // topic's jobs lost (earlier empty partitions lost only
+                // their counters).
+                return Ok(TopicDeleted::HoldsJobs(n));
+            }
+        }
+        self.cmd::<i64>(
+            redis::cmd("SREM")
+                .arg(topics_key(&self.inner.prefix))
+                .arg(topic),
+        )
+        .await?;
+        self.cmd::<i64>(
+            redis::cmd("HDEL")
+                .arg(partitions_key(&self.inner.prefix))
+                .arg(topic),
+        )
+        .await?;
+        self.inner.registered.lock().unwrap().remove(topic);
+        self.inner.partitions.lock().unwrap().remove(topic);
+        Ok(TopicDeleted::Deleted)
     }
 
     /// Gives a waiting job (pool or ready) a new due time. Returns the state
@@ -1054,9 +1308,62 @@ impl Queue {
     /// Moves dead jobs back to ready, due now, attempts reset. Returns the
     /// ids replayed.
     pub async fn dead_replay(&self, topic: &str, which: DeadSelector) -> Result<Vec<String>> {
-        self.dead_op(&SCRIPTS.dead_replay, topic, which, |v| {
+        self.dead_replay_paced(topic, which, ReplayPace::Now, |_| {})
+            .await
+    }
+
+    /// Moves dead jobs back, attempts reset, due as `pace` says: with
+    /// [`ReplayPace::Now`] to ready, due now; with a rate or a spread, the
+    /// i-th replayed job is due [`ReplayPace::offset`] after the start
+    /// (Redis's `TIME`, read once), in pool, so replaying 50,000 jobs does
+    /// not flood their handlers, and the pacing holds after this call
+    /// returns. `progress` is told how many were replayed so far after each
+    /// call of the script (at most 1,000 jobs each). Returns the ids
+    /// replayed, in the order they are due.
+    ///
+    /// ```no_run
+    /// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+    /// use std::time::Duration;
+    /// use punctual::{DeadSelector, ReplayPace};
+    ///
+    /// let pace = ReplayPace::Rate { jobs: 100, per: Duration::from_secs(1) };
+    /// let ids = queue
+    ///     .dead_replay_paced("orders", DeadSelector::All, pace, |n| eprintln!("{n} replayed"))
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn dead_replay_paced(
+        &self,
+        topic: &str,
+        which: DeadSelector,
+        pace: ReplayPace,
+        progress: impl Fn(usize) + Send + Sync,
+    ) -> Result<Vec<String>> {
+        pace.validate()?;
+        validate_topic(topic)?;
+        let pacer = match pace {
+            ReplayPace::Now => None,
+            _ => {
+                let n = match &which {
+                    DeadSelector::Ids(ids) => ids.len(),
+                    DeadSelector::Oldest(n) => (*n).min(self.stats(topic).await?.dead as usize),
+                    _ => self.stats(topic).await?.dead as usize,
+                };
+                let (s, us): (i64, i64) = self.cmd(&redis::cmd("TIME")).await?;
+                Some(Pacer {
+                    pace,
+                    n,
+                    start_ms: s * 1000 + us / 1000,
+                    sent: std::sync::atomic::AtomicUsize::new(0),
+                })
+            }
+        };
+        let done = std::sync::atomic::AtomicUsize::new(0);
+        self.dead_op(&SCRIPTS.dead_replay, topic, which, pacer.as_ref(), |v| {
             let ids: Vec<String> = redis::from_redis_value(v)
                 .map_err(|e| Error::protocol("dead_replay", e.to_string()))?;
+            let n = done.fetch_add(ids.len(), std::sync::atomic::Ordering::Relaxed) + ids.len();
+            progress(n);
             Ok((ids.len(), ids))
         })
         .await
@@ -1065,7 +1372,7 @@ impl Queue {
 
     /// Deletes dead jobs. Returns how many.
     pub async fn dead_purge(&self, topic: &str, which: DeadSelector) -> Result<usize> {
-        self.dead_op(&SCRIPTS.dead_purge, topic, which, |v| {
+        self.dead_op(&SCRIPTS.dead_purge, topic, which, None, |v| {
             let n: i64 = redis::from_redis_value(v)
                 .map_err(|e| Error::protocol("dead_purge", e.to_string()))?;
             Ok((n as usize, Vec::new()))
@@ -1079,6 +1386,7 @@ impl Queue {
         script: &Script,
         topic: &str,
         which: DeadSelector,
+        pacer: Option<&Pacer>,
         read: impl Fn(Value) -> Result<(usize, Vec<String>)>,
     ) -> Result<(usize, Vec<String>)> {
         validate_topic(topic)?;
@@ -1096,9 +1404,10 @@ impl Queue {
                 for (p, ids) in by_part {
                     let physical = partition_name(topic, p, k);
                     for chunk in ids.chunks(MAX_BATCH) {
+                        let args = Pacer::args(pacer, chunk);
                         let v = self
                             .run(script, &physical, |inv| {
-                                inv.arg("ids").arg(chunk);
+                                inv.arg(args);
                             })
                             .await?;
                         let (n, ids) = read(v)?;
@@ -1144,9 +1453,10 @@ impl Queue {
                     }
                     let mut round = 0;
                     for (p, ids) in by_part {
+                        let args = Pacer::args(pacer, &ids);
                         let v = self
                             .run(script, &partition_name(topic, p, k), |inv| {
-                                inv.arg("ids").arg(&ids);
+                                inv.arg(args);
                             })
                             .await?;
                         let (done, ids) = read(v)?;
@@ -1183,9 +1493,10 @@ impl Queue {
                         if ids.is_empty() {
                             break;
                         }
+                        let args = Pacer::args(pacer, &ids);
                         let v = self
                             .run(script, &physical, |inv| {
-                                inv.arg("ids").arg(&ids);
+                                inv.arg(args);
                             })
                             .await?;
                         let (done, got) = read(v)?;
@@ -1638,5 +1949,42 @@ mod tests {
                 String::from_utf8_lossy(bad)
             );
         }
+    }
+}
+
+/// The due times of a paced replay: the i-th id sent (over every call) is
+/// due `start_ms + pace.offset(i, n)`, an absolute time of Redis's clock.
+#[derive(Debug)]
+struct Pacer {
+    pace: ReplayPace,
+    n: usize,
+    start_ms: i64,
+    sent: std::sync::atomic::AtomicUsize,
+}
+
+impl Pacer {
+    /// The script's ARGV for these ids: `"ids", id...` without a pacer,
+    /// else `"due", id, "a<ms>", ...`. Built before the call, so a resent
+    /// call carries the same due times.
+    fn args<I: AsRef<[u8]>>(pacer: Option<&Pacer>, ids: &[I]) -> Vec<Vec<u8>> {
+        let mut out = Vec::with_capacity(ids.len() * 2 + 1);
+        match pacer {
+            None => {
+                out.push(b"ids".to_vec());
+                out.extend(ids.iter().map(|id| id.as_ref().to_vec()));
+            }
+            Some(p) => {
+                out.push(b"due".to_vec());
+                let first = p
+                    .sent
+                    .fetch_add(ids.len(), std::sync::atomic::Ordering::Relaxed);
+                for (j, id) in ids.iter().enumerate() {
+                    let off = p.pace.offset(first + j, p.n).as_millis() as i64;
+                    out.push(id.as_ref().to_vec());
+                    out.push(format!("a{}", p.start_ms.saturating_add(off)).into_bytes());
+                }
+            }
+        }
+        out
     }
 }

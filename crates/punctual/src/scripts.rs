@@ -27,6 +27,7 @@ const SOURCES: &[(&str, &str)] = &[
     ("stats", include_str!("../lua/stats.lua")),
     ("check", include_str!("../lua/check.lua")),
     ("layout", include_str!("../lua/layout.lua")),
+    ("topic_delete", include_str!("../lua/topic_delete.lua")),
 ];
 
 /// Puts the shared helpers after the shebang line of `body`.
@@ -51,6 +52,7 @@ pub(crate) struct Scripts {
     pub stats: Script,
     pub check: Script,
     pub layout: Script,
+    pub topic_delete: Script,
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
@@ -71,6 +73,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
         stats: s("stats"),
         check: s("check"),
         layout: s("layout"),
+        topic_delete: s("topic_delete"),
     }
 });
 

@@ -418,3 +418,102 @@ async fn unlisted_topics_are_found_on_every_master() {
     let cut = q.unlisted_topics(1).await.unwrap();
     assert!(!cut.complete && cut.scanned >= 1, "{cut:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listing_bulk_cancel_paced_replay_and_topic_deletion_work_across_shards() {
+    let c = RedisCluster::start();
+    let q = connect(&c).await;
+    q.set_partitions("p", 3).await.unwrap();
+    let ids: Vec<String> = (0..90).map(|i| format!("order:{i:02}")).collect();
+    let jobs = ids
+        .iter()
+        .map(|id| Job::new("x").id(id.clone()).delay(Duration::from_secs(600)))
+        .collect();
+    q.enqueue_batch("p", jobs).await.unwrap();
+    q.enqueue_batch(
+        "p",
+        vec![Job::new("y").id("user:1").delay(Duration::from_secs(600))],
+    )
+    .await
+    .unwrap();
+
+    // A cursor over every partition (each on its own master or not).
+    let (mut seen, mut cursor) = (Vec::new(), None::<String>);
+    loop {
+        let page = q
+            .list("p", State::Pool, "order:", cursor.as_deref(), 20)
+            .await
+            .unwrap();
+        seen.extend(page.jobs.into_iter().map(|(id, _)| id));
+        match page.cursor {
+            Some(cur) => cursor = Some(cur),
+            None => break,
+        }
+    }
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen, ids);
+
+    // Make ten dead, replay them paced; cancel the rest by prefix.
+    for id in &ids[..10] {
+        q.reschedule("p", id, punctual::When::Now).await.unwrap();
+    }
+    let mut dead = 0;
+    while dead < 10 {
+        let mut claimed = Vec::new();
+        for name in q.partition_names("p").await.unwrap() {
+            claimed.extend(
+                q.claim(&name, 10, Duration::from_secs(60))
+                    .await
+                    .unwrap()
+                    .into_iter()
+                    .map(|d| (name.clone(), d)),
+            );
+        }
+        for (name, d) in claimed {
+            assert_eq!(
+                q.fail(&name, &d.id, d.token, "x", None, true)
+                    .await
+                    .unwrap(),
+                Failed::Dead
+            );
+            dead += 1;
+        }
+    }
+    let pace = punctual::ReplayPace::Spread(Duration::from_secs(100));
+    let replayed = q
+        .dead_replay_paced("p", DeadSelector::All, pace, |_| {})
+        .await
+        .unwrap();
+    assert_eq!(replayed.len(), 10);
+    let s = q.stats("p").await.unwrap();
+    assert_eq!((s.dead, s.pool + s.ready), (0, 91));
+    let dry = q.cancel_prefix("p", "order:", true).await.unwrap();
+    assert_eq!(dry.len(), 90);
+    assert_eq!(
+        q.stats("p").await.unwrap().pool + q.stats("p").await.unwrap().ready,
+        91
+    );
+    let done = q.cancel_prefix("p", "order:", false).await.unwrap();
+    assert_eq!(done.len(), 90);
+
+    // Deletion: refused while user:1 is there, then every key goes.
+    assert_eq!(
+        q.delete_topic("p").await.unwrap(),
+        punctual::TopicDeleted::HoldsJobs(1)
+    );
+    q.cancel("p", "user:1").await.unwrap();
+    assert_eq!(
+        q.delete_topic("p").await.unwrap(),
+        punctual::TopicDeleted::Deleted
+    );
+    for node in 0..3 {
+        let keys = c
+            .node(node)
+            .cli(&["--scan", "--pattern", "punctual:{p*"])
+            .unwrap();
+        assert_eq!(keys.trim(), "", "node {node} still holds {keys}");
+    }
+    assert!(!q.topics().await.unwrap().contains(&"p".to_string()));
+    assert_eq!(q.partitions("p").await.unwrap(), 1);
+}

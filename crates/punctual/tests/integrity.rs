@@ -256,6 +256,9 @@ async fn every_numeric_argument_of_every_script_must_be_a_finite_integer() {
         for (script, argv) in [
             ("enqueue", vec!["65536", "0", "1", "new", "p", bad, "", ""]),
             ("reschedule", vec!["pool", bad]),
+            // The due time of a paced replay, of the first or a later pair.
+            ("dead_replay", vec!["due", "dead", bad]),
+            ("dead_replay", vec!["due", "dead", "d0", "other", bad]),
         ] {
             let err = eval(script, &keys, &argv)
                 .query_async::<redis::Value>(&mut c)
@@ -683,7 +686,14 @@ async fn enqueue_never_gives_a_second_state_to_an_id_left_in_a_set_without_its_r
             )
             .await
             .unwrap();
-        assert_eq!(r.status, EnqueueStatus::Duplicate, "{set}");
+        // An id in dead is reported as such (nothing changed either way).
+        let want = if set == "dead" {
+            EnqueueStatus::Dead
+        } else {
+            EnqueueStatus::Duplicate
+        };
+        assert_eq!(r.status, want, "{set}");
+        assert!(r.is_duplicate(), "{set}");
         // Nothing but the duplicates counter moved.
         let no_stats = |m: std::collections::BTreeMap<String, Vec<u8>>| {
             m.into_iter()
@@ -1110,4 +1120,52 @@ async fn q_twice(f: &Fixture) {
         .await
         .unwrap();
     assert_eq!(got, [1, 0], "the second pair of one id is refused");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paced_replay_pairs_are_validated_whole_and_keep_the_id_idempotence() {
+    let f = Fixture::new().await;
+    let t = "paced";
+    seed(&f, t).await;
+    let keys = topic_keys(t);
+    let snap = f.snapshot().await;
+    let mut c = f.conn.clone();
+    for argv in [
+        vec!["due"],
+        vec!["due", "dead"],
+        vec!["due", "dead", "d1000", "ready"],
+        vec!["due", "dead", "d315360000001"],
+    ] {
+        let err = eval("dead_replay", &keys, &argv)
+            .query_async::<redis::Value>(&mut c)
+            .await
+            .expect_err(&format!("{argv:?} was accepted"));
+        assert_eq!(err.code(), Some("PUNCTUAL_INVALID"), "{argv:?}: {err}");
+        assert_eq!(f.snapshot().await, snap, "{argv:?}: written");
+    }
+    // Only dead ids move: "ready" and "pool" are skipped and keep their
+    // place; the dead job waits in pool for its due time.
+    let out: Vec<String> = eval(
+        "dead_replay",
+        &keys,
+        &["due", "ready", "d0", "dead", "d60000", "pool", "d5"],
+    )
+    .query_async(&mut c)
+    .await
+    .unwrap();
+    assert_eq!(out, vec!["dead"]);
+    let info = f.queue.get(t, "dead").await.unwrap().unwrap();
+    assert_eq!(info.state, State::Pool);
+    assert!(info.due_ms >= info.now_ms + 59_000, "{info:?}");
+    // Sent again (a resent call): nothing more happens.
+    let again: Vec<String> = eval("dead_replay", &keys, &["due", "dead", "d0"])
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert!(again.is_empty());
+    assert_eq!(
+        f.queue.get(t, "dead").await.unwrap().unwrap().state,
+        State::Pool
+    );
+    assert!(f.queue.check(t).await.unwrap().is_empty());
 }

@@ -368,6 +368,74 @@ async fn failed_attempts_reach_dead_with_the_last_error_and_permanent_goes_at_on
 // ---- 4. duplicate ids --------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn re_enqueue_of_a_dead_id_is_reported_as_dead_not_duplicate() {
+    let f = Fixture::new().await;
+    let (q, t) = (&f.queue, "deadid");
+    q.enqueue(t, Job::new("a").id("order:1")).await.unwrap();
+    let d = claim_one(q, t, LONG_LEASE).await;
+    let r = q
+        .fail(t, &d.id, d.token, "declined", None, true)
+        .await
+        .unwrap();
+    assert_eq!(r, Failed::Dead);
+    let snap = f.snapshot().await;
+
+    // Alone and in a batch (with a new id beside it): "dead", nothing
+    // changed for it; counted as a duplicate.
+    let r = q.enqueue(t, Job::new("b").id("order:1")).await.unwrap();
+    assert_eq!(r.status, EnqueueStatus::Dead);
+    assert!(r.is_duplicate(), "nothing was enqueued");
+    let r = q
+        .enqueue_batch(
+            t,
+            vec![Job::new("c").id("order:1"), Job::new("n").id("new")],
+        )
+        .await
+        .unwrap();
+    let st: Vec<_> = r.iter().map(|e| (e.id.as_str(), e.status)).collect();
+    assert_eq!(
+        st,
+        vec![
+            ("order:1", EnqueueStatus::Dead),
+            ("new", EnqueueStatus::Created)
+        ]
+    );
+    let now = q.get(t, "order:1").await.unwrap().unwrap();
+    assert_eq!(
+        (now.state, now.payload.as_slice()),
+        (State::Dead, &b"a"[..])
+    );
+    assert_eq!(
+        q.stats(t).await.unwrap().counters.get("duplicates"),
+        Some(&2)
+    );
+    q.cancel(t, "new").await.unwrap();
+    let mut after = f.snapshot().await;
+    let mut before = snap.clone();
+    for m in [&mut after, &mut before] {
+        m.remove(&key(t, "stats"));
+        m.remove(&key(t, "seq"));
+    }
+    assert_eq!(after, before, "a dead id was changed");
+
+    // A live id elsewhere is still a plain duplicate; replace still applies.
+    q.enqueue(t, Job::new("p").id("live")).await.unwrap();
+    let r = q.enqueue(t, Job::new("p2").id("live")).await.unwrap();
+    assert_eq!(r.status, EnqueueStatus::Duplicate);
+    let replace = EnqueueOptions::default().replace(true);
+    let r = q
+        .enqueue_with(t, vec![Job::new("d").id("order:1")], &replace)
+        .await
+        .unwrap();
+    assert_eq!(r[0].status, EnqueueStatus::Replaced);
+    assert_eq!(
+        q.get(t, "order:1").await.unwrap().unwrap().state,
+        State::Ready
+    );
+    assert!(q.check(t).await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicate_ids_change_nothing_replace_applies_and_done_ids_are_free_again() {
     let f = Fixture::new().await;
     let (q, t) = (&f.queue, "dups");

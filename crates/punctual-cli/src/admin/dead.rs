@@ -3,14 +3,17 @@
 use std::collections::HashSet;
 
 use anyhow::Result;
-use punctual::{DeadSelector, JobInfo};
+use std::io::IsTerminal;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use punctual::{DeadSelector, JobInfo, ReplayPace};
 use serde_json::{json, Map, Value};
 
 use super::audit;
 use crate::cli::{DeadCommand, DeadListArgs, DeadPurgeArgs, DeadReplayArgs};
 use crate::context::Ctx;
 use crate::exit;
-use crate::output::{emit, emit_json, one_line, payload_json, payload_text, time, Table};
+use crate::output::{emit, emit_json, one_line, payload_json, payload_text, span, time, Table};
 
 /// How many missing ids an error message names.
 const NAMED: usize = 10;
@@ -119,24 +122,58 @@ async fn replay(ctx: &Ctx, args: DeadReplayArgs) -> Result<()> {
         (None, true) => DeadSelector::All,
         (None, false) => DeadSelector::Ids(ids.clone()),
     };
+    let pace = match (args.rate, args.spread) {
+        (Some(rate), _) => rate,
+        (None, Some(window)) => ReplayPace::Spread(window),
+        (None, None) => ReplayPace::Now,
+    };
     let queue = ctx.queue().await?;
-    let replayed = queue.dead_replay(&args.topic, selector).await?;
-    audit::cli(
-        &queue,
-        "dead.replay",
-        &args.topic,
-        audit::counted("replayed", &replayed),
-    )
-    .await;
-    if ctx.json() {
-        emit_json(&json!({
-            "topic": args.topic, "replayed": replayed.len(), "ids": replayed,
-        }))?;
+    // How many there are to replay, for the bar (a terminal only, not --json).
+    let bar = if !ctx.json() && std::io::stderr().is_terminal() {
+        let total = match &selector {
+            DeadSelector::Ids(ids) => ids.len() as u64,
+            DeadSelector::Oldest(n) => (*n as u64).min(queue.stats(&args.topic).await?.dead),
+            _ => queue.stats(&args.topic).await?.dead,
+        };
+        let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
+        bar.set_style(
+            ProgressStyle::with_template("replaying {bar:30} {pos}/{len} written ({eta} left)")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        bar
     } else {
+        ProgressBar::hidden()
+    };
+    let replayed = queue
+        .dead_replay_paced(&args.topic, selector, pace, |n| bar.set_position(n as u64))
+        .await;
+    bar.finish_and_clear();
+    let replayed = replayed?;
+    let n = replayed.len();
+    let mut detail = audit::counted("replayed", &replayed);
+    if pace != ReplayPace::Now {
+        detail["pace"] = json!(format!("{pace:?}"));
+    }
+    audit::cli(&queue, "dead.replay", &args.topic, detail).await;
+    let last_due = pace.offset(n.saturating_sub(1), n);
+    if ctx.json() {
+        let mut out = json!({"topic": args.topic, "replayed": n, "ids": replayed});
+        if pace != ReplayPace::Now {
+            out["last_due_in_ms"] = json!(last_due.as_millis() as u64);
+        }
+        emit_json(&out)?;
+    } else if pace == ReplayPace::Now {
         emit(&format!(
             "replayed {} of topic {:?}: back in ready, due now, attempts reset\n",
-            super::plural(replayed.len(), "dead job", "dead jobs"),
+            super::plural(n, "dead job", "dead jobs"),
             args.topic
+        ))?;
+    } else {
+        emit(&format!(
+            "replayed {} of topic {:?}: attempts reset, due from now until {} from now (in pool; a scheduler releases them)\n",
+            super::plural(n, "dead job", "dead jobs"),
+            args.topic,
+            span(last_due.as_millis() as u64)
         ))?;
     }
     let done: HashSet<&String> = replayed.iter().collect();

@@ -2,15 +2,18 @@
 //! function taking the context and its parsed arguments.
 
 pub mod audit;
+pub mod cancel;
 pub mod check;
 pub mod dead;
 pub mod import;
 pub mod job;
+pub mod list;
 pub mod partitions;
 pub mod ps;
 pub mod push;
 pub mod script;
 pub mod stats;
+pub mod topic;
 
 use anyhow::Result;
 use punctual::Queue;

@@ -44,9 +44,17 @@ pub async fn run(ctx: &Ctx, args: PushArgs) -> Result<()> {
         .pop()
         .context("enqueue returned no result")?;
     if ctx.json() {
-        return emit_json(&done);
+        emit_json(&done)?;
+    } else {
+        emit(&format!("{} {}\n", done.id, status_name(done.status)))?;
     }
-    emit(&format!("{} {}\n", done.id, status_name(done.status)))
+    if done.is_dead() {
+        return Err(exit::problem(format!(
+            "job {:?} is dead in topic {:?}: nothing was enqueued, so it will not run; replay it (punctual dead replay {} {}) or push with --replace",
+            done.id, args.topic, args.topic, done.id
+        )));
+    }
+    Ok(())
 }
 
 /// The options given on the command line, applied to `job` (in a batch, a
@@ -69,6 +77,7 @@ fn status_name(s: EnqueueStatus) -> &'static str {
         EnqueueStatus::Created => "created",
         EnqueueStatus::Duplicate => "duplicate",
         EnqueueStatus::Replaced => "replaced",
+        EnqueueStatus::Dead => "dead",
         _ => "unknown",
     }
 }
@@ -195,6 +204,7 @@ fn summary(topic: &str, results: &[Enqueued]) -> serde_json::Value {
         "created": count(EnqueueStatus::Created),
         "duplicate": count(EnqueueStatus::Duplicate),
         "replaced": count(EnqueueStatus::Replaced),
+        "dead": count(EnqueueStatus::Dead),
     })
 }
 
@@ -212,8 +222,30 @@ async fn batch(ctx: &Ctx, args: PushArgs) -> Result<()> {
         queue.enqueue_with(&args.topic, jobs, &opts).await?
     };
     let s = summary(&args.topic, &results);
+    let dead: Vec<&str> = results
+        .iter()
+        .filter(|r| r.is_dead())
+        .map(|r| r.id.as_str())
+        .collect();
+    let dead_error = || {
+        let mut named = dead.iter().take(10).copied().collect::<Vec<_>>().join(", ");
+        if dead.len() > 10 {
+            named.push_str(&format!(", and {} more", dead.len() - 10));
+        }
+        exit::problem(format!(
+            "{} dead in topic {:?}, so nothing was enqueued for them and they will not run: {named} (replay them with `punctual dead replay {} ID...`, or push with --replace)",
+            super::plural(dead.len(), "id is", "ids are"),
+            args.topic,
+            args.topic
+        ))
+    };
     if ctx.json() {
-        return emit_json(&s);
+        emit_json(&s)?;
+        return if dead.is_empty() {
+            Ok(())
+        } else {
+            Err(dead_error())
+        };
     }
     let mut text = format!(
         "pushed {} to topic {:?}: {} created, {} duplicate",
@@ -225,8 +257,16 @@ async fn batch(ctx: &Ctx, args: PushArgs) -> Result<()> {
     if args.replace {
         text.push_str(&format!(", {} replaced", s["replaced"]));
     }
+    if !dead.is_empty() {
+        text.push_str(&format!(", {} dead", dead.len()));
+    }
     text.push('\n');
-    emit(&text)
+    emit(&text)?;
+    if dead.is_empty() {
+        Ok(())
+    } else {
+        Err(dead_error())
+    }
 }
 
 #[cfg(test)]

@@ -11,7 +11,10 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use punctual::{DeadSelector, EnqueueOptions, EnqueueStatus, Job, State as JobState, When};
+use punctual::{
+    DeadSelector, EnqueueOptions, EnqueueStatus, Job, ReplayPace, State as JobState, TopicDeleted,
+    When,
+};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -39,7 +42,8 @@ pub fn routes() -> Router<Arc<ApiState>> {
         .route("/topics", get(all_topics))
         .route("/resident", get(resident))
         .route("/processes", get(processes))
-        .route("/topics/{topic}", get(topic_stats))
+        .route("/topics/{topic}", get(topic_stats).delete(delete_topic))
+        .route("/topics/{topic}/cancel", post(cancel_prefix))
         .route("/topics/{topic}/jobs", post(enqueue).get(peek))
         .route("/topics/{topic}/jobs/{id}", get(get_job).delete(cancel))
         .route("/topics/{topic}/jobs/{id}/reschedule", post(reschedule))
@@ -207,6 +211,10 @@ async fn processes(State(s): St) -> ApiResult<Json<Value>> {
 struct PeekQuery {
     state: Option<String>,
     limit: Option<usize>,
+    /// With `id_prefix` (may be empty) or `cursor`: a page of a listing by
+    /// cursor (`Queue::list`) instead of the first jobs by time.
+    id_prefix: Option<String>,
+    cursor: Option<String>,
 }
 
 async fn peek(
@@ -229,6 +237,25 @@ async fn peek(
         }
     };
     let limit = limit_ok(q.limit, 20)?;
+    if q.id_prefix.is_some() || q.cursor.is_some() {
+        let page = s
+            .queue
+            .list(
+                &topic,
+                state,
+                q.id_prefix.as_deref().unwrap_or(""),
+                q.cursor.as_deref(),
+                limit,
+            )
+            .await?;
+        return Ok(Json(json!({
+            "topic": topic,
+            "state": name,
+            "now_ms": now_ms(),
+            "jobs": page.jobs.into_iter().map(|(id, at_ms)| json!({"id": id, "at_ms": at_ms})).collect::<Vec<_>>(),
+            "cursor": page.cursor,
+        })));
+    }
     let jobs = s.queue.peek(&topic, state, limit).await?;
     Ok(Json(json!({
         "topic": topic,
@@ -419,6 +446,7 @@ fn status_name(s: EnqueueStatus) -> &'static str {
         EnqueueStatus::Created => "created",
         EnqueueStatus::Duplicate => "duplicate",
         EnqueueStatus::Replaced => "replaced",
+        EnqueueStatus::Dead => "dead",
         _ => "unknown",
     }
 }
@@ -475,9 +503,10 @@ async fn enqueue(
         jobs.push(job);
     }
     if jobs.is_empty() {
-        return Ok(
-            Json(json!({"jobs": [], "created": 0, "duplicate": 0, "replaced": 0})).into_response(),
-        );
+        return Ok(Json(
+            json!({"jobs": [], "created": 0, "duplicate": 0, "replaced": 0, "dead": 0}),
+        )
+        .into_response());
     }
     let results = s.queue.enqueue_with(&topic, jobs, &opts).await?;
     if !batch {
@@ -499,6 +528,7 @@ async fn enqueue(
         "created": count(EnqueueStatus::Created),
         "duplicate": count(EnqueueStatus::Duplicate),
         "replaced": count(EnqueueStatus::Replaced),
+        "dead": count(EnqueueStatus::Dead),
     }))
     .into_response())
 }
@@ -571,6 +601,26 @@ struct DeadBody {
     oldest: Option<usize>,
     #[serde(default, deserialize_with = "present")]
     all: Option<bool>,
+    /// Replay only: jobs per period, as `--rate` ("100/s", "6000/m").
+    #[serde(default, deserialize_with = "present")]
+    rate: Option<String>,
+    /// Replay only: spread the jobs evenly over this many ms.
+    #[serde(default, deserialize_with = "present")]
+    spread_ms: Option<u64>,
+}
+
+/// The pacing of a replay body: a rate, a spread or neither (due now).
+fn pace(b: &DeadBody) -> ApiResult<ReplayPace> {
+    match (&b.rate, b.spread_ms) {
+        (Some(_), Some(_)) => Err(ApiError::invalid("give rate or spread_ms, not both")),
+        (Some(r), None) => crate::input::parse_rate(r).map_err(ApiError::invalid),
+        (None, Some(ms)) => {
+            let p = ReplayPace::Spread(Duration::from_millis(ms));
+            p.validate().map_err(|e| ApiError::invalid(e.to_string()))?;
+            Ok(p)
+        }
+        (None, None) => Ok(ReplayPace::Now),
+    }
 }
 
 fn selector(b: DeadBody, allow_oldest: bool) -> ApiResult<DeadSelector> {
@@ -610,11 +660,24 @@ async fn dead_replay(
     bytes: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Json<Value>> {
     topic_ok(&topic)?;
-    let which = selector(body(&headers, bytes)?, true)?;
-    let ids = s.queue.dead_replay(&topic, which).await?;
-    who.record(&s.queue, "dead.replay", &topic, counted("replayed", &ids))
-        .await;
-    Ok(Json(json!({"replayed": ids.len(), "ids": ids})))
+    let b = body(&headers, bytes)?;
+    let pace = pace(&b)?;
+    let which = selector(b, true)?;
+    let ids = s
+        .queue
+        .dead_replay_paced(&topic, which, pace, |_| {})
+        .await?;
+    let mut detail = counted("replayed", &ids);
+    if pace != ReplayPace::Now {
+        detail["pace"] = json!(format!("{pace:?}"));
+    }
+    who.record(&s.queue, "dead.replay", &topic, detail).await;
+    let mut out = json!({"replayed": ids.len(), "ids": ids});
+    if pace != ReplayPace::Now {
+        let last_due = pace.offset(ids.len().saturating_sub(1), ids.len());
+        out["last_due_in_ms"] = json!(last_due.as_millis() as u64);
+    }
+    Ok(Json(out))
 }
 
 async fn dead_purge(
@@ -625,7 +688,13 @@ async fn dead_purge(
     bytes: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Json<Value>> {
     topic_ok(&topic)?;
-    let which = selector(body(&headers, bytes)?, false)?;
+    let b: DeadBody = body(&headers, bytes)?;
+    if b.rate.is_some() || b.spread_ms.is_some() {
+        return Err(ApiError::invalid(
+            "purge takes no rate or spread_ms (they pace a replay)",
+        ));
+    }
+    let which = selector(b, false)?;
     let all = matches!(which, DeadSelector::All);
     let n = s.queue.dead_purge(&topic, which).await?;
     who.record(
@@ -636,6 +705,69 @@ async fn dead_purge(
     )
     .await;
     Ok(Json(json!({"purged": n})))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CancelPrefixBody {
+    id_prefix: String,
+    #[serde(default)]
+    dry_run: bool,
+}
+
+async fn cancel_prefix(
+    who: Authorized,
+    State(s): St,
+    Path(topic): Path<String>,
+    headers: HeaderMap,
+    bytes: Result<Bytes, BytesRejection>,
+) -> ApiResult<Json<Value>> {
+    topic_ok(&topic)?;
+    let b: CancelPrefixBody = body(&headers, bytes)?;
+    if b.id_prefix.is_empty() {
+        return Err(ApiError::invalid(
+            "id_prefix is empty: that would cancel every job of the topic; give a prefix",
+        ));
+    }
+    let found = s
+        .queue
+        .cancel_prefix(&topic, &b.id_prefix, b.dry_run)
+        .await?;
+    if !b.dry_run {
+        let ids: Vec<String> = found.iter().map(|(id, _)| id.clone()).collect();
+        let mut detail = counted("cancelled", &ids);
+        detail["id_prefix"] = json!(b.id_prefix);
+        who.record(&s.queue, "cancel", &topic, detail).await;
+    }
+    Ok(Json(json!({
+        "topic": topic,
+        "id_prefix": b.id_prefix,
+        "dry_run": b.dry_run,
+        "matched": found.len(),
+        "cancelled": if b.dry_run { 0 } else { found.len() },
+        "jobs": found.iter().map(|(id, st)| json!({"id": id, "state": st})).collect::<Vec<_>>(),
+    })))
+}
+
+async fn delete_topic(
+    who: Authorized,
+    State(s): St,
+    Path(topic): Path<String>,
+) -> ApiResult<Json<Value>> {
+    topic_ok(&topic)?;
+    match s.queue.delete_topic(&topic).await? {
+        TopicDeleted::Deleted => {
+            who.record(&s.queue, "topic.delete", &topic, json!({}))
+                .await;
+            Ok(Json(json!({"topic": topic, "deleted": true})))
+        }
+        TopicDeleted::HoldsJobs(n) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "not_empty",
+            format!("topic {topic:?} holds {n} jobs (in some state or partition): cancel or purge them first; nothing was deleted"),
+        )),
+        _ => Err(ApiError::not_found(format!("no topic {topic:?}"))),
+    }
 }
 
 async fn pause(who: Authorized, State(s): St, Path(topic): Path<String>) -> ApiResult<Json<Value>> {
@@ -730,6 +862,8 @@ mod tests {
             ids: ids.map(|v| v.into_iter().map(String::from).collect()),
             oldest,
             all,
+            rate: None,
+            spread_ms: None,
         };
         assert!(selector(b(None, None, None), true).is_err());
         assert!(selector(b(Some(vec![]), None, None), true).is_err());

@@ -1,6 +1,6 @@
 //! The command-line entry points of `serve` and of the processes it runs.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -14,11 +14,6 @@ use crate::input::parse_duration;
 /// `punctual serve`.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// The config file (TOML): Redis, processes, topics and their handlers.
-    /// Every key is described in docs/operations.md and punctual.example.toml.
-    #[arg(long, short, value_name = "FILE", env = "PUNCTUAL_CONFIG")]
-    pub config: PathBuf,
-
     /// Worker processes (overrides `workers` in the file).
     #[arg(long, value_name = "N", env = "PUNCTUAL_WORKERS")]
     pub workers: Option<usize>,
@@ -68,6 +63,7 @@ pub struct ChildArgs {
 /// Loads the config with flag and environment overrides. `redis` and
 /// `prefix` are the global options when they were given explicitly.
 pub fn load(
+    path: Option<&Path>,
     args: &ServeArgs,
     redis: Option<String>,
     prefix: Option<String>,
@@ -85,44 +81,44 @@ pub fn load(
         shutdown_timeout: args.shutdown_timeout,
         lease: args.lease,
     };
-    if !args.config.exists() {
+    let Some(path) = path else {
+        return Err(exit::invalid(
+            "serve needs a config file: give --config FILE or set PUNCTUAL_CONFIG (start from punctual.example.toml)",
+        ));
+    };
+    if !path.exists() {
         return Err(exit::invalid(format!(
             "config file {} not found (start from punctual.example.toml)",
-            args.config.display()
+            path.display()
         )));
     }
     let rust: Vec<&str> = handlers.topics().collect();
-    let mut cfg =
-        Config::load(&args.config, &o, &rust).map_err(|e| exit::invalid(format!("{e:#}")))?;
+    let mut cfg = Config::load(path, &o, &rust).map_err(|e| exit::invalid(format!("{e:#}")))?;
     // The API token: the environment wins over the file; checked here so a
     // bad one fails at start.
-    if let Some(path) = &cfg.api_token_file {
-        let text = std::fs::read_to_string(path).map_err(|e| {
+    if let Some(token_file) = &cfg.api_token_file {
+        let text = std::fs::read_to_string(token_file).map_err(|e| {
             exit::invalid(format!(
-                "{}: api_token_file {path}: cannot read it: {e}",
-                args.config.display()
+                "{}: api_token_file {token_file}: cannot read it: {e}",
+                path.display()
             ))
         })?;
         cfg.api_token = Some(text.lines().next().unwrap_or("").trim().to_string());
     }
     match crate::api::auth::resolve(cfg.api_token.as_deref())
-        .map_err(|e| exit::invalid(format!("{}: {e}", args.config.display())))?
+        .map_err(|e| exit::invalid(format!("{}: {e}", path.display())))?
     {
         Some(token) => cfg.api_token = Some(token.reveal()),
         None if cfg.require_token_for_reads => {
             return Err(exit::invalid(format!(
                 "{}: require_token_for_reads needs a token: set api_token_file, api_token or PUNCTUAL_API_TOKEN",
-                args.config.display()
+                path.display()
             )))
         }
         None => {}
     }
-    super::supervisor::check_programs(&cfg).map_err(|e| {
-        exit::invalid(format!(
-            "{}: invalid configuration: {e:#}",
-            args.config.display()
-        ))
-    })?;
+    super::supervisor::check_programs(&cfg)
+        .map_err(|e| exit::invalid(format!("{}: invalid configuration: {e:#}", path.display())))?;
     Ok(cfg)
 }
 

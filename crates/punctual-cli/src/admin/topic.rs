@@ -1,0 +1,66 @@
+//! `punctual topic delete TOPIC`: remove a topic that holds no job.
+
+use anyhow::Result;
+use clap::{Args, Subcommand};
+use punctual::TopicDeleted;
+use serde_json::json;
+
+use crate::context::Ctx;
+use crate::exit;
+use crate::output::{emit, emit_json};
+
+/// `topic` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum TopicCommand {
+    /// Delete a topic that holds no job: its keys (counters, settings,
+    /// pause), its name in the set of known topics and its partition count.
+    ///
+    /// Refused (exit 1, nothing deleted) while any job exists in any state
+    /// (pool, ready, running, dead) or partition: cancel or purge them
+    /// first. Each partition is checked and deleted in one atomic step, so a
+    /// job enqueued meanwhile is never lost. Stop the producers first: one
+    /// that enqueues afterwards creates the topic anew.
+    #[command(
+        after_help = "Example:\n  punctual dead purge old-topic --all && punctual topic delete old-topic"
+    )]
+    Delete(TopicDeleteArgs),
+}
+
+/// Arguments of `topic delete`.
+#[derive(Debug, Args)]
+pub struct TopicDeleteArgs {
+    /// The topic.
+    pub topic: String,
+}
+
+/// Runs a `topic` subcommand.
+pub async fn run(ctx: &Ctx, cmd: TopicCommand) -> Result<()> {
+    match cmd {
+        TopicCommand::Delete(a) => delete(ctx, a).await,
+    }
+}
+
+async fn delete(ctx: &Ctx, args: TopicDeleteArgs) -> Result<()> {
+    punctual::validate_topic(&args.topic)?;
+    let queue = ctx.queue().await?;
+    match queue.delete_topic(&args.topic).await? {
+        TopicDeleted::Deleted => {
+            super::audit::cli(&queue, "topic.delete", &args.topic, json!({})).await;
+            if ctx.json() {
+                emit_json(&json!({"topic": args.topic, "deleted": true}))
+            } else {
+                emit(&format!("deleted topic {:?}\n", args.topic))
+            }
+        }
+        TopicDeleted::HoldsJobs(n) => Err(exit::problem(format!(
+            "topic {:?} holds {}: nothing was deleted (see `punctual stats {}`; cancel or purge them first)",
+            args.topic,
+            super::plural(n as usize, "job", "jobs"),
+            args.topic
+        ))),
+        _ => Err(exit::problem(format!(
+            "no topic {:?} under prefix {:?} (see `punctual topics`)",
+            args.topic, ctx.global.prefix
+        ))),
+    }
+}
