@@ -234,6 +234,26 @@ impl Queue {
     }
 
     /// Adds a worker's lateness aggregate of `minute` to Redis.
+    /// Deletes the history of one topic or partition: every minute key of
+    /// the last 7 days (and a little ahead, for clocks that run fast), by
+    /// name, in `DEL`s of 1,000 keys (one slot: no `SCAN` needed).
+    pub(crate) async fn delete_history(&self, name: &str) -> Result<()> {
+        let now = self.redis_now_ms().await? / 60_000;
+        let first = now - i64::from(MAX_HISTORY_MINUTES) - 2;
+        let keys: Vec<String> = (first..=now + 2)
+            .flat_map(|m| {
+                [
+                    hist_key(self.prefix(), name, m),
+                    late_key(self.prefix(), name, m),
+                ]
+            })
+            .collect();
+        for chunk in keys.chunks(1000) {
+            self.cmd::<i64>(redis::cmd("DEL").arg(chunk)).await?;
+        }
+        Ok(())
+    }
+
     pub(crate) async fn add_lateness(&self, topic: &str, minute: i64, l: &Lateness) -> Result<()> {
         let mut conn = self.conn();
         let mut inv = LATENESS.key(late_key(self.prefix(), topic, minute));

@@ -1082,6 +1082,7 @@ impl Queue {
                 // their counters).
                 return Ok(TopicDeleted::HoldsJobs(n));
             }
+            self.delete_history(name).await?;
         }
         self.cmd::<i64>(
             redis::cmd("SREM")

@@ -341,3 +341,29 @@ async fn history_works_on_a_cluster_with_partitions_on_several_shards() {
     let started: u64 = h.minutes.iter().map(|m| m.lateness.count).sum();
     assert_eq!(started, 20);
 }
+
+#[tokio::test]
+async fn deleting_a_topic_deletes_its_history() {
+    let fx = Fixture::new().await;
+    let q = &fx.queue;
+    q.enqueue("t", Job::new("x")).await.unwrap();
+    q.snapshot_history("t").await.unwrap();
+    // An old minute too, as a scheduler left it days ago.
+    let old = fx.now_ms().await / 60_000 - 3 * 24 * 60;
+    let old_late = key("t", &format!("late:{old}"));
+    let _: () = fx
+        .cmd(redis::cmd("HSET").arg(&old_late).arg("n").arg(1))
+        .await;
+    let claimed = q.claim("t", 1, LONG_LEASE).await.unwrap();
+    q.ack("t", &[(claimed[0].id.clone(), claimed[0].token)])
+        .await
+        .unwrap();
+    let before: Vec<String> = fx.cmd(redis::cmd("KEYS").arg(key("t", "*"))).await;
+    assert!(before.iter().any(|k| k.contains(":hist:")), "{before:?}");
+    assert_eq!(
+        q.delete_topic("t").await.unwrap(),
+        punctual::TopicDeleted::Deleted
+    );
+    let after: Vec<String> = fx.cmd(redis::cmd("KEYS").arg(key("t", "*"))).await;
+    assert!(after.is_empty(), "left behind: {after:?}");
+}
