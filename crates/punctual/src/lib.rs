@@ -4,6 +4,8 @@
 //! - [`Queue`] enqueues, inspects and administers jobs.
 //! - [`Worker`] runs handlers for claimed jobs, extending their leases.
 //! - [`Scheduler`] promotes due jobs and reclaims expired leases.
+//! - [`raw`] holds the runtime's low-level calls (claim, ack, fail, extend,
+//!   tick) for runtimes of one's own.
 //! - [`audit`] records who changed what (replay, purge, cancel, ...).
 //!
 //! All state changes are Lua scripts that run atomically inside Redis and take
@@ -17,6 +19,7 @@ mod job;
 mod keys;
 mod partition;
 mod queue;
+pub mod raw;
 mod redact;
 pub mod registry;
 mod reply;
@@ -37,9 +40,9 @@ pub use job::{
 pub use keys::{validate_id, validate_topic, MAX_ID_LEN, MAX_TOPIC_LEN};
 pub use partition::{partition_name, partition_of, MAX_PARTITIONS};
 pub use queue::{
-    Delivery, Failed, Queue, QueueBuilder, SkippedTopic, Tick, Topics, DEFAULT_MAX_PAYLOAD,
-    DEFAULT_PREFIX, MAX_BATCH,
+    Queue, QueueBuilder, SkippedTopic, Topics, DEFAULT_MAX_PAYLOAD, DEFAULT_PREFIX, MAX_BATCH,
 };
+pub use raw::Delivery;
 pub use redact::{redact, split_seeds};
 pub use scheduler::{Scheduler, SchedulerConfig};
 pub use scripts::{script_names, script_source};

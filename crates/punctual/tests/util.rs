@@ -168,3 +168,8 @@ pub async fn wait_until(timeout: Duration, what: &str, mut cond: impl AsyncFnMut
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
+
+/// A topic or partition name as the low-level calls take it.
+pub fn part(name: &str) -> punctual::raw::Partition {
+    name.parse().expect("a valid topic or partition name")
+}

@@ -7,7 +7,6 @@
 mod admin;
 mod enqueue;
 mod inspect;
-mod runtime;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -22,7 +21,6 @@ use crate::partition::{partition_name, partition_of};
 use crate::scripts::SCRIPTS;
 
 pub use inspect::{SkippedTopic, Topics};
-pub use runtime::{Delivery, Failed, Tick};
 
 /// Largest integer the scripts take (2^53: Lua numbers are doubles).
 pub(crate) const MAX_SAFE: usize = 1 << 53;
@@ -193,7 +191,7 @@ impl Queue {
     }
 
     /// Runs a script of one topic; `args` fills ARGV.
-    async fn run(
+    pub(crate) async fn run(
         &self,
         script: &Script,
         topic: &str,
