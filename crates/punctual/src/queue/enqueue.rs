@@ -266,7 +266,7 @@ impl Queue {
             v => {
                 let s: String = redis::from_redis_value(v)
                     .map_err(|e| Error::protocol("cancel", e.to_string()))?;
-                Ok(State::parse(&s))
+                Ok(s.parse().ok())
             }
         }
     }
@@ -289,6 +289,6 @@ impl Queue {
         }
         let mut r = Reply::new("reschedule", v)?;
         let s = r.string()?;
-        Ok(State::parse(&s))
+        Ok(s.parse().ok())
     }
 }

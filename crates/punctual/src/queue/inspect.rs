@@ -50,8 +50,9 @@ impl Queue {
         }
         let mut r = Reply::new("get", v)?;
         let state_name = r.string()?;
-        let state = State::parse(&state_name)
-            .ok_or_else(|| Error::protocol("get", format!("unknown state {state_name:?}")))?;
+        let state: State = state_name
+            .parse()
+            .map_err(|_| Error::protocol("get", format!("unknown state {state_name:?}")))?;
         let score = r.int()?;
         let attempts = r.int()? as u32;
         let max_attempts = r.int()? as u32;
