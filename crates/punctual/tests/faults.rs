@@ -455,16 +455,7 @@ async fn ride_out_a_pause(first: FirstAfterPause) -> (u64, u64, u64) {
         server.pause();
         let q = q.clone();
         Some(tokio::spawn(async move {
-            raw::tick(
-                &q,
-                &part(t),
-                &TickLimits {
-                    promote_batch: 200,
-                    max_ready: 100_000,
-                    reclaim_batch: 200,
-                },
-            )
-            .await
+            raw::tick(&q, &part(t), &TickLimits::default()).await
         }))
     } else {
         server.pause();
@@ -741,17 +732,9 @@ async fn a_full_redis_refuses_whole_scripts_loudly_and_recovers_when_memory_is_f
     for op in ["tick", "claim", "ack", "extend", "fail"] {
         let snap = topic_snapshot(&c, t).await;
         let result: punctual::Result<String> = match op {
-            "tick" => raw::tick(
-                &q,
-                &part(t),
-                &TickLimits {
-                    promote_batch: 200,
-                    max_ready: 100_000,
-                    reclaim_batch: 200,
-                },
-            )
-            .await
-            .map(|r| format!("{r:?}")),
+            "tick" => raw::tick(&q, &part(t), &TickLimits::default())
+                .await
+                .map(|r| format!("{r:?}")),
             "claim" => raw::claim(&q, &part(t), 5, LONG_LEASE).await.map(|d| {
                 let s = format!("claimed {}", d.len());
                 more_held.extend(d);
@@ -837,17 +820,9 @@ async fn a_full_redis_refuses_whole_scripts_loudly_and_recovers_when_memory_is_f
         Duration::from_secs(10),
         "every job to be claimed",
         async || {
-            let tick = raw::tick(
-                &q,
-                &part(t),
-                &TickLimits {
-                    promote_batch: 200,
-                    max_ready: 100_000,
-                    reclaim_batch: 200,
-                },
-            )
-            .await
-            .unwrap();
+            let tick = raw::tick(&q, &part(t), &TickLimits::default())
+                .await
+                .unwrap();
             let got = raw::claim(&q, &part(t), 100, LONG_LEASE).await.unwrap();
             to_ack.extend(got.iter().map(|d| d.lease()));
             !tick.more && got.is_empty() && {

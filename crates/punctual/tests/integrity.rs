@@ -7,8 +7,8 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::util::part;
-use punctual::raw::{self, FailKind, Failed, Lease, TickLimits};
+use crate::util::{part, TICK_ALL};
+use punctual::raw::{self, FailKind, Failed, Lease};
 use punctual::{DeadSelector, EnqueueOptions, EnqueueStatus, ErrorKind, Job, Queue, State};
 
 use crate::util::{key, topic_keys, wait_until, Fixture, RedisServer, LONG_LEASE, PREFIX};
@@ -669,17 +669,7 @@ async fn a_delayed_job_never_starts_before_enqueue_time_plus_delay_to_the_micros
         .await
         .unwrap();
         let d = loop {
-            raw::tick(
-                &q,
-                &part(t),
-                &TickLimits {
-                    promote_batch: 1000,
-                    max_ready: 1_000_000,
-                    reclaim_batch: 1000,
-                },
-            )
-            .await
-            .unwrap();
+            raw::tick(&q, &part(t), &TICK_ALL).await.unwrap();
             let mut got = raw::claim(&q, &part(t), 1, LONG_LEASE).await.unwrap();
             if let Some(d) = got.pop() {
                 break d;

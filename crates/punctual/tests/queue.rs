@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use crate::util::part;
+use crate::util::{part, TICK_ALL};
 use punctual::raw::{self, FailKind, Failed, Lease, TickLimits};
 use punctual::{
     DeadSelector, Delivery, EnqueueOptions, EnqueueStatus, ErrorKind, Job, Queue, State, When,
@@ -17,17 +17,7 @@ use crate::util::{key, topic_keys, wait_until, Fixture, RedisServer, LONG_LEASE}
 /// Promote and reclaim with generous limits (tests that check limits pass
 /// their own).
 async fn tick(q: &Queue, topic: &str) -> raw::Tick {
-    raw::tick(
-        &q,
-        &part(topic),
-        &TickLimits {
-            promote_batch: 1000,
-            max_ready: 1_000_000,
-            reclaim_batch: 1000,
-        },
-    )
-    .await
-    .expect("tick")
+    raw::tick(&q, &part(topic), &TICK_ALL).await.expect("tick")
 }
 
 /// Claims exactly one job.
@@ -1664,17 +1654,7 @@ async fn more_than_8000_due_at_once_are_promoted_claimed_and_reclaimed_in_bounde
         Duration::from_secs(10),
         "every lease to be reclaimed",
         async || {
-            let r = raw::tick(
-                &q,
-                &part(t),
-                &TickLimits {
-                    promote_batch: 1000,
-                    max_ready: 1_000_000,
-                    reclaim_batch: 1000,
-                },
-            )
-            .await
-            .unwrap();
+            let r = raw::tick(&q, &part(t), &TICK_ALL).await.unwrap();
             assert!(r.reclaimed <= 1000, "{r:?}");
             assert_eq!(r.dead, 0);
             reclaimed += r.reclaimed;
@@ -1722,9 +1702,8 @@ async fn tick_refuses_to_promote_past_max_ready() {
         &q,
         &part(t),
         &TickLimits {
-            promote_batch: 200,
             max_ready: 10,
-            reclaim_batch: 200,
+            ..Default::default()
         },
     )
     .await
@@ -1735,9 +1714,8 @@ async fn tick_refuses_to_promote_past_max_ready() {
         &q,
         &part(t),
         &TickLimits {
-            promote_batch: 200,
             max_ready: 10,
-            reclaim_batch: 200,
+            ..Default::default()
         },
     )
     .await
@@ -1754,9 +1732,8 @@ async fn tick_refuses_to_promote_past_max_ready() {
         &q,
         &part(t),
         &TickLimits {
-            promote_batch: 200,
             max_ready: 10,
-            reclaim_batch: 200,
+            ..Default::default()
         },
     )
     .await
@@ -1768,9 +1745,8 @@ async fn tick_refuses_to_promote_past_max_ready() {
         &q,
         &part(t),
         &TickLimits {
-            promote_batch: 200,
             max_ready: 10,
-            reclaim_batch: 200,
+            ..Default::default()
         },
     )
     .await

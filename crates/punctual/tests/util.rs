@@ -173,3 +173,11 @@ pub async fn wait_until(timeout: Duration, what: &str, mut cond: impl AsyncFnMut
 pub fn part(name: &str) -> punctual::raw::Partition {
     name.parse().expect("a valid topic or partition name")
 }
+
+/// Tick limits that promote and reclaim up to a full batch and never refuse
+/// promotion.
+pub const TICK_ALL: punctual::raw::TickLimits = punctual::raw::TickLimits {
+    promote_batch: 1000,
+    max_ready: 1_000_000,
+    reclaim_batch: 1000,
+};
