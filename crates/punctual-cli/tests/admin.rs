@@ -85,7 +85,7 @@ async fn make_dead(q: &Queue, topic: &str, ids: &[String]) {
             .collect();
         q.enqueue_batch(topic, jobs).await.unwrap();
         let claimed = raw::claim(
-            &q,
+            q,
             &topic.parse().unwrap(),
             chunk.len(),
             Duration::from_secs(60),
@@ -95,7 +95,7 @@ async fn make_dead(q: &Queue, topic: &str, ids: &[String]) {
         assert_eq!(claimed.len(), chunk.len(), "was ready empty?");
         for d in claimed {
             let r = raw::fail(
-                &q,
+                q,
                 &topic.parse().unwrap(),
                 &d.lease(),
                 "boom",

@@ -73,13 +73,13 @@ async fn make_dead(q: &Queue, topic: &str, id: &str, error: &str) {
     )
     .await
     .unwrap();
-    let claimed = raw::claim(&q, &topic.parse().unwrap(), 1, Duration::from_secs(30))
+    let claimed = raw::claim(q, &topic.parse().unwrap(), 1, Duration::from_secs(30))
         .await
         .unwrap();
     assert_eq!(claimed.len(), 1, "claimed {id}");
     let d = &claimed[0];
     raw::fail(
-        &q,
+        q,
         &topic.parse().unwrap(),
         &d.lease(),
         error,

@@ -45,7 +45,7 @@ async fn make_dead(q: &Queue, topic: &str, ids: &[&str]) {
         q.enqueue(topic, Job::new("x").id(*id)).await.unwrap();
     }
     let claimed = raw::claim(
-        &q,
+        q,
         &topic.parse().unwrap(),
         ids.len(),
         Duration::from_secs(60),
@@ -55,7 +55,7 @@ async fn make_dead(q: &Queue, topic: &str, ids: &[&str]) {
     assert_eq!(claimed.len(), ids.len());
     for d in claimed {
         let r = raw::fail(
-            &q,
+            q,
             &topic.parse().unwrap(),
             &d.lease(),
             "boom",

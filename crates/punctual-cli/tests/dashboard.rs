@@ -280,11 +280,11 @@ async fn make_dead(q: &Queue, topic: &str, id: &str, error: &str) {
     )
     .await
     .unwrap();
-    let d = raw::claim(&q, &topic.parse().unwrap(), 1, Duration::from_secs(30))
+    let d = raw::claim(q, &topic.parse().unwrap(), 1, Duration::from_secs(30))
         .await
         .unwrap();
     raw::fail(
-        &q,
+        q,
         &topic.parse().unwrap(),
         &d[0].lease(),
         error,

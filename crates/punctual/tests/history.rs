@@ -46,12 +46,12 @@ async fn a_known_workload_gives_known_counts_and_minutes_without_a_snapshot_are_
             .await
             .unwrap();
     }
-    let jobs = raw::claim(&q, &part("t"), 5, LONG_LEASE).await.unwrap();
+    let jobs = raw::claim(q, &part("t"), 5, LONG_LEASE).await.unwrap();
     assert_eq!(jobs.len(), 5);
     let done: Vec<Lease> = jobs[..3].iter().map(|d| d.lease()).collect();
-    raw::ack(&q, &part("t"), &done).await.unwrap();
+    raw::ack(q, &part("t"), &done).await.unwrap();
     raw::fail(
-        &q,
+        q,
         &part("t"),
         &jobs[3].lease(),
         "again",
@@ -60,7 +60,7 @@ async fn a_known_workload_gives_known_counts_and_minutes_without_a_snapshot_are_
     .await
     .unwrap();
     raw::fail(
-        &q,
+        q,
         &part("t"),
         &jobs[4].lease(),
         "never",
@@ -368,8 +368,8 @@ async fn deleting_a_topic_deletes_its_history() {
     let _: () = fx
         .cmd(redis::cmd("HSET").arg(&old_late).arg("n").arg(1))
         .await;
-    let claimed = raw::claim(&q, &part("t"), 1, LONG_LEASE).await.unwrap();
-    raw::ack(&q, &part("t"), &[claimed[0].lease()])
+    let claimed = raw::claim(q, &part("t"), 1, LONG_LEASE).await.unwrap();
+    raw::ack(q, &part("t"), &[claimed[0].lease()])
         .await
         .unwrap();
     let before: Vec<String> = fx.cmd(redis::cmd("KEYS").arg(key("t", "*"))).await;

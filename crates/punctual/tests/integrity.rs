@@ -52,19 +52,19 @@ async fn assert_fenced(q: &Queue, t: &str, a: &punctual::Delivery, b: &punctual:
     );
     let stale = a.lease();
     assert_eq!(
-        raw::ack(&q, &part(t), std::slice::from_ref(&stale))
+        raw::ack(q, &part(t), std::slice::from_ref(&stale))
             .await
             .unwrap(),
         vec![false]
     );
     assert_eq!(
-        raw::extend(&q, &part(t), std::slice::from_ref(&stale), LONG_LEASE)
+        raw::extend(q, &part(t), std::slice::from_ref(&stale), LONG_LEASE)
             .await
             .unwrap(),
         vec![false]
     );
     assert_eq!(
-        raw::fail(&q, &part(t), &a.lease(), "stale", FailKind::Permanent)
+        raw::fail(q, &part(t), &a.lease(), "stale", FailKind::Permanent)
             .await
             .unwrap(),
         Failed::Stale
@@ -77,7 +77,7 @@ async fn assert_fenced(q: &Queue, t: &str, a: &punctual::Delivery, b: &punctual:
     assert_eq!(info.state, State::Running);
     // B, the holder, can ack.
     assert_eq!(
-        raw::ack(&q, &part(t), &[b.lease()]).await.unwrap(),
+        raw::ack(q, &part(t), &[b.lease()]).await.unwrap(),
         vec![true]
     );
     assert!(q.check(t).await.unwrap().is_empty());
@@ -180,7 +180,7 @@ async fn seed(f: &Fixture, t: &str) -> i64 {
     assert_eq!(d.id, "dead");
     assert_eq!(
         raw::fail(
-            &q,
+            q,
             &part(t),
             &Lease::new("dead", d.token),
             "x",
@@ -620,7 +620,7 @@ async fn oldest_dead_jobs_of_a_partitioned_topic_are_the_oldest_across_partition
         assert_eq!(&d.id, id);
         assert_eq!(
             raw::fail(
-                &q,
+                q,
                 &part(&physical),
                 &Lease::new(id.clone(), d.token),
                 "e",
@@ -669,8 +669,8 @@ async fn a_delayed_job_never_starts_before_enqueue_time_plus_delay_to_the_micros
         .await
         .unwrap();
         let d = loop {
-            raw::tick(&q, &part(t), &TICK_ALL).await.unwrap();
-            let mut got = raw::claim(&q, &part(t), 1, LONG_LEASE).await.unwrap();
+            raw::tick(q, &part(t), &TICK_ALL).await.unwrap();
+            let mut got = raw::claim(q, &part(t), 1, LONG_LEASE).await.unwrap();
             if let Some(d) = got.pop() {
                 break d;
             }
@@ -682,7 +682,7 @@ async fn a_delayed_job_never_starts_before_enqueue_time_plus_delay_to_the_micros
             d.claimed_us
         );
         assert_eq!(
-            raw::ack(&q, &part(t), &[d.lease()]).await.unwrap(),
+            raw::ack(q, &part(t), &[d.lease()]).await.unwrap(),
             vec![true]
         );
     }
@@ -904,7 +904,7 @@ async fn a_stored_id_that_is_not_utf8_goes_to_dead_at_its_first_claim() {
         .query_async(&mut c)
         .await
         .unwrap();
-    let got = raw::claim(&q, &part(t), 10, LONG_LEASE).await.unwrap();
+    let got = raw::claim(q, &part(t), 10, LONG_LEASE).await.unwrap();
     let ids: Vec<&str> = got.iter().map(|d| d.id.as_str()).collect();
     assert_eq!(ids, vec!["fine"], "a non-UTF-8 id was handed out");
     let dead: Option<f64> = redis::cmd("ZSCORE")
@@ -968,7 +968,7 @@ async fn tokens_follow_the_counter_when_it_is_ahead_of_the_clock() {
     // stepped back): the tokens must still go up from it.
     let ahead: i64 = 4_000_000_000_000_000;
     f.cli(&["SET", &key(t, "seq"), &ahead.to_string()]);
-    let got = raw::claim(&q, &part(t), 10, LONG_LEASE).await.unwrap();
+    let got = raw::claim(q, &part(t), 10, LONG_LEASE).await.unwrap();
     let tokens: Vec<i64> = got.iter().map(|d| d.token).collect();
     assert_eq!(tokens, vec![ahead + 1, ahead + 2]);
     let seq: i64 = f.cli(&["GET", &key(t, "seq")]).trim().parse().unwrap();
@@ -977,11 +977,11 @@ async fn tokens_follow_the_counter_when_it_is_ahead_of_the_clock() {
     f.cli(&["SET", &key(t, "seq"), "7"]);
     let pairs: Vec<Lease> = got.iter().map(|d| d.lease()).collect();
     assert_eq!(
-        raw::ack(&q, &part(t), &pairs).await.unwrap(),
+        raw::ack(q, &part(t), &pairs).await.unwrap(),
         vec![true, true]
     );
     q.enqueue(t, Job::new("c").id("c")).await.unwrap();
-    let d = raw::claim(&q, &part(t), 10, LONG_LEASE)
+    let d = raw::claim(q, &part(t), 10, LONG_LEASE)
         .await
         .unwrap()
         .remove(0);

@@ -17,14 +17,12 @@ use crate::util::{key, topic_keys, wait_until, Fixture, RedisServer, LONG_LEASE}
 /// Promote and reclaim with generous limits (tests that check limits pass
 /// their own).
 async fn tick(q: &Queue, topic: &str) -> raw::Tick {
-    raw::tick(&q, &part(topic), &TICK_ALL).await.expect("tick")
+    raw::tick(q, &part(topic), &TICK_ALL).await.expect("tick")
 }
 
 /// Claims exactly one job.
 async fn claim_one(q: &Queue, topic: &str, lease: Duration) -> Delivery {
-    let mut got = raw::claim(&q, &part(topic), 10, lease)
-        .await
-        .expect("claim");
+    let mut got = raw::claim(q, &part(topic), 10, lease).await.expect("claim");
     assert_eq!(
         got.len(),
         1,
@@ -54,7 +52,7 @@ async fn extend_never_moves_a_lease_deadline_earlier() {
     let deadline = || async { q.get(t, "j").await.unwrap().unwrap().state_since_ms };
     let leased = deadline().await.expect("a lease deadline");
     assert_eq!(
-        raw::extend(&q, &part(t), &[d.lease()], Duration::from_millis(1000))
+        raw::extend(q, &part(t), &[d.lease()], Duration::from_millis(1000))
             .await
             .unwrap(),
         vec![true],
@@ -66,7 +64,7 @@ async fn extend_never_moves_a_lease_deadline_earlier() {
         "a shorter extend left the deadline where it was"
     );
     // A longer one moves it later, as before.
-    raw::extend(&q, &part(t), &[d.lease()], Duration::from_secs(120))
+    raw::extend(q, &part(t), &[d.lease()], Duration::from_secs(120))
         .await
         .unwrap();
     assert!(deadline().await.unwrap() >= leased + 59_000);
@@ -97,7 +95,7 @@ async fn stale_token_cannot_ack_fail_or_extend_the_next_delivery() {
     assert_eq!(state_of(&q.get(t, "j").await.unwrap()), Some(State::Ready));
     // While the job waits in ready, the old token is refused too.
     assert_eq!(
-        raw::ack(&q, &part(t), &[first.lease()]).await.unwrap(),
+        raw::ack(q, &part(t), &[first.lease()]).await.unwrap(),
         vec![false]
     );
     assert_eq!(state_of(&q.get(t, "j").await.unwrap()), Some(State::Ready));
@@ -115,12 +113,12 @@ async fn stale_token_cannot_ack_fail_or_extend_the_next_delivery() {
 
     // The first worker wakes up late: everything it tries is refused.
     assert_eq!(
-        raw::ack(&q, &part(t), &[first.lease()]).await.unwrap(),
+        raw::ack(q, &part(t), &[first.lease()]).await.unwrap(),
         vec![false]
     );
     assert_eq!(
         raw::fail(
-            &q,
+            q,
             &part(t),
             &Lease::new("j", first.token),
             "late failure",
@@ -132,7 +130,7 @@ async fn stale_token_cannot_ack_fail_or_extend_the_next_delivery() {
     );
     assert_eq!(
         raw::fail(
-            &q,
+            q,
             &part(t),
             &Lease::new("j", first.token),
             "late permanent failure",
@@ -143,7 +141,7 @@ async fn stale_token_cannot_ack_fail_or_extend_the_next_delivery() {
         Failed::Stale
     );
     assert_eq!(
-        raw::extend(&q, &part(t), &[first.lease()], Duration::from_secs(3600))
+        raw::extend(q, &part(t), &[first.lease()], Duration::from_secs(3600))
             .await
             .unwrap(),
         vec![false]
@@ -158,13 +156,13 @@ async fn stale_token_cannot_ack_fail_or_extend_the_next_delivery() {
     assert_eq!(after.last_error, before.last_error);
 
     assert_eq!(
-        raw::extend(&q, &part(t), &[second.lease()], LONG_LEASE)
+        raw::extend(q, &part(t), &[second.lease()], LONG_LEASE)
             .await
             .unwrap(),
         vec![true]
     );
     assert_eq!(
-        raw::ack(&q, &part(t), &[second.lease()]).await.unwrap(),
+        raw::ack(q, &part(t), &[second.lease()]).await.unwrap(),
         vec![true]
     );
     assert!(q.get(t, "j").await.unwrap().is_none());
@@ -172,7 +170,7 @@ async fn stale_token_cannot_ack_fail_or_extend_the_next_delivery() {
     assert_eq!(f.card(t, "jobs").await, 0);
     // Acking twice is refused, not an error.
     assert_eq!(
-        raw::ack(&q, &part(t), &[second.lease()]).await.unwrap(),
+        raw::ack(q, &part(t), &[second.lease()]).await.unwrap(),
         vec![false]
     );
 }
@@ -196,7 +194,7 @@ async fn replacing_a_running_job_fences_out_the_old_delivery() {
     assert_eq!(f.card(t, "running").await, 0);
 
     assert_eq!(
-        raw::ack(&q, &part(t), &[old.lease()]).await.unwrap(),
+        raw::ack(q, &part(t), &[old.lease()]).await.unwrap(),
         vec![false]
     );
     let new = claim_one(q, t, LONG_LEASE).await;
@@ -204,12 +202,12 @@ async fn replacing_a_running_job_fences_out_the_old_delivery() {
     assert_eq!(new.attempt, 1);
     assert_ne!(new.token, old.token);
     assert_eq!(
-        raw::ack(&q, &part(t), &[old.lease()]).await.unwrap(),
+        raw::ack(q, &part(t), &[old.lease()]).await.unwrap(),
         vec![false]
     );
     assert_eq!(
         raw::fail(
-            &q,
+            q,
             &part(t),
             &Lease::new("j", old.token),
             "old",
@@ -220,7 +218,7 @@ async fn replacing_a_running_job_fences_out_the_old_delivery() {
         Failed::Stale
     );
     assert_eq!(
-        raw::ack(&q, &part(t), &[new.lease()]).await.unwrap(),
+        raw::ack(q, &part(t), &[new.lease()]).await.unwrap(),
         vec![true]
     );
     assert!(q.check(t).await.unwrap().is_empty());
@@ -263,7 +261,7 @@ async fn never_early_every_claim_is_at_or_after_its_due_time() {
             claimed.len()
         );
         tick(q, t).await;
-        let got = raw::claim(&q, &part(t), 1000, LONG_LEASE).await.unwrap();
+        let got = raw::claim(q, &part(t), 1000, LONG_LEASE).await.unwrap();
         let now = f.now_ms().await;
         for d in &got {
             let (index, delay) = sent[&d.id];
@@ -296,7 +294,7 @@ async fn never_early_every_claim_is_at_or_after_its_due_time() {
         }
     }
     tick(q, t).await;
-    assert!(raw::claim(&q, &part(t), 1000, LONG_LEASE)
+    assert!(raw::claim(q, &part(t), 1000, LONG_LEASE)
         .await
         .unwrap()
         .is_empty());
@@ -355,7 +353,7 @@ async fn attempts_count_at_claim_so_expiring_leases_reach_dead() {
         .as_deref()
         .unwrap_or("")
         .contains("lease"));
-    assert!(raw::claim(&q, &part(t), 10, LONG_LEASE)
+    assert!(raw::claim(q, &part(t), 10, LONG_LEASE)
         .await
         .unwrap()
         .is_empty());
@@ -379,7 +377,7 @@ async fn failed_attempts_reach_dead_with_the_last_error_and_permanent_goes_at_on
         let d = claim_one(q, t, LONG_LEASE).await;
         assert_eq!(d.attempt, attempt);
         let outcome = raw::fail(
-            &q,
+            q,
             &part(t),
             &Lease::new("f", d.token),
             &format!("boom {attempt}"),
@@ -411,7 +409,7 @@ async fn failed_attempts_reach_dead_with_the_last_error_and_permanent_goes_at_on
     let d = claim_one(q, t, LONG_LEASE).await;
     assert_eq!(
         raw::fail(
-            &q,
+            q,
             &part(t),
             &Lease::new("p", d.token),
             "malformed payload",
@@ -437,7 +435,7 @@ async fn re_enqueue_of_a_dead_id_is_reported_as_dead_not_duplicate() {
     let (q, t) = (&f.queue, "deadid");
     q.enqueue(t, Job::new("a").id("order:1")).await.unwrap();
     let d = claim_one(q, t, LONG_LEASE).await;
-    let r = raw::fail(&q, &part(t), &d.lease(), "declined", FailKind::Permanent)
+    let r = raw::fail(q, &part(t), &d.lease(), "declined", FailKind::Permanent)
         .await
         .unwrap();
     assert_eq!(r, Failed::Dead);
@@ -550,7 +548,7 @@ async fn duplicate_ids_change_nothing_replace_applies_and_done_ids_are_free_agai
     let r = q.enqueue(t, Job::new("d").id("order:1")).await.unwrap();
     assert_eq!(r.status, EnqueueStatus::Duplicate, "a running job is live");
     assert_eq!(
-        raw::ack(&q, &part(t), &[d.lease()]).await.unwrap(),
+        raw::ack(q, &part(t), &[d.lease()]).await.unwrap(),
         vec![true]
     );
     let r = q.enqueue(t, Job::new("e").id("order:1")).await.unwrap();
@@ -859,7 +857,7 @@ async fn get_cancel_and_reschedule_by_id_in_every_state() {
     let d = claim_one(q, t, LONG_LEASE).await;
     assert_eq!(
         raw::fail(
-            &q,
+            q,
             &part(t),
             &Lease::new("dead", d.token),
             "no",
@@ -1024,12 +1022,12 @@ async fn get_cancel_and_reschedule_by_id_in_every_state() {
 
     // The worker of the cancelled running job cannot ack, fail or extend.
     assert_eq!(
-        raw::ack(&q, &part(t), &[running.lease()]).await.unwrap(),
+        raw::ack(q, &part(t), &[running.lease()]).await.unwrap(),
         vec![false]
     );
     assert_eq!(
         raw::fail(
-            &q,
+            q,
             &part(t),
             &Lease::new("running", running.token),
             "x",
@@ -1040,7 +1038,7 @@ async fn get_cancel_and_reschedule_by_id_in_every_state() {
         Failed::Stale
     );
     assert_eq!(
-        raw::extend(&q, &part(t), &[running.lease()], LONG_LEASE)
+        raw::extend(q, &part(t), &[running.lease()], LONG_LEASE)
             .await
             .unwrap(),
         vec![false]
@@ -1141,20 +1139,20 @@ async fn dead_letters_page_newest_first_replay_and_purge() {
     let d = claim_one(q, t, LONG_LEASE).await;
     assert_eq!((d.id.as_str(), d.attempt), ("d3", 1));
     assert_eq!(
-        raw::ack(&q, &part(t), &[d.lease()]).await.unwrap(),
+        raw::ack(q, &part(t), &[d.lease()]).await.unwrap(),
         vec![true]
     );
 
     // Replay the two oldest.
     let replayed = q.dead_replay(t, DeadSelector::Oldest(2)).await.unwrap();
     assert_eq!(replayed, vec!["d0".to_string(), "d1".to_string()]);
-    let mut got = raw::claim(&q, &part(t), 10, LONG_LEASE).await.unwrap();
+    let mut got = raw::claim(q, &part(t), 10, LONG_LEASE).await.unwrap();
     got.sort_by(|a, b| a.id.cmp(&b.id));
     let got_ids: Vec<(&str, u32)> = got.iter().map(|d| (d.id.as_str(), d.attempt)).collect();
     assert_eq!(got_ids, vec![("d0", 1), ("d1", 1)]);
     let acks: Vec<_> = got.iter().map(pair).collect();
     assert_eq!(
-        raw::ack(&q, &part(t), &acks).await.unwrap(),
+        raw::ack(q, &part(t), &acks).await.unwrap(),
         vec![true, true]
     );
 
@@ -1189,10 +1187,10 @@ async fn dead_replay_of_more_than_are_dead_replays_them_all() {
         .await
         .unwrap()
         .is_empty());
-    let got = raw::claim(&q, &part(t), 10, LONG_LEASE).await.unwrap();
+    let got = raw::claim(q, &part(t), 10, LONG_LEASE).await.unwrap();
     let acks: Vec<_> = got.iter().map(pair).collect();
     assert_eq!(
-        raw::ack(&q, &part(t), &acks).await.unwrap(),
+        raw::ack(q, &part(t), &acks).await.unwrap(),
         vec![true, true]
     );
     make_dead(&f, t, &["c"]).await;
@@ -1268,14 +1266,14 @@ async fn check_finds_nothing_after_a_random_mix_of_operations() {
             36..=50 => {
                 let k = rng.random_range(1..=5);
                 let lease = Duration::from_millis(rng.random_range(20..=400));
-                let got = raw::claim(&q, &part(t), k, lease).await.unwrap();
+                let got = raw::claim(q, &part(t), k, lease).await.unwrap();
                 held.extend(got.iter().map(pair));
                 "claim"
             }
             51..=62 if !held.is_empty() => {
                 let i = rng.random_range(0..held.len());
                 let h = held.swap_remove(i);
-                raw::ack(&q, &part(t), &[h]).await.unwrap();
+                raw::ack(q, &part(t), &[h]).await.unwrap();
                 "ack"
             }
             63..=70 if !held.is_empty() => {
@@ -1284,7 +1282,7 @@ async fn check_finds_nothing_after_a_random_mix_of_operations() {
                 let retry = rng.random_bool(0.5).then(|| ms(&mut rng, 50));
                 let permanent = rng.random_bool(0.2);
                 raw::fail(
-                    &q,
+                    q,
                     &part(t),
                     &h,
                     "random failure",
@@ -1301,13 +1299,13 @@ async fn check_finds_nothing_after_a_random_mix_of_operations() {
             71..=76 if !held.is_empty() => {
                 let h = pick(&mut rng, &held).clone();
                 let lease = Duration::from_millis(rng.random_range(20..=400));
-                raw::extend(&q, &part(t), &[h], lease).await.unwrap();
+                raw::extend(q, &part(t), &[h], lease).await.unwrap();
                 "extend"
             }
             77..=90 => {
                 let (b, r) = (rng.random_range(1..=50), rng.random_range(1..=50));
                 raw::tick(
-                    &q,
+                    q,
                     &part(t),
                     &TickLimits {
                         promote_batch: b,
@@ -1395,10 +1393,10 @@ async fn check_finds_nothing_after_a_random_mix_of_operations() {
     loop {
         assert!(Instant::now() < deadline, "the topic did not drain");
         tick(q, t).await;
-        let got = raw::claim(&q, &part(t), 1000, LONG_LEASE).await.unwrap();
+        let got = raw::claim(q, &part(t), 1000, LONG_LEASE).await.unwrap();
         if !got.is_empty() {
             let acks: Vec<_> = got.iter().map(pair).collect();
-            assert!(raw::ack(&q, &part(t), &acks)
+            assert!(raw::ack(q, &part(t), &acks)
                 .await
                 .unwrap()
                 .iter()
@@ -1492,7 +1490,7 @@ async fn tick_drops_a_lease_whose_record_vanished() {
     );
     assert!(q.get(t, "o").await.unwrap().is_none());
     assert_eq!(
-        raw::ack(&q, &part(t), &[d.lease()]).await.unwrap(),
+        raw::ack(q, &part(t), &[d.lease()]).await.unwrap(),
         vec![false]
     );
     let v = q.check(t).await.unwrap();
@@ -1519,12 +1517,12 @@ async fn scripts_are_reloaded_after_script_flush() {
     let r = q.enqueue(t, Job::new("b").id("b")).await.unwrap();
     assert_eq!(r.status, EnqueueStatus::Created);
     f.cli(&["SCRIPT", "FLUSH"]);
-    let got = raw::claim(&q, &part(t), 10, LONG_LEASE).await.unwrap();
+    let got = raw::claim(q, &part(t), 10, LONG_LEASE).await.unwrap();
     assert_eq!(got.len(), 2);
     f.cli(&["SCRIPT", "FLUSH"]);
     let acks: Vec<_> = got.iter().map(pair).collect();
     assert_eq!(
-        raw::ack(&q, &part(t), &acks).await.unwrap(),
+        raw::ack(q, &part(t), &acks).await.unwrap(),
         vec![true, true]
     );
     f.cli(&["SCRIPT", "FLUSH"]);
@@ -1595,7 +1593,7 @@ async fn more_than_8000_due_at_once_are_promoted_claimed_and_reclaimed_in_bounde
 
     // Promote: at most a batch per tick; a batch over 1000 is capped.
     let first = raw::tick(
-        &q,
+        q,
         &part(t),
         &TickLimits {
             promote_batch: 5000,
@@ -1610,7 +1608,7 @@ async fn more_than_8000_due_at_once_are_promoted_claimed_and_reclaimed_in_bounde
     let (mut promoted, mut ticks) = (first.promoted, 1);
     while promoted < n as u64 {
         let r = raw::tick(
-            &q,
+            q,
             &part(t),
             &TickLimits {
                 promote_batch: 700,
@@ -1634,7 +1632,7 @@ async fn more_than_8000_due_at_once_are_promoted_claimed_and_reclaimed_in_bounde
     // Claim in batches of 1000: everything, once.
     let mut seen = HashSet::new();
     loop {
-        let got = raw::claim(&q, &part(t), 1000, Duration::from_millis(300))
+        let got = raw::claim(q, &part(t), 1000, Duration::from_millis(300))
             .await
             .unwrap();
         assert!(got.len() <= 1000);
@@ -1654,7 +1652,7 @@ async fn more_than_8000_due_at_once_are_promoted_claimed_and_reclaimed_in_bounde
         Duration::from_secs(10),
         "every lease to be reclaimed",
         async || {
-            let r = raw::tick(&q, &part(t), &TICK_ALL).await.unwrap();
+            let r = raw::tick(q, &part(t), &TICK_ALL).await.unwrap();
             assert!(r.reclaimed <= 1000, "{r:?}");
             assert_eq!(r.dead, 0);
             reclaimed += r.reclaimed;
@@ -1667,7 +1665,7 @@ async fn more_than_8000_due_at_once_are_promoted_claimed_and_reclaimed_in_bounde
     // Second delivery of everything, acked in one call (split by the library).
     let mut held = Vec::new();
     loop {
-        let got = raw::claim(&q, &part(t), 1000, LONG_LEASE).await.unwrap();
+        let got = raw::claim(q, &part(t), 1000, LONG_LEASE).await.unwrap();
         if got.is_empty() {
             break;
         }
@@ -1675,7 +1673,7 @@ async fn more_than_8000_due_at_once_are_promoted_claimed_and_reclaimed_in_bounde
         held.extend(got.iter().map(pair));
     }
     assert_eq!(held.len(), 2 * n);
-    let acks = raw::ack(&q, &part(t), &held).await.unwrap();
+    let acks = raw::ack(q, &part(t), &held).await.unwrap();
     assert_eq!(acks.len(), 2 * n);
     assert!(acks.iter().all(|a| *a));
     for set in ["pool", "ready", "running", "dead", "jobs"] {
@@ -1699,7 +1697,7 @@ async fn tick_refuses_to_promote_past_max_ready() {
     f.wait_past(enqueued + 1).await;
 
     let r = raw::tick(
-        &q,
+        q,
         &part(t),
         &TickLimits {
             max_ready: 10,
@@ -1711,7 +1709,7 @@ async fn tick_refuses_to_promote_past_max_ready() {
     assert_eq!(r.promoted, 10, "{r:?}");
     assert_eq!(f.card(t, "ready").await, 10);
     let r = raw::tick(
-        &q,
+        q,
         &part(t),
         &TickLimits {
             max_ready: 10,
@@ -1726,10 +1724,10 @@ async fn tick_refuses_to_promote_past_max_ready() {
     assert_eq!(f.card(t, "pool").await, 40);
 
     // Room for 4 more after claiming 4.
-    let got = raw::claim(&q, &part(t), 4, LONG_LEASE).await.unwrap();
+    let got = raw::claim(q, &part(t), 4, LONG_LEASE).await.unwrap();
     assert_eq!(got.len(), 4);
     let r = raw::tick(
-        &q,
+        q,
         &part(t),
         &TickLimits {
             max_ready: 10,
@@ -1742,7 +1740,7 @@ async fn tick_refuses_to_promote_past_max_ready() {
     assert!(!r.refused);
     assert_eq!(f.card(t, "ready").await, 10);
     let r = raw::tick(
-        &q,
+        q,
         &part(t),
         &TickLimits {
             max_ready: 10,
@@ -1776,7 +1774,7 @@ async fn generated_ids_are_unique_and_sort_by_creation_order() {
         ids.push(q.enqueue(t, Job::new("single")).await.unwrap().id);
         // Claims draw tokens from the same sequence: ids must still sort.
         if round % 3 == 0 {
-            raw::claim(&q, &part(t), 5, LONG_LEASE).await.unwrap();
+            raw::claim(q, &part(t), 5, LONG_LEASE).await.unwrap();
         }
     }
     for w in ids.windows(2) {
@@ -1888,7 +1886,7 @@ async fn replace_moves_a_job_between_pool_and_ready_without_leaving_a_copy() {
     q.enqueue_with("t", vec![Job::new("f").id("x")], &replace)
         .await
         .unwrap();
-    let d = raw::claim(&q, &part("t"), 1, LONG_LEASE).await.unwrap();
+    let d = raw::claim(q, &part("t"), 1, LONG_LEASE).await.unwrap();
     assert_eq!(d.len(), 1);
     q.enqueue_with("t", vec![Job::new("g").id("x")], &replace)
         .await
@@ -1908,7 +1906,7 @@ async fn attempts_live_outside_the_record_and_leave_with_it() {
     let rec_before: String = f
         .cmd(redis::cmd("HGET").arg(key("t", "jobs")).arg("a"))
         .await;
-    let d = raw::claim(&q, &part("t"), 1, LONG_LEASE)
+    let d = raw::claim(q, &part("t"), 1, LONG_LEASE)
         .await
         .unwrap()
         .remove(0);
@@ -1923,7 +1921,7 @@ async fn attempts_live_outside_the_record_and_leave_with_it() {
     assert_eq!(att, format!("1:{}", d.token));
     assert_eq!(q.get("t", "a").await.unwrap().unwrap().attempts, 1);
     assert_eq!(
-        raw::ack(&q, &part("t"), &[d.lease()]).await.unwrap(),
+        raw::ack(q, &part("t"), &[d.lease()]).await.unwrap(),
         vec![true]
     );
     let left: i64 = f.cmd(redis::cmd("HLEN").arg(key("t", "attempts"))).await;
