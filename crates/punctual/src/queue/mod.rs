@@ -260,8 +260,9 @@ impl Queue {
         Ok(k)
     }
 
-    /// The names of a topic's partitions (`[topic]` when not partitioned):
-    /// what the low-level calls (claim, ack, tick...) take.
+    /// The names of a topic's partitions (`[topic]` when not partitioned),
+    /// as the keys and the history use them; [`crate::raw::partitions`]
+    /// gives them as the low-level calls take them.
     pub async fn partition_names(&self, topic: &str) -> Result<Vec<String>> {
         let k = self.partitions(topic).await?;
         Ok((0..k).map(|i| partition_name(topic, i, k)).collect())
