@@ -593,6 +593,15 @@ async fn bad_input_gets_a_4xx_with_a_stable_code_and_changes_nothing() {
             "invalid_input",
             "pool, ready, running or dead",
         ),
+        // A state the library parses, but no set to list.
+        (
+            "GET",
+            format!("{jobs}?state=orphan"),
+            None,
+            400,
+            "invalid_input",
+            "pool, ready, running or dead",
+        ),
         (
             "GET",
             format!("{jobs}?limit=0"),

@@ -44,12 +44,7 @@ pub struct ListArgs {
 /// Runs `list`.
 pub async fn run(ctx: &Ctx, args: ListArgs) -> Result<()> {
     punctual::validate_topic(&args.topic)?;
-    let state = match args.state.as_str() {
-        "pool" => State::Pool,
-        "ready" => State::Ready,
-        "running" => State::Running,
-        _ => State::Dead,
-    };
+    let state: State = args.state.parse()?;
     if let Some(c) = &args.cursor {
         if c.split_once('-')
             .is_none_or(|(p, z)| p.parse::<u32>().is_err() || z.parse::<u64>().is_err())
