@@ -1,0 +1,537 @@
+//! The nodes behind a Redis URL, for per-node admin work: `INFO`, `SCAN`,
+//! `DEL`, `PUBSUB NUMSUB`. A single Redis is one node; a Redis Cluster is
+//! its masters (each serving slots) and its other nodes. Also the parsing
+//! of `INFO` and `CLUSTER NODES` replies, once for every user (the
+//! connection, the unlisted-topics scan, `doctor`, `demo`, the bench).
+//!
+//! Jobs are read and changed through [`crate::Queue`]; this module is for
+//! tools that look at the servers themselves.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::{Cmd, Pipeline, RedisFuture, Value};
+
+use crate::conn::Conn;
+use crate::error::{Error, Result};
+use crate::redact::redact;
+
+/// One line of a `CLUSTER NODES` reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClusterNode {
+    /// `host:port` (the cluster bus port and hostname left out).
+    pub addr: String,
+    /// Flagged `master`.
+    pub master: bool,
+    /// Flagged `fail`, `fail?`, `noaddr` or `handshake`: not to be used.
+    pub failed: bool,
+    /// The slot ranges it serves, inclusive (empty for a replica).
+    pub slots: Vec<(u16, u16)>,
+}
+
+impl ClusterNode {
+    /// Whether it serves `slot`.
+    ///
+    /// ```
+    /// let n = &punctual::nodes::parse_cluster_nodes(
+    ///     "07c3 10.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-5460",
+    /// )[0];
+    /// assert!(n.serves(5460) && !n.serves(5461));
+    /// ```
+    pub fn serves(&self, slot: u16) -> bool {
+        self.slots.iter().any(|(a, b)| (*a..=*b).contains(&slot))
+    }
+
+    /// The host and port of [`ClusterNode::addr`].
+    ///
+    /// ```
+    /// let n = &punctual::nodes::parse_cluster_nodes(
+    ///     "07c3 10.0.0.1:7000@17000 master - 0 0 1 connected 0-16383",
+    /// )[0];
+    /// assert_eq!(n.host_port(), Some(("10.0.0.1", 7000)));
+    /// ```
+    pub fn host_port(&self) -> Option<(&str, u16)> {
+        let (host, port) = self.addr.rsplit_once(':')?;
+        (!host.is_empty()).then_some(())?;
+        Some((host, port.parse().ok()?))
+    }
+}
+
+/// Parses a `CLUSTER NODES` reply; lines that are not a node are left out.
+///
+/// ```
+/// let text = "\
+/// 07c3 127.0.0.1:7101@17101 myself,master - 0 0 1 connected 0-5460
+/// 2920 127.0.0.1:7104@17104,host2 slave 07c3 0 1 2 connected
+/// 9d2a 127.0.0.1:7103@17103 master,fail - 0 1 3 disconnected 10923-16383
+/// ";
+/// let nodes = punctual::nodes::parse_cluster_nodes(text);
+/// assert_eq!(nodes[0].addr, "127.0.0.1:7101");
+/// assert_eq!(nodes[0].slots, vec![(0, 5460)]);
+/// assert!(!nodes[1].master && nodes[1].addr == "127.0.0.1:7104");
+/// assert!(nodes[2].failed);
+/// ```
+pub fn parse_cluster_nodes(text: &str) -> Vec<ClusterNode> {
+    text.lines()
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() < 8 {
+                return None;
+            }
+            // ip:port@cport[,hostname]
+            let addr = f[1].split(['@', ',']).next()?.to_string();
+            let flags: Vec<&str> = f[2].split(',').collect();
+            let slots = f[8..]
+                .iter()
+                .filter(|s| !s.starts_with('['))
+                .filter_map(|s| match s.split_once('-') {
+                    Some((a, b)) => Some((a.parse().ok()?, b.parse().ok()?)),
+                    None => s.parse().ok().map(|x| (x, x)),
+                })
+                .collect();
+            Some(ClusterNode {
+                addr,
+                master: flags.contains(&"master"),
+                failed: flags
+                    .iter()
+                    .any(|x| matches!(*x, "fail" | "fail?" | "noaddr" | "handshake")),
+                slots,
+            })
+        })
+        .collect()
+}
+
+/// Parses an `INFO` reply into field -> value (section headers left out).
+///
+/// ```
+/// let info = punctual::nodes::parse_info(
+///     "# Server\r\nredis_version:7.2.4\r\ncmdstat_get:calls=3,usec=9\r\n",
+/// );
+/// assert_eq!(info["redis_version"], "7.2.4");
+/// assert_eq!(info["cmdstat_get"], "calls=3,usec=9");
+/// ```
+pub fn parse_info(text: &str) -> HashMap<String, String> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect()
+}
+
+/// `url` with its host:port replaced by `hostport`, its scheme,
+/// credentials and database kept: the URL of another node of a cluster.
+///
+/// ```
+/// use punctual::nodes::node_url;
+/// assert_eq!(
+///     node_url("redis://u:p@10.0.0.1:7000/0", "10.0.0.2:7001").as_deref(),
+///     Some("redis://u:p@10.0.0.2:7001/0")
+/// );
+/// ```
+pub fn node_url(url: &str, hostport: &str) -> Option<String> {
+    let start = url.find("://")? + 3;
+    let auth_end = url[start..]
+        .rfind('@')
+        .map(|i| start + i + 1)
+        .unwrap_or(start);
+    let rest = &url[auth_end..];
+    let end = rest.find('/').map(|i| auth_end + i).unwrap_or(url.len());
+    Some(format!("{}{hostport}{}", &url[..auth_end], &url[end..]))
+}
+
+/// One node with a plain connection of its own (commands go to it and
+/// nowhere else).
+#[derive(Clone)]
+pub struct Node {
+    addr: String,
+    url: String,
+    conn: MultiplexedConnection,
+    slots: Vec<(u16, u16)>,
+    cluster: bool,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("addr", &self.addr)
+            .field("slots", &self.slots)
+            .finish()
+    }
+}
+
+/// The host:port (or socket path) a URL names; the URL itself when it does
+/// not parse.
+fn addr_of(url: &str) -> String {
+    let Ok(client) = redis::Client::open(url) else {
+        return url.to_string();
+    };
+    match client.get_connection_info().addr() {
+        redis::ConnectionAddr::Tcp(host, port)
+        | redis::ConnectionAddr::TcpTls { host, port, .. } => format!("{host}:{port}"),
+        redis::ConnectionAddr::Unix(p) => p.display().to_string(),
+        _ => url.to_string(),
+    }
+}
+
+impl Node {
+    /// Connects to the one node at `url` (no cluster discovery) and checks
+    /// that it answers `PING` within `timeout`.
+    ///
+    /// ```no_run
+    /// # async fn f() -> punctual::Result<()> {
+    /// let node = punctual::nodes::Node::connect("redis://127.0.0.1:6379", std::time::Duration::from_secs(2)).await?;
+    /// let info = node.info(&["server"]).await?;
+    /// println!("{} runs Redis {}", node.addr(), info["redis_version"]);
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect(url: &str, timeout: Duration) -> Result<Node> {
+        Self::open(url, timeout, Vec::new(), false).await
+    }
+
+    async fn open(
+        url: &str,
+        timeout: Duration,
+        slots: Vec<(u16, u16)>,
+        cluster: bool,
+    ) -> Result<Node> {
+        let client = redis::Client::open(url)
+            .map_err(|e| Error::invalid(format!("invalid Redis URL {:?}: {e}", redact(url))))?;
+        let timed_out = || {
+            Error::Redis(redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer within {timeout:?}"),
+            )))
+        };
+        let mut conn = tokio::time::timeout(timeout, client.get_multiplexed_async_connection())
+            .await
+            .map_err(|_| timed_out())?
+            .map_err(Error::Redis)?;
+        tokio::time::timeout(timeout, redis::cmd("PING").query_async::<String>(&mut conn))
+            .await
+            .map_err(|_| timed_out())?
+            .map_err(Error::Redis)?;
+        Ok(Node {
+            addr: addr_of(url),
+            url: url.to_string(),
+            conn,
+            slots,
+            cluster,
+        })
+    }
+
+    /// `host:port` (or the socket path).
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// Its URL (with credentials: pass it through [`crate::redact`] before
+    /// showing it).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The slot ranges it serves (empty for a single Redis and a replica).
+    pub fn slots(&self) -> &[(u16, u16)] {
+        &self.slots
+    }
+
+    /// A clone of its connection, for commands of the caller's own.
+    pub fn conn(&self) -> MultiplexedConnection {
+        self.conn.clone()
+    }
+
+    /// `INFO` of some sections, as field -> value (see [`parse_info`]).
+    pub async fn info(&self, sections: &[&str]) -> Result<HashMap<String, String>> {
+        let mut c = self.conn.clone();
+        let text: String = redis::cmd("INFO")
+            .arg(sections)
+            .query_async(&mut c)
+            .await
+            .map_err(Error::Redis)?;
+        Ok(parse_info(&text))
+    }
+
+    /// Every key of this node matching the `SCAN MATCH` pattern, passed to
+    /// `each` one `SCAN` page at a time; stops early when `each` returns
+    /// false. Only reads.
+    pub async fn scan(
+        &self,
+        pattern: Option<&str>,
+        mut each: impl FnMut(Vec<String>) -> bool,
+    ) -> Result<()> {
+        let mut conn = self.conn.clone();
+        let mut cursor: u64 = 0;
+        loop {
+            let mut cmd = redis::cmd("SCAN");
+            cmd.arg(cursor);
+            if let Some(p) = pattern {
+                cmd.arg("MATCH").arg(p);
+            }
+            let (next, keys): (u64, Vec<String>) = cmd
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut conn)
+                .await
+                .map_err(Error::Redis)?;
+            if !each(keys) {
+                return Ok(());
+            }
+            cursor = next;
+            if cursor == 0 {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Deletes every key of this node matching the `SCAN MATCH` pattern;
+    /// returns how many it deleted.
+    pub async fn delete_matching(&self, pattern: &str) -> Result<u64> {
+        let mut conn = self.conn.clone();
+        let mut cursor: u64 = 0;
+        let mut deleted = 0;
+        loop {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut conn)
+                .await
+                .map_err(Error::Redis)?;
+            if !keys.is_empty() {
+                if self.cluster {
+                    // Keys of different slots cannot share a DEL.
+                    let mut pipe = redis::pipe();
+                    for k in &keys {
+                        pipe.cmd("DEL").arg(k);
+                    }
+                    let n: Vec<u64> = pipe.query_async(&mut conn).await.map_err(Error::Redis)?;
+                    deleted += n.iter().sum::<u64>();
+                } else {
+                    let n: u64 = redis::cmd("DEL")
+                        .arg(&keys)
+                        .query_async(&mut conn)
+                        .await
+                        .map_err(Error::Redis)?;
+                    deleted += n;
+                }
+            }
+            cursor = next;
+            if cursor == 0 {
+                return Ok(deleted);
+            }
+        }
+    }
+}
+
+/// A connection for commands on keys: routed by key on a cluster (following
+/// redirections), the node itself otherwise. The same connection
+/// [`crate::Queue`] uses; cheap to clone.
+#[derive(Clone)]
+pub struct KeyedConn(Conn);
+
+impl std::fmt::Debug for KeyedConn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KeyedConn")
+    }
+}
+
+impl ConnectionLike for KeyedConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        self.0.req_packed_command(cmd)
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        self.0.req_packed_commands(cmd, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.0.get_db()
+    }
+}
+
+/// Every node behind a URL (one URL, or a cluster's comma-separated seeds,
+/// as [`crate::Queue::connect`] takes it), each with a plain connection,
+/// and a [`KeyedConn`] for commands on keys.
+#[derive(Clone)]
+pub struct Nodes {
+    keyed: KeyedConn,
+    masters: Vec<Node>,
+    replicas: Vec<Node>,
+    cluster: bool,
+}
+
+impl std::fmt::Debug for Nodes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Nodes")
+            .field("cluster", &self.cluster)
+            .field("masters", &self.masters)
+            .field("replicas", &self.replicas.len())
+            .finish()
+    }
+}
+
+impl Nodes {
+    /// Connects to every node: a single Redis, or every master serving slots
+    /// and every other node (not failed) of a cluster, masters sorted by
+    /// address. `timeout`: to connect to each node; `response_timeout`: of
+    /// the keyed connection.
+    ///
+    /// ```no_run
+    /// # async fn f() -> punctual::Result<()> {
+    /// use std::time::Duration;
+    /// let nodes = punctual::nodes::Nodes::connect(
+    ///     "redis://127.0.0.1:7000,redis://127.0.0.1:7001",
+    ///     Duration::from_secs(2),
+    ///     Duration::from_secs(30),
+    /// )
+    /// .await?;
+    /// for m in nodes.masters() {
+    ///     println!("{}: {:?}", m.addr(), m.slots());
+    /// }
+    /// nodes.delete_matching("scratch:*").await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect(
+        url: &str,
+        timeout: Duration,
+        response_timeout: Duration,
+    ) -> Result<Nodes> {
+        let connected = crate::conn::connect(url, timeout, response_timeout).await?;
+        let seeds = crate::redact::split_seeds(url);
+        if !connected.cluster {
+            let node = Node::open(seeds[0], timeout, Vec::new(), false).await?;
+            return Ok(Nodes {
+                keyed: KeyedConn(connected.conn),
+                masters: vec![node],
+                replicas: Vec::new(),
+                cluster: false,
+            });
+        }
+        let mut masters = Vec::new();
+        let mut replicas = Vec::new();
+        for n in connected.nodes {
+            if n.failed {
+                continue;
+            }
+            let node_url = node_url(seeds[0], &n.addr)
+                .ok_or_else(|| Error::invalid(format!("cannot make a URL for node {}", n.addr)))?;
+            let master = n.master && !n.slots.is_empty();
+            let node = Node::open(&node_url, timeout, n.slots, true).await?;
+            if master {
+                masters.push(node);
+            } else {
+                replicas.push(node);
+            }
+        }
+        if masters.is_empty() {
+            return Err(Error::invalid(format!(
+                "the cluster at {} has no master serving slots",
+                redact(url)
+            )));
+        }
+        masters.sort_by(|a, b| a.addr.cmp(&b.addr));
+        Ok(Nodes {
+            keyed: KeyedConn(connected.conn),
+            masters,
+            replicas,
+            cluster: true,
+        })
+    }
+
+    /// Whether it is a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        self.cluster
+    }
+
+    /// The masters (the one node of a single Redis).
+    pub fn masters(&self) -> &[Node] {
+        &self.masters
+    }
+
+    /// A cluster's other nodes (replicas); empty for a single Redis.
+    pub fn replicas(&self) -> &[Node] {
+        &self.replicas
+    }
+
+    /// Every node, masters first.
+    pub fn all(&self) -> impl Iterator<Item = &Node> {
+        self.masters.iter().chain(&self.replicas)
+    }
+
+    /// The master serving `slot` (the one node of a single Redis).
+    pub fn master_of_slot(&self, slot: u16) -> Option<&Node> {
+        if !self.cluster {
+            return self.masters.first();
+        }
+        self.masters
+            .iter()
+            .find(|m| m.slots.iter().any(|(a, b)| (*a..=*b).contains(&slot)))
+    }
+
+    /// A clone of the connection for commands on keys.
+    pub fn keyed(&self) -> KeyedConn {
+        self.keyed.clone()
+    }
+
+    /// Deletes every key matching the `SCAN MATCH` pattern on every master;
+    /// returns how many it deleted.
+    pub async fn delete_matching(&self, pattern: &str) -> Result<u64> {
+        let mut total = 0;
+        for m in &self.masters {
+            total += m.delete_matching(pattern).await?;
+        }
+        Ok(total)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_nodes_give_masters_and_their_slots() {
+        let text = "\
+07c3 127.0.0.1:7101@17101 myself,master - 0 0 1 connected 0-5460
+67ed 127.0.0.1:7102@17102,host2 master - 0 1 2 connected 5461-10922 12000 [12001->-abc]
+2920 127.0.0.1:7104@17104 slave 67ed 0 1 2 connected
+9d2a 127.0.0.1:7103@17103 master,fail - 0 1 3 disconnected 10923-16383
+";
+        let n = parse_cluster_nodes(text);
+        assert_eq!(n.len(), 4);
+        assert_eq!(
+            n[0],
+            ClusterNode {
+                addr: "127.0.0.1:7101".into(),
+                master: true,
+                failed: false,
+                slots: vec![(0, 5460)]
+            }
+        );
+        assert_eq!(n[1].addr, "127.0.0.1:7102");
+        assert_eq!(n[1].slots, vec![(5461, 10922), (12000, 12000)]);
+        assert!(!n[2].master && n[2].slots.is_empty());
+        assert!(n[3].failed);
+        assert_eq!(n[1].host_port(), Some(("127.0.0.1", 7102)));
+    }
+
+    #[test]
+    fn host_and_port_are_replaced_keeping_credentials() {
+        assert_eq!(
+            node_url("redis://u:p@10.0.0.1:7000/0", "10.0.0.2:7001").as_deref(),
+            Some("redis://u:p@10.0.0.2:7001/0")
+        );
+        assert_eq!(
+            node_url("redis://127.0.0.1:7000", "127.0.0.1:7002").as_deref(),
+            Some("redis://127.0.0.1:7002")
+        );
+    }
+}
