@@ -19,7 +19,7 @@ use serde_json::{json, Map, Value};
 
 use super::phases::payload;
 use super::probe::{round, Snapshot};
-use super::target::key_of;
+use super::target::keys_of;
 use super::{Bench, Report};
 
 /// Jobs per call, as in the scripts phase.
@@ -170,21 +170,21 @@ pub async fn floor(b: &Bench) -> Result<Report> {
     // Load the scripts (on the node of each partition) before measuring.
     for p in parts {
         let _: i64 = ack
-            .key(key_of(p, "running"))
-            .key(key_of(p, "jobs"))
+            .key(keys_of(p).running())
+            .key(keys_of(p).jobs())
             .arg("warm-up")
             .invoke_async(&mut conn)
             .await?;
         let _: i64 = promote
-            .key(key_of(p, "pool"))
-            .key(key_of(p, "ready"))
+            .key(keys_of(p).pool())
+            .key(keys_of(p).ready())
             .arg(1)
             .invoke_async(&mut conn)
             .await?;
         let _: redis::Value = claim
-            .key(key_of(p, "ready"))
-            .key(key_of(p, "running"))
-            .key(key_of(p, "jobs"))
+            .key(keys_of(p).ready())
+            .key(keys_of(p).running())
+            .key(keys_of(p).jobs())
             .arg(1)
             .arg(1)
             .invoke_async(&mut conn)
@@ -200,7 +200,7 @@ pub async fn floor(b: &Bench) -> Result<Report> {
         .map(|(c, s)| {
             let part = &parts[c % parts.len()];
             let mut inv = enqueue.prepare_invoke();
-            inv.key(key_of(part, "pool")).key(key_of(part, "jobs"));
+            inv.key(keys_of(part).pool()).key(keys_of(part).jobs());
             for i in s..(s + CHUNK as u64).min(n) {
                 inv.arg(id_of(i)).arg(due).arg(record(due, 50, &payload(i)));
             }
@@ -229,8 +229,8 @@ pub async fn floor(b: &Bench) -> Result<Report> {
     for p in parts {
         loop {
             let k: u64 = promote
-                .key(key_of(p, "pool"))
-                .key(key_of(p, "ready"))
+                .key(keys_of(p).pool())
+                .key(keys_of(p).ready())
                 .arg(CHUNK)
                 .invoke_async(&mut conn)
                 .await
@@ -252,9 +252,9 @@ pub async fn floor(b: &Bench) -> Result<Report> {
     for (p, held) in parts.iter().zip(claimed.iter_mut()) {
         loop {
             let got: Vec<Vec<Option<Vec<u8>>>> = claim
-                .key(key_of(p, "ready"))
-                .key(key_of(p, "running"))
-                .key(key_of(p, "jobs"))
+                .key(keys_of(p).ready())
+                .key(keys_of(p).running())
+                .key(keys_of(p).jobs())
                 .arg(CHUNK)
                 .arg(60_000)
                 .invoke_async(&mut conn)
@@ -290,8 +290,8 @@ pub async fn floor(b: &Bench) -> Result<Report> {
     for (p, held) in parts.iter().zip(&claimed) {
         for ids in held.chunks(CHUNK) {
             let k: u64 = ack
-                .key(key_of(p, "running"))
-                .key(key_of(p, "jobs"))
+                .key(keys_of(p).running())
+                .key(keys_of(p).jobs())
                 .arg(ids)
                 .invoke_async(&mut conn)
                 .await

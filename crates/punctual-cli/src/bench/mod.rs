@@ -351,7 +351,7 @@ pub async fn run(ctx: &Ctx, args: BenchArgs, redis_explicit: bool) -> Result<()>
             target
                 .masters
                 .iter()
-                .map(|m| m.addr.as_str())
+                .map(target::Master::addr)
                 .collect::<Vec<_>>()
                 .join(", "),
             redact(&target.url)

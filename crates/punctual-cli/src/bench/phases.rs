@@ -12,8 +12,8 @@ use anyhow::{bail, Context, Result};
 use futures::StreamExt;
 use indicatif::ProgressBar;
 use punctual::{
-    Delivery, EnqueueStatus, Job, Outcome, Queue, Scheduler, SchedulerConfig, When, Worker,
-    WorkerConfig,
+    Delivery, EnqueueStatus, Job, Outcome, Queue, Scheduler, SchedulerConfig, TopicKeys, When,
+    Worker, WorkerConfig,
 };
 use rand::{Rng, SeedableRng};
 use serde_json::json;
@@ -22,7 +22,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::probe::{round, Snapshot};
-use super::target::{key_of, PREFIX, TOPIC};
+use super::target::{keys_of, PREFIX, TOPIC};
 use super::{Bench, Report};
 
 /// Bytes of each payload, as the protocol asks.
@@ -271,8 +271,8 @@ impl Bench {
         loop {
             let (mut w, mut s) = (u64::MAX, u64::MAX);
             for p in &self.target.parts {
-                w = w.min(self.target.subscribers(&key_of(p, "ready")).await?);
-                s = s.min(self.target.subscribers(&key_of(p, "pool")).await?);
+                w = w.min(self.target.subscribers(&keys_of(p).ready()).await?);
+                s = s.min(self.target.subscribers(&keys_of(p).pool()).await?);
             }
             if w >= workers && (!scheduler || s >= 1) {
                 return Ok(());
@@ -464,8 +464,8 @@ pub async fn enqueue(b: &Bench) -> Result<(Report, Report)> {
 
     // Memory: what Redis holds per waiting job, all in.
     let used = after.used_memory as f64 - before.used_memory as f64;
-    let usage = |part: &str| {
-        let keys = b.target.keys(part);
+    let usage = |key: fn(&TopicKeys) -> &str| {
+        let keys = b.target.keys(key);
         async move {
             let mut total = 0;
             for k in keys {
@@ -484,7 +484,7 @@ pub async fn enqueue(b: &Bench) -> Result<(Report, Report)> {
             Ok::<u64, anyhow::Error>(total)
         }
     };
-    let (pool, jobs) = (usage("pool").await?, usage("jobs").await?);
+    let (pool, jobs) = (usage(TopicKeys::pool).await?, usage(TopicKeys::jobs).await?);
     let nf = n as f64;
     let mut m = Report::new("memory");
     m.set("n", n)
@@ -719,7 +719,7 @@ pub async fn promote(b: &Bench) -> Result<Report> {
     bar.finish_and_clear();
     // Wait until the last job is due.
     let mut last_due: Option<f64> = None;
-    for k in b.target.keys("pool") {
+    for k in b.target.keys(TopicKeys::pool) {
         let last: Vec<(String, f64)> = b
             .target
             .query(
@@ -1158,13 +1158,13 @@ partitions = {partitions}
         .iter()
         .filter(|e| e.status == EnqueueStatus::Created)
         .count() as u64;
-    let mut done = 0;
     let mut finished = false;
     while Instant::now() < deadline {
-        let c = b.target.counters().await?;
-        done = c.get("done").copied().unwrap_or(0);
-        bar.set_position(done);
-        if done >= n && b.target.records().await? == 0 {
+        // Every job was enqueued above: the records left are the jobs not
+        // yet acked (one HLEN per poll, the least Redis work).
+        let left = b.target.records().await?;
+        bar.set_position(n.saturating_sub(left));
+        if left == 0 {
             finished = true;
             break;
         }
@@ -1193,9 +1193,10 @@ partitions = {partitions}
         let _ = child.wait().await;
     }
     let cpu = Snapshot::take(&b.target).await?.children_cpu_since(&before);
-    let counters = b.target.counters().await?;
-    let get = |k: &str| counters.get(k).copied().unwrap_or(0);
-    let sets = b.target.sets().await?;
+    let stats = b.target.stats().await?;
+    let get = |k: &str| stats.counters.get(k).copied().unwrap_or(0);
+    let done = get("done");
+    let sets = [stats.pool, stats.ready, stats.running, stats.dead];
     let records = b.target.records().await?;
     let ok = finished
         && created == n

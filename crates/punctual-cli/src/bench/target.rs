@@ -4,82 +4,37 @@
 //! the check that it holds nobody else's keys, deleting the bench's own
 //! keys, and reading `INFO`, on every master of a cluster.
 
-use std::collections::HashMap;
-
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use redis::aio::{ConnectionLike, MultiplexedConnection};
-use redis::cluster::ClusterClientBuilder;
-use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, Pipeline, RedisFuture, Value};
-
-use punctual::redact;
+use punctual::nodes::{KeyedConn, Node, Nodes};
+use punctual::{redact, Queue, TopicKeys};
 
 /// Every key the bench writes starts with `PREFIX:`.
 pub const PREFIX: &str = "punctual-bench";
 /// The one topic of the bench.
 pub const TOPIC: &str = "bench";
 
-/// A key of the bench's topic, e.g. `key("pool")`.
-#[cfg(test)]
-pub fn key(part: &str) -> String {
-    key_of(TOPIC, part)
+/// The keys of one partition (or of the unpartitioned topic), e.g.
+/// `keys_of("bench#2").pool()`.
+pub fn keys_of(physical: &str) -> TopicKeys {
+    TopicKeys::new(PREFIX, physical)
 }
 
-/// A key of one partition (or of the unpartitioned topic), e.g.
-/// `key_of("bench#2", "pool")`.
-pub fn key_of(physical: &str, part: &str) -> String {
-    format!("{PREFIX}:{{{physical}}}:{part}")
-}
-
-/// The connection for commands on keys: the node itself, or a slot-aware
-/// cluster connection.
-#[derive(Clone)]
-pub enum AdminConn {
-    Single(MultiplexedConnection),
-    Cluster(ClusterConnection),
-}
-
-impl ConnectionLike for AdminConn {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        match self {
-            AdminConn::Single(c) => c.req_packed_command(cmd),
-            AdminConn::Cluster(c) => c.req_packed_command(cmd),
-        }
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        cmd: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        match self {
-            AdminConn::Single(c) => c.req_packed_commands(cmd, offset, count),
-            AdminConn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
-        }
-    }
-
-    fn get_db(&self) -> i64 {
-        match self {
-            AdminConn::Single(c) => c.get_db(),
-            AdminConn::Cluster(c) => c.get_db(),
-        }
-    }
-}
-
-/// One master (the only node of a single Redis), with a plain connection of
-/// its own: INFO, SCAN and DEL are per node.
-pub struct Node {
-    /// host:port.
-    pub addr: String,
-    pub conn: MultiplexedConnection,
+/// One master (the only node of a single Redis).
+pub struct Master {
+    /// Its own connection: INFO, SCAN and DEL are per node.
+    pub node: Node,
     /// The server's process id, when it runs on this host (for its
     /// scheduler statistics in /proc).
     pub pid: Option<u32>,
-    /// The slot ranges it serves (empty for a single Redis).
-    pub slots: Vec<(u16, u16)>,
+}
+
+impl Master {
+    /// host:port.
+    pub fn addr(&self) -> &str {
+        self.node.addr()
+    }
 }
 
 /// The Redis in use and admin connections to it (INFO, SCAN, DEL, polls),
@@ -87,13 +42,12 @@ pub struct Node {
 pub struct Target {
     /// As given: one URL, or a cluster's comma-separated seeds.
     pub url: String,
-    /// For commands on the bench's keys.
-    pub conn: AdminConn,
-    /// Every master (one node for a single Redis).
-    pub masters: Vec<Node>,
-    /// The other nodes of a cluster (replicas): a wake-up listener may
-    /// subscribe there.
-    pub replicas: Vec<MultiplexedConnection>,
+    /// Every node, and the connection for commands on the bench's keys.
+    pub nodes: Nodes,
+    /// Every master (one node for a single Redis), with its process id.
+    pub masters: Vec<Master>,
+    /// Reads the bench topic's sizes and counters (`Queue::stats`).
+    pub queue: Queue,
     pub cluster: bool,
     pub version: String,
     /// The physical names of the bench topic: `[TOPIC]`, or its partitions.
@@ -110,7 +64,7 @@ impl std::fmt::Debug for Target {
             .field("cluster", &self.cluster)
             .field(
                 "masters",
-                &self.masters.iter().map(|m| &m.addr).collect::<Vec<_>>(),
+                &self.masters.iter().map(Master::addr).collect::<Vec<_>>(),
             )
             .field("parts", &self.parts)
             .field("private", &self.private.is_some())
@@ -118,20 +72,10 @@ impl std::fmt::Debug for Target {
     }
 }
 
-async fn connect(url: &str, timeout: Duration) -> Result<MultiplexedConnection> {
-    let client =
-        redis::Client::open(url).with_context(|| format!("invalid Redis URL {:?}", redact(url)))?;
-    let conn = tokio::time::timeout(timeout, client.get_multiplexed_async_connection())
+async fn connect(url: &str, timeout: Duration) -> Result<Node> {
+    Node::connect(url, timeout)
         .await
-        .map_err(|_| anyhow::anyhow!("no answer within {timeout:?}"))
-        .and_then(|r| r.map_err(anyhow::Error::from))
-        .with_context(|| format!("cannot reach Redis at {}", redact(url)))?;
-    let mut c = conn.clone();
-    let _: String = redis::cmd("PING")
-        .query_async(&mut c)
-        .await
-        .with_context(|| format!("cannot reach Redis at {}", redact(url)))?;
-    Ok(conn)
+        .with_context(|| format!("cannot reach Redis at {}", redact(url)))
 }
 
 /// Opens the Redis at `url`; when `url` was not given explicitly and
@@ -170,8 +114,8 @@ pub async fn open(url: &str, explicit: bool, partitions: u32) -> Result<Target> 
             }
         }
     };
-    let (first_url, first_conn) = first;
-    let server = info(&first_conn, &["server", "cluster"]).await?;
+    let (first_url, first_node) = first;
+    let server = first_node.info(&["server", "cluster"]).await?;
     let version = server
         .get("redis_version")
         .cloned()
@@ -197,154 +141,42 @@ pub async fn open(url: &str, explicit: bool, partitions: u32) -> Result<Target> 
     let parts: Vec<String> = (0..partitions)
         .map(|i| punctual::partition_name(TOPIC, i, partitions))
         .collect();
-    if !cluster {
+    let url = if private.is_some() {
+        first_url
+    } else {
+        url.to_string()
+    };
+    let timeout = Duration::from_secs(2);
+    let nodes = Nodes::connect(&url, timeout, Duration::from_secs(30))
+        .await
+        .with_context(|| format!("cannot reach the Redis at {}", redact(&url)))?;
+    let mut masters = Vec::new();
+    for node in nodes.masters() {
+        let server = node.info(&["server"]).await?;
         let pid = server
             .get("process_id")
             .and_then(|p| p.parse::<u32>().ok())
-            .filter(|pid| is_local(&first_url) && is_redis_process(*pid));
-        let addr = host_port(&first_url).unwrap_or_else(|| first_url.clone());
-        let url = if private.is_some() {
-            first_url
-        } else {
-            url.to_string()
-        };
-        return Ok(Target {
-            url,
-            conn: AdminConn::Single(first_conn.clone()),
-            masters: vec![Node {
-                addr,
-                conn: first_conn,
-                pid,
-                slots: Vec::new(),
-            }],
-            replicas: Vec::new(),
-            cluster: false,
-            version,
-            parts,
-            private,
+            .filter(|pid| is_local(node.url()) && is_redis_process(*pid));
+        masters.push(Master {
+            node: node.clone(),
+            pid,
         });
     }
-
-    // A cluster: a plain connection to every node, and a slot-aware one.
-    let mut c = first_conn.clone();
-    let nodes: String = redis::cmd("CLUSTER")
-        .arg("NODES")
-        .query_async(&mut c)
-        .await
-        .context("CLUSTER NODES")?;
-    let mut masters = Vec::new();
-    let mut replicas = Vec::new();
-    for n in parse_nodes(&nodes) {
-        if n.failed {
-            continue;
-        }
-        let node_url = with_hostport(&first_url, &n.addr)
-            .with_context(|| format!("cannot make a URL for node {}", n.addr))?;
-        let conn = connect(&node_url, Duration::from_secs(2)).await?;
-        if n.master && !n.slots.is_empty() {
-            let server = info(&conn, &["server"]).await?;
-            let pid = server
-                .get("process_id")
-                .and_then(|p| p.parse::<u32>().ok())
-                .filter(|pid| is_local(&node_url) && is_redis_process(*pid));
-            masters.push(Node {
-                addr: n.addr,
-                conn,
-                pid,
-                slots: n.slots,
-            });
-        } else {
-            replicas.push(conn);
-        }
-    }
-    if masters.is_empty() {
-        bail!(
-            "the cluster at {} has no master serving slots",
-            redact(&first_url)
-        );
-    }
-    masters.sort_by(|a, b| a.addr.cmp(&b.addr));
-    let client = ClusterClientBuilder::new(seeds.clone())
-        .connection_timeout(Duration::from_secs(2))
+    let queue = Queue::builder(url.as_str())
+        .prefix(PREFIX)
         .response_timeout(Duration::from_secs(30))
-        .build()
-        .context("invalid cluster URLs")?;
-    let conn = client
-        .get_async_connection()
-        .await
-        .with_context(|| format!("cannot reach the cluster at {}", redact(url)))?;
+        .connect()
+        .await?;
     Ok(Target {
-        url: url.to_string(),
-        conn: AdminConn::Cluster(conn),
+        url,
+        cluster: nodes.is_cluster(),
+        nodes,
         masters,
-        replicas,
-        cluster: true,
+        queue,
         version,
         parts,
         private,
     })
-}
-
-/// One line of `CLUSTER NODES`.
-#[derive(Debug, PartialEq)]
-struct NodeLine {
-    addr: String,
-    master: bool,
-    failed: bool,
-    slots: Vec<(u16, u16)>,
-}
-
-fn parse_nodes(text: &str) -> Vec<NodeLine> {
-    text.lines()
-        .filter_map(|line| {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            if f.len() < 8 {
-                return None;
-            }
-            // ip:port@cport[,hostname]
-            let addr = f[1].split(['@', ',']).next()?.to_string();
-            let flags: Vec<&str> = f[2].split(',').collect();
-            let slots = f[8..]
-                .iter()
-                .filter(|s| !s.starts_with('['))
-                .filter_map(|s| match s.split_once('-') {
-                    Some((a, b)) => Some((a.parse().ok()?, b.parse().ok()?)),
-                    None => s.parse().ok().map(|x| (x, x)),
-                })
-                .collect();
-            Some(NodeLine {
-                addr,
-                master: flags.contains(&"master"),
-                failed: flags
-                    .iter()
-                    .any(|x| matches!(*x, "fail" | "fail?" | "noaddr" | "handshake")),
-                slots,
-            })
-        })
-        .collect()
-}
-
-/// `url` with its host:port replaced (scheme, credentials and db kept).
-fn with_hostport(url: &str, hostport: &str) -> Option<String> {
-    let start = url.find("://")? + 3;
-    let auth_end = url[start..]
-        .rfind('@')
-        .map(|i| start + i + 1)
-        .unwrap_or(start);
-    let rest = &url[auth_end..];
-    let end = rest.find('/').map(|i| auth_end + i).unwrap_or(url.len());
-    Some(format!("{}{hostport}{}", &url[..auth_end], &url[end..]))
-}
-
-/// The host:port of a URL.
-fn host_port(url: &str) -> Option<String> {
-    let client = redis::Client::open(url).ok()?;
-    match client.get_connection_info().addr() {
-        redis::ConnectionAddr::Tcp(host, port)
-        | redis::ConnectionAddr::TcpTls { host, port, .. } => Some(format!("{host}:{port}")),
-        redis::ConnectionAddr::Unix(p) => Some(p.display().to_string()),
-        _ => None,
-    }
 }
 
 /// Whether `url` names a server on this host.
@@ -367,14 +199,19 @@ fn is_redis_process(pid: u32) -> bool {
 }
 
 impl Target {
-    /// A clone of the admin connection for keys.
-    pub fn conn(&self) -> AdminConn {
-        self.conn.clone()
+    /// A clone of the connection for commands on the bench's keys (routed
+    /// by key on a cluster).
+    pub fn conn(&self) -> KeyedConn {
+        self.nodes.keyed()
     }
 
-    /// The bench topic's keys named `part` (one per partition).
-    pub fn keys(&self, part: &str) -> Vec<String> {
-        self.parts.iter().map(|p| key_of(p, part)).collect()
+    /// The bench topic's key named by `key` (one per partition), e.g.
+    /// `keys(TopicKeys::pool)`.
+    pub fn keys(&self, key: fn(&TopicKeys) -> &str) -> Vec<String> {
+        self.parts
+            .iter()
+            .map(|p| key(&keys_of(p)).to_string())
+            .collect()
     }
 
     /// Describes keys that are not the bench's, if the Redis holds any:
@@ -389,13 +226,13 @@ impl Target {
                 .redis_settings()
                 .db()
         };
-        for node in &self.masters {
+        for m in &self.masters {
             let on = if self.cluster {
-                format!(" on master {}", node.addr)
+                format!(" on master {}", m.addr())
             } else {
                 String::new()
             };
-            let keyspace = info(&node.conn, &["keyspace"]).await?;
+            let keyspace = m.node.info(&["keyspace"]).await?;
             let mut ours = 0u64;
             for (name, value) in &keyspace {
                 let Some(n) = name.strip_prefix("db").and_then(|n| n.parse::<i64>().ok()) else {
@@ -416,24 +253,19 @@ impl Target {
             if ours == 0 {
                 continue;
             }
-            let mut conn = node.conn.clone();
-            let mut cursor: u64 = 0;
-            loop {
-                let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                    .arg(cursor)
-                    .arg("COUNT")
-                    .arg(1000)
-                    .query_async(&mut conn)
-                    .await?;
-                if let Some(k) = keys.iter().find(|k| !k.starts_with(&format!("{PREFIX}:"))) {
-                    return Ok(Some(format!(
-                        "database {db} holds {ours} keys{on}, e.g. {k:?}"
-                    )));
-                }
-                cursor = next;
-                if cursor == 0 {
-                    break;
-                }
+            let mut foreign = None;
+            m.node
+                .scan(None, |keys| {
+                    foreign = keys
+                        .into_iter()
+                        .find(|k| !k.starts_with(&format!("{PREFIX}:")));
+                    foreign.is_none()
+                })
+                .await?;
+            if let Some(k) = foreign {
+                return Ok(Some(format!(
+                    "database {db} holds {ours} keys{on}, e.g. {k:?}"
+                )));
             }
         }
         Ok(None)
@@ -441,39 +273,7 @@ impl Target {
 
     /// Deletes every key under `PREFIX:` (and only those), on every master.
     pub async fn clean(&self) -> Result<()> {
-        for node in &self.masters {
-            let mut conn = node.conn.clone();
-            let mut cursor: u64 = 0;
-            loop {
-                let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                    .arg(cursor)
-                    .arg("MATCH")
-                    .arg(format!("{PREFIX}:*"))
-                    .arg("COUNT")
-                    .arg(1000)
-                    .query_async(&mut conn)
-                    .await?;
-                if !keys.is_empty() {
-                    if self.cluster {
-                        // Keys of different slots cannot share a DEL.
-                        let mut pipe = redis::pipe();
-                        for k in &keys {
-                            pipe.cmd("DEL").arg(k).ignore();
-                        }
-                        pipe.query_async::<()>(&mut conn).await?;
-                    } else {
-                        redis::cmd("DEL")
-                            .arg(&keys)
-                            .query_async::<()>(&mut conn)
-                            .await?;
-                    }
-                }
-                cursor = next;
-                if cursor == 0 {
-                    break;
-                }
-            }
-        }
+        self.nodes.delete_matching(&format!("{PREFIX}:*")).await?;
         Ok(())
     }
 
@@ -487,45 +287,26 @@ impl Target {
     /// Jobs with a record in the bench topic (0 once every ack landed).
     pub async fn records(&self) -> Result<u64> {
         let mut total = 0;
-        for k in self.keys("jobs") {
+        for k in self.keys(TopicKeys::jobs) {
             total += self.query::<u64>(redis::cmd("HLEN").arg(k)).await?;
         }
         Ok(total)
     }
 
-    /// Sizes of pool, ready, running and dead (summed over partitions).
-    pub async fn sets(&self) -> Result<[u64; 4]> {
-        let mut out = [0u64; 4];
-        for p in &self.parts {
-            let mut pipe = redis::pipe();
-            for part in ["pool", "ready", "running", "dead"] {
-                pipe.cmd("ZCARD").arg(key_of(p, part));
-            }
-            let mut conn = self.conn();
-            let v: Vec<u64> = pipe.query_async(&mut conn).await?;
-            for (o, x) in out.iter_mut().zip(v) {
-                *o += x;
-            }
-        }
-        Ok(out)
+    /// The bench topic's stats (sizes and counters summed over partitions).
+    pub async fn stats(&self) -> Result<punctual::TopicStats> {
+        Ok(self.queue.stats(TOPIC).await?)
     }
 
-    /// The topic's counters (enqueued, claimed, done, retried, dead, ...),
-    /// summed over partitions.
-    pub async fn counters(&self) -> Result<HashMap<String, u64>> {
-        let mut out: HashMap<String, u64> = HashMap::new();
-        for k in self.keys("stats") {
-            let c: HashMap<String, u64> = self.query(redis::cmd("HGETALL").arg(k)).await?;
-            for (name, v) in c {
-                *out.entry(name).or_default() += v;
-            }
-        }
-        Ok(out)
+    /// Sizes of pool, ready, running and dead (summed over partitions).
+    pub async fn sets(&self) -> Result<[u64; 4]> {
+        let s = self.stats().await?;
+        Ok([s.pool, s.ready, s.running, s.dead])
     }
 
     /// Redis's clock, epoch ms.
     pub async fn now_ms(&self) -> Result<i64> {
-        let mut conn = self.masters[0].conn.clone();
+        let mut conn = self.masters[0].node.conn();
         let (s, us): (i64, i64) = redis::cmd("TIME").query_async(&mut conn).await?;
         Ok(s * 1000 + us / 1000)
     }
@@ -534,8 +315,8 @@ impl Target {
     /// cluster, a listener subscribes on any one node.
     pub async fn subscribers(&self, channel: &str) -> Result<u64> {
         let mut total = 0;
-        for conn in self.masters.iter().map(|m| &m.conn).chain(&self.replicas) {
-            let mut conn = conn.clone();
+        for node in self.nodes.all() {
+            let mut conn = node.conn();
             let v: (String, u64) = redis::cmd("PUBSUB")
                 .arg("NUMSUB")
                 .arg(channel)
@@ -554,39 +335,20 @@ impl Target {
         }
         let mut out = Vec::new();
         for p in &self.parts {
-            let mut conn = self.masters[0].conn.clone();
+            let mut conn = self.masters[0].node.conn();
             let slot: u16 = redis::cmd("CLUSTER")
                 .arg("KEYSLOT")
-                .arg(key_of(p, "pool"))
+                .arg(keys_of(p).pool())
                 .query_async(&mut conn)
                 .await?;
             let owner = self
-                .masters
-                .iter()
-                .find(|m| m.slots.iter().any(|(a, b)| (*a..=*b).contains(&slot)))
-                .map_or_else(|| "?".to_string(), |m| m.addr.clone());
+                .nodes
+                .master_of_slot(slot)
+                .map_or_else(|| "?".to_string(), |m| m.addr().to_string());
             out.push((p.clone(), owner));
         }
         Ok(out)
     }
-}
-
-/// `INFO` of some sections, as field -> value.
-pub async fn info(
-    conn: &MultiplexedConnection,
-    sections: &[&str],
-) -> Result<HashMap<String, String>> {
-    let mut c = conn.clone();
-    let text: String = redis::cmd("INFO").arg(sections).query_async(&mut c).await?;
-    Ok(parse_info(&text))
-}
-
-fn parse_info(text: &str) -> HashMap<String, String> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-        .collect()
 }
 
 #[cfg(test)]
@@ -594,46 +356,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn info_lines_become_fields() {
-        let m = parse_info(
-            "# Stats\r\ntotal_commands_processed:42\r\ncmdstat_evalsha:calls=3,usec=9\r\n",
-        );
-        assert_eq!(m["total_commands_processed"], "42");
-        assert_eq!(m["cmdstat_evalsha"], "calls=3,usec=9");
-    }
-
-    #[test]
     fn keys_carry_the_topic_hash_tag() {
-        assert_eq!(key("pool"), "punctual-bench:{bench}:pool");
-        assert_eq!(key_of("bench#2", "jobs"), "punctual-bench:{bench#2}:jobs");
-    }
-
-    #[test]
-    fn cluster_nodes_give_masters_and_their_slots() {
-        let text = "\
-07c3 127.0.0.1:7101@17101 myself,master - 0 0 1 connected 0-5460
-67ed 127.0.0.1:7102@17102,host2 master - 0 1 2 connected 5461-10922 12000 [12001->-abc]
-2920 127.0.0.1:7104@17104 slave 67ed 0 1 2 connected
-9d2a 127.0.0.1:7103@17103 master,fail - 0 1 3 disconnected 10923-16383
-";
-        let n = parse_nodes(text);
-        assert_eq!(n.len(), 4);
-        assert_eq!(
-            n[0],
-            NodeLine {
-                addr: "127.0.0.1:7101".into(),
-                master: true,
-                failed: false,
-                slots: vec![(0, 5460)]
-            }
-        );
-        assert_eq!(n[1].addr, "127.0.0.1:7102");
-        assert_eq!(n[1].slots, vec![(5461, 10922), (12000, 12000)]);
-        assert!(!n[2].master && n[2].slots.is_empty());
-        assert!(n[3].failed);
-        assert_eq!(
-            with_hostport("redis://u:p@10.0.0.1:7000/0", "10.0.0.2:7001").as_deref(),
-            Some("redis://u:p@10.0.0.2:7001/0")
-        );
+        assert_eq!(keys_of(TOPIC).pool(), "punctual-bench:{bench}:pool");
+        assert_eq!(keys_of("bench#2").jobs(), "punctual-bench:{bench#2}:jobs");
     }
 }
