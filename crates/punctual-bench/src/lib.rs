@@ -1,5 +1,8 @@
-//! `punctual bench`: the benchmark protocol (docs/BENCHMARKS.md) against one
-//! Redis or a Redis Cluster, with an in-process no-op handler.
+//! The benchmark protocol of punctual (docs/BENCHMARKS.md) against one
+//! Redis or a Redis Cluster, with an in-process no-op handler: the library
+//! behind `punctual bench`, which parses [`BenchArgs`] and calls [`run`].
+//! The `serve` and `resident` phases start `serve` of the running
+//! executable, so they need to run inside the `punctual` binary.
 //!
 //! - `target`: which Redis (the one at --redis, a cluster's masters, or a
 //!   private redis-server), the foreign-key check, deleting the bench's
@@ -15,6 +18,7 @@
 
 mod floor;
 mod phases;
+pub mod private_redis;
 mod probe;
 mod target;
 
@@ -26,8 +30,6 @@ use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::Value;
 
-use crate::context::Ctx;
-use crate::exit;
 use punctual::redact;
 
 use target::PREFIX;
@@ -302,10 +304,44 @@ impl Bench {
     }
 }
 
-/// Runs `punctual bench`. `redis_explicit`: --redis (or its variable) was
-/// given, so no private server is started when it does not answer.
-pub async fn run(ctx: &Ctx, args: BenchArgs, redis_explicit: bool) -> Result<()> {
-    let json = ctx.json();
+/// Why a bench run stopped without an error of Redis or of the machine:
+/// the caller turns it into an exit code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// It refused to run (a Redis holding others' keys, without --force).
+    Refused(String),
+    /// It ran, and a phase did not handle every job exactly once.
+    Failed(String),
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Verdict::Refused(m) | Verdict::Failed(m) => f.write_str(m),
+        }
+    }
+}
+
+impl std::error::Error for Verdict {}
+
+/// Runs the bench against the Redis at `redis_url`, printing one line per
+/// phase (JSON with `json`). `redis_explicit`: the URL was given, so no
+/// private server is started when it does not answer. A [`Verdict`] in the
+/// error's chain says the bench refused to run or a phase failed.
+///
+/// ```no_run
+/// use clap::Parser;
+/// # async fn f() -> anyhow::Result<()> {
+/// #[derive(Parser)]
+/// struct Cli {
+///     #[command(flatten)]
+///     bench: punctual_bench::BenchArgs,
+/// }
+/// let cli = Cli::parse_from(["bench", "--phase", "drain", "--n", "10000"]);
+/// punctual_bench::run("redis://127.0.0.1:6379", true, true, cli.bench).await?;
+/// # Ok(()) }
+/// ```
+pub async fn run(redis_url: &str, redis_explicit: bool, json: bool, args: BenchArgs) -> Result<()> {
     let mut phases: Vec<Phase> = Vec::new();
     for p in &args.phase {
         let add: &[Phase] = if *p == Phase::All {
@@ -321,17 +357,18 @@ pub async fn run(ctx: &Ctx, args: BenchArgs, redis_explicit: bool) -> Result<()>
     }
     phases.sort_by_key(|p| ALL.iter().position(|a| a == p));
 
-    let target = target::open(&ctx.global.redis_url, redis_explicit, args.partitions).await?;
+    let target = target::open(redis_url, redis_explicit, args.partitions).await?;
     if let Some(what) = target.foreign_keys().await? {
         if !args.force {
-            return Err(exit::invalid(format!(
+            return Err(Verdict::Refused(format!(
                 "refusing to run: the Redis at {} holds keys that are not the bench's ({what}). \
                  The bench writes and deletes keys under \"{PREFIX}:\" between phases, and its \
                  figures (memory, commands per second, CPU) assume nobody else uses this Redis. \
                  Point --redis at a Redis of its own (without --redis, a private redis-server is \
                  started when none answers at the default address), or pass --force to run anyway",
                 redact(&target.url)
-            )));
+            ))
+            .into());
         }
         eprintln!(
             "punctual: warning: the Redis holds other keys ({what}); running anyway (--force): its figures may be skewed"
@@ -342,7 +379,7 @@ pub async fn run(ctx: &Ctx, args: BenchArgs, redis_explicit: bool) -> Result<()>
             "a private redis-server {} at {} (no Redis answered at {})",
             target.version,
             target.url,
-            redact(&ctx.global.redis_url)
+            redact(redis_url)
         ),
         None if target.cluster => format!(
             "a Redis Cluster {} of {} masters ({}) at {}",
@@ -450,10 +487,11 @@ pub async fn run(ctx: &Ctx, args: BenchArgs, redis_explicit: bool) -> Result<()>
         .map(|r| r.phase().to_string())
         .collect();
     if !failed.is_empty() {
-        return Err(exit::problem(format!(
+        return Err(Verdict::Failed(format!(
             "phase(s) {} did not handle every job exactly once (see \"ok\" and the counts)",
             failed.join(", ")
-        )));
+        ))
+        .into());
     }
     Ok(())
 }

@@ -22,6 +22,7 @@ pub fn keys_of(physical: &str) -> TopicKeys {
 }
 
 /// One master (the only node of a single Redis).
+#[derive(Debug)]
 pub struct Master {
     /// Its own connection: INFO, SCAN and DEL are per node.
     pub node: Node,
