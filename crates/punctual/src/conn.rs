@@ -1,6 +1,7 @@
 //! The connection to Redis: one node (a reconnecting multiplexed connection)
 //! or a Redis Cluster (slot-aware, following MOVED/ASK and failovers). Only
-//! this module and `wake.rs` open connections.
+//! this module, `nodes.rs` (a plain connection per node, for admin work)
+//! and `wake.rs` open connections.
 //!
 //! No call that must not run twice is ever sent twice by the client. The
 //! single-node `ConnectionManager` never resends a command (it reconnects
