@@ -15,9 +15,10 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use redis::Script;
+use serde::Serialize;
 use serde_json::{json, Map, Value};
 
-use super::phases::payload;
+use super::phases::{payload, Left};
 use super::probe::{round, Snapshot};
 use super::target::keys_of;
 use super::{Bench, Report};
@@ -321,30 +322,55 @@ pub async fn floor(b: &Bench) -> Result<Report> {
         path(&steps.script),
         path(&steps.script) + get(&steps.script, "enqueue"),
     );
-    let mut r = Report::new("floor");
-    r.set("n", n)
-        .set("batch", CHUNK as u64)
-        .set("script_us_per_job", Value::Object(steps.script.clone()))
-        .set("redis_cpu_us_per_job", Value::Object(steps.cpu.clone()))
-        .set("path_us_per_job", round(path_us, 2))
-        .set("full_path_us_per_job", round(full_us, 2));
-    if b.args.partitions > 1 {
-        r.set("partitions", b.args.partitions);
+    /// The counts of a floor run that is not ok.
+    #[derive(Serialize)]
+    struct Counts {
+        created: u64,
+        promoted: u64,
+        claimed: u64,
+        doubled: u64,
+        strays: u64,
+        bad_records: u64,
+        acked: u64,
+        left: Left,
     }
-    r.set("ok", ok);
-    if !ok {
-        r.set("created", created)
-            .set("promoted", promoted)
-            .set("claimed", n_claimed)
-            .set("doubled", doubled)
-            .set("strays", strays)
-            .set("bad_records", bad_records)
-            .set("acked", acked)
-            .set(
-                "left",
-                json!({"pool": sets[0], "ready": sets[1], "running": sets[2], "dead": sets[3], "records": records}),
-            );
+    #[derive(Serialize)]
+    struct Floor<'a> {
+        n: u64,
+        batch: u64,
+        script_us_per_job: &'a Map<String, Value>,
+        redis_cpu_us_per_job: &'a Map<String, Value>,
+        path_us_per_job: f64,
+        full_path_us_per_job: f64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        partitions: Option<u32>,
+        ok: bool,
+        #[serde(flatten)]
+        counts: Option<Counts>,
     }
+    let mut r = Report::of(
+        "floor",
+        &Floor {
+            n,
+            batch: CHUNK as u64,
+            script_us_per_job: &steps.script,
+            redis_cpu_us_per_job: &steps.cpu,
+            path_us_per_job: round(path_us, 2),
+            full_path_us_per_job: round(full_us, 2),
+            partitions: (b.args.partitions > 1).then_some(b.args.partitions),
+            ok,
+            counts: (!ok).then(|| Counts {
+                created,
+                promoted,
+                claimed: n_claimed,
+                doubled,
+                strays,
+                bad_records,
+                acked,
+                left: Left::of(sets, Some(records)),
+            }),
+        },
+    );
     let s = |k: &str| get(&steps.script, k);
     r.text = format!(
         "{:<10} the leanest scripts on the same layout (batches of {CHUNK}), Redis µs per job: enqueue {}, promote {}, claim {}, ack {}; promote + claim + ack = {:.2}, with enqueue {:.2}  {}",
@@ -441,20 +467,27 @@ mod tests {
 
     #[test]
     fn ratios_are_per_step_and_for_the_path() {
-        let mut floor = Report::new("floor");
-        floor
-            .set(
-                "script_us_per_job",
-                json!({"enqueue": 2.0, "promote": 1.0, "claim": 2.0, "ack": 1.0}),
-            )
-            .set(
-                "redis_cpu_us_per_job",
-                json!({"enqueue": 4.0, "promote": 1.0, "claim": 2.0, "ack": 1.0}),
-            );
-        let mut s = Report::new("scripts");
-        s.set(
-            "script_us_per_job",
-            json!({"enqueue": 3.0, "promote": 1.0, "claim": 4.0, "ack": 3.0}),
+        #[derive(Serialize)]
+        struct Steps {
+            script_us_per_job: Value,
+            redis_cpu_us_per_job: Value,
+        }
+        let floor = Report::of(
+            "floor",
+            &Steps {
+                script_us_per_job: json!({"enqueue": 2.0, "promote": 1.0, "claim": 2.0, "ack": 1.0}),
+                redis_cpu_us_per_job: json!({"enqueue": 4.0, "promote": 1.0, "claim": 2.0, "ack": 1.0}),
+            },
+        );
+        #[derive(Serialize)]
+        struct Scripts {
+            script_us_per_job: Value,
+        }
+        let mut s = Report::of(
+            "scripts",
+            &Scripts {
+                script_us_per_job: json!({"enqueue": 3.0, "promote": 1.0, "claim": 4.0, "ack": 3.0}),
+            },
         );
         add_ratios(&mut s, &floor);
         let f = s.get("floor_ratio").unwrap();
@@ -462,8 +495,16 @@ mod tests {
         assert_eq!(f["claim"], 2.0);
         assert_eq!(f["path"], 2.0);
         assert_eq!(f["full_path"], 1.83);
-        let mut d = Report::new("drain");
-        d.set("profile", json!({"redis_cpu_us_per_job": 6.0}));
+        #[derive(Serialize)]
+        struct Drain {
+            profile: Value,
+        }
+        let mut d = Report::of(
+            "drain",
+            &Drain {
+                profile: json!({"redis_cpu_us_per_job": 6.0}),
+            },
+        );
         add_ratios(&mut d, &floor);
         assert_eq!(d.get("floor_ratio").unwrap(), 2.0);
     }

@@ -28,6 +28,7 @@ use std::time::Duration;
 use anyhow::Result;
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use punctual::redact;
@@ -190,25 +191,80 @@ fn parse_pair(s: &str) -> std::result::Result<(usize, usize), String> {
     Ok((p(a)?, p(b)?))
 }
 
-/// What one phase found: its JSON line (fields in the order they were set,
-/// the protocol's first) and the text for a person.
+/// What one phase found: its JSON line (fields in the order of the phase's
+/// struct, the protocol's `system` and `phase` first) and the text for a
+/// person.
 #[derive(Debug, Clone)]
 pub struct Report {
     fields: Vec<(String, Value)>,
+    /// The text for a person.
     pub text: String,
 }
 
+/// A phase's line: the protocol's two fields, then the phase's own.
+#[derive(Serialize)]
+struct Line<'a, T> {
+    system: &'static str,
+    phase: &'a str,
+    #[serde(flatten)]
+    fields: &'a T,
+}
+
+/// The fields of a JSON object, in their order.
+struct Ordered(Vec<(String, Value)>);
+
+impl<'de> Deserialize<'de> for Ordered {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> serde::de::Visitor<'de> for Fields {
+            type Value = Ordered;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<Ordered, A::Error> {
+                let mut out = Vec::new();
+                while let Some(entry) = map.next_entry::<String, Value>()? {
+                    out.push(entry);
+                }
+                Ok(Ordered(out))
+            }
+        }
+        d.deserialize_map(Fields)
+    }
+}
+
+impl Serialize for Report {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(self.fields.len()))?;
+        for (k, v) in &self.fields {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
+    }
+}
+
 impl Report {
-    fn new(phase: &str) -> Report {
-        let mut r = Report {
-            fields: Vec::new(),
-            text: String::new(),
+    /// The report of `phase` with the fields of its struct `fields`.
+    fn of<T: Serialize>(phase: &str, fields: &T) -> Report {
+        let line = Line {
+            system: "punctual",
+            phase,
+            fields,
         };
-        r.set("system", "punctual").set("phase", phase);
-        r
+        let text = serde_json::to_string(&line).expect("a phase's fields serialize");
+        let Ordered(fields) = serde_json::from_str(&text).expect("a JSON object");
+        Report {
+            fields,
+            text: String::new(),
+        }
     }
 
-    /// Sets a field (replacing it if set before).
+    /// Sets a field (replacing it if set before): the floor's ratios,
+    /// added once the floor is known.
     fn set(&mut self, k: &str, v: impl Into<Value>) -> &mut Self {
         let v = v.into();
         match self.fields.iter_mut().find(|(name, _)| name == k) {
@@ -236,12 +292,7 @@ impl Report {
 
     /// The JSON line.
     fn line(&self) -> String {
-        let fields: Vec<String> = self
-            .fields
-            .iter()
-            .map(|(k, v)| format!("{}:{v}", Value::from(k.as_str())))
-            .collect();
-        format!("{{{}}}", fields.join(","))
+        serde_json::to_string(self).expect("a JSON object")
     }
 }
 
@@ -504,6 +555,16 @@ fn emit(r: &Report, json: bool) {
     }
 }
 
+/// The `segments` line.
+#[derive(Serialize)]
+struct Segments {
+    produce_jobs_per_s: f64,
+    promote_jobs_per_s: f64,
+    consume_jobs_per_s: f64,
+    slowest: &'static str,
+    ok: bool,
+}
+
 /// The three segments side by side, when all three ran: which is slowest.
 fn segments(reports: &[Report]) -> Option<Report> {
     let find = |p: &str| {
@@ -528,12 +589,16 @@ fn segments(reports: &[Report]) -> Option<Report> {
             .find(|r| r.phase() == *p)
             .is_some_and(Report::ok)
     });
-    let mut r = Report::new("segments");
-    r.set("produce_jobs_per_s", produce)
-        .set("promote_jobs_per_s", promote)
-        .set("consume_jobs_per_s", consume)
-        .set("slowest", slowest)
-        .set("ok", ok);
+    let mut r = Report::of(
+        "segments",
+        &Segments {
+            produce_jobs_per_s: produce,
+            promote_jobs_per_s: promote,
+            consume_jobs_per_s: consume,
+            slowest,
+            ok,
+        },
+    );
     r.text = format!(
         "{:<10} produce {:.0}, promote {:.0}, consume {:.0} jobs/s: the slowest is {slowest}",
         "segments", produce, promote, consume
@@ -554,10 +619,19 @@ mod tests {
 
     #[test]
     fn the_slowest_segment_is_named() {
+        #[derive(Serialize)]
+        struct Throughput {
+            jobs_per_s: f64,
+            ok: bool,
+        }
         let mk = |p: &str, v: f64| {
-            let mut r = Report::new(p);
-            r.set("jobs_per_s", v).set("ok", true);
-            r
+            Report::of(
+                p,
+                &Throughput {
+                    jobs_per_s: v,
+                    ok: true,
+                },
+            )
         };
         let rs = vec![mk("enqueue", 3.0), mk("promote", 2.0), mk("consume", 1.0)];
         let s = segments(&rs).unwrap();
@@ -567,5 +641,42 @@ mod tests {
             .line()
             .starts_with(r#"{"system":"punctual","phase":"segments","produce_jobs_per_s":3.0"#));
         assert!(segments(&rs[..2]).is_none());
+    }
+
+    #[test]
+    fn a_line_keeps_the_order_of_its_struct_and_leaves_out_what_is_absent() {
+        #[derive(Serialize)]
+        struct Phase {
+            n: u64,
+            ok: bool,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            lost: Option<u64>,
+            #[serde(flatten)]
+            left: Option<Left>,
+            profile: std::collections::BTreeMap<&'static str, f64>,
+        }
+        #[derive(Serialize)]
+        struct Left {
+            zeta: u64,
+            alpha: u64,
+        }
+        let profile = [("b", 1.5), ("a", 2.0)].into_iter().collect();
+        let mut r = Report::of(
+            "drain",
+            &Phase {
+                n: 3,
+                ok: false,
+                lost: None,
+                left: Some(Left { zeta: 1, alpha: 2 }),
+                profile,
+            },
+        );
+        assert_eq!(
+            r.line(),
+            r#"{"system":"punctual","phase":"drain","n":3,"ok":false,"zeta":1,"alpha":2,"profile":{"a":2.0,"b":1.5}}"#
+        );
+        assert_eq!((r.phase(), r.ok()), ("drain", false));
+        r.set("floor_ratio", 1.25);
+        assert!(r.line().ends_with(r#""floor_ratio":1.25}"#));
     }
 }
