@@ -266,8 +266,8 @@ impl Bench {
         loop {
             let (mut w, mut s) = (u64::MAX, u64::MAX);
             for p in &self.target.parts {
-                w = w.min(self.target.subscribers(&keys_of(p).ready()).await?);
-                s = s.min(self.target.subscribers(&keys_of(p).pool()).await?);
+                w = w.min(self.target.subscribers(keys_of(p).ready()).await?);
+                s = s.min(self.target.subscribers(keys_of(p).pool()).await?);
             }
             if w >= workers && (!scheduler || s >= 1) {
                 return Ok(());
@@ -1121,7 +1121,7 @@ pub async fn scripts(b: &Bench) -> Result<Report> {
         "scripts",
         &Scripts {
             n,
-            batch: CHUNK as u64,
+            batch: CHUNK,
             script_us_per_job: &cost,
             redis_cpu_us_per_job: &cpu,
             drain_ceiling_jobs_per_s: ceiling,
