@@ -17,7 +17,14 @@ use crate::conn::Conn;
 use crate::error::{Error, Result};
 use crate::redact::redact;
 
-/// One line of a `CLUSTER NODES` reply.
+/// One line of a `CLUSTER NODES` reply (see [`parse_cluster_nodes`]).
+///
+/// ```
+/// let nodes = punctual::nodes::parse_cluster_nodes(
+///     "2920 10.0.0.4:7003@17003 slave 07c3 0 1 2 connected",
+/// );
+/// assert!(!nodes[0].master && !nodes[0].failed && nodes[0].slots.is_empty());
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ClusterNode {
@@ -143,6 +150,16 @@ pub fn node_url(url: &str, hostport: &str) -> Option<String> {
 
 /// One node with a plain connection of its own (commands go to it and
 /// nowhere else).
+///
+/// ```no_run
+/// # async fn f() -> punctual::Result<()> {
+/// let node = punctual::nodes::Node::connect("redis://127.0.0.1:6379", std::time::Duration::from_secs(2)).await?;
+/// let keyspace = node.info(&["keyspace"]).await?;
+/// let mut conn = node.conn();
+/// let pong: String = redis::cmd("PING").query_async(&mut conn).await?;
+/// println!("{} ({:?}): {pong}, {keyspace:?}", node.addr(), node.slots());
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct Node {
     addr: String,
@@ -253,54 +270,62 @@ impl Node {
         Ok(parse_info(&text))
     }
 
+    /// One `SCAN` page from `cursor`: the next cursor (0: done) and keys.
+    async fn scan_page(&self, cursor: u64, pattern: Option<&str>) -> Result<(u64, Vec<String>)> {
+        let mut cmd = redis::cmd("SCAN");
+        cmd.arg(cursor);
+        if let Some(p) = pattern {
+            cmd.arg("MATCH").arg(p);
+        }
+        cmd.arg("COUNT").arg(1000);
+        cmd.query_async(&mut self.conn.clone())
+            .await
+            .map_err(Error::Redis)
+    }
+
     /// Every key of this node matching the `SCAN MATCH` pattern, passed to
     /// `each` one `SCAN` page at a time; stops early when `each` returns
     /// false. Only reads.
+    ///
+    /// ```no_run
+    /// # async fn f(node: punctual::nodes::Node) -> punctual::Result<()> {
+    /// let mut n = 0;
+    /// node.scan(Some("punctual:*"), |keys| {
+    ///     n += keys.len();
+    ///     true
+    /// })
+    /// .await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn scan(
         &self,
         pattern: Option<&str>,
         mut each: impl FnMut(Vec<String>) -> bool,
     ) -> Result<()> {
-        let mut conn = self.conn.clone();
-        let mut cursor: u64 = 0;
+        let mut cursor = 0;
         loop {
-            let mut cmd = redis::cmd("SCAN");
-            cmd.arg(cursor);
-            if let Some(p) = pattern {
-                cmd.arg("MATCH").arg(p);
-            }
-            let (next, keys): (u64, Vec<String>) = cmd
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(&mut conn)
-                .await
-                .map_err(Error::Redis)?;
-            if !each(keys) {
+            let (next, keys) = self.scan_page(cursor, pattern).await?;
+            if !each(keys) || next == 0 {
                 return Ok(());
             }
             cursor = next;
-            if cursor == 0 {
-                return Ok(());
-            }
         }
     }
 
     /// Deletes every key of this node matching the `SCAN MATCH` pattern;
     /// returns how many it deleted.
+    ///
+    /// ```no_run
+    /// # async fn f(node: punctual::nodes::Node) -> punctual::Result<()> {
+    /// let gone = node.delete_matching("scratch:*").await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn delete_matching(&self, pattern: &str) -> Result<u64> {
         let mut conn = self.conn.clone();
-        let mut cursor: u64 = 0;
+        let mut cursor = 0;
         let mut deleted = 0;
         loop {
-            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(pattern)
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(&mut conn)
-                .await
-                .map_err(Error::Redis)?;
+            let (next, keys) = self.scan_page(cursor, Some(pattern)).await?;
             if !keys.is_empty() {
                 if self.cluster {
                     // Keys of different slots cannot share a DEL.
@@ -319,10 +344,10 @@ impl Node {
                     deleted += n;
                 }
             }
-            cursor = next;
-            if cursor == 0 {
+            if next == 0 {
                 return Ok(deleted);
             }
+            cursor = next;
         }
     }
 }
@@ -330,6 +355,14 @@ impl Node {
 /// A connection for commands on keys: routed by key on a cluster (following
 /// redirections), the node itself otherwise. The same connection
 /// [`crate::Queue`] uses; cheap to clone.
+///
+/// ```no_run
+/// # async fn f(nodes: punctual::nodes::Nodes) -> punctual::Result<()> {
+/// let keys = punctual::TopicKeys::new("punctual", "orders");
+/// let mut conn = nodes.keyed();
+/// let records: u64 = redis::cmd("HLEN").arg(keys.jobs()).query_async(&mut conn).await?;
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct KeyedConn(Conn);
 
@@ -361,6 +394,21 @@ impl ConnectionLike for KeyedConn {
 /// Every node behind a URL (one URL, or a cluster's comma-separated seeds,
 /// as [`crate::Queue::connect`] takes it), each with a plain connection,
 /// and a [`KeyedConn`] for commands on keys.
+///
+/// ```no_run
+/// # async fn f() -> punctual::Result<()> {
+/// use std::time::Duration;
+/// let t = Duration::from_secs(2);
+/// let nodes = punctual::nodes::Nodes::connect("redis://127.0.0.1:7000", t, t).await?;
+/// if nodes.is_cluster() {
+///     let slot = 1234;
+///     println!("slot {slot} is on {:?}", nodes.master_of_slot(slot).map(|m| m.addr()));
+/// }
+/// for node in nodes.all() {
+///     println!("{}: redis {}", node.addr(), node.info(&["server"]).await?["redis_version"]);
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct Nodes {
     keyed: KeyedConn,
