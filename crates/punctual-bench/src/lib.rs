@@ -36,6 +36,12 @@ use punctual::redact;
 use target::PREFIX;
 
 /// A phase of the bench.
+///
+/// ```
+/// use clap::ValueEnum;
+/// let p = punctual_bench::Phase::from_str("produce", true).unwrap();
+/// assert_eq!(p, punctual_bench::Phase::Enqueue);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Phase {
     /// The leanest scripts doing each step's Redis work on the same layout
@@ -83,7 +89,19 @@ const ALL: [Phase; 11] = [
     Phase::Resident,
 ];
 
-/// `punctual bench`.
+/// The arguments of `punctual bench`, for a clap command of the caller's.
+///
+/// ```
+/// use clap::Parser;
+/// #[derive(Parser)]
+/// struct Cli {
+///     #[command(flatten)]
+///     bench: punctual_bench::BenchArgs,
+/// }
+/// let cli = Cli::parse_from(["bench", "--phase", "drain,idle", "--n", "5000"]);
+/// assert_eq!(cli.bench.phase, [punctual_bench::Phase::Drain, punctual_bench::Phase::Idle]);
+/// assert_eq!(cli.bench.n, 5000);
+/// ```
 #[derive(Debug, Args, Clone)]
 pub struct BenchArgs {
     /// Phases to run, comma-separated: floor, enqueue (alias produce),
@@ -195,7 +213,7 @@ fn parse_pair(s: &str) -> std::result::Result<(usize, usize), String> {
 /// struct, the protocol's `system` and `phase` first) and the text for a
 /// person.
 #[derive(Debug, Clone)]
-pub struct Report {
+pub(crate) struct Report {
     fields: Vec<(String, Value)>,
     /// The text for a person.
     pub text: String,
@@ -298,7 +316,7 @@ impl Report {
 
 /// The shared state of one bench run.
 #[derive(Debug)]
-pub struct Bench {
+pub(crate) struct Bench {
     pub target: target::Target,
     pub args: BenchArgs,
     bars: bool,
@@ -357,6 +375,19 @@ impl Bench {
 
 /// Why a bench run stopped without an error of Redis or of the machine:
 /// the caller turns it into an exit code.
+///
+/// ```no_run
+/// # async fn f(args: punctual_bench::BenchArgs) {
+/// match punctual_bench::run("redis://127.0.0.1:6379", true, false, args).await {
+///     Ok(()) => {}
+///     Err(e) => match e.downcast_ref::<punctual_bench::Verdict>() {
+///         Some(punctual_bench::Verdict::Refused(why)) => eprintln!("refused: {why}"),
+///         Some(punctual_bench::Verdict::Failed(why)) => eprintln!("failed: {why}"),
+///         None => eprintln!("error: {e:#}"),
+///     },
+/// }
+/// # }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
     /// It refused to run (a Redis holding others' keys, without --force).
