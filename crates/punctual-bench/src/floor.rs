@@ -420,8 +420,15 @@ pub fn add_ratios(r: &mut Report, floor: &Report) {
             .collect();
         r.text
             .push_str(&format!("\n           × floor: {}", text.join(", ")));
-        r.set("full_path_us_per_job", round(full(&mine), 2))
-            .set("floor_ratio", Value::Object(out));
+        #[derive(Serialize)]
+        struct Ratios {
+            full_path_us_per_job: f64,
+            floor_ratio: Map<String, Value>,
+        }
+        r.extend(&Ratios {
+            full_path_us_per_job: round(full(&mine), 2),
+            floor_ratio: out,
+        });
         return;
     }
     // Throughput phases: Redis main-thread CPU per job against the floor's
@@ -442,7 +449,11 @@ pub fn add_ratios(r: &mut Report, floor: &Report) {
         .and_then(Value::as_f64)
         .unwrap_or(0.0);
     if let Some(x) = ratio(mine, f) {
-        r.set("floor_ratio", x);
+        #[derive(Serialize)]
+        struct Ratio {
+            floor_ratio: f64,
+        }
+        r.extend(&Ratio { floor_ratio: x });
         r.text.push_str(&format!(
             "\n           × floor: {x} (Redis CPU per job against the floor's {})",
             steps.join(" + ")

@@ -281,15 +281,17 @@ impl Report {
         }
     }
 
-    /// Sets a field (replacing it if set before): the floor's ratios,
-    /// added once the floor is known.
-    fn set(&mut self, k: &str, v: impl Into<Value>) -> &mut Self {
-        let v = v.into();
-        match self.fields.iter_mut().find(|(name, _)| name == k) {
-            Some(f) => f.1 = v,
-            None => self.fields.push((k.to_string(), v)),
+    /// Adds the fields of `more` after the others (the floor's ratios, once
+    /// the floor is known), replacing any of the same name.
+    fn extend<T: Serialize>(&mut self, more: &T) {
+        let text = serde_json::to_string(more).expect("fields serialize");
+        let Ordered(more) = serde_json::from_str(&text).expect("a JSON object");
+        for (k, v) in more {
+            match self.fields.iter_mut().find(|(name, _)| *name == k) {
+                Some(f) => f.1 = v,
+                None => self.fields.push((k, v)),
+            }
         }
-        self
     }
 
     fn get(&self, k: &str) -> Option<&Value> {
@@ -707,7 +709,17 @@ mod tests {
             r#"{"system":"punctual","phase":"drain","n":3,"ok":false,"zeta":1,"alpha":2,"profile":{"a":2.0,"b":1.5}}"#
         );
         assert_eq!((r.phase(), r.ok()), ("drain", false));
-        r.set("floor_ratio", 1.25);
-        assert!(r.line().ends_with(r#""floor_ratio":1.25}"#));
+        #[derive(Serialize)]
+        struct Ratio {
+            floor_ratio: f64,
+            ok: bool,
+        }
+        r.extend(&Ratio {
+            floor_ratio: 1.25,
+            ok: true,
+        });
+        assert!(r.line().ends_with(
+            r#""ok":true,"zeta":1,"alpha":2,"profile":{"a":2.0,"b":1.5},"floor_ratio":1.25}"#
+        ));
     }
 }

@@ -32,7 +32,7 @@ use redis::{
 };
 
 use crate::error::{Error, Result};
-use crate::nodes::{node_url, parse_cluster_nodes, ClusterNode};
+use crate::topology::{node_url, parse_cluster_nodes, ClusterNode};
 
 /// A connection to one Redis or to a cluster; cheap to clone.
 #[derive(Clone)]

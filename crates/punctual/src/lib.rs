@@ -25,6 +25,7 @@ pub mod registry;
 mod reply;
 mod scheduler;
 mod scripts;
+mod topology;
 mod unlisted;
 mod wake;
 mod worker;

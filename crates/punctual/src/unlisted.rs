@@ -12,8 +12,8 @@ use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use crate::conn::Conn;
 use crate::error::{Error, Result};
 use crate::keys::validate_topic;
-use crate::nodes::parse_cluster_nodes;
 use crate::queue::Queue;
+use crate::topology::parse_cluster_nodes;
 
 /// What [`Queue::unlisted_topics`] found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
