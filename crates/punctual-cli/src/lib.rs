@@ -12,7 +12,7 @@
 //! - `api/`: the HTTP API and the dashboard (`punctual api`, and
 //!   `serve --http`).
 //! - `doctor`: `punctual doctor`, checks of the Redis configuration.
-//! - `bench/`: `punctual bench`, the benchmark protocol.
+//! - `bench.rs`: `punctual bench`, the benchmark protocol (crate `punctual-bench`).
 
 use std::process::ExitCode;
 
@@ -31,7 +31,6 @@ mod exit;
 mod health;
 mod input;
 mod output;
-mod private_redis;
 mod serve;
 
 use cli::{Cli, Command};
