@@ -550,7 +550,9 @@ async fn cancel(
         Some(was) => {
             who.record(&s.queue, "cancel", &topic, json!({"id": id, "was": was}))
                 .await;
-            Ok(Json(json!({"id": id, "cancelled": true, "was": was})))
+            Ok(Json(
+                json!({"id": id, "cancelled": true, "was": was.as_str()}),
+            ))
         }
         None => Err(not_live(&topic, &id)),
     }
@@ -583,7 +585,7 @@ async fn reschedule(
     match s.queue.reschedule(&topic, &id, when).await? {
         None => Err(not_live(&topic, &id)),
         Some(was @ (JobState::Pool | JobState::Ready)) => {
-            Ok(Json(json!({"id": id, "rescheduled": true, "was": was})))
+            Ok(Json(json!({"id": id, "rescheduled": true, "was": was.as_str()})))
         }
         Some(JobState::Dead) => Err(ApiError::new(
             StatusCode::CONFLICT,
