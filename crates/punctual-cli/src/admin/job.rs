@@ -34,7 +34,7 @@ pub struct RescheduleArgs {
     pub when: RequiredWhen,
 }
 
-/// Like [`WhenArgs`], but one of the two is required.
+/// Like [`super::push::WhenArgs`], but one of the two is required.
 #[derive(Debug, Args, Clone)]
 #[group(required = true, multiple = false)]
 pub struct RequiredWhen {
@@ -50,11 +50,11 @@ pub struct RequiredWhen {
 impl RequiredWhen {
     /// The library's `When`.
     pub fn when(&self) -> punctual::When {
-        match (self.delay, self.at) {
-            (Some(d), _) => punctual::When::Delay(d),
-            (None, Some(t)) => punctual::When::At(t),
-            (None, None) => punctual::When::Now,
-        }
+        let when = super::push::WhenArgs {
+            delay: self.delay,
+            at: self.at,
+        };
+        when.when().unwrap_or(punctual::When::Now)
     }
 }
 
