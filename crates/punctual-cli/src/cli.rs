@@ -1,15 +1,14 @@
 //! The command line, as clap derive definitions. `--help` is the user's
 //! documentation: every command and option says what it does.
 //!
-//! To add a command: add a variant to [`Command`] with an `Args` struct, a
-//! module that runs it, and an arm in `main.rs`'s dispatch.
+//! Each command's arguments live in the module that runs it (e.g.
+//! `admin::push::PushArgs` next to `admin::push::run`), the global options
+//! in `context`; this file holds the list of commands with their help
+//! texts. To add a command: a module with its `Args` struct and its `run`
+//! function, a variant of [`Command`], and an arm in `lib.rs`'s `dispatch`
+//! (the match is total: the compiler names a command without one).
 
-use std::path::PathBuf;
-use std::time::{Duration, SystemTime};
-
-use clap::{ArgGroup, Args, Parser, Subcommand};
-
-use crate::input::{parse_duration, parse_max_payload, parse_rate, parse_time};
+use clap::{Parser, Subcommand};
 
 /// punctual: a delay queue on Redis. Run each job at its due time, at least
 /// once, never early, and never lose one.
@@ -30,81 +29,21 @@ Exit status:
 Logs go to stderr; set PUNCTUAL_LOG (e.g. PUNCTUAL_LOG=debug) to see more.")]
 pub struct Cli {
     #[command(flatten)]
-    pub global: GlobalOpts,
+    pub global: crate::context::GlobalOpts,
 
     #[command(subcommand)]
     pub command: Command,
-}
-
-/// Options every command takes (before or after the command name).
-#[derive(Debug, Args, Clone)]
-#[command(next_help_heading = "Global options")]
-pub struct GlobalOpts {
-    /// The config file (TOML) of `serve`. Every command takes its `redis`,
-    /// `prefix` and `max_payload` from it, so admin commands ask the Redis
-    /// the service uses. Precedence: --redis/--prefix/--max-payload or their
-    /// PUNCTUAL_* variable, then the file, then the default. A file that
-    /// cannot be read or is invalid is an error (exit 2), never skipped.
-    #[arg(
-        long,
-        short,
-        value_name = "FILE",
-        env = "PUNCTUAL_CONFIG",
-        global = true
-    )]
-    pub config: Option<PathBuf>,
-
-    /// Redis to use: redis://[user:password@]host:port[/db] or rediss://... for TLS.
-    /// For a Redis Cluster, give one node's URL (detected) or several,
-    /// comma-separated.
-    #[arg(
-        long = "redis",
-        value_name = "URL",
-        env = "PUNCTUAL_REDIS_URL",
-        hide_env_values = true,
-        default_value = "redis://127.0.0.1:6379",
-        global = true
-    )]
-    pub redis_url: String,
-
-    /// Key prefix: every key punctual writes starts with `PREFIX:`. Producers,
-    /// workers and these commands must agree on it.
-    #[arg(
-        long,
-        value_name = "P",
-        env = "PUNCTUAL_PREFIX",
-        hide_env_values = true,
-        default_value = punctual::DEFAULT_PREFIX,
-        global = true
-    )]
-    pub prefix: String,
-
-    /// Largest payload accepted by `push` and the HTTP API, in bytes.
-    #[arg(
-        long,
-        value_name = "BYTES",
-        env = "PUNCTUAL_MAX_PAYLOAD",
-        hide_env_values = true,
-        default_value_t = punctual::DEFAULT_MAX_PAYLOAD,
-        value_parser = parse_max_payload,
-        global = true
-    )]
-    pub max_payload: usize,
-
-    /// Print machine-readable JSON on stdout instead of text.
-    #[arg(long, global = true)]
-    pub json: bool,
 }
 
 /// The commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Enqueue a job (or, with --batch, many jobs from stdin).
-    #[command(after_help = PUSH_EXAMPLES)]
-    Push(PushArgs),
+    #[command(after_help = crate::admin::push::EXAMPLES)]
+    Push(crate::admin::push::PushArgs),
 
     /// Show one job: state, due time, attempts, last error, payload.
-    Get(JobRef),
+    Get(crate::admin::job::JobRef),
 
     /// Cancel a job, or every job whose id starts with a prefix, whatever
     /// its state (a running job's worker cannot ack it afterwards).
@@ -128,7 +67,7 @@ pub enum Command {
     ///
     /// A running job cannot be rescheduled; a dead job must be replayed
     /// first (`punctual dead replay`).
-    Reschedule(RescheduleArgs),
+    Reschedule(crate::admin::job::RescheduleArgs),
 
     /// Show sizes and counters of one topic, or of every known topic.
     ///
@@ -147,14 +86,14 @@ pub enum Command {
     #[command(
         after_help = "Examples:\n  punctual stats\n  punctual stats orders --history 1h\n  punctual stats orders --history 1d --json"
     )]
-    Stats(StatsArgs),
+    Stats(crate::admin::stats::StatsArgs),
 
     /// List the known topics (every topic ever enqueued to under this prefix).
     Topics,
 
     /// Inspect, replay or delete dead jobs (the dead-letter set).
     #[command(subcommand)]
-    Dead(DeadCommand),
+    Dead(crate::admin::dead::DeadCommand),
 
     /// Verify that every job is in exactly one state and has its record.
     ///
@@ -165,14 +104,14 @@ pub enum Command {
     /// producer stopped between its enqueue and registering the topic),
     /// checks them and reports each as "unlisted topic". Exits 1 when a
     /// violation is found.
-    Check(CheckArgs),
+    Check(crate::admin::check::CheckArgs),
 
     /// List punctual's Lua scripts, or print one so producers in other
     /// languages can SCRIPT LOAD it and call it with EVALSHA.
     ///
     /// The protocol of each script (KEYS, ARGV, reply) is in its header
     /// comment and in docs/PROTOCOL.md.
-    Script(ScriptArgs),
+    Script(crate::admin::script::ScriptArgs),
 
     /// Show or set how many partitions a topic is split over.
     ///
@@ -183,7 +122,7 @@ pub enum Command {
     /// partitions up. The count is kept in Redis, so every producer routes
     /// alike. Changing it is refused while the topic holds jobs; restart
     /// `punctual serve` after a change (or set `partitions` in its config).
-    Partitions(PartitionsArgs),
+    Partitions(crate::admin::partitions::PartitionsArgs),
 
     /// List the live punctual processes on every host: supervisors,
     /// workers, schedulers and resident programs, from the registry in
@@ -214,7 +153,7 @@ pub enum Command {
     /// --require-token-for-reads. Requests naming a Host other than an IP
     /// address, localhost or an --allowed-host get 421. `punctual serve
     /// --http ADDR` serves the same next to /healthz and /metrics.
-    #[command(after_help = API_EXAMPLES)]
+    #[command(after_help = crate::api::cmd::EXAMPLES)]
     Api(crate::api::cmd::ApiArgs),
 
     /// Show the audit trail: who replayed, purged, cancelled, paused,
@@ -347,285 +286,11 @@ Examples:
   # drain on a 3-master Redis Cluster, the topic in 3 partitions, 3 consumers
   punctual bench --redis redis://10.0.0.1:7000,redis://10.0.0.2:7000 --phase drain --partitions 3 --consumers 3";
 
-const PUSH_EXAMPLES: &str = "\
-Examples:
-  # close order 10086 in 30 minutes, once, even if pushed twice
-  punctual push orders '{\"order\":10086}' --id order:10086 --delay 30m
-
-  # payload from stdin, due at a fixed time
-  echo 'remind 42' | punctual push reminders --at 2030-01-01T09:00:00Z
-
-  # many jobs, one JSON object per line
-  punctual push orders --batch < jobs.jsonl
-  where each line looks like
-  {\"payload\": {\"order\": 1}, \"delay_ms\": 60000, \"id\": \"order:1\", \"max_attempts\": 3}";
-
-const REPLAY_EXAMPLES: &str = "\
-Examples:
-  # the two jobs named, due now
-  punctual dead replay orders order:10086 order:10087
-
-  # 50,000 dead jobs at 100 a second (done in 8m20s; the command returns at once)
-  punctual dead replay orders --all --rate 100/s
-
-  # the 1,000 that died first, evenly over ten minutes
-  punctual dead replay orders --oldest 1000 --spread 10m";
-
-const API_EXAMPLES: &str = "\
-Examples:
-  # read-only dashboard on this host
-  punctual api
-  # allow changes: every POST/DELETE must send the token
-  export PUNCTUAL_API_TOKEN=$(openssl rand -hex 32)
-  punctual api --listen 127.0.0.1:9464 &
-  curl -H \"Authorization: Bearer $PUNCTUAL_API_TOKEN\" -H 'Content-Type: application/json' \\
-       -d '{\"payload\": {\"order\": 10086}, \"delay_ms\": 1800000, \"id\": \"order:10086\"}' \\
-       http://127.0.0.1:9464/api/v1/topics/orders/jobs";
-
-/// Where a job is due: now, after a delay, or at a time.
-#[derive(Debug, Args, Clone, Default)]
-#[group(multiple = false)]
-pub struct WhenArgs {
-    /// Due this long from now, by Redis's clock: 250ms, 30s, 15m, 2h, 1h30m, 7days.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true)]
-    pub delay: Option<Duration>,
-
-    /// Due at this time (RFC 3339, e.g. 2030-01-01T09:00:00Z or
-    /// 2030-01-01T10:00:00+01:00). A time in the past means due now.
-    #[arg(long, value_name = "TIME", value_parser = parse_time, allow_hyphen_values = true)]
-    pub at: Option<SystemTime>,
-}
-
-impl WhenArgs {
-    /// The library's `When`, if one was given.
-    pub fn when(&self) -> Option<punctual::When> {
-        match (self.delay, self.at) {
-            (Some(d), _) => Some(punctual::When::Delay(d)),
-            (None, Some(t)) => Some(punctual::When::At(t)),
-            (None, None) => None,
-        }
-    }
-}
-
-/// Arguments of `push`.
-#[derive(Debug, Args)]
-pub struct PushArgs {
-    /// The topic (no braces, '#' or spaces; at most 100 bytes).
-    pub topic: String,
-
-    /// The payload, sent as is. `-` or leaving it out reads it from stdin.
-    #[arg(conflicts_with = "batch")]
-    pub payload: Option<String>,
-
-    #[command(flatten)]
-    pub when: WhenArgs,
-
-    /// The job's id (default: a generated, time-sortable one). Pushing an id
-    /// that is still live in the topic is a no-op reported as "duplicate";
-    /// one in the dead-letter set is reported as "dead" and exits 1 (nothing
-    /// was enqueued: replay it or push with --replace).
-    #[arg(long, value_name = "ID", conflicts_with = "batch")]
-    pub id: Option<String>,
-
-    /// Deliveries before the job goes to dead (default: the topic's setting, else 6).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    pub max_attempts: Option<u32>,
-
-    /// Delays before retries, comma-separated: the n-th failure waits the
-    /// n-th step and the last step repeats (default: the topic's ladder,
-    /// else 0s,5s,30s,2m,10m,30m).
-    #[arg(
-        long,
-        value_name = "D,D,...",
-        value_delimiter = ',',
-        value_parser = parse_duration,
-        num_args = 1..
-    )]
-    pub backoff: Option<Vec<Duration>>,
-
-    /// Replace a live job with the same id (payload, due time, attempts)
-    /// instead of reporting a duplicate.
-    #[arg(long)]
-    pub replace: bool,
-
-    /// Read many jobs from stdin, one JSON object per line:
-    /// {"payload": ..., "delay_ms": N, "at": "RFC3339", "id": "...",
-    /// "max_attempts": N}. Only payload is required; a string payload is sent
-    /// as its text, any other JSON value as its JSON text. --delay/--at,
-    /// --max-attempts and --backoff apply to lines that do not say
-    /// otherwise. Every line is validated before anything is written.
-    #[arg(long)]
-    pub batch: bool,
-}
-
-/// A job by topic and id.
-#[derive(Debug, Args)]
-pub struct JobRef {
-    /// The topic.
-    pub topic: String,
-    /// The job id (as printed by `push`).
-    pub id: String,
-}
-
-/// Arguments of `reschedule`.
-#[derive(Debug, Args)]
-pub struct RescheduleArgs {
-    #[command(flatten)]
-    pub job: JobRef,
-
-    #[command(flatten)]
-    pub when: RequiredWhen,
-}
-
-/// Like [`WhenArgs`], but one of the two is required.
-#[derive(Debug, Args, Clone)]
-#[group(required = true, multiple = false)]
-pub struct RequiredWhen {
-    /// New due time: this long from now, by Redis's clock (0s: due now).
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true)]
-    pub delay: Option<Duration>,
-
-    /// New due time: this time (RFC 3339, e.g. 2030-01-01T09:00:00Z).
-    #[arg(long, value_name = "TIME", value_parser = parse_time, allow_hyphen_values = true)]
-    pub at: Option<SystemTime>,
-}
-
-impl RequiredWhen {
-    /// The library's `When`.
-    pub fn when(&self) -> punctual::When {
-        match (self.delay, self.at) {
-            (Some(d), _) => punctual::When::Delay(d),
-            (None, Some(t)) => punctual::When::At(t),
-            (None, None) => punctual::When::Now,
-        }
-    }
-}
-
-/// Arguments of `stats`.
-#[derive(Debug, Args)]
-pub struct StatsArgs {
-    /// Only this topic (default: every known topic).
-    pub topic: Option<String>,
-    /// Per-minute history of TOPIC over this span, e.g. `1h`, `30m`, up to
-    /// `7d` (rounded up to whole minutes).
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "topic")]
-    pub history: Option<std::time::Duration>,
-}
-
-/// Arguments of `check`.
-#[derive(Debug, Args)]
-pub struct CheckArgs {
-    /// Only this topic (default: every known topic).
-    pub topic: Option<String>,
-}
-
-/// Arguments of `partitions`.
-#[derive(Debug, Args)]
-pub struct PartitionsArgs {
-    /// The topic.
-    pub topic: String,
-    /// The new partition count (1 to 1024); without it, show the count.
-    pub count: Option<u32>,
-}
-
-/// Arguments of `script`.
-#[derive(Debug, Args)]
-pub struct ScriptArgs {
-    /// The script to print (see the list without NAME), e.g. `enqueue`.
-    pub name: Option<String>,
-}
-
-/// `dead` subcommands.
-#[derive(Debug, Subcommand)]
-pub enum DeadCommand {
-    /// List dead jobs, most recent death first.
-    List(DeadListArgs),
-
-    /// Move dead jobs back: due now (in ready), or paced with --rate or
-    /// --spread (due later, in pool), attempts reset to 0.
-    #[command(after_help = REPLAY_EXAMPLES)]
-    Replay(DeadReplayArgs),
-
-    /// Delete dead jobs for good. `--all` asks no question; it prints how many.
-    Purge(DeadPurgeArgs),
-}
-
-/// Arguments of `dead list`.
-#[derive(Debug, Args)]
-pub struct DeadListArgs {
-    /// The topic.
-    pub topic: String,
-
-    /// Skip this many (most recent first).
-    #[arg(long, value_name = "N", default_value_t = 0)]
-    pub offset: usize,
-
-    /// Show at most this many (1 to 1000).
-    #[arg(long, value_name = "N", default_value_t = 20, value_parser = clap::value_parser!(u16).range(1..=1000))]
-    pub limit: u16,
-}
-
-/// Arguments of `dead replay`.
-#[derive(Debug, Args)]
-#[command(group(ArgGroup::new("which").required(true).args(["ids", "oldest", "all"])))]
-pub struct DeadReplayArgs {
-    /// The topic.
-    pub topic: String,
-
-    /// Replay these ids.
-    #[arg(value_name = "ID")]
-    pub ids: Vec<String>,
-
-    /// Replay the N oldest dead jobs (first to die).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
-    pub oldest: Option<u64>,
-
-    /// Replay every dead job of the topic.
-    #[arg(long)]
-    pub all: bool,
-
-    /// Pace the replay: jobs per period, e.g. 100/s, 6000/m or 50/10s (a
-    /// plain number is per second). The i-th job is due i/rate after now
-    /// (Redis's clock), so they wait in pool and the pacing holds after this
-    /// command exits; a scheduler releases them.
-    #[arg(long, value_name = "N/PERIOD", value_parser = parse_rate, conflicts_with = "spread")]
-    pub rate: Option<punctual::ReplayPace>,
-
-    /// Pace the replay: spread the jobs evenly over this window, e.g. 10m
-    /// (the first due now, the last one step before the window ends).
-    #[arg(long, value_name = "DURATION", value_parser = parse_spread)]
-    pub spread: Option<Duration>,
-}
-
-/// A --spread window: 1 ms to ten years.
-fn parse_spread(s: &str) -> Result<Duration, String> {
-    let d = parse_duration(s)?;
-    if d < Duration::from_millis(1) {
-        return Err("a spread must be at least 1ms; give e.g. 10m".into());
-    }
-    Ok(d)
-}
-
-/// Arguments of `dead purge`.
-#[derive(Debug, Args)]
-#[command(group(ArgGroup::new("which").required(true).args(["ids", "all"])))]
-pub struct DeadPurgeArgs {
-    /// The topic.
-    pub topic: String,
-
-    /// Delete these ids.
-    #[arg(value_name = "ID")]
-    pub ids: Vec<String>,
-
-    /// Delete every dead job of the topic.
-    #[arg(long)]
-    pub all: bool,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use clap::CommandFactory;
+    use std::time::Duration;
 
     #[test]
     fn cli_definition_is_consistent() {

@@ -1,9 +1,72 @@
 //! What every command gets: the global options and a way to connect.
 
+use std::path::PathBuf;
+
 use anyhow::Context as _;
+use clap::Args;
 use punctual::{redact, Queue};
 
-use crate::cli::GlobalOpts;
+use crate::input::parse_max_payload;
+
+/// Options every command takes (before or after the command name).
+#[derive(Debug, Args, Clone)]
+#[command(next_help_heading = "Global options")]
+pub struct GlobalOpts {
+    /// The config file (TOML) of `serve`. Every command takes its `redis`,
+    /// `prefix` and `max_payload` from it, so admin commands ask the Redis
+    /// the service uses. Precedence: --redis/--prefix/--max-payload or their
+    /// PUNCTUAL_* variable, then the file, then the default. A file that
+    /// cannot be read or is invalid is an error (exit 2), never skipped.
+    #[arg(
+        long,
+        short,
+        value_name = "FILE",
+        env = "PUNCTUAL_CONFIG",
+        global = true
+    )]
+    pub config: Option<PathBuf>,
+
+    /// Redis to use: redis://[user:password@]host:port[/db] or rediss://... for TLS.
+    /// For a Redis Cluster, give one node's URL (detected) or several,
+    /// comma-separated.
+    #[arg(
+        long = "redis",
+        value_name = "URL",
+        env = "PUNCTUAL_REDIS_URL",
+        hide_env_values = true,
+        default_value = "redis://127.0.0.1:6379",
+        global = true
+    )]
+    pub redis_url: String,
+
+    /// Key prefix: every key punctual writes starts with `PREFIX:`. Producers,
+    /// workers and these commands must agree on it.
+    #[arg(
+        long,
+        value_name = "P",
+        env = "PUNCTUAL_PREFIX",
+        hide_env_values = true,
+        default_value = punctual::DEFAULT_PREFIX,
+        global = true
+    )]
+    pub prefix: String,
+
+    /// Largest payload accepted by `push` and the HTTP API, in bytes.
+    #[arg(
+        long,
+        value_name = "BYTES",
+        env = "PUNCTUAL_MAX_PAYLOAD",
+        hide_env_values = true,
+        default_value_t = punctual::DEFAULT_MAX_PAYLOAD,
+        value_parser = parse_max_payload,
+        global = true
+    )]
+    pub max_payload: usize,
+
+    /// Print machine-readable JSON on stdout instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
 
 /// The global options, and the connection made from them on demand (commands
 /// such as `script` never connect).

@@ -49,7 +49,7 @@ pub async fn run(redis_url: &str, args: DemoArgs) -> Result<()> {
         println!("Using the Redis at {}", punctual::redact(redis_url));
         (redis_url.to_string(), None)
     } else {
-        let (url, p) = crate::private_redis::start("punctual-demo-redis-")?;
+        let (url, p) = punctual_bench::private_redis::start("punctual-demo-redis-")?;
         println!(
             "No Redis answers at {}; started a private redis-server at {url}",
             punctual::redact(redis_url)
@@ -180,31 +180,12 @@ fn summarize(log: &Path, expected: usize) -> Result<String> {
     ))
 }
 
-/// Deletes every key under the demo's prefix.
-async fn cleanup(url: &str, prefix: &str) -> redis::RedisResult<()> {
-    let client = redis::Client::open(url)?;
-    let mut conn = client.get_multiplexed_async_connection().await?;
-    let mut cursor: u64 = 0;
-    loop {
-        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(format!("{prefix}:*"))
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(&mut conn)
-            .await?;
-        if !keys.is_empty() {
-            redis::cmd("DEL")
-                .arg(&keys)
-                .query_async::<()>(&mut conn)
-                .await?;
-        }
-        cursor = next;
-        if cursor == 0 {
-            return Ok(());
-        }
-    }
+/// Deletes every key under the demo's prefix, on every master.
+async fn cleanup(url: &str, prefix: &str) -> punctual::Result<()> {
+    let t = Duration::from_secs(5);
+    let nodes = punctual::nodes::Nodes::connect(url, t, t).await?;
+    nodes.delete_matching(&format!("{prefix}:*")).await?;
+    Ok(())
 }
 
 /// The demo's exec handler: prints the job and appends "id\tlateness" to the

@@ -105,15 +105,6 @@ impl Facts {
     }
 }
 
-/// Parses INFO's `key:value` lines.
-fn parse_info(text: &str) -> HashMap<String, String> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-        .collect()
-}
-
 async fn read_facts(conn: &mut MultiplexedConnection, pings: u16) -> Result<Facts> {
     let info: String = redis::cmd("INFO")
         .arg("everything")
@@ -121,7 +112,7 @@ async fn read_facts(conn: &mut MultiplexedConnection, pings: u16) -> Result<Fact
         .await
         .context("INFO failed")?;
     let mut facts = Facts {
-        info: parse_info(&info),
+        info: punctual::nodes::parse_info(&info),
         ..Facts::default()
     };
     if facts.info("cluster_enabled") == Some("1") {
@@ -131,7 +122,7 @@ async fn read_facts(conn: &mut MultiplexedConnection, pings: u16) -> Result<Fact
             .query_async(conn)
             .await
             .context("CLUSTER INFO failed")?;
-        facts.info.extend(parse_info(&text));
+        facts.info.extend(punctual::nodes::parse_info(&text));
     }
     let mut config = HashMap::new();
     for pattern in [
@@ -497,24 +488,15 @@ pub async fn run(ctx: &Ctx, args: DoctorArgs) -> Result<()> {
         .unwrap_or("")
         .to_string();
     let shown = redact(&url);
-    let client = redis::Client::open(url.as_str()).map_err(|e| {
-        exit::invalid(format!(
-            "invalid Redis URL {shown:?}: {e} (expected redis://[user:password@]host:port[/db] or rediss://...)"
-        ))
-    })?;
-    let mut conn = tokio::time::timeout(
-        Duration::from_secs(5),
-        client.get_multiplexed_async_connection(),
-    )
-    .await
-    .map_err(|_| {
-        anyhow::Error::new(redis::RedisError::from(std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            "no answer within 5 s",
-        )))
-    })
-    .and_then(|r| r.map_err(anyhow::Error::new))
-    .with_context(|| format!("cannot reach Redis at {shown}"))?;
+    let node = punctual::nodes::Node::connect(&url, Duration::from_secs(5))
+        .await
+        .map_err(|e| match e.kind() {
+            punctual::ErrorKind::InvalidInput => exit::invalid(format!(
+                "{e} (expected redis://[user:password@]host:port[/db] or rediss://...)"
+            )),
+            _ => anyhow::Error::new(e).context(format!("cannot reach Redis at {shown}")),
+        })?;
+    let mut conn = node.conn();
     let facts = read_facts(&mut conn, args.pings)
         .await
         .with_context(|| format!("cannot read the configuration of Redis at {shown}"))?;

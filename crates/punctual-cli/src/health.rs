@@ -145,19 +145,6 @@ pub async fn topics(
         .collect())
 }
 
-/// A topic's stats as JSON with its health (`status`, `workers`,
-/// `schedulers`, `reasons`) merged in.
-pub fn topic_json(s: &TopicStats, h: &TopicHealth) -> serde_json::Value {
-    let mut v = serde_json::json!(s);
-    if let Some(o) = v.as_object_mut() {
-        o.insert("status".into(), h.status.into());
-        o.insert("workers".into(), h.workers.into());
-        o.insert("schedulers".into(), h.schedulers.into());
-        o.insert("reasons".into(), serde_json::json!(h.reasons));
-    }
-    v
-}
-
 /// Sets the overdue gauges of a topic.
 pub fn gauges(s: &TopicStats) {
     let t = s.topic.clone();

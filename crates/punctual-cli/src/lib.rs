@@ -12,7 +12,7 @@
 //! - `api/`: the HTTP API and the dashboard (`punctual api`, and
 //!   `serve --http`).
 //! - `doctor`: `punctual doctor`, checks of the Redis configuration.
-//! - `bench/`: `punctual bench`, the benchmark protocol.
+//! - `bench.rs`: `punctual bench`, the benchmark protocol (crate `punctual-bench`).
 
 use std::process::ExitCode;
 
@@ -31,7 +31,6 @@ mod exit;
 mod health;
 mod input;
 mod output;
-mod private_redis;
 mod serve;
 
 use cli::{Cli, Command};
@@ -62,24 +61,14 @@ pub fn main_with(handlers: Handlers) -> ExitCode {
         )
     };
     let service = cli.command.is_service();
-    let redis_explicit = explicit("redis_url") || cli.global.config.is_some();
-    // `serve` reads its config first: the log format may be set there.
-    let serve_config = match &cli.command {
-        Command::Serve(args) => {
-            let redis = explicit("redis_url").then(|| cli.global.redis_url.clone());
-            let prefix = explicit("prefix").then(|| cli.global.prefix.clone());
-            match serve::cmd::load(cli.global.config.as_deref(), args, redis, prefix, &handlers) {
-                Ok(cfg) => Some(cfg),
-                Err(err) => {
-                    eprintln!("{}", exit::report(&err));
-                    return exit::classify(&err).into();
-                }
-            }
-        }
-        _ => None,
+    let given = Given {
+        redis: explicit("redis_url").then(|| cli.global.redis_url.clone()),
+        prefix: explicit("prefix").then(|| cli.global.prefix.clone()),
+        redis_explicit: explicit("redis_url") || cli.global.config.is_some(),
     };
-    // Every other command that talks to Redis takes its Redis, prefix and
-    // payload limit from the config file, when one is named.
+    // Every command that talks to Redis, but `serve`, takes its Redis,
+    // prefix and payload limit from the config file, when one is named
+    // (`serve` reads the whole file itself when it runs).
     if cli.command.reads_config() {
         let rust: Vec<&str> = handlers.topics().collect();
         if let Err(err) = context::apply_config(&mut cli.global, explicit, &rust) {
@@ -87,11 +76,12 @@ pub fn main_with(handlers: Handlers) -> ExitCode {
             return exit::classify(&err).into();
         }
     }
-    let json_logs = match &serve_config {
-        Some(cfg) => cfg.log_format == "json",
-        None => std::env::var(serve::supervisor::LOG_FORMAT_ENV).is_ok_and(|f| f == "json"),
-    };
-    init_tracing(cli.command.default_log_level(), json_logs);
+    // `serve` starts its logs once it has read its config (the log format
+    // may be set there); every other command here.
+    if !matches!(cli.command, Command::Serve(_)) {
+        let json = std::env::var(serve::supervisor::LOG_FORMAT_ENV).is_ok_and(|f| f == "json");
+        init_tracing(cli.command.default_log_level(), json);
+    }
     let runtime = if service {
         tokio::runtime::Builder::new_multi_thread()
             .enable_all()
@@ -109,21 +99,26 @@ pub fn main_with(handlers: Handlers) -> ExitCode {
         }
     };
     let ctx = Ctx { global: cli.global };
-    let run = async {
-        match (cli.command, serve_config) {
-            (Command::Serve(_), Some(cfg)) => serve::cmd::serve(cfg).await,
-            (Command::Bench(a), _) => bench::run(&ctx, a, redis_explicit).await,
-            (Command::Worker(a), _) => serve::cmd::worker(a, handlers).await,
-            (command, _) => dispatch(&ctx, command).await,
-        }
-    };
-    match runtime.block_on(run) {
+    match runtime.block_on(dispatch(&ctx, cli.command, handlers, given)) {
         Ok(()) => exit::Code::Ok.into(),
         Err(err) => {
             eprintln!("{}", exit::report(&err));
             exit::classify(&err).into()
         }
     }
+}
+
+/// What the user gave explicitly (on the command line or in the
+/// environment), as opposed to defaults: it wins over a config file.
+#[derive(Debug)]
+struct Given {
+    /// `--redis` / `PUNCTUAL_REDIS_URL`.
+    redis: Option<String>,
+    /// `--prefix` / `PUNCTUAL_PREFIX`.
+    prefix: Option<String>,
+    /// Whether a Redis was named at all (`--redis` or a config file):
+    /// without one, `bench` may start a private redis-server.
+    redis_explicit: bool,
 }
 
 /// Logs to stderr, filtered by `PUNCTUAL_LOG` (e.g. `debug`,
@@ -142,8 +137,14 @@ fn init_tracing(default: &str, json: bool) {
     }
 }
 
-/// Runs one command.
-async fn dispatch(ctx: &Ctx, command: Command) -> anyhow::Result<()> {
+/// Runs one command: every command has its arm here.
+async fn dispatch(
+    ctx: &Ctx,
+    command: Command,
+    handlers: Handlers,
+    given: Given,
+) -> anyhow::Result<()> {
+    let log_level = command.default_log_level();
     match command {
         Command::Push(a) => admin::push::run(ctx, a).await,
         Command::Get(a) => admin::job::get(ctx, a).await,
@@ -159,13 +160,18 @@ async fn dispatch(ctx: &Ctx, command: Command) -> anyhow::Result<()> {
         Command::Partitions(a) => admin::partitions::run(ctx, a).await,
         Command::Audit(a) => admin::audit::run(ctx, a).await,
         Command::Import(c) => admin::import::run(ctx, c).await,
-        Command::Serve(_) => unreachable!("serve is run by main with its config"),
-        Command::Bench(_) => unreachable!("bench is run by main (it needs --redis's source)"),
+        Command::Serve(a) => {
+            let path = ctx.global.config.as_deref();
+            let cfg = serve::cmd::load(path, &a, given.redis, given.prefix, &handlers)?;
+            init_tracing(log_level, cfg.log_format == "json");
+            serve::cmd::serve(cfg).await
+        }
+        Command::Bench(a) => bench::run(ctx, a, given.redis_explicit).await,
         Command::Api(a) => api::cmd::run(ctx, a).await,
         Command::Doctor(a) => doctor::run(ctx, a).await,
         Command::Ps(a) => admin::ps::run(ctx, a).await,
         Command::Demo(a) => demo::run(&ctx.global.redis_url, a).await,
-        Command::Worker(_) => unreachable!("a worker is run by main (it needs the handlers)"),
+        Command::Worker(a) => serve::cmd::worker(a, handlers).await,
         Command::Scheduler(a) => serve::cmd::scheduler(a).await,
         Command::DemoHandler => demo::handler(),
     }

@@ -1,6 +1,7 @@
 //! The connection to Redis: one node (a reconnecting multiplexed connection)
 //! or a Redis Cluster (slot-aware, following MOVED/ASK and failovers). Only
-//! this module and `wake.rs` open connections.
+//! this module, `nodes.rs` (a plain connection per node, for admin work)
+//! and `wake.rs` open connections.
 //!
 //! No call that must not run twice is ever sent twice by the client. The
 //! single-node `ConnectionManager` never resends a command (it reconnects
@@ -31,6 +32,7 @@ use redis::{
 };
 
 use crate::error::{Error, Result};
+use crate::topology::{node_url, parse_cluster_nodes, ClusterNode};
 
 /// A connection to one Redis or to a cluster; cheap to clone.
 #[derive(Clone)]
@@ -153,19 +155,21 @@ async fn send_once(mut conn: ClusterConnection, cmd: &Cmd) -> RedisResult<Value>
     conn.req_packed_command(cmd).await
 }
 
-/// What `connect` made: the connection, and the nodes a pub/sub listener
-/// may subscribe on (any node of a cluster sees every PUBLISH).
+/// What `connect` made: the connection, the nodes a pub/sub listener
+/// may subscribe on (any node of a cluster sees every PUBLISH), and a
+/// cluster's `CLUSTER NODES` (empty for a single Redis).
 pub(crate) struct Connected {
     pub conn: Conn,
     pub pubsub: Vec<redis::Client>,
     pub cluster: bool,
+    pub nodes: Vec<ClusterNode>,
 }
 
 fn open(url: &str) -> Result<redis::Client> {
     redis::Client::open(url).map_err(|e| {
         Error::invalid(format!(
             "invalid Redis URL {:?}: {e} (expected redis://[user:password@]host:port[/db] or rediss://...; several comma-separated URLs for a cluster)",
-            crate::queue::redact(url)
+            crate::redact::redact(url)
         ))
     })
 }
@@ -202,6 +206,7 @@ pub(crate) async fn connect(
                 conn: Conn::Single(single),
                 pubsub: clients,
                 cluster: false,
+                nodes: Vec::new(),
             });
         }
     }
@@ -223,18 +228,15 @@ pub(crate) async fn connect(
         .map_err(Error::Redis)?;
     // Subscribe on any node: the seeds, then every node the cluster knows.
     let mut pubsub = clients;
-    let nodes: String = redis::cmd("CLUSTER")
+    let text: String = redis::cmd("CLUSTER")
         .arg("NODES")
         .query_async(&mut conn)
         .await
         .map_err(Error::Redis)?;
-    for line in nodes.lines() {
-        let Some(addr) = line.split_whitespace().nth(1) else {
-            continue;
-        };
-        let hostport = addr.split('@').next().unwrap_or(addr);
-        if let Some(u) = with_hostport(urls[0], hostport) {
-            if !urls.iter().any(|s| s.contains(hostport)) {
+    let nodes = parse_cluster_nodes(&text);
+    for n in &nodes {
+        if let Some(u) = node_url(urls[0], &n.addr) {
+            if !urls.iter().any(|s| s.contains(&n.addr)) {
                 if let Ok(c) = redis::Client::open(u.as_str()) {
                     pubsub.push(c);
                 }
@@ -248,24 +250,13 @@ pub(crate) async fn connect(
         },
         pubsub,
         cluster: true,
+        nodes,
     })
-}
-
-/// `url` with its host:port replaced (scheme and credentials kept).
-fn with_hostport(url: &str, hostport: &str) -> Option<String> {
-    let start = url.find("://")? + 3;
-    let auth_end = url[start..]
-        .rfind('@')
-        .map(|i| start + i + 1)
-        .unwrap_or(start);
-    let rest = &url[auth_end..];
-    let end = rest.find('/').map(|i| auth_end + i).unwrap_or(url.len());
-    Some(format!("{}{hostport}{}", &url[..auth_end], &url[end..]))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{must_not_repeat, with_hostport};
+    use super::must_not_repeat;
     use crate::scripts::SCRIPTS;
 
     fn evalsha<S: AsRef<str>>(sha: &str, argv: &[S]) -> redis::Cmd {
@@ -324,17 +315,5 @@ mod tests {
         assert!(!must_not_repeat(
             redis::cmd("SADD").arg("P:topics").arg("t")
         ));
-    }
-
-    #[test]
-    fn host_and_port_are_replaced_keeping_credentials() {
-        assert_eq!(
-            with_hostport("redis://u:p@10.0.0.1:7000/0", "10.0.0.2:7001").as_deref(),
-            Some("redis://u:p@10.0.0.2:7001/0")
-        );
-        assert_eq!(
-            with_hostport("redis://127.0.0.1:7000", "127.0.0.1:7002").as_deref(),
-            Some("redis://127.0.0.1:7002")
-        );
     }
 }

@@ -97,13 +97,27 @@ pub fn validate_id(id: &str) -> Result<()> {
     Ok(())
 }
 
-/// The nine keys of one topic, in the order every script takes them.
+/// The nine keys of one topic (or of one partition, named `topic#i`), in
+/// the order every script takes them: `P:{topic}:pool`, `ready`,
+/// `running`, `dead`, `jobs`, `meta`, `stats`, `seq`, `attempts` (see
+/// docs/PROTOCOL.md). For tools that look at the keys themselves; jobs are
+/// read and changed through [`crate::Queue`].
+///
+/// ```
+/// let k = punctual::TopicKeys::new("punctual", "orders");
+/// assert_eq!(k.pool(), "punctual:{orders}:pool");
+/// assert_eq!(k.all()[6], "punctual:{orders}:stats");
+/// let p = punctual::TopicKeys::new("punctual", &punctual::partition_name("orders", 2, 4));
+/// assert_eq!(p.jobs(), "punctual:{orders#2}:jobs");
+/// ```
 #[derive(Debug, Clone)]
-pub(crate) struct TopicKeys {
-    pub keys: [String; 9],
+pub struct TopicKeys {
+    pub(crate) keys: [String; 9],
 }
 
 impl TopicKeys {
+    /// The keys of `topic` (a physical name: a topic or one partition)
+    /// under `prefix`.
     pub fn new(prefix: &str, topic: &str) -> Self {
         let k = |name: &str| format!("{prefix}:{{{topic}}}:{name}");
         TopicKeys {
@@ -121,24 +135,44 @@ impl TopicKeys {
         }
     }
 
+    /// All nine, in script order.
+    pub fn all(&self) -> &[String; 9] {
+        &self.keys
+    }
+    /// Jobs waiting for their due time (sorted set by due time).
     pub fn pool(&self) -> &str {
         &self.keys[0]
     }
+    /// Due jobs waiting for a worker (sorted set).
     pub fn ready(&self) -> &str {
         &self.keys[1]
     }
+    /// Leased jobs (sorted set by lease deadline).
     pub fn running(&self) -> &str {
         &self.keys[2]
     }
+    /// Dead jobs (sorted set by time of death).
     pub fn dead(&self) -> &str {
         &self.keys[3]
     }
+    /// Job records (hash id -> record).
     pub fn jobs(&self) -> &str {
         &self.keys[4]
     }
+    /// Topic settings: `max_attempts`, `backoff`, `paused`, `partitions`
+    /// (hash).
     pub fn meta(&self) -> &str {
         &self.keys[5]
     }
+    /// Counters (hash).
+    pub fn stats(&self) -> &str {
+        &self.keys[6]
+    }
+    /// The counter behind generated ids and lease tokens (string).
+    pub fn seq(&self) -> &str {
+        &self.keys[7]
+    }
+    /// Deliveries so far and the latest lease token per job (hash).
     pub fn attempts(&self) -> &str {
         &self.keys[8]
     }

@@ -7,6 +7,8 @@
 //! - [`raw`] holds the runtime's low-level calls (claim, ack, fail, extend,
 //!   tick) for runtimes of one's own.
 //! - [`audit`] records who changed what (replay, purge, cancel, ...).
+//! - [`nodes`] reaches every node behind a URL for per-node admin work
+//!   (`INFO`, `SCAN`, `DEL`), and [`TopicKeys`] names a topic's keys.
 //!
 //! All state changes are Lua scripts that run atomically inside Redis and take
 //! every time from Redis `TIME`; see `docs/PROTOCOL.md`.
@@ -17,6 +19,7 @@ mod error;
 mod history;
 mod job;
 mod keys;
+pub mod nodes;
 mod partition;
 mod queue;
 pub mod raw;
@@ -25,6 +28,7 @@ pub mod registry;
 mod reply;
 mod scheduler;
 mod scripts;
+mod topology;
 mod unlisted;
 mod wake;
 mod worker;
@@ -37,7 +41,7 @@ pub use job::{
     DeadSelector, EnqueueOptions, EnqueueStatus, Enqueued, Job, JobInfo, ListPage, ReplayPace,
     State, TopicDeleted, TopicStats, Violation, When, MAX_ATTEMPTS, MAX_DELAY,
 };
-pub use keys::{validate_id, validate_topic, MAX_ID_LEN, MAX_TOPIC_LEN};
+pub use keys::{validate_id, validate_topic, TopicKeys, MAX_ID_LEN, MAX_TOPIC_LEN};
 pub use partition::{partition_name, partition_of, MAX_PARTITIONS};
 pub use queue::{
     Queue, QueueBuilder, SkippedTopic, Topics, DEFAULT_MAX_PAYLOAD, DEFAULT_PREFIX, MAX_BATCH,

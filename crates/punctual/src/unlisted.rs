@@ -13,6 +13,7 @@ use crate::conn::Conn;
 use crate::error::{Error, Result};
 use crate::keys::validate_topic;
 use crate::queue::Queue;
+use crate::topology::parse_cluster_nodes;
 
 /// What [`Queue::unlisted_topics`] found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -117,28 +118,16 @@ impl Queue {
 
 /// The masters of the cluster, as host and port.
 async fn masters(conn: &mut Conn) -> Result<Vec<(String, u16)>> {
-    let nodes: String = redis::cmd("CLUSTER")
+    let text: String = redis::cmd("CLUSTER")
         .arg("NODES")
         .query_async(conn)
         .await
         .map_err(Error::Redis)?;
-    let mut out = Vec::new();
-    for line in nodes.lines() {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        if f.len() < 8 || !f[2].split(',').any(|x| x == "master") || f[2].contains("fail") {
-            continue;
-        }
-        // ip:port@cport[,hostname]
-        let addr = f[1].split('@').next().unwrap_or("");
-        if let Some((host, port)) = addr.rsplit_once(':') {
-            if let Ok(port) = port.parse() {
-                if !host.is_empty() {
-                    out.push((host.to_string(), port));
-                }
-            }
-        }
-    }
-    Ok(out)
+    Ok(parse_cluster_nodes(&text)
+        .iter()
+        .filter(|n| n.master && !n.failed)
+        .filter_map(|n| n.host_port().map(|(h, p)| (h.to_string(), p)))
+        .collect())
 }
 
 /// `s` with the glob characters of `SCAN MATCH` escaped.

@@ -6,6 +6,7 @@ mod cluster;
 mod faults;
 mod history;
 mod integrity;
+mod nodes;
 mod queue;
 mod registry;
 mod runtime_regressions;

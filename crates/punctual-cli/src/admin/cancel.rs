@@ -6,7 +6,7 @@ use clap::{ArgGroup, Args};
 use punctual::State;
 use serde_json::json;
 
-use crate::cli::JobRef;
+use super::job::JobRef;
 use crate::context::Ctx;
 use crate::exit;
 use crate::output::{emit, emit_json};

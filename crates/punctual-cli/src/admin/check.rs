@@ -4,10 +4,17 @@ use anyhow::Result;
 use punctual::Violation;
 use serde_json::json;
 
-use crate::cli::CheckArgs;
 use crate::context::Ctx;
 use crate::exit;
 use crate::output::{emit, emit_json, Table};
+use clap::Args;
+
+/// Arguments of `check`.
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// Only this topic (default: every known topic).
+    pub topic: Option<String>,
+}
 
 /// At most this many keys are examined looking for unlisted topics.
 const UNLISTED_SCAN_LIMIT: u64 = 1_000_000;

@@ -6,12 +6,57 @@ use anyhow::Result;
 use punctual::{JobInfo, State};
 use serde_json::{json, Map, Value};
 
-use crate::cli::{JobRef, RescheduleArgs};
 use crate::context::Ctx;
 use crate::exit;
+use crate::input::{parse_duration, parse_time};
 use crate::output::{
     emit, emit_json, one_line, payload_json, payload_text, time, time_and_relative,
 };
+use clap::Args;
+use std::time::{Duration, SystemTime};
+
+/// A job by topic and id.
+#[derive(Debug, Args)]
+pub struct JobRef {
+    /// The topic.
+    pub topic: String,
+    /// The job id (as printed by `push`).
+    pub id: String,
+}
+
+/// Arguments of `reschedule`.
+#[derive(Debug, Args)]
+pub struct RescheduleArgs {
+    #[command(flatten)]
+    pub job: JobRef,
+
+    #[command(flatten)]
+    pub when: RequiredWhen,
+}
+
+/// Like [`super::push::WhenArgs`], but one of the two is required.
+#[derive(Debug, Args, Clone)]
+#[group(required = true, multiple = false)]
+pub struct RequiredWhen {
+    /// New due time: this long from now, by Redis's clock (0s: due now).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub delay: Option<Duration>,
+
+    /// New due time: this time (RFC 3339, e.g. 2030-01-01T09:00:00Z).
+    #[arg(long, value_name = "TIME", value_parser = parse_time, allow_hyphen_values = true)]
+    pub at: Option<SystemTime>,
+}
+
+impl RequiredWhen {
+    /// The library's `When`.
+    pub fn when(&self) -> punctual::When {
+        let when = super::push::WhenArgs {
+            delay: self.delay,
+            at: self.at,
+        };
+        when.when().unwrap_or(punctual::When::Now)
+    }
+}
 
 /// How much of a payload `get` shows outside `--json`.
 const PAYLOAD_PREVIEW: usize = 500;

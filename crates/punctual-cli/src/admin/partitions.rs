@@ -4,9 +4,18 @@
 use anyhow::Result;
 use serde_json::json;
 
-use crate::cli::PartitionsArgs;
 use crate::context::Ctx;
 use crate::output::{emit, emit_json};
+use clap::Args;
+
+/// Arguments of `partitions`.
+#[derive(Debug, Args)]
+pub struct PartitionsArgs {
+    /// The topic.
+    pub topic: String,
+    /// The new partition count (1 to 1024); without it, show the count.
+    pub count: Option<u32>,
+}
 
 /// Shows the count, or sets it (refused while the topic holds jobs).
 pub async fn run(ctx: &Ctx, args: PartitionsArgs) -> Result<()> {

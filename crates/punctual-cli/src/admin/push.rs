@@ -7,11 +7,104 @@ use punctual::{EnqueueOptions, EnqueueStatus, Enqueued, Job};
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::cli::PushArgs;
 use crate::context::Ctx;
 use crate::exit;
 use crate::input::parse_time;
 use crate::output::{emit, emit_json};
+use std::time::{Duration, SystemTime};
+
+use crate::input::parse_duration;
+use clap::Args;
+
+/// The examples of `push --help`.
+pub const EXAMPLES: &str = "\
+Examples:
+  # close order 10086 in 30 minutes, once, even if pushed twice
+  punctual push orders '{\"order\":10086}' --id order:10086 --delay 30m
+
+  # payload from stdin, due at a fixed time
+  echo 'remind 42' | punctual push reminders --at 2030-01-01T09:00:00Z
+
+  # many jobs, one JSON object per line
+  punctual push orders --batch < jobs.jsonl
+  where each line looks like
+  {\"payload\": {\"order\": 1}, \"delay_ms\": 60000, \"id\": \"order:1\", \"max_attempts\": 3}";
+
+/// Arguments of `push`.
+#[derive(Debug, Args)]
+pub struct PushArgs {
+    /// The topic (no braces, '#' or spaces; at most 100 bytes).
+    pub topic: String,
+
+    /// The payload, sent as is. `-` or leaving it out reads it from stdin.
+    #[arg(conflicts_with = "batch")]
+    pub payload: Option<String>,
+
+    #[command(flatten)]
+    pub when: WhenArgs,
+
+    /// The job's id (default: a generated, time-sortable one). Pushing an id
+    /// that is still live in the topic is a no-op reported as "duplicate";
+    /// one in the dead-letter set is reported as "dead" and exits 1 (nothing
+    /// was enqueued: replay it or push with --replace).
+    #[arg(long, value_name = "ID", conflicts_with = "batch")]
+    pub id: Option<String>,
+
+    /// Deliveries before the job goes to dead (default: the topic's setting, else 6).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_attempts: Option<u32>,
+
+    /// Delays before retries, comma-separated: the n-th failure waits the
+    /// n-th step and the last step repeats (default: the topic's ladder,
+    /// else 0s,5s,30s,2m,10m,30m).
+    #[arg(
+        long,
+        value_name = "D,D,...",
+        value_delimiter = ',',
+        value_parser = parse_duration,
+        num_args = 1..
+    )]
+    pub backoff: Option<Vec<Duration>>,
+
+    /// Replace a live job with the same id (payload, due time, attempts)
+    /// instead of reporting a duplicate.
+    #[arg(long)]
+    pub replace: bool,
+
+    /// Read many jobs from stdin, one JSON object per line:
+    /// {"payload": ..., "delay_ms": N, "at": "RFC3339", "id": "...",
+    /// "max_attempts": N}. Only payload is required; a string payload is sent
+    /// as its text, any other JSON value as its JSON text. --delay/--at,
+    /// --max-attempts and --backoff apply to lines that do not say
+    /// otherwise. Every line is validated before anything is written.
+    #[arg(long)]
+    pub batch: bool,
+}
+
+/// Where a job is due: now, after a delay, or at a time.
+#[derive(Debug, Args, Clone, Default)]
+#[group(multiple = false)]
+pub struct WhenArgs {
+    /// Due this long from now, by Redis's clock: 250ms, 30s, 15m, 2h, 1h30m, 7days.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub delay: Option<Duration>,
+
+    /// Due at this time (RFC 3339, e.g. 2030-01-01T09:00:00Z or
+    /// 2030-01-01T10:00:00+01:00). A time in the past means due now.
+    #[arg(long, value_name = "TIME", value_parser = parse_time, allow_hyphen_values = true)]
+    pub at: Option<SystemTime>,
+}
+
+impl WhenArgs {
+    /// The library's `When`, if one was given.
+    pub fn when(&self) -> Option<punctual::When> {
+        match (self.delay, self.at) {
+            (Some(d), _) => Some(punctual::When::Delay(d)),
+            (None, Some(t)) => Some(punctual::When::At(t)),
+            (None, None) => None,
+        }
+    }
+}
 
 /// Runs `push`.
 pub async fn run(ctx: &Ctx, args: PushArgs) -> Result<()> {

@@ -4,10 +4,17 @@
 use anyhow::Result;
 use serde_json::json;
 
-use crate::cli::ScriptArgs;
 use crate::context::Ctx;
 use crate::exit;
 use crate::output::{emit, emit_json, Table};
+use clap::Args;
+
+/// Arguments of `script`.
+#[derive(Debug, Args)]
+pub struct ScriptArgs {
+    /// The script to print (see the list without NAME), e.g. `enqueue`.
+    pub name: Option<String>,
+}
 
 /// The SHA1 Redis caches a script under (what EVALSHA takes).
 fn sha1(source: &str) -> String {

@@ -5,9 +5,21 @@ use anyhow::Result;
 use futures::stream::{self, StreamExt, TryStreamExt};
 use punctual::TopicStats;
 
-use crate::cli::StatsArgs;
 use crate::context::Ctx;
+use crate::input::parse_duration;
 use crate::output::{emit, emit_json, span, Table};
+use clap::Args;
+
+/// Arguments of `stats`.
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    /// Only this topic (default: every known topic).
+    pub topic: Option<String>,
+    /// Per-minute history of TOPIC over this span, e.g. `1h`, `30m`, up to
+    /// `7d` (rounded up to whole minutes).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "topic")]
+    pub history: Option<std::time::Duration>,
+}
 
 /// How many topics' stats are read at once.
 const CONCURRENCY: usize = 16;

@@ -7,11 +7,12 @@ use axum::extract::{Query, State};
 use axum::Json;
 use punctual::audit::{self, MAX_ENTRIES};
 use serde::Deserialize;
+
+use super::reply::AuditEntryReply;
 use serde_json::{json, Value};
 
 use super::error::{ApiError, ApiResult};
 use super::ApiState;
-use crate::admin::audit::entry_json;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -33,7 +34,7 @@ pub async fn list(
         )));
     }
     let trail = audit::read(&s.queue, limit).await?;
-    let entries: Vec<Value> = trail.entries.iter().map(entry_json).collect();
+    let entries: Vec<AuditEntryReply> = trail.entries.iter().map(AuditEntryReply::from).collect();
     Ok(Json(json!({
         "entries": entries,
         "unreadable": trail.unreadable,

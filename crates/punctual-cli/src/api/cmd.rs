@@ -21,6 +21,18 @@ use crate::exit;
 use crate::health::Alerts;
 use crate::input::parse_duration;
 
+/// The examples of `api --help`.
+pub const EXAMPLES: &str = "\
+Examples:
+  # read-only dashboard on this host
+  punctual api
+  # allow changes: every POST/DELETE must send the token
+  export PUNCTUAL_API_TOKEN=$(openssl rand -hex 32)
+  punctual api --listen 127.0.0.1:9464 &
+  curl -H \"Authorization: Bearer $PUNCTUAL_API_TOKEN\" -H 'Content-Type: application/json' \\
+       -d '{\"payload\": {\"order\": 10086}, \"delay_ms\": 1800000, \"id\": \"order:10086\"}' \\
+       http://127.0.0.1:9464/api/v1/topics/orders/jobs";
+
 /// Arguments of `punctual api`.
 #[derive(Debug, Args)]
 pub struct ApiArgs {

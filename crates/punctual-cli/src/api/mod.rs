@@ -7,6 +7,8 @@
 //! - `auth`: the bearer token every mutating call must present (and who
 //!   made the call, for the audit trail).
 //! - `audit`: `GET /api/v1/audit`, the audit trail.
+//! - `reply`: the response bodies, the API's own types (what
+//!   docs/openapi.yaml describes), built from the library's types.
 //! - `error`: JSON errors with a stable code and a message.
 //! - `sampler`: the last hour of each topic's numbers, for the charts.
 //! - `dashboard`: the page and its assets, embedded in the binary.
@@ -18,6 +20,7 @@ pub mod auth;
 pub mod cmd;
 mod dashboard;
 mod error;
+mod reply;
 mod routes;
 pub mod sampler;
 pub mod server;

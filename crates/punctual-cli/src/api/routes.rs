@@ -21,6 +21,7 @@ use serde_json::{json, Value};
 
 use super::auth::Authorized;
 use super::error::{ApiError, ApiResult};
+use super::reply::{HistoryReply, JobReply, ProcessReply, TopicReply};
 use super::ApiState;
 use crate::admin::audit::counted;
 use crate::health;
@@ -183,26 +184,24 @@ async fn resident(State(s): St) -> Json<Value> {
 async fn all_topics(State(s): St) -> ApiResult<Json<Value>> {
     let listed = s.queue.list_topics().await?;
     let all = health::topics(&s.queue, listed.valid, &s.alerts).await?;
-    let topics: Vec<Value> = all
-        .iter()
-        .map(|(st, h)| health::topic_json(st, h))
-        .collect();
+    let topics: Vec<TopicReply> = all.iter().map(|(st, h)| TopicReply::new(st, h)).collect();
     Ok(Json(json!({ "topics": topics, "skipped": listed.skipped })))
 }
 
 /// One topic's stats, with its status (`active` only with a live worker)
 /// and the alerts it crosses.
-async fn topic_stats(State(s): St, Path(topic): Path<String>) -> ApiResult<Json<Value>> {
+async fn topic_stats(State(s): St, Path(topic): Path<String>) -> ApiResult<Json<TopicReply>> {
     topic_ok(&topic)?;
     let all = health::topics(&s.queue, vec![topic], &s.alerts).await?;
     let (st, h) = &all[0];
-    Ok(Json(health::topic_json(st, h)))
+    Ok(Json(TopicReply::new(st, h)))
 }
 
 /// The live processes in the registry, on every host.
 async fn processes(State(s): St) -> ApiResult<Json<Value>> {
     let procs = s.queue.processes().await?;
     let now = s.queue.redis_now_ms().await?;
+    let procs: Vec<ProcessReply> = procs.iter().map(ProcessReply::from).collect();
     Ok(Json(json!({ "now_ms": now, "processes": procs })))
 }
 
@@ -272,11 +271,11 @@ fn limit_ok(limit: Option<usize>, default: usize) -> ApiResult<usize> {
 async fn get_job(
     State(s): St,
     Path((topic, id)): Path<(String, String)>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<JobReply>> {
     topic_ok(&topic)?;
     id_ok(&id)?;
     match s.queue.get(&topic, &id).await? {
-        Some(job) => Ok(Json(json!(job))),
+        Some(job) => Ok(Json(JobReply::from(&job))),
         None => Err(not_live(&topic, &id)),
     }
 }
@@ -308,7 +307,13 @@ async fn dead_list(
             "offset={offset}: give 0 to {MAX_OFFSET}"
         )));
     }
-    let jobs = s.queue.dead_list(&topic, offset, limit).await?;
+    let jobs: Vec<JobReply> = s
+        .queue
+        .dead_list(&topic, offset, limit)
+        .await?
+        .iter()
+        .map(JobReply::from)
+        .collect();
     let total = s.queue.stats(&topic).await?.dead;
     Ok(Json(json!({
         "topic": topic,
@@ -340,7 +345,7 @@ async fn history(
     State(s): St,
     Path(topic): Path<String>,
     q: Result<Query<HistoryQuery>, QueryRejection>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<HistoryReply>> {
     topic_ok(&topic)?;
     let minutes = query(q)?.minutes.unwrap_or(60);
     if minutes == 0 || minutes > punctual::MAX_HISTORY_MINUTES {
@@ -349,7 +354,8 @@ async fn history(
             punctual::MAX_HISTORY_MINUTES
         )));
     }
-    Ok(Json(json!(s.queue.history(&topic, minutes).await?)))
+    let history = s.queue.history(&topic, minutes).await?;
+    Ok(Json(HistoryReply::from(&history)))
 }
 
 // ---- changing -------------------------------------------------------------
@@ -527,7 +533,9 @@ async fn cancel(
         Some(was) => {
             who.record(&s.queue, "cancel", &topic, json!({"id": id, "was": was}))
                 .await;
-            Ok(Json(json!({"id": id, "cancelled": true, "was": was})))
+            Ok(Json(
+                json!({"id": id, "cancelled": true, "was": was.as_str()}),
+            ))
         }
         None => Err(not_live(&topic, &id)),
     }
@@ -560,7 +568,7 @@ async fn reschedule(
     match s.queue.reschedule(&topic, &id, when).await? {
         None => Err(not_live(&topic, &id)),
         Some(was @ (JobState::Pool | JobState::Ready)) => {
-            Ok(Json(json!({"id": id, "rescheduled": true, "was": was})))
+            Ok(Json(json!({"id": id, "rescheduled": true, "was": was.as_str()})))
         }
         Some(JobState::Dead) => Err(ApiError::new(
             StatusCode::CONFLICT,
@@ -728,7 +736,7 @@ async fn cancel_prefix(
         "dry_run": b.dry_run,
         "matched": found.len(),
         "cancelled": if b.dry_run { 0 } else { found.len() },
-        "jobs": found.iter().map(|(id, st)| json!({"id": id, "state": st})).collect::<Vec<_>>(),
+        "jobs": found.iter().map(|(id, st)| json!({"id": id, "state": st.as_str()})).collect::<Vec<_>>(),
     })))
 }
 
@@ -828,6 +836,7 @@ mod tests {
             "not_found",
             "method_not_allowed",
             "not_waiting",
+            "not_empty",
             "body_too_large",
             "internal",
             "redis_unavailable",

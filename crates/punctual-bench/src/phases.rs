@@ -13,17 +13,18 @@ use futures::StreamExt;
 use indicatif::ProgressBar;
 use punctual::raw;
 use punctual::{
-    Delivery, EnqueueStatus, Job, Outcome, Queue, Scheduler, SchedulerConfig, When, Worker,
-    WorkerConfig,
+    Delivery, EnqueueStatus, Job, Outcome, Queue, Scheduler, SchedulerConfig, TopicKeys, When,
+    Worker, WorkerConfig,
 };
 use rand::{Rng, SeedableRng};
+use serde::Serialize;
 use serde_json::json;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::probe::{round, Snapshot};
-use super::target::{key_of, PREFIX, TOPIC};
+use super::probe::{round, Profile, Snapshot};
+use super::target::{keys_of, PREFIX, TOPIC};
 use super::{Bench, Report};
 
 /// Bytes of each payload, as the protocol asks.
@@ -237,33 +238,27 @@ impl Bench {
     }
 
     /// `partitions`, when the topic has more than one (generated ids are
-    /// then made by the client, 21 bytes instead of 12).
-    fn set_partitions(&self, r: &mut Report) {
-        if self.args.partitions > 1 {
-            r.set("partitions", self.args.partitions);
-        }
-        if let Some(w) = self.args.id_bytes {
-            r.set("id_bytes", w);
+    /// then made by the client, 21 bytes instead of 12), and `id_bytes`.
+    fn layout(&self) -> Layout {
+        Layout {
+            partitions: (self.args.partitions > 1).then_some(self.args.partitions),
+            id_bytes: self.args.id_bytes,
         }
     }
 
     /// On a cluster: which master serves each partition of the topic.
-    async fn set_placement(&self, r: &mut Report) -> Result<()> {
+    async fn placement(&self) -> Result<Option<Placement>> {
         let placement = self.target.placement().await?;
-        if !placement.is_empty() {
-            let masters: std::collections::BTreeSet<&str> =
-                placement.iter().map(|(_, m)| m.as_str()).collect();
-            r.set("masters", self.target.masters.len() as u64)
-                .set("masters_used", masters.len() as u64)
-                .set(
-                    "placement",
-                    placement
-                        .iter()
-                        .map(|(p, m)| (p.clone(), json!(m)))
-                        .collect::<serde_json::Map<_, _>>(),
-                );
+        if placement.is_empty() {
+            return Ok(None);
         }
-        Ok(())
+        let masters: std::collections::BTreeSet<&str> =
+            placement.iter().map(|(_, m)| m.as_str()).collect();
+        Ok(Some(Placement {
+            masters: self.target.masters.len() as u64,
+            masters_used: masters.len() as u64,
+            placement: placement.iter().cloned().collect(),
+        }))
     }
 
     fn consumer_config(&self) -> WorkerConfig {
@@ -279,8 +274,8 @@ impl Bench {
         loop {
             let (mut w, mut s) = (u64::MAX, u64::MAX);
             for p in &self.target.parts {
-                w = w.min(self.target.subscribers(&key_of(p, "ready")).await?);
-                s = s.min(self.target.subscribers(&key_of(p, "pool")).await?);
+                w = w.min(self.target.subscribers(keys_of(p).ready()).await?);
+                s = s.min(self.target.subscribers(keys_of(p).pool()).await?);
             }
             if w >= workers && (!scheduler || s >= 1) {
                 return Ok(());
@@ -373,8 +368,13 @@ impl Spread {
         round(self.sorted[i] as f64 / 1000.0, 2)
     }
 
-    fn json(&self) -> serde_json::Value {
-        json!({"min": self.ms(0.0), "p50": self.ms(0.5), "p99": self.ms(0.99), "max": self.ms(1.0)})
+    fn percentiles(&self) -> Percentiles {
+        Percentiles {
+            min: self.ms(0.0),
+            p50: self.ms(0.5),
+            p99: self.ms(0.99),
+            max: self.ms(1.0),
+        }
     }
 
     fn text(&self) -> String {
@@ -392,16 +392,75 @@ fn per_s(n: u64, d: Duration) -> f64 {
     (n as f64 / d.as_secs_f64().max(1e-9)).round()
 }
 
-/// Adds the counts to a report that is not ok.
-fn counts(r: &mut Report, t: &Tally, left: [u64; 4], records: u64) {
-    r.set("handled", t.handled)
-        .set("lost", t.lost)
-        .set("doubled", t.doubled)
-        .set("strays", t.strays)
-        .set(
-            "left",
-            json!({"pool": left[0], "ready": left[1], "running": left[2], "dead": left[3], "records": records}),
-        );
+/// `partitions` (when more than one) and `id_bytes` (when given).
+#[derive(Serialize)]
+struct Layout {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    partitions: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id_bytes: Option<u64>,
+}
+
+/// On a cluster: the masters, how many the topic's partitions use, and
+/// which serves each partition.
+#[derive(Serialize)]
+struct Placement {
+    masters: u64,
+    masters_used: u64,
+    placement: std::collections::BTreeMap<String, String>,
+}
+
+/// Lateness percentiles, ms.
+#[derive(Serialize)]
+struct Percentiles {
+    min: f64,
+    p50: f64,
+    p99: f64,
+    max: f64,
+}
+
+/// What the topic still holds (in a phase that is not ok).
+#[derive(Serialize)]
+pub(crate) struct Left {
+    pool: u64,
+    ready: u64,
+    running: u64,
+    dead: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    records: Option<u64>,
+}
+
+impl Left {
+    pub(crate) fn of(sets: [u64; 4], records: Option<u64>) -> Left {
+        let [pool, ready, running, dead] = sets;
+        Left {
+            pool,
+            ready,
+            running,
+            dead,
+            records,
+        }
+    }
+}
+
+/// The counts of a phase with an in-process handler that is not ok.
+#[derive(Serialize)]
+struct Counts {
+    handled: u64,
+    lost: u64,
+    doubled: u64,
+    strays: u64,
+    left: Left,
+}
+
+fn counts(t: &Tally, left: [u64; 4], records: u64) -> Counts {
+    Counts {
+        handled: t.handled,
+        lost: t.lost,
+        doubled: t.doubled,
+        strays: t.strays,
+        left: Left::of(left, Some(records)),
+    }
 }
 
 fn status(ok: bool) -> &'static str {
@@ -446,21 +505,37 @@ pub async fn enqueue(b: &Bench) -> Result<(Report, Report)> {
     let records = b.target.records().await?;
     let ok = created == n && sets == [n, 0, 0, 0] && records == n;
 
-    let mut e = Report::new("enqueue");
-    e.set("n", n)
-        .set("jobs_per_s", per_s(n, elapsed))
-        .set("secs", round(elapsed.as_secs_f64(), 3))
-        .set("payload_bytes", PAYLOAD_BYTES as u64)
-        .set("inflight", b.args.inflight);
-    b.set_partitions(&mut e);
-    e.set("ok", ok);
-    if !ok {
-        e.set("created", created).set(
-            "left",
-            json!({"pool": sets[0], "ready": sets[1], "running": sets[2], "dead": sets[3], "records": records}),
-        );
+    #[derive(Serialize)]
+    struct Enqueue {
+        n: u64,
+        jobs_per_s: f64,
+        secs: f64,
+        payload_bytes: u64,
+        inflight: u64,
+        #[serde(flatten)]
+        layout: Layout,
+        ok: bool,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        created: Option<u64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        left: Option<Left>,
+        profile: Profile,
     }
-    e.set("profile", serde_json::to_value(&profile)?);
+    let mut e = Report::of(
+        "enqueue",
+        &Enqueue {
+            n,
+            jobs_per_s: per_s(n, elapsed),
+            secs: round(elapsed.as_secs_f64(), 3),
+            payload_bytes: PAYLOAD_BYTES as u64,
+            inflight: b.args.inflight,
+            layout: b.layout(),
+            ok,
+            created: (!ok).then_some(created),
+            left: (!ok).then(|| Left::of(sets, Some(records))),
+            profile: profile.clone(),
+        },
+    );
     e.text = format!(
         "{:<10} {n} jobs due in 1 h, in {:.3} s: {:.0} jobs/s  {}\n{}",
         "enqueue",
@@ -472,8 +547,8 @@ pub async fn enqueue(b: &Bench) -> Result<(Report, Report)> {
 
     // Memory: what Redis holds per waiting job, all in.
     let used = after.used_memory as f64 - before.used_memory as f64;
-    let usage = |part: &str| {
-        let keys = b.target.keys(part);
+    let usage = |key: fn(&TopicKeys) -> &str| {
+        let keys = b.target.keys(key);
         async move {
             let mut total = 0;
             for k in keys {
@@ -492,18 +567,37 @@ pub async fn enqueue(b: &Bench) -> Result<(Report, Report)> {
             Ok::<u64, anyhow::Error>(total)
         }
     };
-    let (pool, jobs) = (usage("pool").await?, usage("jobs").await?);
+    let (pool, jobs) = (usage(TopicKeys::pool).await?, usage(TopicKeys::jobs).await?);
     let nf = n as f64;
-    let mut m = Report::new("memory");
-    m.set("n", n)
-        .set("bytes_per_job", round(used / nf, 1))
-        .set("payload_bytes", PAYLOAD_BYTES as u64)
-        .set(
-            "keys_bytes_per_job",
-            json!({"pool": round(pool as f64 / nf, 1), "jobs": round(jobs as f64 / nf, 1)}),
-        );
-    b.set_partitions(&mut m);
-    m.set("ok", ok);
+    #[derive(Serialize)]
+    struct KeysBytes {
+        pool: f64,
+        jobs: f64,
+    }
+    #[derive(Serialize)]
+    struct Memory {
+        n: u64,
+        bytes_per_job: f64,
+        payload_bytes: u64,
+        keys_bytes_per_job: KeysBytes,
+        #[serde(flatten)]
+        layout: Layout,
+        ok: bool,
+    }
+    let mut m = Report::of(
+        "memory",
+        &Memory {
+            n,
+            bytes_per_job: round(used / nf, 1),
+            payload_bytes: PAYLOAD_BYTES as u64,
+            keys_bytes_per_job: KeysBytes {
+                pool: round(pool as f64 / nf, 1),
+                jobs: round(jobs as f64 / nf, 1),
+            },
+            layout: b.layout(),
+            ok,
+        },
+    );
     m.text = format!(
         "{:<10} {:.0} bytes per waiting job ({PAYLOAD_BYTES}-byte payload{}): pool ZSET {:.0} + records HASH {:.0}, the rest allocator and dict overhead  {}",
         "memory",
@@ -548,21 +642,40 @@ pub async fn drain(b: &Bench, scheduler: bool) -> Result<Report> {
     let ok = created == n && acked && tally.exact(n) && sets == [0; 4] && records == 0;
     let profile = after.profile(&before, tally.handled, elapsed);
 
-    let mut r = Report::new(name);
-    r.set("n", n)
-        .set("jobs_per_s", per_s(tally.handled, elapsed))
-        .set("secs", round(elapsed.as_secs_f64(), 3))
-        .set("concurrency", b.args.concurrency)
-        .set("claim_batch", b.args.claim_batch)
-        .set("scheduler", scheduler)
-        .set("consumers", b.args.consumers)
-        .set("partitions", b.args.partitions);
-    b.set_placement(&mut r).await?;
-    r.set("ok", ok);
-    if !ok {
-        counts(&mut r, &tally, sets, records);
+    #[derive(Serialize)]
+    struct Drain {
+        n: u64,
+        jobs_per_s: f64,
+        secs: f64,
+        concurrency: u64,
+        claim_batch: u64,
+        scheduler: bool,
+        consumers: u64,
+        partitions: u32,
+        #[serde(flatten)]
+        placement: Option<Placement>,
+        ok: bool,
+        #[serde(flatten)]
+        counts: Option<Counts>,
+        profile: Profile,
     }
-    r.set("profile", serde_json::to_value(&profile)?);
+    let mut r = Report::of(
+        name,
+        &Drain {
+            n,
+            jobs_per_s: per_s(tally.handled, elapsed),
+            secs: round(elapsed.as_secs_f64(), 3),
+            concurrency: b.args.concurrency,
+            claim_batch: b.args.claim_batch,
+            scheduler,
+            consumers: b.args.consumers,
+            partitions: b.args.partitions,
+            placement: b.placement().await?,
+            ok,
+            counts: (!ok).then(|| counts(&tally, sets, records)),
+            profile: profile.clone(),
+        },
+    );
     let workers = if b.args.consumers == 1 {
         "worker".to_string()
     } else {
@@ -640,25 +753,47 @@ pub async fn precision(b: &Bench) -> Result<Report> {
     let early = samples.iter().filter(|s| s.0 < 0).count() as u64;
     let profile = after.profile(&before, tally.handled, elapsed);
 
-    let mut r = Report::new("precision");
-    r.set("rate", rate)
-        .set("secs", secs)
-        .set("n", total)
-        .set("lateness_ms", late.json())
-        .set("early", early)
-        .set(
-            "parts_ms",
-            json!({"due_to_claim": at_claim.json(), "claim_to_start": to_start.json()}),
-        );
-    if b.args.consumers > 1 {
-        r.set("consumers", b.args.consumers);
+    #[derive(Serialize)]
+    struct Parts {
+        due_to_claim: Percentiles,
+        claim_to_start: Percentiles,
     }
-    b.set_partitions(&mut r);
-    r.set("ok", ok);
-    if !ok {
-        counts(&mut r, &tally, sets, records);
+    #[derive(Serialize)]
+    struct Precision {
+        rate: u64,
+        secs: u64,
+        n: u64,
+        lateness_ms: Percentiles,
+        early: u64,
+        parts_ms: Parts,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        consumers: Option<u64>,
+        #[serde(flatten)]
+        layout: Layout,
+        ok: bool,
+        #[serde(flatten)]
+        counts: Option<Counts>,
+        profile: Profile,
     }
-    r.set("profile", serde_json::to_value(&profile)?);
+    let mut r = Report::of(
+        "precision",
+        &Precision {
+            rate,
+            secs,
+            n: total,
+            lateness_ms: late.percentiles(),
+            early,
+            parts_ms: Parts {
+                due_to_claim: at_claim.percentiles(),
+                claim_to_start: to_start.percentiles(),
+            },
+            consumers: (b.args.consumers > 1).then_some(b.args.consumers),
+            layout: b.layout(),
+            ok,
+            counts: (!ok).then(|| counts(&tally, sets, records)),
+            profile: profile.clone(),
+        },
+    );
     r.text = format!(
         "{:<10} {total} jobs at {rate}/s for {secs} s, due in 100..2000 ms: lateness {}; {early} started early  {}\n           due -> claim (Redis clock) {}; claim -> handler start (local) {}\n{}",
         "precision",
@@ -691,15 +826,27 @@ pub async fn idle(b: &Bench) -> Result<Report> {
     let by_cmd = after.calls_since(&before);
     let ok = rec.handled() == 0;
     let per_s = round(commands as f64 / secs as f64, 2);
-    let mut r = Report::new("idle");
-    r.set("secs", secs)
-        .set("concurrency", 64)
-        .set("redis_cmds_per_s", per_s)
-        .set("commands", serde_json::to_value(&by_cmd)?)
-        .set("ok", ok);
-    if !ok {
-        r.set("handled", rec.handled());
+    #[derive(Serialize)]
+    struct Idle<'a> {
+        secs: u64,
+        concurrency: u64,
+        redis_cmds_per_s: f64,
+        commands: &'a std::collections::BTreeMap<String, u64>,
+        ok: bool,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        handled: Option<u64>,
     }
+    let mut r = Report::of(
+        "idle",
+        &Idle {
+            secs,
+            concurrency: 64,
+            redis_cmds_per_s: per_s,
+            commands: &by_cmd,
+            ok,
+            handled: (!ok).then(|| rec.handled()),
+        },
+    );
     let list: Vec<String> = by_cmd.iter().map(|(c, n)| format!("{c} {n}")).collect();
     r.text = format!(
         "{:<10} one idle consumer (concurrency 64) + scheduler for {secs} s: {per_s} Redis commands/s ({})  {}",
@@ -727,7 +874,7 @@ pub async fn promote(b: &Bench) -> Result<Report> {
     bar.finish_and_clear();
     // Wait until the last job is due.
     let mut last_due: Option<f64> = None;
-    for k in b.target.keys("pool") {
+    for k in b.target.keys(TopicKeys::pool) {
         let last: Vec<(String, f64)> = b
             .target
             .query(
@@ -791,21 +938,37 @@ pub async fn promote(b: &Bench) -> Result<Report> {
     let sets = b.target.sets().await?;
     let ok = created == n && promoted == n && sets == [0, n, 0, 0];
     let profile = after.profile(&before, promoted, elapsed);
-    let mut r = Report::new("promote");
-    r.set("n", n)
-        .set("jobs_per_s", per_s(promoted, elapsed))
-        .set("secs", round(elapsed.as_secs_f64(), 3))
-        .set("batch", punctual::MAX_BATCH as u64)
-        .set("ticks", ticks);
-    b.set_partitions(&mut r);
-    r.set("ok", ok);
-    if !ok {
-        r.set("promoted", promoted).set(
-            "left",
-            json!({"pool": sets[0], "ready": sets[1], "running": sets[2], "dead": sets[3]}),
-        );
+    #[derive(Serialize)]
+    struct Promote {
+        n: u64,
+        jobs_per_s: f64,
+        secs: f64,
+        batch: u64,
+        ticks: u64,
+        #[serde(flatten)]
+        layout: Layout,
+        ok: bool,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        promoted: Option<u64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        left: Option<Left>,
+        profile: Profile,
     }
-    r.set("profile", serde_json::to_value(&profile)?);
+    let mut r = Report::of(
+        "promote",
+        &Promote {
+            n,
+            jobs_per_s: per_s(promoted, elapsed),
+            secs: round(elapsed.as_secs_f64(), 3),
+            batch: punctual::MAX_BATCH as u64,
+            ticks,
+            layout: b.layout(),
+            ok,
+            promoted: (!ok).then_some(promoted),
+            left: (!ok).then(|| Left::of(sets, None)),
+            profile: profile.clone(),
+        },
+    );
     r.text = format!(
         "{:<10} {n} due jobs pool -> ready in {ticks} ticks of up to {}, {:.3} s: {:.0} jobs/s  {}\n{}",
         "promote",
@@ -928,20 +1091,45 @@ pub async fn scripts(b: &Bench) -> Result<Report> {
         && sets == [0; 4]
         && records == 0;
     let ceiling = (1e6 / total_us.max(1e-9)).round();
-    let mut r = Report::new("scripts");
-    r.set("n", n)
-        .set("batch", CHUNK)
-        .set("script_us_per_job", serde_json::Value::Object(cost.clone()))
-        .set("redis_cpu_us_per_job", serde_json::Value::Object(cpu))
-        .set("drain_ceiling_jobs_per_s", ceiling);
-    b.set_partitions(&mut r);
-    r.set("ok", ok);
-    if !ok {
-        r.set("created", created)
-            .set("promoted", promoted)
-            .set("claimed", n_claimed)
-            .set("acked", acked);
+    /// The counts of a `scripts` run that is not ok.
+    #[derive(Serialize)]
+    struct Steps {
+        created: u64,
+        promoted: u64,
+        claimed: u64,
+        acked: u64,
     }
+    #[derive(Serialize)]
+    struct Scripts<'a> {
+        n: u64,
+        batch: u64,
+        script_us_per_job: &'a serde_json::Map<String, serde_json::Value>,
+        redis_cpu_us_per_job: &'a serde_json::Map<String, serde_json::Value>,
+        drain_ceiling_jobs_per_s: f64,
+        #[serde(flatten)]
+        layout: Layout,
+        ok: bool,
+        #[serde(flatten)]
+        steps: Option<Steps>,
+    }
+    let mut r = Report::of(
+        "scripts",
+        &Scripts {
+            n,
+            batch: CHUNK,
+            script_us_per_job: &cost,
+            redis_cpu_us_per_job: &cpu,
+            drain_ceiling_jobs_per_s: ceiling,
+            layout: b.layout(),
+            ok,
+            steps: (!ok).then_some(Steps {
+                created,
+                promoted,
+                claimed: n_claimed,
+                acked,
+            }),
+        },
+    );
     let part = |k: &str| cost.get(k).and_then(|v| v.as_f64()).unwrap_or(0.0);
     r.text = format!(
         "{:<10} Redis µs per job inside each script (batches of {CHUNK}): enqueue {}, promote {}, claim {}, ack {}; promote + claim + ack = {:.2} µs: at most {ceiling:.0} jobs/s per Redis core  {}",
@@ -1057,23 +1245,47 @@ pub async fn resident(b: &Bench) -> Result<Report> {
     let ratio = if ej > 0.0 { rj / ej } else { 0.0 };
     let ok = e.ok() && r.ok();
     let (workers, concurrency) = b.args.serve_workers;
-    let mut rep = Report::new("resident");
-    rep.set("language", lang)
-        .set("workers", workers as u64)
-        .set("concurrency", concurrency as u64)
-        .set("processes", processes)
-        .set("exec_n", b.args.serve_n)
-        .set("exec_jobs_per_s", round(ej, 1))
-        .set("exec_cpu_us_per_job", ec)
-        .set("resident_n", b.args.resident_n)
-        .set("resident_jobs_per_s", round(rj, 1))
-        .set("resident_cpu_us_per_job", rc)
-        .set("ratio", round(ratio, 1))
-        .set("jobs_per_s", round(rj, 1))
-        .set("ok", ok);
-    if !ok {
-        rep.set("exec", e.line()).set("resident_run", r.line());
+    #[derive(Serialize)]
+    struct Resident<'a> {
+        language: &'a str,
+        workers: u64,
+        concurrency: u64,
+        processes: u64,
+        exec_n: u64,
+        exec_jobs_per_s: f64,
+        exec_cpu_us_per_job: f64,
+        resident_n: u64,
+        resident_jobs_per_s: f64,
+        resident_cpu_us_per_job: f64,
+        ratio: f64,
+        jobs_per_s: f64,
+        ok: bool,
+        /// The two runs' lines, when not ok.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        exec: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        resident_run: Option<String>,
     }
+    let mut rep = Report::of(
+        "resident",
+        &Resident {
+            language: lang,
+            workers: workers as u64,
+            concurrency: concurrency as u64,
+            processes,
+            exec_n: b.args.serve_n,
+            exec_jobs_per_s: round(ej, 1),
+            exec_cpu_us_per_job: ec,
+            resident_n: b.args.resident_n,
+            resident_jobs_per_s: round(rj, 1),
+            resident_cpu_us_per_job: rc,
+            ratio: round(ratio, 1),
+            jobs_per_s: round(rj, 1),
+            ok,
+            exec: (!ok).then(|| e.line()),
+            resident_run: (!ok).then(|| r.line()),
+        },
+    );
     rep.text = format!(
         "{}\n{}\n{:<10} resident {lang} no-op: {rj:.0} jobs/s, {rc:.0} µs CPU/job; exec {lang} no-op: {ej:.0} jobs/s, {ec:.0} µs CPU/job: {ratio:.1}x the jobs/s  {}",
         e.text,
@@ -1153,13 +1365,13 @@ partitions = {partitions}
         .iter()
         .filter(|e| e.status == EnqueueStatus::Created)
         .count() as u64;
-    let mut done = 0;
     let mut finished = false;
     while Instant::now() < deadline {
-        let c = b.target.counters().await?;
-        done = c.get("done").copied().unwrap_or(0);
-        bar.set_position(done);
-        if done >= n && b.target.records().await? == 0 {
+        // Every job was enqueued above: the records left are the jobs not
+        // yet acked (one HLEN per poll, the least Redis work).
+        let left = b.target.records().await?;
+        bar.set_position(n.saturating_sub(left));
+        if left == 0 {
             finished = true;
             break;
         }
@@ -1188,9 +1400,10 @@ partitions = {partitions}
         let _ = child.wait().await;
     }
     let cpu = Snapshot::take(&b.target).await?.children_cpu_since(&before);
-    let counters = b.target.counters().await?;
-    let get = |k: &str| counters.get(k).copied().unwrap_or(0);
-    let sets = b.target.sets().await?;
+    let stats = b.target.stats().await?;
+    let get = |k: &str| stats.counters.get(k).copied().unwrap_or(0);
+    let done = get("done");
+    let sets = [stats.pool, stats.ready, stats.running, stats.dead];
     let records = b.target.records().await?;
     let ok = finished
         && created == n
@@ -1200,29 +1413,51 @@ partitions = {partitions}
         && sets == [0; 4]
         && records == 0;
     let profile = after.profile(&before, done, elapsed);
-    let mut r = Report::new(phase);
-    r.set("n", n)
-        .set("workers", workers as u64)
-        .set("concurrency", concurrency as u64)
-        .set("handler", handler.label.as_str())
-        .set("jobs_per_s", per_s(done, elapsed))
-        .set("secs", round(elapsed.as_secs_f64(), 3));
-    b.set_partitions(&mut r);
-    r.set("ok", ok);
-    if !ok {
-        r.set("done", done)
-            .set("retried", get("retried"))
-            .set("dead", get("dead"))
-            .set(
-                "left",
-                json!({"pool": sets[0], "ready": sets[1], "running": sets[2], "dead": sets[3], "records": records}),
-            );
+    /// The counts of a serve run that is not ok.
+    #[derive(Serialize)]
+    struct Done {
+        done: u64,
+        retried: u64,
+        dead: u64,
+        left: Left,
     }
-    r.set(
-        "serve_cpu_us_per_job",
-        round(cpu as f64 / n.max(1) as f64, 1),
-    )
-    .set("profile", serde_json::to_value(&profile)?);
+    #[derive(Serialize)]
+    struct Serve<'a> {
+        n: u64,
+        workers: u64,
+        concurrency: u64,
+        handler: &'a str,
+        jobs_per_s: f64,
+        secs: f64,
+        #[serde(flatten)]
+        layout: Layout,
+        ok: bool,
+        #[serde(flatten)]
+        done: Option<Done>,
+        serve_cpu_us_per_job: f64,
+        profile: Profile,
+    }
+    let mut r = Report::of(
+        phase,
+        &Serve {
+            n,
+            workers: workers as u64,
+            concurrency: concurrency as u64,
+            handler: handler.label.as_str(),
+            jobs_per_s: per_s(done, elapsed),
+            secs: round(elapsed.as_secs_f64(), 3),
+            layout: b.layout(),
+            ok,
+            done: (!ok).then(|| Done {
+                done,
+                retried: get("retried"),
+                dead: get("dead"),
+                left: Left::of(sets, Some(records)),
+            }),
+            serve_cpu_us_per_job: round(cpu as f64 / n.max(1) as f64, 1),
+            profile: profile.clone(),
+        },
+    );
     r.text = format!(
         "{:<10} punctual serve, {workers} workers x {concurrency}, {}: {n} jobs in {:.3} s: {:.0} jobs/s; serve's processes used {:.0} µs CPU per job (start and stop included)  {}\n           Redis {:.2} µs/job ({:.0}% busy), {:.1} script calls/1k jobs",
         phase,

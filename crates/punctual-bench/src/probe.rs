@@ -10,7 +10,7 @@ use anyhow::Result;
 use nix::sys::resource::{getrusage, UsageWho};
 use serde::Serialize;
 
-use super::target::{info, Target};
+use super::target::Target;
 
 /// Counters at one instant.
 #[derive(Debug, Clone)]
@@ -76,7 +76,7 @@ impl Snapshot {
             target
                 .masters
                 .iter()
-                .map(|m| info(&m.conn, &["stats", "cpu", "commandstats", "memory"])),
+                .map(|m| m.node.info(&["stats", "cpu", "commandstats", "memory"])),
         )
         .await?;
         let mut commands = 0u64;

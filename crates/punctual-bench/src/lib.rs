@@ -1,5 +1,8 @@
-//! `punctual bench`: the benchmark protocol (docs/BENCHMARKS.md) against one
-//! Redis or a Redis Cluster, with an in-process no-op handler.
+//! The benchmark protocol of punctual (docs/BENCHMARKS.md) against one
+//! Redis or a Redis Cluster, with an in-process no-op handler: the library
+//! behind `punctual bench`, which parses [`BenchArgs`] and calls [`run`].
+//! The `serve` and `resident` phases start `serve` of the running
+//! executable, so they need to run inside the `punctual` binary.
 //!
 //! - `target`: which Redis (the one at --redis, a cluster's masters, or a
 //!   private redis-server), the foreign-key check, deleting the bench's
@@ -15,6 +18,7 @@
 
 mod floor;
 mod phases;
+pub mod private_redis;
 mod probe;
 mod target;
 
@@ -24,15 +28,20 @@ use std::time::Duration;
 use anyhow::Result;
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::context::Ctx;
-use crate::exit;
 use punctual::redact;
 
 use target::PREFIX;
 
 /// A phase of the bench.
+///
+/// ```
+/// use clap::ValueEnum;
+/// let p = punctual_bench::Phase::from_str("produce", true).unwrap();
+/// assert_eq!(p, punctual_bench::Phase::Enqueue);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Phase {
     /// The leanest scripts doing each step's Redis work on the same layout
@@ -80,7 +89,19 @@ const ALL: [Phase; 11] = [
     Phase::Resident,
 ];
 
-/// `punctual bench`.
+/// The arguments of `punctual bench`, for a clap command of the caller's.
+///
+/// ```
+/// use clap::Parser;
+/// #[derive(Parser)]
+/// struct Cli {
+///     #[command(flatten)]
+///     bench: punctual_bench::BenchArgs,
+/// }
+/// let cli = Cli::parse_from(["bench", "--phase", "drain,idle", "--n", "5000"]);
+/// assert_eq!(cli.bench.phase, [punctual_bench::Phase::Drain, punctual_bench::Phase::Idle]);
+/// assert_eq!(cli.bench.n, 5000);
+/// ```
 #[derive(Debug, Args, Clone)]
 pub struct BenchArgs {
     /// Phases to run, comma-separated: floor, enqueue (alias produce),
@@ -188,32 +209,89 @@ fn parse_pair(s: &str) -> std::result::Result<(usize, usize), String> {
     Ok((p(a)?, p(b)?))
 }
 
-/// What one phase found: its JSON line (fields in the order they were set,
-/// the protocol's first) and the text for a person.
+/// What one phase found: its JSON line (fields in the order of the phase's
+/// struct, the protocol's `system` and `phase` first) and the text for a
+/// person.
 #[derive(Debug, Clone)]
-pub struct Report {
+pub(crate) struct Report {
     fields: Vec<(String, Value)>,
+    /// The text for a person.
     pub text: String,
 }
 
+/// A phase's line: the protocol's two fields, then the phase's own.
+#[derive(Serialize)]
+struct Line<'a, T> {
+    system: &'static str,
+    phase: &'a str,
+    #[serde(flatten)]
+    fields: &'a T,
+}
+
+/// The fields of a JSON object, in their order.
+struct Ordered(Vec<(String, Value)>);
+
+impl<'de> Deserialize<'de> for Ordered {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> serde::de::Visitor<'de> for Fields {
+            type Value = Ordered;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<Ordered, A::Error> {
+                let mut out = Vec::new();
+                while let Some(entry) = map.next_entry::<String, Value>()? {
+                    out.push(entry);
+                }
+                Ok(Ordered(out))
+            }
+        }
+        d.deserialize_map(Fields)
+    }
+}
+
+impl Serialize for Report {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(self.fields.len()))?;
+        for (k, v) in &self.fields {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
+    }
+}
+
 impl Report {
-    fn new(phase: &str) -> Report {
-        let mut r = Report {
-            fields: Vec::new(),
-            text: String::new(),
+    /// The report of `phase` with the fields of its struct `fields`.
+    fn of<T: Serialize>(phase: &str, fields: &T) -> Report {
+        let line = Line {
+            system: "punctual",
+            phase,
+            fields,
         };
-        r.set("system", "punctual").set("phase", phase);
-        r
+        let text = serde_json::to_string(&line).expect("a phase's fields serialize");
+        let Ordered(fields) = serde_json::from_str(&text).expect("a JSON object");
+        Report {
+            fields,
+            text: String::new(),
+        }
     }
 
-    /// Sets a field (replacing it if set before).
-    fn set(&mut self, k: &str, v: impl Into<Value>) -> &mut Self {
-        let v = v.into();
-        match self.fields.iter_mut().find(|(name, _)| name == k) {
-            Some(f) => f.1 = v,
-            None => self.fields.push((k.to_string(), v)),
+    /// Adds the fields of `more` after the others (the floor's ratios, once
+    /// the floor is known), replacing any of the same name.
+    fn extend<T: Serialize>(&mut self, more: &T) {
+        let text = serde_json::to_string(more).expect("fields serialize");
+        let Ordered(more) = serde_json::from_str(&text).expect("a JSON object");
+        for (k, v) in more {
+            match self.fields.iter_mut().find(|(name, _)| *name == k) {
+                Some(f) => f.1 = v,
+                None => self.fields.push((k, v)),
+            }
         }
-        self
     }
 
     fn get(&self, k: &str) -> Option<&Value> {
@@ -234,18 +312,13 @@ impl Report {
 
     /// The JSON line.
     fn line(&self) -> String {
-        let fields: Vec<String> = self
-            .fields
-            .iter()
-            .map(|(k, v)| format!("{}:{v}", Value::from(k.as_str())))
-            .collect();
-        format!("{{{}}}", fields.join(","))
+        serde_json::to_string(self).expect("a JSON object")
     }
 }
 
 /// The shared state of one bench run.
 #[derive(Debug)]
-pub struct Bench {
+pub(crate) struct Bench {
     pub target: target::Target,
     pub args: BenchArgs,
     bars: bool,
@@ -302,10 +375,57 @@ impl Bench {
     }
 }
 
-/// Runs `punctual bench`. `redis_explicit`: --redis (or its variable) was
-/// given, so no private server is started when it does not answer.
-pub async fn run(ctx: &Ctx, args: BenchArgs, redis_explicit: bool) -> Result<()> {
-    let json = ctx.json();
+/// Why a bench run stopped without an error of Redis or of the machine:
+/// the caller turns it into an exit code.
+///
+/// ```no_run
+/// # async fn f(args: punctual_bench::BenchArgs) {
+/// match punctual_bench::run("redis://127.0.0.1:6379", true, false, args).await {
+///     Ok(()) => {}
+///     Err(e) => match e.downcast_ref::<punctual_bench::Verdict>() {
+///         Some(punctual_bench::Verdict::Refused(why)) => eprintln!("refused: {why}"),
+///         Some(punctual_bench::Verdict::Failed(why)) => eprintln!("failed: {why}"),
+///         None => eprintln!("error: {e:#}"),
+///     },
+/// }
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// It refused to run (a Redis holding others' keys, without --force).
+    Refused(String),
+    /// It ran, and a phase did not handle every job exactly once.
+    Failed(String),
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Verdict::Refused(m) | Verdict::Failed(m) => f.write_str(m),
+        }
+    }
+}
+
+impl std::error::Error for Verdict {}
+
+/// Runs the bench against the Redis at `redis_url`, printing one line per
+/// phase (JSON with `json`). `redis_explicit`: the URL was given, so no
+/// private server is started when it does not answer. A [`Verdict`] in the
+/// error's chain says the bench refused to run or a phase failed.
+///
+/// ```no_run
+/// use clap::Parser;
+/// # async fn f() -> anyhow::Result<()> {
+/// #[derive(Parser)]
+/// struct Cli {
+///     #[command(flatten)]
+///     bench: punctual_bench::BenchArgs,
+/// }
+/// let cli = Cli::parse_from(["bench", "--phase", "drain", "--n", "10000"]);
+/// punctual_bench::run("redis://127.0.0.1:6379", true, true, cli.bench).await?;
+/// # Ok(()) }
+/// ```
+pub async fn run(redis_url: &str, redis_explicit: bool, json: bool, args: BenchArgs) -> Result<()> {
     let mut phases: Vec<Phase> = Vec::new();
     for p in &args.phase {
         let add: &[Phase] = if *p == Phase::All {
@@ -321,17 +441,18 @@ pub async fn run(ctx: &Ctx, args: BenchArgs, redis_explicit: bool) -> Result<()>
     }
     phases.sort_by_key(|p| ALL.iter().position(|a| a == p));
 
-    let target = target::open(&ctx.global.redis_url, redis_explicit, args.partitions).await?;
+    let target = target::open(redis_url, redis_explicit, args.partitions).await?;
     if let Some(what) = target.foreign_keys().await? {
         if !args.force {
-            return Err(exit::invalid(format!(
+            return Err(Verdict::Refused(format!(
                 "refusing to run: the Redis at {} holds keys that are not the bench's ({what}). \
                  The bench writes and deletes keys under \"{PREFIX}:\" between phases, and its \
                  figures (memory, commands per second, CPU) assume nobody else uses this Redis. \
                  Point --redis at a Redis of its own (without --redis, a private redis-server is \
                  started when none answers at the default address), or pass --force to run anyway",
                 redact(&target.url)
-            )));
+            ))
+            .into());
         }
         eprintln!(
             "punctual: warning: the Redis holds other keys ({what}); running anyway (--force): its figures may be skewed"
@@ -342,7 +463,7 @@ pub async fn run(ctx: &Ctx, args: BenchArgs, redis_explicit: bool) -> Result<()>
             "a private redis-server {} at {} (no Redis answered at {})",
             target.version,
             target.url,
-            redact(&ctx.global.redis_url)
+            redact(redis_url)
         ),
         None if target.cluster => format!(
             "a Redis Cluster {} of {} masters ({}) at {}",
@@ -351,7 +472,7 @@ pub async fn run(ctx: &Ctx, args: BenchArgs, redis_explicit: bool) -> Result<()>
             target
                 .masters
                 .iter()
-                .map(|m| m.addr.as_str())
+                .map(target::Master::addr)
                 .collect::<Vec<_>>()
                 .join(", "),
             redact(&target.url)
@@ -450,10 +571,11 @@ pub async fn run(ctx: &Ctx, args: BenchArgs, redis_explicit: bool) -> Result<()>
         .map(|r| r.phase().to_string())
         .collect();
     if !failed.is_empty() {
-        return Err(exit::problem(format!(
+        return Err(Verdict::Failed(format!(
             "phase(s) {} did not handle every job exactly once (see \"ok\" and the counts)",
             failed.join(", ")
-        )));
+        ))
+        .into());
     }
     Ok(())
 }
@@ -464,6 +586,16 @@ fn emit(r: &Report, json: bool) {
     } else {
         println!("{}", r.text);
     }
+}
+
+/// The `segments` line.
+#[derive(Serialize)]
+struct Segments {
+    produce_jobs_per_s: f64,
+    promote_jobs_per_s: f64,
+    consume_jobs_per_s: f64,
+    slowest: &'static str,
+    ok: bool,
 }
 
 /// The three segments side by side, when all three ran: which is slowest.
@@ -490,12 +622,16 @@ fn segments(reports: &[Report]) -> Option<Report> {
             .find(|r| r.phase() == *p)
             .is_some_and(Report::ok)
     });
-    let mut r = Report::new("segments");
-    r.set("produce_jobs_per_s", produce)
-        .set("promote_jobs_per_s", promote)
-        .set("consume_jobs_per_s", consume)
-        .set("slowest", slowest)
-        .set("ok", ok);
+    let mut r = Report::of(
+        "segments",
+        &Segments {
+            produce_jobs_per_s: produce,
+            promote_jobs_per_s: promote,
+            consume_jobs_per_s: consume,
+            slowest,
+            ok,
+        },
+    );
     r.text = format!(
         "{:<10} produce {:.0}, promote {:.0}, consume {:.0} jobs/s: the slowest is {slowest}",
         "segments", produce, promote, consume
@@ -516,10 +652,19 @@ mod tests {
 
     #[test]
     fn the_slowest_segment_is_named() {
+        #[derive(Serialize)]
+        struct Throughput {
+            jobs_per_s: f64,
+            ok: bool,
+        }
         let mk = |p: &str, v: f64| {
-            let mut r = Report::new(p);
-            r.set("jobs_per_s", v).set("ok", true);
-            r
+            Report::of(
+                p,
+                &Throughput {
+                    jobs_per_s: v,
+                    ok: true,
+                },
+            )
         };
         let rs = vec![mk("enqueue", 3.0), mk("promote", 2.0), mk("consume", 1.0)];
         let s = segments(&rs).unwrap();
@@ -529,5 +674,52 @@ mod tests {
             .line()
             .starts_with(r#"{"system":"punctual","phase":"segments","produce_jobs_per_s":3.0"#));
         assert!(segments(&rs[..2]).is_none());
+    }
+
+    #[test]
+    fn a_line_keeps_the_order_of_its_struct_and_leaves_out_what_is_absent() {
+        #[derive(Serialize)]
+        struct Phase {
+            n: u64,
+            ok: bool,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            lost: Option<u64>,
+            #[serde(flatten)]
+            left: Option<Left>,
+            profile: std::collections::BTreeMap<&'static str, f64>,
+        }
+        #[derive(Serialize)]
+        struct Left {
+            zeta: u64,
+            alpha: u64,
+        }
+        let profile = [("b", 1.5), ("a", 2.0)].into_iter().collect();
+        let mut r = Report::of(
+            "drain",
+            &Phase {
+                n: 3,
+                ok: false,
+                lost: None,
+                left: Some(Left { zeta: 1, alpha: 2 }),
+                profile,
+            },
+        );
+        assert_eq!(
+            r.line(),
+            r#"{"system":"punctual","phase":"drain","n":3,"ok":false,"zeta":1,"alpha":2,"profile":{"a":2.0,"b":1.5}}"#
+        );
+        assert_eq!((r.phase(), r.ok()), ("drain", false));
+        #[derive(Serialize)]
+        struct Ratio {
+            floor_ratio: f64,
+            ok: bool,
+        }
+        r.extend(&Ratio {
+            floor_ratio: 1.25,
+            ok: true,
+        });
+        assert!(r.line().ends_with(
+            r#""ok":true,"zeta":1,"alpha":2,"profile":{"a":2.0,"b":1.5},"floor_ratio":1.25}"#
+        ));
     }
 }

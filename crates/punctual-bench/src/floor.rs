@@ -15,11 +15,12 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use redis::Script;
+use serde::Serialize;
 use serde_json::{json, Map, Value};
 
-use super::phases::payload;
+use super::phases::{payload, Left};
 use super::probe::{round, Snapshot};
-use super::target::key_of;
+use super::target::keys_of;
 use super::{Bench, Report};
 
 /// Jobs per call, as in the scripts phase.
@@ -170,21 +171,21 @@ pub async fn floor(b: &Bench) -> Result<Report> {
     // Load the scripts (on the node of each partition) before measuring.
     for p in parts {
         let _: i64 = ack
-            .key(key_of(p, "running"))
-            .key(key_of(p, "jobs"))
+            .key(keys_of(p).running())
+            .key(keys_of(p).jobs())
             .arg("warm-up")
             .invoke_async(&mut conn)
             .await?;
         let _: i64 = promote
-            .key(key_of(p, "pool"))
-            .key(key_of(p, "ready"))
+            .key(keys_of(p).pool())
+            .key(keys_of(p).ready())
             .arg(1)
             .invoke_async(&mut conn)
             .await?;
         let _: redis::Value = claim
-            .key(key_of(p, "ready"))
-            .key(key_of(p, "running"))
-            .key(key_of(p, "jobs"))
+            .key(keys_of(p).ready())
+            .key(keys_of(p).running())
+            .key(keys_of(p).jobs())
             .arg(1)
             .arg(1)
             .invoke_async(&mut conn)
@@ -200,7 +201,7 @@ pub async fn floor(b: &Bench) -> Result<Report> {
         .map(|(c, s)| {
             let part = &parts[c % parts.len()];
             let mut inv = enqueue.prepare_invoke();
-            inv.key(key_of(part, "pool")).key(key_of(part, "jobs"));
+            inv.key(keys_of(part).pool()).key(keys_of(part).jobs());
             for i in s..(s + CHUNK as u64).min(n) {
                 inv.arg(id_of(i)).arg(due).arg(record(due, 50, &payload(i)));
             }
@@ -229,8 +230,8 @@ pub async fn floor(b: &Bench) -> Result<Report> {
     for p in parts {
         loop {
             let k: u64 = promote
-                .key(key_of(p, "pool"))
-                .key(key_of(p, "ready"))
+                .key(keys_of(p).pool())
+                .key(keys_of(p).ready())
                 .arg(CHUNK)
                 .invoke_async(&mut conn)
                 .await
@@ -252,9 +253,9 @@ pub async fn floor(b: &Bench) -> Result<Report> {
     for (p, held) in parts.iter().zip(claimed.iter_mut()) {
         loop {
             let got: Vec<Vec<Option<Vec<u8>>>> = claim
-                .key(key_of(p, "ready"))
-                .key(key_of(p, "running"))
-                .key(key_of(p, "jobs"))
+                .key(keys_of(p).ready())
+                .key(keys_of(p).running())
+                .key(keys_of(p).jobs())
                 .arg(CHUNK)
                 .arg(60_000)
                 .invoke_async(&mut conn)
@@ -290,8 +291,8 @@ pub async fn floor(b: &Bench) -> Result<Report> {
     for (p, held) in parts.iter().zip(&claimed) {
         for ids in held.chunks(CHUNK) {
             let k: u64 = ack
-                .key(key_of(p, "running"))
-                .key(key_of(p, "jobs"))
+                .key(keys_of(p).running())
+                .key(keys_of(p).jobs())
                 .arg(ids)
                 .invoke_async(&mut conn)
                 .await
@@ -321,30 +322,55 @@ pub async fn floor(b: &Bench) -> Result<Report> {
         path(&steps.script),
         path(&steps.script) + get(&steps.script, "enqueue"),
     );
-    let mut r = Report::new("floor");
-    r.set("n", n)
-        .set("batch", CHUNK as u64)
-        .set("script_us_per_job", Value::Object(steps.script.clone()))
-        .set("redis_cpu_us_per_job", Value::Object(steps.cpu.clone()))
-        .set("path_us_per_job", round(path_us, 2))
-        .set("full_path_us_per_job", round(full_us, 2));
-    if b.args.partitions > 1 {
-        r.set("partitions", b.args.partitions);
+    /// The counts of a floor run that is not ok.
+    #[derive(Serialize)]
+    struct Counts {
+        created: u64,
+        promoted: u64,
+        claimed: u64,
+        doubled: u64,
+        strays: u64,
+        bad_records: u64,
+        acked: u64,
+        left: Left,
     }
-    r.set("ok", ok);
-    if !ok {
-        r.set("created", created)
-            .set("promoted", promoted)
-            .set("claimed", n_claimed)
-            .set("doubled", doubled)
-            .set("strays", strays)
-            .set("bad_records", bad_records)
-            .set("acked", acked)
-            .set(
-                "left",
-                json!({"pool": sets[0], "ready": sets[1], "running": sets[2], "dead": sets[3], "records": records}),
-            );
+    #[derive(Serialize)]
+    struct Floor<'a> {
+        n: u64,
+        batch: u64,
+        script_us_per_job: &'a Map<String, Value>,
+        redis_cpu_us_per_job: &'a Map<String, Value>,
+        path_us_per_job: f64,
+        full_path_us_per_job: f64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        partitions: Option<u32>,
+        ok: bool,
+        #[serde(flatten)]
+        counts: Option<Counts>,
     }
+    let mut r = Report::of(
+        "floor",
+        &Floor {
+            n,
+            batch: CHUNK as u64,
+            script_us_per_job: &steps.script,
+            redis_cpu_us_per_job: &steps.cpu,
+            path_us_per_job: round(path_us, 2),
+            full_path_us_per_job: round(full_us, 2),
+            partitions: (b.args.partitions > 1).then_some(b.args.partitions),
+            ok,
+            counts: (!ok).then(|| Counts {
+                created,
+                promoted,
+                claimed: n_claimed,
+                doubled,
+                strays,
+                bad_records,
+                acked,
+                left: Left::of(sets, Some(records)),
+            }),
+        },
+    );
     let s = |k: &str| get(&steps.script, k);
     r.text = format!(
         "{:<10} the leanest scripts on the same layout (batches of {CHUNK}), Redis µs per job: enqueue {}, promote {}, claim {}, ack {}; promote + claim + ack = {:.2}, with enqueue {:.2}  {}",
@@ -394,8 +420,15 @@ pub fn add_ratios(r: &mut Report, floor: &Report) {
             .collect();
         r.text
             .push_str(&format!("\n           × floor: {}", text.join(", ")));
-        r.set("full_path_us_per_job", round(full(&mine), 2))
-            .set("floor_ratio", Value::Object(out));
+        #[derive(Serialize)]
+        struct Ratios {
+            full_path_us_per_job: f64,
+            floor_ratio: Map<String, Value>,
+        }
+        r.extend(&Ratios {
+            full_path_us_per_job: round(full(&mine), 2),
+            floor_ratio: out,
+        });
         return;
     }
     // Throughput phases: Redis main-thread CPU per job against the floor's
@@ -416,7 +449,11 @@ pub fn add_ratios(r: &mut Report, floor: &Report) {
         .and_then(Value::as_f64)
         .unwrap_or(0.0);
     if let Some(x) = ratio(mine, f) {
-        r.set("floor_ratio", x);
+        #[derive(Serialize)]
+        struct Ratio {
+            floor_ratio: f64,
+        }
+        r.extend(&Ratio { floor_ratio: x });
         r.text.push_str(&format!(
             "\n           × floor: {x} (Redis CPU per job against the floor's {})",
             steps.join(" + ")
@@ -441,20 +478,27 @@ mod tests {
 
     #[test]
     fn ratios_are_per_step_and_for_the_path() {
-        let mut floor = Report::new("floor");
-        floor
-            .set(
-                "script_us_per_job",
-                json!({"enqueue": 2.0, "promote": 1.0, "claim": 2.0, "ack": 1.0}),
-            )
-            .set(
-                "redis_cpu_us_per_job",
-                json!({"enqueue": 4.0, "promote": 1.0, "claim": 2.0, "ack": 1.0}),
-            );
-        let mut s = Report::new("scripts");
-        s.set(
-            "script_us_per_job",
-            json!({"enqueue": 3.0, "promote": 1.0, "claim": 4.0, "ack": 3.0}),
+        #[derive(Serialize)]
+        struct Steps {
+            script_us_per_job: Value,
+            redis_cpu_us_per_job: Value,
+        }
+        let floor = Report::of(
+            "floor",
+            &Steps {
+                script_us_per_job: json!({"enqueue": 2.0, "promote": 1.0, "claim": 2.0, "ack": 1.0}),
+                redis_cpu_us_per_job: json!({"enqueue": 4.0, "promote": 1.0, "claim": 2.0, "ack": 1.0}),
+            },
+        );
+        #[derive(Serialize)]
+        struct Scripts {
+            script_us_per_job: Value,
+        }
+        let mut s = Report::of(
+            "scripts",
+            &Scripts {
+                script_us_per_job: json!({"enqueue": 3.0, "promote": 1.0, "claim": 4.0, "ack": 3.0}),
+            },
         );
         add_ratios(&mut s, &floor);
         let f = s.get("floor_ratio").unwrap();
@@ -462,8 +506,16 @@ mod tests {
         assert_eq!(f["claim"], 2.0);
         assert_eq!(f["path"], 2.0);
         assert_eq!(f["full_path"], 1.83);
-        let mut d = Report::new("drain");
-        d.set("profile", json!({"redis_cpu_us_per_job": 6.0}));
+        #[derive(Serialize)]
+        struct Drain {
+            profile: Value,
+        }
+        let mut d = Report::of(
+            "drain",
+            &Drain {
+                profile: json!({"redis_cpu_us_per_job": 6.0}),
+            },
+        );
         add_ratios(&mut d, &floor);
         assert_eq!(d.get("floor_ratio").unwrap(), 2.0);
     }

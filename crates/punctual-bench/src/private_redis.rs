@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
-/// A private redis-server, stopped (and its directory removed) on drop.
+/// A private redis-server, stopped (and its directory removed) on drop
+/// (see [`start`]).
 #[derive(Debug)]
 pub struct PrivateRedis {
     child: Child,
@@ -22,6 +23,13 @@ impl Drop for PrivateRedis {
 
 /// Starts one (its temp dir named with `prefix`) and waits until it
 /// accepts connections; returns its URL.
+///
+/// ```no_run
+/// let (url, server) = punctual_bench::private_redis::start("my-tool-redis-")?;
+/// println!("redis-server at {url}");
+/// drop(server); // stops it and removes its directory
+/// # Ok::<(), anyhow::Error>(())
+/// ```
 pub fn start(prefix: &str) -> Result<(String, PrivateRedis)> {
     let dir = tempfile::Builder::new().prefix(prefix).tempdir()?;
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
