@@ -18,6 +18,7 @@ use crate::conn::Conn;
 use crate::error::{Error, Result};
 use crate::keys::{partitions_key, topics_key, validate_topic, TopicKeys};
 use crate::partition::{partition_name, partition_of};
+use crate::redact::redact;
 use crate::scripts::SCRIPTS;
 
 pub use inspect::{SkippedTopic, Topics};
@@ -91,11 +92,6 @@ impl QueueBuilder {
             }),
         })
     }
-}
-
-/// Removes the secrets from a URL before it is printed (see [`crate::redact`]).
-pub(crate) fn redact(url: &str) -> String {
-    crate::redact::redact(url)
 }
 
 /// A handle on punctual's data in one Redis. Cheap to clone; clones share
