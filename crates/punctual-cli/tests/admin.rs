@@ -200,7 +200,7 @@ async fn paced(q: &Queue, topic: &str) -> (Vec<i64>, u64) {
         .await
         .unwrap()
         .iter()
-        .map(|(_, d)| *d)
+        .map(|j| j.at_ms)
         .collect();
     pool.sort();
     (pool, q.stats(topic).await.unwrap().ready)

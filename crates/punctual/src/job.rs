@@ -425,6 +425,27 @@ pub enum DeadSelector {
     All,
 }
 
+/// A job as a listing shows it ([`crate::Queue::list`],
+/// [`crate::Queue::peek`]): its id and its score in the state's set, epoch
+/// ms (pool and ready: due time; running: lease deadline; dead: time of
+/// death).
+///
+/// ```no_run
+/// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+/// for punctual::Listed { id, at_ms, .. } in queue.peek("orders", punctual::State::Pool, 10).await? {
+///     println!("{id} is due at {at_ms}");
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct Listed {
+    /// The job id.
+    pub id: String,
+    /// Its score in the state's set, epoch ms.
+    pub at_ms: i64,
+}
+
 /// One page of [`crate::Queue::list`]: ids with their score in the state's
 /// set (pool: due time; ready: due time; running: lease deadline; dead: time
 /// of death; epoch ms), sorted by it, and the cursor of the next page.
@@ -432,7 +453,7 @@ pub enum DeadSelector {
 #[non_exhaustive]
 pub struct ListPage {
     /// Ids and scores (ms), lowest score first within the page.
-    pub jobs: Vec<(String, i64)>,
+    pub jobs: Vec<Listed>,
     /// Pass it back for the next page; `None`: the listing is complete.
     pub cursor: Option<String>,
 }

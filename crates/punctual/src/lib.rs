@@ -38,8 +38,8 @@ pub use history::{
     History, Lateness, MinuteFigures, HISTORY_TTL, LATENESS_BUCKETS_MS, MAX_HISTORY_MINUTES,
 };
 pub use job::{
-    DeadSelector, EnqueueOptions, EnqueueStatus, Enqueued, Job, JobInfo, ListPage, ReplayPace,
-    State, TopicDeleted, TopicStats, Violation, When, MAX_ATTEMPTS, MAX_DELAY,
+    DeadSelector, EnqueueOptions, EnqueueStatus, Enqueued, Job, JobInfo, ListPage, Listed,
+    ReplayPace, State, TopicDeleted, TopicStats, Violation, When, MAX_ATTEMPTS, MAX_DELAY,
 };
 pub use keys::{validate_id, validate_topic, TopicKeys, MAX_ID_LEN, MAX_TOPIC_LEN};
 pub use partition::{partition_name, partition_of, MAX_PARTITIONS};

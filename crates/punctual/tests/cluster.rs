@@ -465,7 +465,7 @@ async fn listing_bulk_cancel_paced_replay_and_topic_deletion_work_across_shards(
             .list("p", State::Pool, "order:", cursor.as_deref(), 20)
             .await
             .unwrap();
-        seen.extend(page.jobs.into_iter().map(|(id, _)| id));
+        seen.extend(page.jobs.into_iter().map(|j| j.id));
         match page.cursor {
             Some(cur) => cursor = Some(cur),
             None => break,

@@ -73,7 +73,7 @@ pub async fn run(ctx: &Ctx, args: ListArgs) -> Result<()> {
         let jobs: Vec<_> = page
             .jobs
             .iter()
-            .map(|(id, ms)| json!({"id": id, what: ms}))
+            .map(|j| json!({"id": j.id, what: j.at_ms}))
             .collect();
         return emit_json(&json!({
             "topic": args.topic, "state": args.state, "jobs": jobs, "cursor": page.cursor,
@@ -98,8 +98,8 @@ pub async fn run(ctx: &Ctx, args: ListArgs) -> Result<()> {
         );
     } else {
         let mut t = Table::new(&["ID", head]);
-        for (id, ms) in &page.jobs {
-            t.row(vec![id.clone(), time(*ms)]);
+        for j in &page.jobs {
+            t.row(vec![j.id.clone(), time(j.at_ms)]);
         }
         out.push_str(&t.render());
     }

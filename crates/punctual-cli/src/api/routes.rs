@@ -248,7 +248,7 @@ async fn peek(
             "topic": topic,
             "state": name,
             "now_ms": now_ms(),
-            "jobs": page.jobs.into_iter().map(|(id, at_ms)| json!({"id": id, "at_ms": at_ms})).collect::<Vec<_>>(),
+            "jobs": page.jobs.into_iter().map(|j| json!({"id": j.id, "at_ms": j.at_ms})).collect::<Vec<_>>(),
             "cursor": page.cursor,
         })));
     }
@@ -257,7 +257,7 @@ async fn peek(
         "topic": topic,
         "state": name,
         "now_ms": now_ms(),
-        "jobs": jobs.into_iter().map(|(id, at_ms)| json!({"id": id, "at_ms": at_ms})).collect::<Vec<_>>(),
+        "jobs": jobs.into_iter().map(|j| json!({"id": j.id, "at_ms": j.at_ms})).collect::<Vec<_>>(),
     })))
 }
 

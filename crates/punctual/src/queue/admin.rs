@@ -9,7 +9,7 @@ use redis::{Script, Value};
 
 use super::{Queue, MAX_BATCH};
 use crate::error::{Error, Result};
-use crate::job::{DeadSelector, ReplayPace, State, TopicDeleted};
+use crate::job::{DeadSelector, Listed, ReplayPace, State, TopicDeleted};
 use crate::keys::{partitions_key, topics_key, validate_id, validate_topic};
 use crate::partition::{partition_name, partition_of, MAX_PARTITIONS};
 use crate::scripts::SCRIPTS;
@@ -162,7 +162,7 @@ impl Queue {
                 let page = self
                     .list(topic, state, id_prefix, cursor.as_deref(), MAX_BATCH)
                     .await?;
-                for (id, _) in page.jobs {
+                for Listed { id, .. } in page.jobs {
                     if validate_id(&id).is_ok() && seen.insert(id.clone()) {
                         found.push((id, state));
                     }

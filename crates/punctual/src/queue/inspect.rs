@@ -7,7 +7,7 @@ use redis::Value;
 
 use super::{Queue, MAX_BATCH};
 use crate::error::{Error, Result};
-use crate::job::{JobInfo, ListPage, State, TopicStats, Violation};
+use crate::job::{JobInfo, ListPage, Listed, State, TopicStats, Violation};
 use crate::keys::{topics_key, validate_id, validate_topic};
 use crate::partition::{partition_name, partition_of};
 use crate::reply::Reply;
@@ -95,7 +95,7 @@ impl Queue {
     ///     let page = queue
     ///         .list("orders", punctual::State::Pool, "order:", cursor.as_deref(), 500)
     ///         .await?;
-    ///     for (id, due_ms) in &page.jobs {
+    ///     for punctual::Listed { id, at_ms: due_ms, .. } in &page.jobs {
     ///         println!("{id} due at {due_ms}");
     ///     }
     ///     match page.cursor {
@@ -147,7 +147,7 @@ impl Queue {
             pattern.push(c);
         }
         pattern.push('*');
-        let mut jobs: Vec<(String, i64)> = Vec::new();
+        let mut jobs: Vec<Listed> = Vec::new();
         loop {
             let keys = self.keys(&partition_name(topic, part, k));
             let key = match state {
@@ -173,21 +173,20 @@ impl Queue {
                         .arg(want.max(10)),
                 )
                 .await?;
-            jobs.extend(
-                items
-                    .into_iter()
-                    .map(|(id, s)| (String::from_utf8_lossy(&id).into_owned(), s as i64)),
-            );
+            jobs.extend(items.into_iter().map(|(id, s)| Listed {
+                id: String::from_utf8_lossy(&id).into_owned(),
+                at_ms: s as i64,
+            }));
             at = next;
             if at == 0 {
                 part += 1;
                 if part >= k {
-                    jobs.sort_by_key(|(_, s)| *s);
+                    jobs.sort_by_key(|j| j.at_ms);
                     return Ok(ListPage { jobs, cursor: None });
                 }
             }
             if jobs.len() >= count {
-                jobs.sort_by_key(|(_, s)| *s);
+                jobs.sort_by_key(|j| j.at_ms);
                 return Ok(ListPage {
                     jobs,
                     cursor: Some(format!("{part}-{at}")),
@@ -464,17 +463,12 @@ impl Queue {
     ///
     /// ```no_run
     /// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
-    /// for (id, due_ms) in queue.peek("orders", punctual::State::Pool, 10).await? {
+    /// for punctual::Listed { id, at_ms: due_ms, .. } in queue.peek("orders", punctual::State::Pool, 10).await? {
     ///     println!("{id} is due at {due_ms}");
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn peek(
-        &self,
-        topic: &str,
-        state: State,
-        count: usize,
-    ) -> Result<Vec<(String, i64)>> {
+    pub async fn peek(&self, topic: &str, state: State, count: usize) -> Result<Vec<Listed>> {
         validate_topic(topic)?;
         if count == 0 || count > MAX_BATCH {
             return Err(Error::invalid("peek shows 1 to 1000 jobs"));
@@ -487,7 +481,7 @@ impl Queue {
                 "cannot peek at {state} jobs: give pool, ready, running or dead"
             )));
         }
-        let mut all: Vec<(String, i64)> = Vec::new();
+        let mut all: Vec<Listed> = Vec::new();
         for name in self.partition_names(topic).await? {
             let keys = self.keys(&name);
             let key = match state {
@@ -505,13 +499,12 @@ impl Queue {
                         .arg("WITHSCORES"),
                 )
                 .await?;
-            all.extend(
-                items
-                    .into_iter()
-                    .map(|(id, s)| (String::from_utf8_lossy(&id).into_owned(), s as i64)),
-            );
+            all.extend(items.into_iter().map(|(id, s)| Listed {
+                id: String::from_utf8_lossy(&id).into_owned(),
+                at_ms: s as i64,
+            }));
         }
-        all.sort_by_key(|(_, score)| *score);
+        all.sort_by_key(|j| j.at_ms);
         all.truncate(count);
         Ok(all)
     }
