@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use punctual::{Job, Queue, State};
+use punctual_testkit::eventually;
 use punctual_testkit::{free_port, RedisServer};
-use support::{eventually, gone, live, Service, BIN};
+use support::{gone, live, Service, BIN};
 
 /// Records "id due start attempt" with the handler's own start time.
 const RECORD: &str = r#"start=$(date +%s%3N)
