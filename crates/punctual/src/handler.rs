@@ -56,8 +56,10 @@ use crate::worker::Outcome;
 ///         }
 ///     }
 /// }
-/// let worker = punctual::Worker::handler; // takes any Handler, e.g. a Mailer
-/// # let _ = worker;
+/// # fn demo(queue: punctual::Queue) {
+/// let mailer = Mailer { from: "shop@example.com".into() };
+/// let worker = punctual::Worker::new(queue, Default::default()).handler("mails", mailer);
+/// # let _ = worker; }
 /// ```
 pub trait Handler: Send + Sync + 'static {
     /// Runs `job`; `cancel` fires when the run should stop.

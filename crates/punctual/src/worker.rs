@@ -214,6 +214,37 @@ struct TopicEntry {
 ///     .await?;
 /// # Ok(()) }
 /// ```
+///
+/// A test of a handler, end to end, against a private `redis-server`
+/// started by `punctual-testkit` (a dev-dependency; it needs
+/// `redis-server` on the `PATH`):
+///
+/// ```
+/// use std::time::Duration;
+/// use punctual::{CancellationToken, Job, Outcome, Queue, Scheduler, SchedulerConfig, Worker, WorkerConfig};
+/// use punctual_testkit::{eventually, RedisServer};
+///
+/// #[tokio::main]
+/// async fn main() {
+///     let redis = RedisServer::start(); // stopped when dropped
+///     let queue = Queue::connect(redis.url()).await.unwrap();
+///     queue.enqueue("orders", Job::new("42")).await.unwrap();
+///     let stop = CancellationToken::new();
+///     let scheduler = Scheduler::new(queue.clone(), SchedulerConfig::default()).topic("orders");
+///     let worker = Worker::new(queue.clone(), WorkerConfig::default())
+///         .handle("orders", |_job| async { Outcome::Done });
+///     let s = tokio::spawn(scheduler.run(stop.clone().cancelled_owned()));
+///     let w = tokio::spawn(worker.run(stop.clone().cancelled_owned()));
+///     eventually(Duration::from_secs(10), "the job is done", async || {
+///         let s = queue.stats("orders").await.unwrap();
+///         s.pool + s.ready + s.running + s.dead == 0
+///     })
+///     .await;
+///     stop.cancel();
+///     s.await.unwrap().unwrap();
+///     w.await.unwrap().unwrap();
+/// }
+/// ```
 pub struct Worker {
     queue: Queue,
     config: WorkerConfig,

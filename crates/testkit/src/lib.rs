@@ -13,7 +13,7 @@
 //!
 //! ```ignore
 //! use std::time::Duration;
-//! use punctual::{Job, Outcome, Queue, Scheduler, SchedulerConfig, Worker, WorkerConfig};
+//! use punctual::{CancellationToken, Job, Outcome, Queue, Scheduler, SchedulerConfig, Worker, WorkerConfig};
 //! use punctual_testkit::{eventually, RedisServer};
 //!
 //! #[tokio::test]
@@ -21,7 +21,7 @@
 //!     let redis = RedisServer::start(); // stopped when dropped
 //!     let queue = Queue::connect(redis.url()).await.unwrap();
 //!     queue.enqueue("orders", Job::new("42")).await.unwrap();
-//!     let stop = tokio_util::sync::CancellationToken::new();
+//!     let stop = CancellationToken::new();
 //!     let scheduler = Scheduler::new(queue.clone(), SchedulerConfig::default()).topic("orders");
 //!     let worker = Worker::new(queue.clone(), WorkerConfig::default())
 //!         .handle("orders", |_job| async { Outcome::Done });
@@ -38,7 +38,7 @@
 //! }
 //! ```
 //!
-//! (The same test runs as a doc test of `punctual`'s `Worker`.)
+//! (The same test runs as a doc test of `punctual::Worker`.)
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
