@@ -308,7 +308,7 @@ async fn once_lets_one_delivery_own_a_step_until_it_expires_or_is_cleared() {
     assert!(q.once(&again, "charge", LONG_LEASE).await.unwrap());
     // The mark expires with its TTL.
     let ttl: i64 = f
-        .cmd(redis::cmd("PTTL").arg(format!("punctual:{{t}}:once:j:email")))
+        .cmd(redis::cmd("PTTL").arg("punctual:{t}:once:j:email"))
         .await;
     assert!(
         ttl > 0 && ttl <= LONG_LEASE.as_millis() as i64,
