@@ -1,4 +1,5 @@
-//! What a [`Worker`](crate::Worker) runs for a delivery: the [`Handler`]
+//! What a [`Worker`](crate::Worker) runs for a delivery and what it answers
+//! ([`Outcome`]): the [`Handler`]
 //! trait, implemented for closures, its type-erased form [`BoxedHandler`],
 //! [`cancellable`] for closures that watch the delivery's cancellation
 //! token, and the typed-JSON adapter behind
@@ -7,6 +8,7 @@
 use std::future::Future;
 use std::marker::PhantomData;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
@@ -14,7 +16,67 @@ use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
 use crate::queue::Delivery;
-use crate::worker::Outcome;
+
+/// What a handler says about one delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// Done: the job is acked and deleted.
+    Done,
+    /// Try again after `after` (or the backoff ladder), unless the attempts
+    /// are used up, then dead.
+    Retry {
+        /// Kept as the job's last error.
+        error: String,
+        /// Wait this long instead of the ladder's step.
+        after: Option<Duration>,
+    },
+    /// Do not try again: straight to dead.
+    Permanent {
+        /// Kept as the job's last error.
+        error: String,
+    },
+}
+
+impl Outcome {
+    /// Retry with the backoff ladder.
+    ///
+    /// ```
+    /// let o = punctual::Outcome::retry("upstream 503");
+    /// assert!(matches!(o, punctual::Outcome::Retry { after: None, .. }));
+    /// ```
+    pub fn retry(error: impl Into<String>) -> Self {
+        Outcome::Retry {
+            error: error.into(),
+            after: None,
+        }
+    }
+
+    /// Retry after `after`.
+    pub fn retry_after(error: impl Into<String>, after: Duration) -> Self {
+        Outcome::Retry {
+            error: error.into(),
+            after: Some(after),
+        }
+    }
+
+    /// Permanent failure: to dead now.
+    pub fn permanent(error: impl Into<String>) -> Self {
+        Outcome::Permanent {
+            error: error.into(),
+        }
+    }
+}
+
+impl<E: std::fmt::Display> From<std::result::Result<(), E>> for Outcome {
+    /// `Ok` is done, `Err` a retry with the error's text.
+    fn from(r: std::result::Result<(), E>) -> Self {
+        match r {
+            Ok(()) => Outcome::Done,
+            Err(e) => Outcome::retry(e.to_string()),
+        }
+    }
+}
 
 /// Runs one delivery of a job and says what became of it.
 ///

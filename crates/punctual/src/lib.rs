@@ -30,7 +30,7 @@ mod wake;
 mod worker;
 
 pub use error::{Error, ErrorKind, Result};
-pub use handler::{cancellable, BoxedHandler, Cancellable, Handler};
+pub use handler::{cancellable, BoxedHandler, Cancellable, Handler, Outcome};
 pub use history::{
     History, Lateness, MinuteFigures, HISTORY_TTL, LATENESS_BUCKETS_MS, MAX_HISTORY_MINUTES,
 };
@@ -49,4 +49,4 @@ pub use scheduler::{Scheduler, SchedulerConfig};
 pub use scripts::{script_names, script_source};
 pub use tokio_util::sync::CancellationToken;
 pub use unlisted::Unlisted;
-pub use worker::{Outcome, Stopped, Worker, WorkerConfig};
+pub use worker::{Stopped, Worker, WorkerConfig};

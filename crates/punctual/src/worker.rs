@@ -16,71 +16,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::error::{Error, Result};
-use crate::handler::{BoxedHandler, Handler, Json};
+use crate::handler::{BoxedHandler, Handler, Json, Outcome};
 use crate::keys::validate_topic;
 use crate::queue::{Delivery, Failed, Queue, MAX_BATCH};
 use crate::registry::{Registry, Role};
-
-/// What a handler says about one delivery.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Outcome {
-    /// Done: the job is acked and deleted.
-    Done,
-    /// Try again after `after` (or the backoff ladder), unless the attempts
-    /// are used up, then dead.
-    Retry {
-        /// Kept as the job's last error.
-        error: String,
-        /// Wait this long instead of the ladder's step.
-        after: Option<Duration>,
-    },
-    /// Do not try again: straight to dead.
-    Permanent {
-        /// Kept as the job's last error.
-        error: String,
-    },
-}
-
-impl Outcome {
-    /// Retry with the backoff ladder.
-    ///
-    /// ```
-    /// let o = punctual::Outcome::retry("upstream 503");
-    /// assert!(matches!(o, punctual::Outcome::Retry { after: None, .. }));
-    /// ```
-    pub fn retry(error: impl Into<String>) -> Self {
-        Outcome::Retry {
-            error: error.into(),
-            after: None,
-        }
-    }
-
-    /// Retry after `after`.
-    pub fn retry_after(error: impl Into<String>, after: Duration) -> Self {
-        Outcome::Retry {
-            error: error.into(),
-            after: Some(after),
-        }
-    }
-
-    /// Permanent failure: to dead now.
-    pub fn permanent(error: impl Into<String>) -> Self {
-        Outcome::Permanent {
-            error: error.into(),
-        }
-    }
-}
-
-impl<E: std::fmt::Display> From<std::result::Result<(), E>> for Outcome {
-    /// `Ok` is done, `Err` a retry with the error's text.
-    fn from(r: std::result::Result<(), E>) -> Self {
-        match r {
-            Ok(()) => Outcome::Done,
-            Err(e) => Outcome::retry(e.to_string()),
-        }
-    }
-}
 
 /// Settings of a [`Worker`].
 #[derive(Debug, Clone)]
