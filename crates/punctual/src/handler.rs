@@ -233,6 +233,13 @@ where
 }
 
 /// A closure taking a delivery and its token: see [`cancellable`].
+///
+/// ```
+/// use punctual::{cancellable, Cancellable, Handler, Outcome};
+/// fn takes_any(_: impl Handler) {}
+/// let h: Cancellable<_> = cancellable(|_job, _cancel| async { Outcome::Done });
+/// takes_any(h.clone());
+/// ```
 #[derive(Clone, Copy)]
 pub struct Cancellable<F>(F);
 
