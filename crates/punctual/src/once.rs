@@ -1,19 +1,20 @@
-//! The idempotency helper: [`Queue::once`] marks a step of a job as taken
-//! (`SET NX` with a TTL), so a handler that runs again for the same job
-//! (at least once means sometimes twice) can skip a side effect it already
-//! made.
+//! The idempotency helper: [`Queue::once`] runs a side effect of a job
+//! unless an earlier delivery of the job already did it, with the same
+//! marker key as the PHP, Python and Node clients' `once`.
 
+use std::future::Future;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::queue::{Delivery, Queue};
 
-/// The mark of step `step` of job `id` of `topic`: in the topic's hash slot,
-/// next to its other keys. A step has no `:`, so `id:step` is unambiguous.
+/// The marker of step `step` of job `id` of `topic`, as every client
+/// spells it: `P:once:T:ID:STEP`.
 fn once_key(prefix: &str, topic: &str, id: &str, step: &str) -> String {
-    format!("{prefix}:{{{topic}}}:once:{id}:{step}")
+    format!("{prefix}:once:{topic}:{id}:{step}")
 }
 
+/// A step has no `:`, so `ID:STEP` is unambiguous.
 fn check_step(step: &str) -> Result<()> {
     if step.is_empty() || step.contains(':') {
         return Err(Error::invalid(format!(
@@ -24,74 +25,61 @@ fn check_step(step: &str) -> Result<()> {
 }
 
 impl Queue {
-    /// Takes step `step` of the delivered job for this delivery, for `ttl`:
-    /// `true` if this delivery holds it (it took it now, or earlier), so the
-    /// handler should do the step; `false` if another delivery of the same
-    /// job (same topic and id) took it within `ttl`, so the step was done
-    /// (or is being done) already.
+    /// Runs `step_fn`, step `step` of the delivered job, unless that step
+    /// already succeeded for this job (same topic and id) within `ttl`.
+    /// `Ok(true)`: it ran and succeeded; `Ok(false)`: skipped, done before;
+    /// `Err`: it failed (or Redis did), and a retry runs it again.
     ///
-    /// The mark is `SET NX` of `PREFIX:{TOPIC}:once:ID:STEP` with the
-    /// delivery's lease token as its value and `ttl` as its expiry; it is set
-    /// before the side effect, so a step is done at most once within `ttl`.
-    /// If the side effect fails, call [`Queue::clear_once`] so that the
-    /// retry does it again. Pick a `ttl` longer than the job can take over
-    /// all its attempts.
+    /// The marker is `SET P:once:TOPIC:ID:STEP 1 NX PX ttl`, written after
+    /// `step_fn` succeeds, the key the PHP, Python and Node clients use. This
+    /// is at least once, not exactly once: if the process dies between the
+    /// side effect and the marker, or two deliveries of the job run at the
+    /// same time (after a lost lease), the step runs again. Where the other
+    /// side supports it, also pass it an idempotency key (`"{id}:{step}"`).
+    /// Pick a `ttl` longer than the job's attempts can take.
     ///
     /// ```no_run
-    /// # use punctual::{Delivery, Outcome, Queue};
-    /// # async fn charge_card(_: &[u8]) -> Result<(), String> { Ok(()) }
+    /// # async fn charge_card(_: &[u8]) -> anyhow::Result<()> { Ok(()) }
+    /// # async fn send_receipt(_: &[u8]) -> anyhow::Result<()> { Ok(()) }
     /// use std::time::Duration;
+    /// use punctual::{Delivery, Queue};
     ///
-    /// async fn handle(queue: Queue, job: Delivery) -> Outcome {
+    /// // A retry after a failed receipt does not charge the card again.
+    /// async fn handle(queue: &Queue, job: &Delivery) -> anyhow::Result<()> {
     ///     let day = Duration::from_secs(24 * 3600);
-    ///     match queue.once(&job, "charge", day).await {
-    ///         Ok(true) => {} // this delivery charges
-    ///         Ok(false) => return Outcome::Done, // charged by an earlier one
-    ///         Err(e) => return Outcome::retry(e.to_string()),
-    ///     }
-    ///     if let Err(e) = charge_card(&job.payload).await {
-    ///         // Let the retry charge.
-    ///         let _ = queue.clear_once(&job, "charge").await;
-    ///         return Outcome::retry(e);
-    ///     }
-    ///     Outcome::Done
+    ///     queue.once(job, "charge", day, || charge_card(&job.payload)).await?;
+    ///     queue.once(job, "receipt", day, || send_receipt(&job.payload)).await?;
+    ///     Ok(())
     /// }
     /// ```
-    pub async fn once(&self, job: &Delivery, step: &str, ttl: Duration) -> Result<bool> {
+    pub async fn once<E, F, Fut>(
+        &self,
+        job: &Delivery,
+        step: &str,
+        ttl: Duration,
+        step_fn: F,
+    ) -> std::result::Result<bool, E>
+    where
+        E: From<Error>,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = std::result::Result<(), E>>,
+    {
         check_step(step)?;
         let key = once_key(self.prefix(), &job.topic, &job.id, step);
+        if self.cmd::<bool>(redis::cmd("EXISTS").arg(&key)).await? {
+            return Ok(false);
+        }
+        step_fn().await?;
         let ttl_ms = ttl.as_millis().clamp(1, i64::MAX as u128) as i64;
-        // SET NX and GET in one MULTI: if a lost reply makes the connection
-        // send it again, the GET still finds this delivery's token.
-        let (_, holder): (Option<String>, Option<String>) = self
-            .pipe(
-                redis::pipe()
-                    .atomic()
-                    .cmd("SET")
-                    .arg(&key)
-                    .arg(job.token)
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(ttl_ms)
-                    .cmd("GET")
-                    .arg(&key),
-            )
-            .await?;
-        Ok(holder.as_deref() == Some(job.token.to_string().as_str()))
-    }
-
-    /// Removes the mark of step `step` of the delivered job (see
-    /// [`Queue::once`]): the next delivery takes the step again.
-    ///
-    /// ```no_run
-    /// # async fn demo(queue: punctual::Queue, job: punctual::Delivery) -> punctual::Result<()> {
-    /// queue.clear_once(&job, "charge").await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn clear_once(&self, job: &Delivery, step: &str) -> Result<()> {
-        check_step(step)?;
-        let key = once_key(self.prefix(), &job.topic, &job.id, step);
-        self.cmd::<i64>(redis::cmd("DEL").arg(&key)).await?;
-        Ok(())
+        self.cmd::<Option<String>>(
+            redis::cmd("SET")
+                .arg(&key)
+                .arg(1)
+                .arg("NX")
+                .arg("PX")
+                .arg(ttl_ms),
+        )
+        .await?;
+        Ok(true)
     }
 }

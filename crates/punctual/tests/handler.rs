@@ -1,6 +1,6 @@
 //! The handler side of the worker: the `Handler` trait and its boxed form,
 //! the cancellation token of each delivery (timeout, lease loss, shutdown),
-//! typed JSON payloads and the idempotency helper.
+//! typed JSON payloads and the idempotency helper (`Queue::once`).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -267,7 +267,7 @@ async fn handle_json_hands_typed_payloads_and_sends_unreadable_ones_to_dead() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn once_lets_one_delivery_own_a_step_until_it_expires_or_is_cleared() {
+async fn once_runs_a_step_until_it_succeeds_then_skips_it_for_the_ttl() {
     let f = Fixture::new().await;
     let q = f.queue.clone();
     q.enqueue("t", Job::new("x").id("j")).await.unwrap();
@@ -288,45 +288,64 @@ async fn once_lets_one_delivery_own_a_step_until_it_expires_or_is_cleared() {
     stop.cancel();
     w.await.unwrap().unwrap();
     sched.await.unwrap();
-    let first = got.lock().unwrap().take().unwrap();
-    assert!(q.once(&first, "charge", LONG_LEASE).await.unwrap());
-    assert!(
-        q.once(&first, "charge", LONG_LEASE).await.unwrap(),
-        "the delivery that took the step still owns it"
-    );
-    assert!(q.once(&first, "email", LONG_LEASE).await.unwrap());
-    // A later delivery of the same job (same id, a new token).
-    let mut again = first.clone();
-    again.token += 1;
-    assert!(!q.once(&again, "charge", LONG_LEASE).await.unwrap());
-    // Another job with the same step name is not affected.
-    let mut other = first.clone();
-    other.id = "k".into();
-    assert!(q.once(&other, "charge", LONG_LEASE).await.unwrap());
-    // Cleared (the side effect failed): the next delivery takes it.
-    q.clear_once(&first, "charge").await.unwrap();
-    assert!(q.once(&again, "charge", LONG_LEASE).await.unwrap());
-    // The mark expires with its TTL.
-    let ttl: i64 = f
-        .cmd(redis::cmd("PTTL").arg("punctual:{t}:once:j:email"))
-        .await;
-    assert!(
-        ttl > 0 && ttl <= LONG_LEASE.as_millis() as i64,
-        "the mark has the TTL: {ttl}"
-    );
-    q.once(&other, "short", Duration::from_millis(50))
+    let job = got.lock().unwrap().take().unwrap();
+
+    let runs = AtomicUsize::new(0);
+    let step = |fail: bool| {
+        let runs = &runs;
+        move || async move {
+            runs.fetch_add(1, Ordering::SeqCst);
+            if fail {
+                Err(anyhow::anyhow!("card declined"))
+            } else {
+                anyhow::Ok(())
+            }
+        }
+    };
+    // A failed step leaves no marker: the retry runs it again.
+    assert!(q
+        .once(&job, "charge", LONG_LEASE, step(true))
         .await
-        .unwrap();
-    let mut other_again = other.clone();
-    other_again.token += 1;
-    eventually(Duration::from_secs(5), "the mark expires", async || {
-        q.once(&other_again, "short", Duration::from_millis(50))
+        .is_err());
+    assert!(q
+        .once(&job, "charge", LONG_LEASE, step(false))
+        .await
+        .unwrap());
+    // Done: skipped from now on, by any delivery of the job.
+    assert!(!q
+        .once(&job, "charge", LONG_LEASE, step(false))
+        .await
+        .unwrap());
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    // The same marker key as the PHP, Python and Node clients, with the TTL.
+    let ttl: i64 = f
+        .cmd(redis::cmd("PTTL").arg("punctual:once:t:j:charge"))
+        .await;
+    assert!(ttl > 0 && ttl <= LONG_LEASE.as_millis() as i64, "{ttl}");
+    // Another job, or another step, is not affected.
+    let mut other = job.clone();
+    other.id = "k".into();
+    assert!(q
+        .once(&other, "charge", LONG_LEASE, step(false))
+        .await
+        .unwrap());
+    assert!(q
+        .once(&job, "email", LONG_LEASE, step(false))
+        .await
+        .unwrap());
+    // The marker expires with its TTL.
+    assert!(q
+        .once(&job, "short", Duration::from_millis(50), step(false))
+        .await
+        .unwrap());
+    eventually(Duration::from_secs(5), "the marker expires", async || {
+        q.once(&job, "short", Duration::from_millis(50), step(false))
             .await
             .unwrap()
     })
     .await;
     assert!(
-        q.once(&first, "a:b", LONG_LEASE).await.is_err(),
-        "a step name with ':' could collide with another job's key"
+        q.once(&job, "a:b", LONG_LEASE, step(false)).await.is_err(),
+        "a step name with ':' could collide with another job's marker"
     );
 }
