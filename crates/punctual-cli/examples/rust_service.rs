@@ -13,7 +13,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use punctual::Outcome;
+use punctual::{cancellable, Outcome};
 
 fn main() -> ExitCode {
     let handlers = punctual_cli::Handlers::new().handle("emails", |job| async move {
@@ -30,6 +30,18 @@ fn main() -> ExitCode {
             job.lateness_us() as f64 / 1000.0
         );
         Outcome::Done
-    });
+    })
+    // A long job that watches its cancellation token (it fires on timeout,
+    // lost lease and shutdown) and stops cleanly instead of being dropped.
+    .handler(
+        "reports",
+        cancellable(|job, cancel| async move {
+            let name = String::from_utf8_lossy(&job.payload).into_owned();
+            tokio::select! {
+                _ = cancel.cancelled() => Outcome::retry(format!("report {name} stopped at shutdown")),
+                _ = tokio::time::sleep(Duration::from_secs(600)) => Outcome::Done,
+            }
+        }),
+    );
     punctual_cli::main_with(handlers)
 }

@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use punctual::raw::{self, FailKind, Failed};
 use punctual::{Job, Outcome, Queue, Scheduler, SchedulerConfig, State, Worker, WorkerConfig};
-use punctual_testkit::{free_port, RedisServer};
+use punctual_testkit::{eventually, free_port, RedisServer};
 use serde_json::{json, Value};
-use support::{eventually, Server, TOKEN};
+use support::{Server, TOKEN};
 use tokio_util::sync::CancellationToken;
 
 /// What one run of the binary did.

@@ -9,9 +9,10 @@ use std::time::Duration;
 
 use punctual::raw::{self, FailKind};
 use punctual::{Job, Queue, State};
+use punctual_testkit::eventually;
 use punctual_testkit::RedisServer;
 use serde_json::{json, Value};
-use support::{eventually, Server, BIN, TOKEN};
+use support::{Server, BIN, TOKEN};
 
 fn redis() -> RedisServer {
     RedisServer::start_with(&["--enable-debug-command", "local"])

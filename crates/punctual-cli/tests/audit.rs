@@ -234,7 +234,7 @@ async fn a_failed_audit_write_does_not_hide_the_result() {
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["cancelled"], true, "{v}");
     assert!(q.get("orders", "b").await.unwrap().is_none());
-    support::eventually(Duration::from_secs(5), "a warning in the log", || async {
+    punctual_testkit::eventually(Duration::from_secs(5), "a warning in the log", || async {
         api.log().contains("audit")
     })
     .await;

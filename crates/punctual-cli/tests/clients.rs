@@ -28,9 +28,10 @@ use std::time::Duration;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use punctual::{Queue, State};
+use punctual_testkit::eventually;
 use punctual_testkit::{RedisCluster, RedisServer};
 use serde_json::{json, Value};
-use support::{eventually, output_text, Service, BIN};
+use support::{output_text, Service, BIN};
 
 fn clients() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../clients")

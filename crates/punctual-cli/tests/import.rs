@@ -13,9 +13,10 @@ use std::time::Duration;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use punctual::{Queue, State};
+use punctual_testkit::eventually;
 use punctual_testkit::RedisServer;
 use serde_json::Value;
-use support::{eventually, BIN};
+use support::BIN;
 
 const KEY: &str = "legacy:orders";
 /// A due time in seconds (2030-01-01T00:00:00Z), far enough ahead that no

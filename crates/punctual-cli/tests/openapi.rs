@@ -16,9 +16,9 @@ use std::time::Duration;
 
 use punctual::raw::{self, FailKind, Partition};
 use punctual::{Job, Queue};
-use punctual_testkit::RedisServer;
+use punctual_testkit::{eventually, RedisServer};
 use serde_json::{json, Map, Value};
-use support::{eventually, Server, TOKEN};
+use support::{Server, TOKEN};
 
 /// docs/openapi.yaml as JSON, with the schemas made strict (see the top).
 fn document() -> Value {

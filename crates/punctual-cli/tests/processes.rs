@@ -9,9 +9,10 @@ use std::time::Duration;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use punctual::{Job, Queue};
+use punctual_testkit::eventually;
 use punctual_testkit::RedisServer;
 use serde_json::Value;
-use support::{eventually, live, output_text, Server, Service, BIN};
+use support::{live, output_text, Server, Service, BIN};
 
 /// `punctual ps --json` (plus `extra`): the records.
 fn ps(redis: &str, extra: &[&str]) -> Vec<Value> {

@@ -11,9 +11,10 @@ use std::time::Duration;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use punctual::{Job, Queue};
+use punctual_testkit::eventually;
 use punctual_testkit::RedisServer;
 use serde_json::{json, Value};
-use support::{eventually, gone, live, Service};
+use support::{gone, live, Service};
 
 /// The resident handler under test. It appends to `records` (next to it):
 /// `ready PID`, `job ID ATTEMPT PID HEX(payload bytes) DUE_MS START_MS`,

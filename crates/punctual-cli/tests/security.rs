@@ -11,8 +11,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use punctual::{Job, Queue, State};
+use punctual_testkit::eventually;
 use punctual_testkit::RedisServer;
-use support::{eventually, output_text, Server, BIN, TOKEN};
+use support::{output_text, Server, BIN, TOKEN};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const REDIS_PW: &str = "redis-pw-7e3f9a1c";

@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use punctual::{Job, Queue, State};
+use punctual_testkit::eventually;
 use punctual_testkit::{free_port, RedisServer};
-use support::{eventually, gone, live, Service, BIN};
+use support::{gone, live, Service, BIN};
 
 /// Records "id due start attempt" with the handler's own start time.
 const RECORD: &str = r#"start=$(date +%s%3N)
@@ -750,7 +751,7 @@ async fn a_rust_program_runs_the_same_service_with_its_own_handlers() {
     std::fs::write(
         &config,
         format!(
-            "redis = {:?}\nworkers = 2\nhttp = \"127.0.0.1:{http}\"\n[topics.emails]\nmax_attempts = 2\nbackoff = [\"0s\"]\n",
+            "redis = {:?}\nworkers = 2\nhttp = \"127.0.0.1:{http}\"\n[topics.emails]\nmax_attempts = 2\nbackoff = [\"0s\"]\n[topics.reports]\ntimeout = \"1h\"\n",
             redis.url()
         ),
     )
@@ -793,11 +794,25 @@ async fn a_rust_program_runs_the_same_service_with_its_own_handlers() {
     )
     .unwrap();
     assert_eq!(h["children"].as_array().unwrap().len(), 3);
+    // A report runs until its cancellation token fires: at shutdown it
+    // stops by itself, its answer is recorded, and serve exits cleanly
+    // (a handler still running at the shutdown timeout would make it fail).
+    q.enqueue("reports", Job::new("q3").id("r")).await.unwrap();
+    eventually(Duration::from_secs(20), "the report runs", || async {
+        q.stats("reports").await.unwrap().running == 1
+    })
+    .await;
     kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
     let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
         .await
         .unwrap();
     assert!(status.success());
+    let r = q.get("reports", "r").await.unwrap().unwrap();
+    assert_eq!(r.attempts, 1);
+    assert_eq!(
+        r.last_error.as_deref(),
+        Some("report q3 stopped at shutdown")
+    );
     let printed = std::fs::read_to_string(dir.path().join("out")).unwrap();
     assert!(printed.contains("sent email ok (attempt 1"), "{printed}");
 

@@ -2,7 +2,8 @@
 //! once, never early, and never lose one.
 //!
 //! - [`Queue`] enqueues, inspects and administers jobs.
-//! - [`Worker`] runs handlers for claimed jobs, extending their leases.
+//! - [`Worker`] runs handlers for claimed jobs, extending their leases; a
+//!   [`Handler`] gets a [`CancellationToken`] per delivery.
 //! - [`Scheduler`] promotes due jobs and reclaims expired leases.
 //! - [`raw`] holds the runtime's low-level calls (claim, ack, fail, extend,
 //!   tick) for runtimes of one's own.
@@ -16,10 +17,12 @@
 pub mod audit;
 mod conn;
 mod error;
+mod handler;
 mod history;
 mod job;
 mod keys;
 pub mod nodes;
+mod once;
 mod partition;
 mod queue;
 pub mod raw;
@@ -34,6 +37,7 @@ mod wake;
 mod worker;
 
 pub use error::{Error, ErrorKind, Result};
+pub use handler::{cancellable, BoxedHandler, Cancellable, Handler, Outcome};
 pub use history::{
     History, Lateness, MinuteFigures, HISTORY_TTL, LATENESS_BUCKETS_MS, MAX_HISTORY_MINUTES,
 };
@@ -50,5 +54,6 @@ pub use raw::Delivery;
 pub use redact::{redact, split_seeds};
 pub use scheduler::{Scheduler, SchedulerConfig};
 pub use scripts::{script_names, script_source};
+pub use tokio_util::sync::CancellationToken;
 pub use unlisted::Unlisted;
-pub use worker::{Outcome, Stopped, Worker, WorkerConfig};
+pub use worker::{Stopped, Worker, WorkerConfig};

@@ -9,7 +9,6 @@ use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use futures::FutureExt;
 use tokio::sync::{mpsc, Notify, Semaphore};
 use tokio::task::{AbortHandle, JoinSet};
@@ -17,73 +16,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::error::{Error, Result};
+use crate::handler::{BoxedHandler, Handler, Json, Outcome};
 use crate::keys::validate_topic;
 use crate::queue::{Queue, MAX_BATCH};
 use crate::raw::{self, Delivery, FailKind, Failed, Lease, Partition};
 use crate::registry::{Registry, Role};
-
-/// What a handler says about one delivery.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Outcome {
-    /// Done: the job is acked and deleted.
-    Done,
-    /// Try again after `after` (or the backoff ladder), unless the attempts
-    /// are used up, then dead.
-    Retry {
-        /// Kept as the job's last error.
-        error: String,
-        /// Wait this long instead of the ladder's step.
-        after: Option<Duration>,
-    },
-    /// Do not try again: straight to dead.
-    Permanent {
-        /// Kept as the job's last error.
-        error: String,
-    },
-}
-
-impl Outcome {
-    /// Retry with the backoff ladder.
-    ///
-    /// ```
-    /// let o = punctual::Outcome::retry("upstream 503");
-    /// assert!(matches!(o, punctual::Outcome::Retry { after: None, .. }));
-    /// ```
-    pub fn retry(error: impl Into<String>) -> Self {
-        Outcome::Retry {
-            error: error.into(),
-            after: None,
-        }
-    }
-
-    /// Retry after `after`.
-    pub fn retry_after(error: impl Into<String>, after: Duration) -> Self {
-        Outcome::Retry {
-            error: error.into(),
-            after: Some(after),
-        }
-    }
-
-    /// Permanent failure: to dead now.
-    pub fn permanent(error: impl Into<String>) -> Self {
-        Outcome::Permanent {
-            error: error.into(),
-        }
-    }
-}
-
-impl<E: std::fmt::Display> From<std::result::Result<(), E>> for Outcome {
-    /// `Ok` is done, `Err` a retry with the error's text.
-    fn from(r: std::result::Result<(), E>) -> Self {
-        match r {
-            Ok(()) => Outcome::Done,
-            Err(e) => Outcome::retry(e.to_string()),
-        }
-    }
-}
-
-type HandlerFn = Arc<dyn Fn(Delivery) -> BoxFuture<'static, Outcome> + Send + Sync>;
 
 /// Settings of a [`Worker`].
 #[derive(Debug, Clone)]
@@ -112,6 +49,10 @@ pub struct WorkerConfig {
     /// How this worker appears in the process registry (default: it
     /// registers with a generated id and beats every 5 s).
     pub registry: Registry,
+    /// After a run's cancellation token fires for a timeout or a lost
+    /// lease, how long the handler has to stop by itself before it is
+    /// dropped (default 1 s). See [`Handler`].
+    pub cancel_grace: Duration,
 }
 
 impl Default for WorkerConfig {
@@ -125,6 +66,7 @@ impl Default for WorkerConfig {
             shutdown_timeout: Duration::from_secs(30),
             max_retry_delay: Duration::from_secs(24 * 3600),
             registry: Registry::default(),
+            cancel_grace: Duration::from_secs(1),
         }
     }
 }
@@ -170,6 +112,18 @@ impl WorkerConfig {
         self.registry = r;
         self
     }
+    /// How long a handler whose token fired (timeout, lost lease) may take
+    /// to stop before it is dropped.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let c = punctual::WorkerConfig::default().cancel_grace(Duration::from_millis(200));
+    /// assert_eq!(c.cancel_grace, Duration::from_millis(200));
+    /// ```
+    pub fn cancel_grace(mut self, d: Duration) -> Self {
+        self.cancel_grace = d;
+        self
+    }
 }
 
 struct TopicEntry {
@@ -177,7 +131,7 @@ struct TopicEntry {
     name: String,
     /// The topic handlers see.
     logical: String,
-    handler: HandlerFn,
+    handler: BoxedHandler,
     timeout: Duration,
 }
 
@@ -199,6 +153,37 @@ struct TopicEntry {
 ///     .run(async { tokio::signal::ctrl_c().await.ok(); })
 ///     .await?;
 /// # Ok(()) }
+/// ```
+///
+/// A test of a handler, end to end, against a private `redis-server`
+/// started by `punctual-testkit` (a dev-dependency; it needs
+/// `redis-server` on the `PATH`):
+///
+/// ```
+/// use std::time::Duration;
+/// use punctual::{CancellationToken, Job, Outcome, Queue, Scheduler, SchedulerConfig, Worker, WorkerConfig};
+/// use punctual_testkit::{eventually, RedisServer};
+///
+/// #[tokio::main]
+/// async fn main() {
+///     let redis = RedisServer::start(); // stopped when dropped
+///     let queue = Queue::connect(redis.url()).await.unwrap();
+///     queue.enqueue("orders", Job::new("42")).await.unwrap();
+///     let stop = CancellationToken::new();
+///     let scheduler = Scheduler::new(queue.clone(), SchedulerConfig::default()).topic("orders");
+///     let worker = Worker::new(queue.clone(), WorkerConfig::default())
+///         .handle("orders", |_job| async { Outcome::Done });
+///     let s = tokio::spawn(scheduler.run(stop.clone().cancelled_owned()));
+///     let w = tokio::spawn(worker.run(stop.clone().cancelled_owned()));
+///     eventually(Duration::from_secs(10), "the job is done", async || {
+///         let s = queue.stats("orders").await.unwrap();
+///         s.pool + s.ready + s.running + s.dead == 0
+///     })
+///     .await;
+///     stop.cancel();
+///     s.await.unwrap().unwrap();
+///     w.await.unwrap().unwrap();
+/// }
 /// ```
 pub struct Worker {
     queue: Queue,
@@ -225,12 +210,23 @@ struct Settle {
     outcome: Outcome,
 }
 
+/// One run of a handler, as the keeper and the shutdown see it.
+struct Running {
+    /// Cancelled when the lease is lost: the run's slot then fires the
+    /// handler's token and drops the run after the grace.
+    lost: CancellationToken,
+    /// Drops the run at once (the shutdown timeout).
+    abort: AbortHandle,
+}
+
 struct Shared {
     queue: Queue,
     config: WorkerConfig,
     topics: Vec<TopicEntry>,
     /// Jobs leased by this process, until their ack or fail is recorded.
-    inflight: Mutex<HashMap<(usize, String), (i64, AbortHandle)>>,
+    inflight: Mutex<HashMap<(usize, String), (i64, Running)>>,
+    /// Cancelled when shutdown starts; each run's token is a child of it.
+    stopping: CancellationToken,
     /// How late jobs started, until added to the history in Redis.
     lateness: crate::history::LatenessBook,
 }
@@ -245,20 +241,31 @@ impl Worker {
         }
     }
 
-    /// Runs `handler` for jobs of `topic`, with the default timeout.
+    /// Runs the closure `handler` for jobs of `topic`, with the default
+    /// timeout (see the example on [`Worker`]).
     pub fn handle<F, Fut>(self, topic: impl Into<String>, handler: F) -> Self
     where
         F: Fn(Delivery) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Outcome> + Send + 'static,
     {
-        let timeout = self.config.timeout;
-        self.handle_with_timeout(topic, timeout, handler)
+        self.handler(topic, handler)
     }
 
-    /// Runs `handler` for jobs of `topic`; a run longer than `timeout` is
-    /// stopped and retried.
+    /// Runs the closure `handler` for jobs of `topic`; a run longer than
+    /// `timeout` is stopped and retried.
+    ///
+    /// ```no_run
+    /// # fn demo(queue: punctual::Queue) {
+    /// use std::time::Duration;
+    /// use punctual::{Outcome, Worker, WorkerConfig};
+    /// let worker = Worker::new(queue, WorkerConfig::default())
+    ///     .handle_with_timeout("thumbnails", Duration::from_secs(120), |_job| async {
+    ///         Outcome::Done
+    ///     });
+    /// # let _ = worker; }
+    /// ```
     pub fn handle_with_timeout<F, Fut>(
-        mut self,
+        self,
         topic: impl Into<String>,
         timeout: Duration,
         handler: F,
@@ -267,15 +274,87 @@ impl Worker {
         F: Fn(Delivery) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Outcome> + Send + 'static,
     {
-        let handler: HandlerFn = Arc::new(move |d| handler(d).boxed());
+        self.handler_with_timeout(topic, timeout, handler)
+    }
+
+    /// Runs any [`Handler`] for jobs of `topic`, with the default timeout:
+    /// a type of yours, a [`BoxedHandler`], or a [`cancellable`](crate::cancellable)
+    /// closure that watches its cancellation token.
+    ///
+    /// ```no_run
+    /// # fn demo(queue: punctual::Queue) {
+    /// use punctual::{cancellable, Outcome, Worker, WorkerConfig};
+    /// let worker = Worker::new(queue, WorkerConfig::default()).handler(
+    ///     "exports",
+    ///     cancellable(|_job, cancel| async move {
+    ///         tokio::select! {
+    ///             _ = cancel.cancelled() => Outcome::retry("stopped"),
+    ///             _ = tokio::time::sleep(std::time::Duration::from_secs(5)) => Outcome::Done,
+    ///         }
+    ///     }),
+    /// );
+    /// # let _ = worker; }
+    /// ```
+    pub fn handler(self, topic: impl Into<String>, handler: impl Handler) -> Self {
+        let timeout = self.config.timeout;
+        self.handler_with_timeout(topic, timeout, handler)
+    }
+
+    /// [`Worker::handler`] with a timeout of its own.
+    ///
+    /// ```no_run
+    /// # fn demo(queue: punctual::Queue, h: punctual::BoxedHandler) {
+    /// use std::time::Duration;
+    /// let worker = punctual::Worker::new(queue, Default::default())
+    ///     .handler_with_timeout("reports", Duration::from_secs(600), h);
+    /// # let _ = worker; }
+    /// ```
+    pub fn handler_with_timeout(
+        mut self,
+        topic: impl Into<String>,
+        timeout: Duration,
+        handler: impl Handler,
+    ) -> Self {
         let topic = topic.into();
         self.topics.push(TopicEntry {
             name: topic.clone(),
             logical: topic,
-            handler,
+            handler: BoxedHandler::new(handler),
             timeout,
         });
         self
+    }
+
+    /// Runs `handler` for jobs of `topic` with the payload parsed from
+    /// JSON as `T`, and the delivery (id, attempt, ...). A payload that is
+    /// not that JSON goes to dead at once (a permanent failure: no retry
+    /// can fix it), with the parse error as its last error.
+    ///
+    /// ```no_run
+    /// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+    /// use punctual::{Delivery, Outcome, Worker, WorkerConfig};
+    ///
+    /// #[derive(serde::Deserialize)]
+    /// struct Order {
+    ///     id: u64,
+    /// }
+    ///
+    /// Worker::new(queue, WorkerConfig::default())
+    ///     .handle_json("orders", |order: Order, job: Delivery| async move {
+    ///         println!("closing order {} (attempt {})", order.id, job.attempt);
+    ///         Outcome::Done
+    ///     })
+    ///     .run(async { tokio::signal::ctrl_c().await.ok(); })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn handle_json<T, F, Fut>(self, topic: impl Into<String>, handler: F) -> Self
+    where
+        T: serde::de::DeserializeOwned + Send + 'static,
+        F: Fn(T, Delivery) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Outcome> + Send + 'static,
+    {
+        self.handler(topic, Json::new(handler))
     }
 
     /// Runs until `shutdown` completes, then stops claiming, lets running
@@ -317,11 +396,13 @@ impl Worker {
                 });
             }
         }
+        let stop_fetch = CancellationToken::new();
         let shared = Arc::new(Shared {
             queue: self.queue,
             config: self.config,
             topics: entries,
             inflight: Mutex::new(HashMap::new()),
+            stopping: stop_fetch.clone(),
             lateness: Default::default(),
         });
         let notify = Arc::new(Notify::new());
@@ -335,7 +416,6 @@ impl Worker {
                 )
             })
             .collect();
-        let stop_fetch = CancellationToken::new();
         let stop_rest = CancellationToken::new();
         let listener = crate::wake::listen(
             shared.queue.pubsub_clients().to_vec(),
@@ -385,8 +465,8 @@ impl Worker {
                 jobs = left,
                 "shutdown timeout: giving up on running jobs; their leases will expire and they will be re-delivered"
             );
-            for (_, (_, h)) in shared.inflight.lock().unwrap().drain() {
-                h.abort();
+            for (_, (_, run)) in shared.inflight.lock().unwrap().drain() {
+                run.abort.abort();
             }
             settler_abort.abort();
         }
@@ -518,30 +598,52 @@ fn spawn_slot(
         .record(&topic.name, job.claimed_us, job.lateness_us());
     let (id, token) = (job.id.clone(), job.token);
     let timeout = topic.timeout;
-    let run = AssertUnwindSafe((topic.handler)(job)).catch_unwind();
-    let handle = tokio::spawn(run.in_current_span());
-    let previous = shared
-        .inflight
-        .lock()
-        .unwrap()
-        .insert((ti, id.clone()), (token, handle.abort_handle()));
+    let grace = shared.config.cancel_grace;
+    // Fires at shutdown (a child of `stopping`), at the timeout and when the
+    // lease is lost (both below).
+    let cancel = shared.stopping.child_token();
+    let lost = CancellationToken::new();
+    let run = AssertUnwindSafe(topic.handler.call(job, cancel.clone())).catch_unwind();
+    let mut handle = tokio::spawn(run.in_current_span());
+    let previous = shared.inflight.lock().unwrap().insert(
+        (ti, id.clone()),
+        (
+            token,
+            Running {
+                lost: lost.clone(),
+                abort: handle.abort_handle(),
+            },
+        ),
+    );
     if let Some((_, old)) = previous {
         // This process still ran an earlier delivery of the same job, whose
         // lease was lost meanwhile: that run can no longer ack; stop it.
-        old.abort();
+        old.lost.cancel();
     }
     let slot = async move {
         let _permit = permit;
-        let abort = handle.abort_handle();
-        let outcome = match tokio::time::timeout(timeout, handle).await {
-            Ok(Ok(Ok(outcome))) => outcome,
-            Ok(Ok(Err(panic))) => {
+        let finished = tokio::select! {
+            r = &mut handle => Some(r),
+            _ = tokio::time::sleep(timeout) => None,
+            _ = lost.cancelled() => None,
+        };
+        let outcome = match finished {
+            Some(Ok(Ok(outcome))) => outcome,
+            Some(Ok(Err(panic))) => {
                 Outcome::retry(format!("handler panicked: {}", panic_message(&panic)))
             }
-            // Aborted: the lease was lost (the keeper already forgot the job).
-            Ok(Err(_)) => return,
-            Err(_) => {
-                abort.abort();
+            // Aborted at the shutdown timeout.
+            Some(Err(_)) => return,
+            None => {
+                // Timed out or lost its lease: ask the handler to stop, give
+                // it the grace, then drop it; its answer no longer counts.
+                cancel.cancel();
+                let _ = tokio::time::timeout(grace, &mut handle).await;
+                handle.abort();
+                if lost.is_cancelled() {
+                    // The keeper already forgot the job; nothing to record.
+                    return;
+                }
                 Outcome::retry(format!("handler timed out after {}", humanize(timeout)))
             }
         };
@@ -768,8 +870,8 @@ async fn keep_leases(shared: Arc<Shared>, stop: CancellationToken) {
                         let mut inflight = shared.inflight.lock().unwrap();
                         let key = (ti, id);
                         if inflight.get(&key).is_some_and(|(t, _)| *t == token) {
-                            if let Some((_, h)) = inflight.remove(&key) {
-                                h.abort();
+                            if let Some((_, run)) = inflight.remove(&key) {
+                                run.lost.cancel();
                             }
                             tracing::warn!(topic = %topic, id = %key.1, "lease lost (expired or cancelled); stopped its handler");
                         }

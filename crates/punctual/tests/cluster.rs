@@ -16,7 +16,8 @@ use punctual_testkit::RedisCluster;
 use rand::{Rng, SeedableRng};
 use tokio_util::sync::CancellationToken;
 
-use crate::worker::{eventually, spawn_child, spawn_scheduler, total_live};
+use crate::worker::{spawn_child, spawn_scheduler, total_live};
+use punctual_testkit::eventually;
 
 async fn connect(c: &RedisCluster) -> Queue {
     let q = Queue::connect(c.seed_urls()).await.unwrap();

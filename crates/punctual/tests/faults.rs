@@ -18,9 +18,8 @@ use punctual::{
 use redis::aio::MultiplexedConnection;
 use tokio_util::sync::CancellationToken;
 
-use crate::util::{
-    conn, key, queue, redis_time_ms, topic_keys, wait_until, RedisServer, LONG_LEASE,
-};
+use crate::util::{conn, key, queue, redis_time_ms, topic_keys, RedisServer, LONG_LEASE};
+use punctual_testkit::eventually;
 
 /// Jobs in pool, ready or running: not finished yet.
 async fn unfinished(q: &Queue, topic: &str) -> u64 {
@@ -168,13 +167,13 @@ async fn redis_killed_and_restarted_with_aof_always_loses_no_acknowledged_job() 
     ));
 
     // Under load: jobs handled, some running, some waiting in the pool.
-    wait_until(
+    eventually(
         Duration::from_secs(10),
         "the consumers to handle 200 jobs",
         async || handled.lock().unwrap().len() >= 200,
     )
     .await;
-    wait_until(
+    eventually(
         Duration::from_secs(5),
         "jobs running and pooled at once",
         async || {
@@ -203,7 +202,7 @@ async fn redis_killed_and_restarted_with_aof_always_loses_no_acknowledged_job() 
     );
 
     // The producer, the worker and the scheduler carry on by themselves.
-    wait_until(
+    eventually(
         Duration::from_secs(10),
         "jobs enqueued after the restart to be handled",
         async || {
@@ -225,7 +224,7 @@ async fn redis_killed_and_restarted_with_aof_always_loses_no_acknowledged_job() 
         "the producer should have seen Redis down at least once"
     );
 
-    wait_until(
+    eventually(
         Duration::from_secs(15),
         "every acknowledged job to be handled and nothing left running",
         async || {
@@ -310,7 +309,7 @@ async fn a_redis_pause_longer_than_the_lease_expires_it_and_fences_the_stale_hol
         "Redis's clock moved {} ms",
         after - before
     );
-    wait_until(
+    eventually(
         Duration::from_secs(5),
         "the expired lease to be reclaimed",
         async || q.get(t, "a-short").await.unwrap().map(|j| j.state) == Some(State::Ready),
@@ -426,7 +425,7 @@ async fn ride_out_a_pause(first: FirstAfterPause) -> (u64, u64, u64) {
         }
     });
     let worker = tokio::spawn(worker.run(stop.clone().cancelled_owned()));
-    wait_until(Duration::from_secs(5), "every job to start", async || {
+    eventually(Duration::from_secs(5), "every job to start", async || {
         started.lock().unwrap().len() == n
     })
     .await;
@@ -471,7 +470,7 @@ async fn ride_out_a_pause(first: FirstAfterPause) -> (u64, u64, u64) {
         assert_eq!(reclaimed, n as u64, "a tick ran first: {r:?}");
     }
 
-    wait_until(
+    eventually(
         Duration::from_secs(10),
         "every job to be done",
         async || {
@@ -719,7 +718,7 @@ async fn a_full_redis_refuses_whole_scripts_loudly_and_recovers_when_memory_is_f
 
     // The runtime's writes under OOM: each runs whole or is refused whole.
     // Wait until the pooled jobs are due and the short leases expired.
-    wait_until(
+    eventually(
         Duration::from_secs(5),
         "the pooled jobs to be due",
         async || redis_time_ms(&c).await > before_fill + 300,
@@ -816,7 +815,7 @@ async fn a_full_redis_refuses_whole_scripts_loudly_and_recovers_when_memory_is_f
         .filter(|d| !acked_under_oom.contains(&d.id) && failed_under_oom.as_ref() != Some(&d.id))
         .map(|d| d.lease())
         .collect();
-    wait_until(
+    eventually(
         Duration::from_secs(10),
         "every job to be claimed",
         async || {
@@ -1082,7 +1081,7 @@ async fn a_flood_due_at_one_instant_is_promoted_in_short_ticks_while_redis_stays
     };
 
     // Phase 1: the scheduler promotes the flood.
-    wait_until(
+    eventually(
         margin + Duration::from_secs(30),
         "the scheduler to promote every job",
         async || {

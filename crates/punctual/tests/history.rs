@@ -9,7 +9,8 @@ use punctual::raw::{self, FailKind, Lease};
 use punctual::{Job, Outcome, Scheduler, SchedulerConfig, Worker, WorkerConfig};
 use tokio_util::sync::CancellationToken;
 
-use crate::util::{key, wait_until, Fixture, LONG_LEASE};
+use crate::util::{key, Fixture, LONG_LEASE};
+use punctual_testkit::eventually;
 
 /// Seven days in ms: the TTL of every history key.
 const WEEK_MS: i64 = 7 * 24 * 3600 * 1000;
@@ -190,7 +191,7 @@ async fn workers_record_lateness_in_buckets_with_a_ttl() {
                 .unwrap()
         })
     };
-    wait_until(Duration::from_secs(10), "4 jobs done", async || {
+    eventually(Duration::from_secs(10), "4 jobs done", async || {
         q.stats("t").await.unwrap().counters.get("done") == Some(&4)
     })
     .await;
@@ -255,7 +256,7 @@ async fn a_partitioned_topic_sums_its_partitions() {
                 .unwrap()
         })
     };
-    wait_until(Duration::from_secs(10), "30 jobs done", async || {
+    eventually(Duration::from_secs(10), "30 jobs done", async || {
         q.stats("p").await.unwrap().counters.get("done") == Some(&30)
     })
     .await;
@@ -292,7 +293,7 @@ async fn the_scheduler_offers_a_snapshot_of_the_current_minute() {
                 .unwrap()
         })
     };
-    wait_until(
+    eventually(
         Duration::from_secs(5),
         "a snapshot of this minute",
         async || {
@@ -342,7 +343,7 @@ async fn history_works_on_a_cluster_with_partitions_on_several_shards() {
                 .unwrap()
         })
     };
-    wait_until(Duration::from_secs(10), "20 jobs done", async || {
+    eventually(Duration::from_secs(10), "20 jobs done", async || {
         q.stats("p").await.unwrap().counters.get("done") == Some(&20)
     })
     .await;

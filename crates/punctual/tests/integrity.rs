@@ -11,7 +11,8 @@ use crate::util::{part, TICK_ALL};
 use punctual::raw::{self, FailKind, Failed, Lease};
 use punctual::{DeadSelector, EnqueueOptions, EnqueueStatus, ErrorKind, Job, Queue, State};
 
-use crate::util::{key, topic_keys, wait_until, Fixture, RedisServer, LONG_LEASE, PREFIX};
+use crate::util::{key, topic_keys, Fixture, RedisServer, LONG_LEASE, PREFIX};
+use punctual_testkit::eventually;
 
 /// Calls `op` until it succeeds (Redis may still be coming back).
 async fn until_ok<T, Fut>(what: &str, mut op: impl FnMut() -> Fut) -> T
@@ -115,7 +116,7 @@ async fn tokens_do_not_repeat_after_an_aof_everysec_restart_that_lost_the_claim(
     q.enqueue(t, Job::new("x").id("x")).await.unwrap();
     let aof = incr_aof(server.dir());
     let size = |p: &Path| std::fs::metadata(p).unwrap().len();
-    wait_until(
+    eventually(
         Duration::from_secs(5),
         "the enqueue in the AOF",
         async || size(&aof) > 0,
@@ -123,7 +124,7 @@ async fn tokens_do_not_repeat_after_an_aof_everysec_restart_that_lost_the_claim(
     .await;
     let before = size(&aof);
     let a = claim_one(&q, t).await;
-    wait_until(Duration::from_secs(5), "the claim in the AOF", async || {
+    eventually(Duration::from_secs(5), "the claim in the AOF", async || {
         size(&aof) > before
     })
     .await;

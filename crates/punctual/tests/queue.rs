@@ -12,7 +12,8 @@ use punctual::{
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::util::{key, topic_keys, wait_until, Fixture, RedisServer, LONG_LEASE};
+use crate::util::{key, topic_keys, Fixture, RedisServer, LONG_LEASE};
+use punctual_testkit::eventually;
 
 /// Promote and reclaim with generous limits (tests that check limits pass
 /// their own).
@@ -82,7 +83,7 @@ async fn stale_token_cannot_ack_fail_or_extend_the_next_delivery() {
     assert_eq!((first.id.as_str(), first.attempt), ("j", 1));
 
     // The lease runs out; tick reclaims the job (backoff 0: straight to ready).
-    wait_until(
+    eventually(
         Duration::from_secs(5),
         "the lease to be reclaimed",
         async || {
@@ -325,7 +326,7 @@ async fn attempts_count_at_claim_so_expiring_leases_reach_dead() {
         assert_eq!(q.get(t, "c").await.unwrap().unwrap().attempts, attempt);
         // The worker "crashes": never acks; the lease runs out.
         let mut seen = (0, 0);
-        wait_until(Duration::from_secs(5), "the lease to run out", async || {
+        eventually(Duration::from_secs(5), "the lease to run out", async || {
             let r = tick(q, t).await;
             seen = (seen.0 + r.reclaimed, seen.1 + r.dead);
             seen != (0, 0)
@@ -951,7 +952,7 @@ async fn get_cancel_and_reschedule_by_id_in_every_state() {
     assert!(info.due_ms >= before + 300);
     let due = info.due_ms;
     let conn = f.conn.clone();
-    wait_until(
+    eventually(
         Duration::from_secs(5),
         "the rescheduled job to be promoted",
         || {
@@ -1472,7 +1473,7 @@ async fn tick_drops_a_lease_whose_record_vanished() {
     assert_eq!(f.cli(&["HDEL", &key(t, "jobs"), "o"]).trim(), "1");
     assert_eq!(f.card(t, "running").await, 1);
 
-    wait_until(
+    eventually(
         Duration::from_secs(5),
         "the stranded lease to go",
         async || {
@@ -1648,7 +1649,7 @@ async fn more_than_8000_due_at_once_are_promoted_claimed_and_reclaimed_in_bounde
 
     // All 20,000 leases expire together: reclaimed in bounded batches.
     let mut reclaimed = 0;
-    wait_until(
+    eventually(
         Duration::from_secs(10),
         "every lease to be reclaimed",
         async || {

@@ -8,7 +8,8 @@ use punctual::registry::{ProcessInfo, Registry, Role};
 use punctual::{Job, Outcome, Scheduler, SchedulerConfig, Worker, WorkerConfig};
 use tokio_util::sync::CancellationToken;
 
-use crate::util::{wait_until, Fixture, PREFIX};
+use crate::util::{Fixture, PREFIX};
+use punctual_testkit::eventually;
 
 #[tokio::test]
 async fn a_worker_and_a_scheduler_are_listed_while_they_run_and_leave_on_a_clean_stop() {
@@ -25,7 +26,7 @@ async fn a_worker_and_a_scheduler_are_listed_while_they_run_and_leave_on_a_clean
     let w = tokio::spawn(worker.run(async move { s1.cancelled().await }));
     let s = tokio::spawn(scheduler.run(async move { s2.cancelled().await }));
 
-    wait_until(Duration::from_secs(5), "both registered", async || {
+    eventually(Duration::from_secs(5), "both registered", async || {
         f.queue.processes().await.unwrap().len() == 2
     })
     .await;
@@ -75,12 +76,12 @@ async fn registry_off_keeps_a_worker_out_and_a_dropped_registration_expires() {
             Duration::from_millis(200),
         )
         .unwrap();
-    wait_until(Duration::from_secs(5), "registered", async || {
+    eventually(Duration::from_secs(5), "registered", async || {
         f.queue.processes().await.unwrap().len() == 1
     })
     .await;
     drop(r);
-    wait_until(Duration::from_secs(5), "expired", async || {
+    eventually(Duration::from_secs(5), "expired", async || {
         f.queue.processes().await.unwrap().is_empty()
     })
     .await;
@@ -109,7 +110,7 @@ async fn deregistering_a_process_removes_its_children_too() {
                 .unwrap(),
         );
     }
-    wait_until(Duration::from_secs(5), "registered", async || {
+    eventually(Duration::from_secs(5), "registered", async || {
         f.queue.processes().await.unwrap().len() == 4
     })
     .await;
@@ -177,7 +178,7 @@ async fn a_process_whose_record_vanished_is_listed_again_at_its_next_beat() {
             Duration::from_millis(500),
         )
         .unwrap();
-    wait_until(Duration::from_secs(5), "registered", async || {
+    eventually(Duration::from_secs(5), "registered", async || {
         f.queue.processes().await.unwrap().len() == 1
     })
     .await;
@@ -188,7 +189,7 @@ async fn a_process_whose_record_vanished_is_listed_again_at_its_next_beat() {
         .await;
     assert!(f.queue.processes().await.unwrap().is_empty());
     // Well before the periodic index refresh (12 beats, 6 s).
-    wait_until(Duration::from_secs(4), "listed again", async || {
+    eventually(Duration::from_secs(4), "listed again", async || {
         f.queue.processes().await.unwrap().len() == 1
     })
     .await;

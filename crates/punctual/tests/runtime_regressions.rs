@@ -16,7 +16,8 @@ use punctual::{
 use punctual_testkit::RedisServer;
 use tokio_util::sync::CancellationToken;
 
-use crate::util::{key, wait_until, LONG_LEASE as LONG};
+use crate::util::{key, LONG_LEASE as LONG};
+use punctual_testkit::eventually;
 
 /// Counts the handlers running at once and remembers the most seen.
 #[derive(Default)]
@@ -74,7 +75,7 @@ async fn most_at_once(q: &Queue, topic: &str, concurrency: usize, batch: usize) 
         }
     });
     let w = tokio::spawn(worker.run(stop.clone().cancelled_owned()));
-    wait_until(Duration::from_secs(60), "every job to run", async || {
+    eventually(Duration::from_secs(60), "every job to run", async || {
         gauge.done.load(Ordering::SeqCst) == jobs
     })
     .await;
@@ -190,7 +191,7 @@ async fn promoted_by_an_idle_scheduler(q: &Queue, job: Job) {
         .await
         .unwrap()
         .id;
-    wait_until(
+    eventually(
         Duration::from_secs(10),
         "the job to be promoted",
         async || q.get("t", &id).await.unwrap().map(|j| j.state) == Some(State::Ready),
@@ -213,7 +214,7 @@ async fn a_lease_taken_after_the_schedulers_last_tick_is_reclaimed_one_lease_aft
     promoted_by_an_idle_scheduler(&q, Job::new("x").id("j").backoff(vec![Duration::ZERO])).await;
 
     let mut child = spawn_child("hang", &server.url(), lease);
-    wait_until(
+    eventually(
         Duration::from_secs(20),
         "the child to hold the job",
         async || state(&q, "j").await == Some(State::Running),
@@ -226,7 +227,7 @@ async fn a_lease_taken_after_the_schedulers_last_tick_is_reclaimed_one_lease_aft
     // docs/operations.md: a killed worker's job is reclaimed at most `lease`
     // later. The margin is generous for a busy machine, and far below the
     // scheduler's 30 s safety net.
-    wait_until(
+    eventually(
         lease + Duration::from_secs(7),
         "the dead worker's job to be reclaimed",
         async || state(&q, "j").await == Some(State::Ready),
@@ -359,7 +360,7 @@ async fn a_full_redis_records_a_workers_failures_and_acks_and_its_shutdown_drain
     let stop = CancellationToken::new();
     let worker = gated_worker(&q, &["t"], &gate, WorkerConfig::default().concurrency(2));
     let w = tokio::spawn(worker.run(stop.clone().cancelled_owned()));
-    wait_until(Duration::from_secs(10), "both jobs to run", async || {
+    eventually(Duration::from_secs(10), "both jobs to run", async || {
         gate.running.load(Ordering::SeqCst) == 2
     })
     .await;
@@ -369,7 +370,7 @@ async fn a_full_redis_records_a_workers_failures_and_acks_and_its_shutdown_drain
     let oom_before = error_count(&server, "OOM");
     // Job a fails first ...
     gate.open("a", Outcome::retry_after("boom", Duration::from_secs(60)));
-    wait_until(
+    eventually(
         Duration::from_secs(10),
         "a's failure to be recorded or refused",
         async || {
@@ -380,14 +381,14 @@ async fn a_full_redis_records_a_workers_failures_and_acks_and_its_shutdown_drain
     .await;
     // ... then b is done: its ack must not wait behind a's failure.
     gate.open("b", Outcome::Done);
-    wait_until(
+    eventually(
         Duration::from_secs(10),
         "b's ack while Redis is full",
         async || q.get("t", "b").await.unwrap().is_none(),
     )
     .await;
     // A failure is recorded too (fail is allow-oom: its writes are bounded).
-    wait_until(
+    eventually(
         Duration::from_secs(10),
         "a's failure while Redis is full",
         async || q.get("t", "a").await.unwrap().map(|j| j.state) == Some(State::Pool),
@@ -422,7 +423,7 @@ async fn acks_go_out_while_redis_keeps_refusing_a_fail_and_the_job_is_not_lost()
             .shutdown_timeout(Duration::from_secs(2)),
     );
     let w = tokio::spawn(worker.run(stop.clone().cancelled_owned()));
-    wait_until(Duration::from_secs(10), "both jobs to run", async || {
+    eventually(Duration::from_secs(10), "both jobs to run", async || {
         gate.running.load(Ordering::SeqCst) == 2
     })
     .await;
@@ -434,14 +435,14 @@ async fn acks_go_out_while_redis_keeps_refusing_a_fail_and_the_job_is_not_lost()
         .unwrap();
     let refused_before = error_count(&server, "WRONGTYPE");
     gate.open("a", Outcome::permanent("bad input"));
-    wait_until(
+    eventually(
         Duration::from_secs(10),
         "a's fail to be refused",
         async || error_count(&server, "WRONGTYPE") > refused_before,
     )
     .await;
     gate.open("b", Outcome::Done);
-    wait_until(
+    eventually(
         Duration::from_secs(10),
         "b's ack while a's fail is refused",
         async || q.get("b", "b").await.unwrap().is_none(),
@@ -464,7 +465,7 @@ async fn acks_go_out_while_redis_keeps_refusing_a_fail_and_the_job_is_not_lost()
         let stop = sched_stop.clone();
         async move { s.run(stop.cancelled_owned()).await.unwrap() }
     });
-    wait_until(
+    eventually(
         lease + Duration::from_secs(15),
         "a to be reclaimed while the worker runs",
         async || {
@@ -485,7 +486,7 @@ async fn acks_go_out_while_redis_keeps_refusing_a_fail_and_the_job_is_not_lost()
 
     // Once Redis takes writes again, nothing is stuck.
     server.cli(&["DEL", &key("a", "dead")]).unwrap();
-    wait_until(
+    eventually(
         lease + Duration::from_secs(15),
         "a to leave running",
         async || q.get("a", "a").await.unwrap().map(|j| j.state) != Some(State::Running),
@@ -612,7 +613,7 @@ async fn on_a_cluster_a_claim_or_an_enqueue_without_id_is_never_resent_after_it_
     server
         .cli(&["CLUSTER", "ADDSLOTSRANGE", "0", "16383"])
         .unwrap();
-    wait_until(
+    eventually(
         Duration::from_secs(10),
         "the cluster to be ok",
         async || {

@@ -4,6 +4,7 @@ mod util;
 
 mod cluster;
 mod faults;
+mod handler;
 mod history;
 mod integrity;
 mod nodes;

@@ -1,12 +1,13 @@
 //! Shared fixtures: a private Redis per test, a connected [`Queue`], a raw
-//! Redis connection to read the clock and inject state, and polling helpers.
+//! Redis connection to read the clock and inject state, and its polling use `punctual_testkit::eventually`.
 
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use punctual::Queue;
+use punctual_testkit::eventually;
 pub use punctual_testkit::RedisServer;
 use redis::aio::MultiplexedConnection;
 
@@ -62,7 +63,7 @@ impl Fixture {
     /// Waits until Redis's clock is past `ms`.
     pub async fn wait_past(&self, ms: i64) {
         let c = self.conn.clone();
-        wait_until(Duration::from_secs(5), "the Redis clock to move on", || {
+        eventually(Duration::from_secs(5), "the Redis clock to move on", || {
             let c = c.clone();
             async move { redis_time_ms(&c).await > ms }
         })
@@ -152,21 +153,6 @@ pub fn topic_keys(topic: &str) -> Vec<String> {
     .iter()
     .map(|n| key(topic, n))
     .collect()
-}
-
-/// Polls `cond` every few ms until it holds; panics after `timeout`.
-pub async fn wait_until(timeout: Duration, what: &str, mut cond: impl AsyncFnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if cond().await {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 /// A topic or partition name as the low-level calls take it.

@@ -6,28 +6,12 @@ use std::collections::HashMap;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use punctual::{Job, Outcome, Queue, Scheduler, SchedulerConfig, State, Worker, WorkerConfig};
-use punctual_testkit::RedisServer;
+use punctual_testkit::{eventually, RedisServer};
 use rand::{Rng, SeedableRng};
 use tokio_util::sync::CancellationToken;
-
-/// Polls `cond` every 20 ms until it holds or `timeout` passes.
-pub(crate) async fn eventually<F, Fut>(timeout: Duration, what: &str, mut cond: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + timeout;
-    while !cond().await {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 fn fast_scheduler() -> SchedulerConfig {
     SchedulerConfig::default().max_sleep(Duration::from_millis(500))

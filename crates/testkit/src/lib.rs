@@ -4,6 +4,41 @@
 //! - [`RedisServer`]: one standalone server.
 //! - [`RedisCluster`]: a local Redis Cluster (3 masters by default, optionally
 //!   with replicas), joined with `redis-cli --cluster create`.
+//! - [`eventually`]: wait in an async test until a condition holds.
+//!
+//! punctual's own tests use it, and so can a program that uses punctual, for
+//! its own integration tests: add `punctual-testkit` as a dev-dependency
+//! (it needs `redis-server` and `redis-cli` on the `PATH`, and never touches
+//! a Redis it did not start). A test of a handler, end to end:
+//!
+//! ```ignore
+//! use std::time::Duration;
+//! use punctual::{CancellationToken, Job, Outcome, Queue, Scheduler, SchedulerConfig, Worker, WorkerConfig};
+//! use punctual_testkit::{eventually, RedisServer};
+//!
+//! #[tokio::test]
+//! async fn an_order_is_closed() {
+//!     let redis = RedisServer::start(); // stopped when dropped
+//!     let queue = Queue::connect(redis.url()).await.unwrap();
+//!     queue.enqueue("orders", Job::new("42")).await.unwrap();
+//!     let stop = CancellationToken::new();
+//!     let scheduler = Scheduler::new(queue.clone(), SchedulerConfig::default()).topic("orders");
+//!     let worker = Worker::new(queue.clone(), WorkerConfig::default())
+//!         .handle("orders", |_job| async { Outcome::Done });
+//!     let s = tokio::spawn(scheduler.run(stop.clone().cancelled_owned()));
+//!     let w = tokio::spawn(worker.run(stop.clone().cancelled_owned()));
+//!     eventually(Duration::from_secs(10), "the job is done", async || {
+//!         let s = queue.stats("orders").await.unwrap();
+//!         s.pool + s.ready + s.running + s.dead == 0
+//!     })
+//!     .await;
+//!     stop.cancel();
+//!     s.await.unwrap().unwrap();
+//!     w.await.unwrap().unwrap();
+//! }
+//! ```
+//!
+//! (The same test runs as a doc test of `punctual::Worker`.)
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -12,6 +47,57 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
+
+/// Polls `cond` every 20 ms until it holds; panics with `what` after
+/// `timeout`. For async tests (it sleeps with tokio).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// use std::time::Duration;
+/// let mut tries = 0;
+/// punctual_testkit::eventually(Duration::from_secs(5), "the third try", async || {
+///     tries += 1;
+///     tries == 3
+/// })
+/// .await;
+/// assert_eq!(tries, 3);
+/// # }
+/// ```
+pub async fn eventually(timeout: Duration, what: &str, cond: impl AsyncFnMut() -> bool) {
+    eventually_every(Duration::from_millis(20), timeout, what, cond).await
+}
+
+/// [`eventually`], polling every `every`: for a condition that costs more
+/// to check (one that runs a program, say).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// use std::time::Duration;
+/// let start = std::time::Instant::now();
+/// punctual_testkit::eventually_every(
+///     Duration::from_millis(50),
+///     Duration::from_secs(5),
+///     "100 ms to pass",
+///     async || start.elapsed() >= Duration::from_millis(100),
+/// )
+/// .await;
+/// # }
+/// ```
+pub async fn eventually_every(
+    every: Duration,
+    timeout: Duration,
+    what: &str,
+    mut cond: impl AsyncFnMut() -> bool,
+) {
+    let deadline = Instant::now() + timeout;
+    while !cond().await {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for: {what}"
+        );
+        tokio::time::sleep(every).await;
+    }
+}
 
 /// A `redis-server` owned by a test.
 #[derive(Debug)]

@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use punctual::registry::{ProcessInfo, Registry, Role};
-use punctual::{Outcome, Queue, Scheduler, SchedulerConfig, Worker, WorkerConfig};
+use punctual::{
+    cancellable, Handler, Outcome, Queue, Scheduler, SchedulerConfig, Worker, WorkerConfig,
+};
 use tokio::signal::unix::{signal, SignalKind};
 
 use super::config::Config;
@@ -204,13 +206,14 @@ pub async fn run_worker(
                 async move { measured(&d, metrics.as_deref(), exec.run(&d)).await }
             });
         } else if let Some(handler) = rust.map.get(name).cloned() {
-            worker = worker.handle_with_timeout(name.clone(), t.timeout, move |d| {
+            let run = move |d: punctual::Delivery, cancel| {
                 let (handler, metrics) = (handler.clone(), metrics.clone());
                 async move {
-                    let run = handler(d.clone());
+                    let run = handler.call(d.clone(), cancel);
                     measured(&d, metrics.as_deref(), run).await
                 }
-            });
+            };
+            worker = worker.handler_with_timeout(name.clone(), t.timeout, cancellable(run));
         } else if let Some(h) = &t.http {
             let http = Arc::new(Http::new(h.clone(), t.timeout)?);
             // The worker's timeout is a backstop behind the request timeout.

@@ -5,13 +5,8 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::Arc;
 
-use futures::future::BoxFuture;
-use futures::FutureExt;
-use punctual::{Delivery, Outcome};
-
-pub(crate) type RustHandler = Arc<dyn Fn(Delivery) -> BoxFuture<'static, Outcome> + Send + Sync>;
+use punctual::{BoxedHandler, Delivery, Handler, Outcome};
 
 /// Rust handlers by topic, for [`crate::main_with`].
 ///
@@ -29,7 +24,7 @@ pub(crate) type RustHandler = Arc<dyn Fn(Delivery) -> BoxFuture<'static, Outcome
 /// ```
 #[derive(Clone, Default)]
 pub struct Handlers {
-    pub(crate) map: BTreeMap<String, RustHandler>,
+    pub(crate) map: BTreeMap<String, BoxedHandler>,
 }
 
 impl std::fmt::Debug for Handlers {
@@ -49,13 +44,35 @@ impl Handlers {
     /// Runs `handler` for jobs of `topic`. The topic still needs its
     /// `[topics.NAME]` table in the config (timeout, max_attempts, backoff,
     /// partitions), without `exec` or `http`.
-    pub fn handle<F, Fut>(mut self, topic: impl Into<String>, handler: F) -> Self
+    pub fn handle<F, Fut>(self, topic: impl Into<String>, handler: F) -> Self
     where
         F: Fn(Delivery) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Outcome> + Send + 'static,
     {
-        let handler: RustHandler = Arc::new(move |d| handler(d).boxed());
-        self.map.insert(topic.into(), handler);
+        self.handler(topic, handler)
+    }
+
+    /// Runs any [`Handler`] for jobs of `topic`: a type of yours, or a
+    /// [`punctual::cancellable`] closure that watches the delivery's
+    /// cancellation token (it fires on timeout, lost lease and shutdown).
+    ///
+    /// ```no_run
+    /// use punctual::{cancellable, Outcome};
+    /// fn main() -> std::process::ExitCode {
+    ///     let handlers = punctual_cli::Handlers::new().handler(
+    ///         "reports",
+    ///         cancellable(|_job, cancel| async move {
+    ///             tokio::select! {
+    ///                 _ = cancel.cancelled() => Outcome::retry("stopped"),
+    ///                 _ = tokio::time::sleep(std::time::Duration::from_secs(5)) => Outcome::Done,
+    ///             }
+    ///         }),
+    ///     );
+    ///     punctual_cli::main_with(handlers)
+    /// }
+    /// ```
+    pub fn handler(mut self, topic: impl Into<String>, handler: impl Handler) -> Self {
+        self.map.insert(topic.into(), BoxedHandler::new(handler));
         self
     }
 

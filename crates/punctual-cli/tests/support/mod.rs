@@ -180,22 +180,6 @@ impl Drop for Server {
     }
 }
 
-/// Polls `cond` every 50 ms until it holds, at most `timeout`.
-pub async fn eventually<F, Fut>(timeout: Duration, what: &str, mut cond: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + timeout;
-    while !cond().await {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// A `serve` process with its own directory (config, handler scripts,
 /// records, logs), killed on drop.
 pub struct Service {
