@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use futures::StreamExt;
 use indicatif::ProgressBar;
+use punctual::raw;
 use punctual::{
     Delivery, EnqueueStatus, Job, Outcome, Queue, Scheduler, SchedulerConfig, TopicKeys, When,
     Worker, WorkerConfig,
@@ -30,6 +31,13 @@ use super::{Bench, Report};
 pub const PAYLOAD_BYTES: usize = 100;
 /// Most jobs per enqueue call (the script's limit).
 const CHUNK: u64 = punctual::MAX_BATCH as u64;
+
+/// Ticks of the promote phases: full batches, promotion never refused.
+const BENCH_TICK: raw::TickLimits = raw::TickLimits {
+    promote_batch: punctual::MAX_BATCH,
+    max_ready: 1_000_000_000,
+    reclaim_batch: punctual::MAX_BATCH,
+};
 
 /// The payload of job `n`: `{"order_id": n, "action": "close", "pad": "xx…"}`,
 /// padded to [`PAYLOAD_BYTES`].
@@ -900,13 +908,7 @@ pub async fn promote(b: &Bench) -> Result<Report> {
             let mut promoted = 0u64;
             let mut ticks = 0u64;
             loop {
-                let t = ticker
-                    .tick(
-                        physical,
-                        punctual::MAX_BATCH,
-                        1_000_000_000,
-                        punctual::MAX_BATCH,
-                    )
+                let t = raw::tick(ticker, &physical.parse()?, &BENCH_TICK)
                     .await
                     .context("promote: tick failed")?;
                 ticks += 1;
@@ -1032,14 +1034,7 @@ pub async fn scripts(b: &Bench) -> Result<Report> {
     let mut promoted = 0;
     for physical in parts {
         loop {
-            let t = q
-                .tick(
-                    physical,
-                    punctual::MAX_BATCH,
-                    1_000_000_000,
-                    punctual::MAX_BATCH,
-                )
-                .await?;
+            let t = raw::tick(&q, &physical.parse()?, &BENCH_TICK).await?;
             promoted += t.promoted;
             bar.inc(t.promoted);
             if !t.more && t.next_due.is_none() {
@@ -1054,16 +1049,17 @@ pub async fn scripts(b: &Bench) -> Result<Report> {
     measure("promote", &before, &after, promoted);
 
     let before = Snapshot::take(&b.target).await?;
-    // Per partition: (id, token) of each claimed job.
-    let mut claimed: Vec<Vec<(String, i64)>> = vec![Vec::new(); parts.len()];
+    // Per partition: the lease of each claimed job.
+    let mut claimed: Vec<Vec<raw::Lease>> = vec![Vec::new(); parts.len()];
     for (physical, held) in parts.iter().zip(claimed.iter_mut()) {
+        let part = physical.parse()?;
         loop {
-            let got = q.claim(physical, chunk, Duration::from_secs(60)).await?;
+            let got = raw::claim(&q, &part, chunk, Duration::from_secs(60)).await?;
             if got.is_empty() {
                 break;
             }
             bar.inc(got.len() as u64);
-            held.extend(got.into_iter().map(|d| (d.id, d.token)));
+            held.extend(got.iter().map(|d| d.lease()));
         }
     }
     let n_claimed: u64 = claimed.iter().map(|c| c.len() as u64).sum();
@@ -1074,8 +1070,7 @@ pub async fn scripts(b: &Bench) -> Result<Report> {
     let mut acked = 0u64;
     for (physical, held) in parts.iter().zip(&claimed) {
         for pairs in held.chunks(chunk) {
-            acked += q
-                .ack(physical, pairs)
+            acked += raw::ack(&q, &physical.parse()?, pairs)
                 .await?
                 .iter()
                 .filter(|ok| **ok)

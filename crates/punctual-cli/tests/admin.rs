@@ -9,9 +9,8 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use punctual::{
-    Failed, Job, Outcome, Queue, Scheduler, SchedulerConfig, State, Worker, WorkerConfig,
-};
+use punctual::raw::{self, FailKind, Failed};
+use punctual::{Job, Outcome, Queue, Scheduler, SchedulerConfig, State, Worker, WorkerConfig};
 use punctual_testkit::{eventually, free_port, RedisServer};
 use serde_json::{json, Value};
 use support::{Server, TOKEN};
@@ -85,16 +84,25 @@ async fn make_dead(q: &Queue, topic: &str, ids: &[String]) {
             .map(|id| Job::new(format!("payload of {id}")).id(id.as_str()))
             .collect();
         q.enqueue_batch(topic, jobs).await.unwrap();
-        let claimed = q
-            .claim(topic, chunk.len(), Duration::from_secs(60))
-            .await
-            .unwrap();
+        let claimed = raw::claim(
+            q,
+            &topic.parse().unwrap(),
+            chunk.len(),
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap();
         assert_eq!(claimed.len(), chunk.len(), "was ready empty?");
         for d in claimed {
-            let r = q
-                .fail(topic, &d.id, d.token, "boom", None, true)
-                .await
-                .unwrap();
+            let r = raw::fail(
+                q,
+                &topic.parse().unwrap(),
+                &d.lease(),
+                "boom",
+                FailKind::Permanent,
+            )
+            .await
+            .unwrap();
             assert_eq!(r, Failed::Dead);
         }
     }
@@ -192,7 +200,7 @@ async fn paced(q: &Queue, topic: &str) -> (Vec<i64>, u64) {
         .await
         .unwrap()
         .iter()
-        .map(|(_, d)| *d)
+        .map(|j| j.at_ms)
         .collect();
     pool.sort();
     (pool, q.stats(topic).await.unwrap().ready)

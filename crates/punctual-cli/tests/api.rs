@@ -7,6 +7,7 @@ mod support;
 use std::process::Command;
 use std::time::Duration;
 
+use punctual::raw::{self, FailKind};
 use punctual::{Job, Queue, State};
 use punctual_testkit::eventually;
 use punctual_testkit::RedisServer;
@@ -73,12 +74,20 @@ async fn make_dead(q: &Queue, topic: &str, id: &str, error: &str) {
     )
     .await
     .unwrap();
-    let claimed = q.claim(topic, 1, Duration::from_secs(30)).await.unwrap();
-    assert_eq!(claimed.len(), 1, "claimed {id}");
-    let d = &claimed[0];
-    q.fail(topic, &d.id, d.token, error, None, true)
+    let claimed = raw::claim(q, &topic.parse().unwrap(), 1, Duration::from_secs(30))
         .await
         .unwrap();
+    assert_eq!(claimed.len(), 1, "claimed {id}");
+    let d = &claimed[0];
+    raw::fail(
+        q,
+        &topic.parse().unwrap(),
+        &d.lease(),
+        error,
+        FailKind::Permanent,
+    )
+    .await
+    .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -287,7 +296,9 @@ async fn enqueue_get_reschedule_and_cancel_by_id() {
     assert_eq!((status, &v["error"]["code"]), (404, &json!("not_found")));
 
     // A running job cannot be rescheduled: 409, and it stays running.
-    let claimed = q.claim("orders", 2, Duration::from_secs(30)).await.unwrap();
+    let claimed = raw::claim(&q, &"orders".parse().unwrap(), 2, Duration::from_secs(30))
+        .await
+        .unwrap();
     assert_eq!(claimed.len(), 2);
     let running = &claimed[0].id;
     let before = digest(&redis);
@@ -578,6 +589,15 @@ async fn bad_input_gets_a_4xx_with_a_stable_code_and_changes_nothing() {
         (
             "GET",
             format!("{jobs}?state=nope"),
+            None,
+            400,
+            "invalid_input",
+            "pool, ready, running or dead",
+        ),
+        // A state the library parses, but no set to list.
+        (
+            "GET",
+            format!("{jobs}?state=orphan"),
             None,
             400,
             "invalid_input",

@@ -8,7 +8,8 @@ mod support;
 use std::process::Command;
 use std::time::Duration;
 
-use punctual::{Failed, Job, Queue};
+use punctual::raw::{self, FailKind, Failed};
+use punctual::{Job, Queue};
 use punctual_testkit::RedisServer;
 use serde_json::Value;
 use support::{output_text, Server, BIN, TOKEN};
@@ -43,16 +44,25 @@ async fn make_dead(q: &Queue, topic: &str, ids: &[&str]) {
     for id in ids {
         q.enqueue(topic, Job::new("x").id(*id)).await.unwrap();
     }
-    let claimed = q
-        .claim(topic, ids.len(), Duration::from_secs(60))
-        .await
-        .unwrap();
+    let claimed = raw::claim(
+        q,
+        &topic.parse().unwrap(),
+        ids.len(),
+        Duration::from_secs(60),
+    )
+    .await
+    .unwrap();
     assert_eq!(claimed.len(), ids.len());
     for d in claimed {
-        let r = q
-            .fail(topic, &d.id, d.token, "boom", None, true)
-            .await
-            .unwrap();
+        let r = raw::fail(
+            q,
+            &topic.parse().unwrap(),
+            &d.lease(),
+            "boom",
+            FailKind::Permanent,
+        )
+        .await
+        .unwrap();
         assert_eq!(r, Failed::Dead);
     }
 }

@@ -4,7 +4,8 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use punctual::{Failed, Job, Queue};
+use punctual::raw::{self, FailKind, Failed, Lease};
+use punctual::{Job, Queue};
 use punctual_testkit::{free_port, RedisServer};
 use serde_json::Value;
 
@@ -118,20 +119,29 @@ impl Env {
                 let job = Job::new(format!("payload of {id}")).id(*id);
                 q.enqueue(topic, job).await.unwrap();
             }
-            let claimed = q
-                .claim(topic, ids.len(), Duration::from_secs(60))
-                .await
-                .unwrap();
+            let claimed = raw::claim(
+                &q,
+                &topic.parse().unwrap(),
+                ids.len(),
+                Duration::from_secs(60),
+            )
+            .await
+            .unwrap();
             let mut got: Vec<&str> = claimed.iter().map(|d| d.id.as_str()).collect();
             got.sort();
             let mut want = ids.to_vec();
             want.sort();
             assert_eq!(got, want, "claimed other jobs: was ready empty?");
             for d in claimed {
-                let r = q
-                    .fail(topic, &d.id, d.token, "boom: card declined", None, true)
-                    .await
-                    .unwrap();
+                let r = raw::fail(
+                    &q,
+                    &topic.parse().unwrap(),
+                    &d.lease(),
+                    "boom: card declined",
+                    FailKind::Permanent,
+                )
+                .await
+                .unwrap();
                 assert_eq!(r, Failed::Dead);
             }
         })
@@ -366,7 +376,9 @@ fn reschedule_of_a_running_or_dead_job_explains_and_exits_1() {
     env.make_dead("orders", &["dead"]);
     env.push(&["orders", "x", "--id", "run"]);
     env.with_queue(async |q| {
-        q.claim("orders", 1, Duration::from_secs(60)).await.unwrap();
+        raw::claim(&q, &"orders".parse().unwrap(), 1, Duration::from_secs(60))
+            .await
+            .unwrap();
     });
     let out = env.run(&["reschedule", "orders", "run", "--delay", "1m"]);
     assert_eq!(out.code, 1, "{out:?}");
@@ -820,9 +832,13 @@ fn stats_history_prints_per_minute_figures_with_gaps() {
                 .await
                 .unwrap();
         }
-        let jobs = q.claim("orders", 2, Duration::from_secs(60)).await.unwrap();
-        let done: Vec<(String, i64)> = jobs.iter().map(|d| (d.id.clone(), d.token)).collect();
-        q.ack("orders", &done).await.unwrap();
+        let jobs = raw::claim(&q, &"orders".parse().unwrap(), 2, Duration::from_secs(60))
+            .await
+            .unwrap();
+        let done: Vec<Lease> = jobs.iter().map(|d| d.lease()).collect();
+        raw::ack(&q, &"orders".parse().unwrap(), &done)
+            .await
+            .unwrap();
     });
 
     let out = env.run(&["stats", "orders", "--history", "3m"]).ok().stdout;

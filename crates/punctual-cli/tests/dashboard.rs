@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
+use punctual::raw::{self, FailKind};
 use punctual::{Job, Queue, State};
 use punctual_testkit::{free_port, RedisServer};
 use serde_json::{json, Value};
@@ -279,10 +280,18 @@ async fn make_dead(q: &Queue, topic: &str, id: &str, error: &str) {
     )
     .await
     .unwrap();
-    let d = q.claim(topic, 1, Duration::from_secs(30)).await.unwrap();
-    q.fail(topic, &d[0].id, d[0].token, error, None, true)
+    let d = raw::claim(q, &topic.parse().unwrap(), 1, Duration::from_secs(30))
         .await
         .unwrap();
+    raw::fail(
+        q,
+        &topic.parse().unwrap(),
+        &d[0].lease(),
+        error,
+        FailKind::Permanent,
+    )
+    .await
+    .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

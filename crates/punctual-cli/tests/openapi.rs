@@ -14,6 +14,7 @@ mod support;
 
 use std::time::Duration;
 
+use punctual::raw::{self, FailKind, Partition};
 use punctual::{Job, Queue};
 use punctual_testkit::{eventually, RedisServer};
 use serde_json::{json, Map, Value};
@@ -131,10 +132,13 @@ async fn make_dead(q: &Queue, topic: &str, id: &str) {
     q.enqueue(topic, Job::new("doomed").id(id).max_attempts(1))
         .await
         .unwrap();
-    let claimed = q.claim(topic, 1, Duration::from_secs(30)).await.unwrap();
+    let part: Partition = topic.parse().unwrap();
+    let claimed = raw::claim(q, &part, 1, Duration::from_secs(30))
+        .await
+        .unwrap();
     assert_eq!(claimed.len(), 1, "claimed {id}");
     let d = &claimed[0];
-    q.fail(topic, &d.id, d.token, "boom", None, true)
+    raw::fail(q, &part, &d.lease(), "boom", FailKind::Permanent)
         .await
         .unwrap();
 }

@@ -15,7 +15,7 @@ use futures::FutureExt;
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
-use crate::queue::Delivery;
+use crate::raw::Delivery;
 
 /// What a handler says about one delivery.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -226,6 +226,28 @@ pub enum EnqueueStatus {
     Dead,
 }
 
+impl EnqueueStatus {
+    /// The lowercase name, as JSON and the CLI print it.
+    ///
+    /// ```
+    /// assert_eq!(punctual::EnqueueStatus::Duplicate.as_str(), "duplicate");
+    /// ```
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            EnqueueStatus::Created => "created",
+            EnqueueStatus::Duplicate => "duplicate",
+            EnqueueStatus::Replaced => "replaced",
+            EnqueueStatus::Dead => "dead",
+        }
+    }
+}
+
+impl std::fmt::Display for EnqueueStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// The result of enqueueing one job.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Enqueued {
@@ -267,17 +289,6 @@ pub enum State {
 }
 
 impl State {
-    pub(crate) fn parse(s: &str) -> Option<State> {
-        Some(match s {
-            "pool" => State::Pool,
-            "ready" => State::Ready,
-            "running" => State::Running,
-            "dead" => State::Dead,
-            "orphan" => State::Orphan,
-            _ => return None,
-        })
-    }
-
     /// The lowercase name.
     ///
     /// ```
@@ -291,6 +302,33 @@ impl State {
             State::Dead => "dead",
             State::Orphan => "orphan",
         }
+    }
+}
+
+/// Parses the lowercase name ([`State::as_str`]).
+///
+/// ```
+/// let s: punctual::State = "running".parse()?;
+/// assert_eq!(s, punctual::State::Running);
+/// assert!("Running".parse::<punctual::State>().is_err());
+/// # Ok::<(), punctual::Error>(())
+/// ```
+impl std::str::FromStr for State {
+    type Err = crate::Error;
+
+    fn from_str(s: &str) -> crate::Result<State> {
+        Ok(match s {
+            "pool" => State::Pool,
+            "ready" => State::Ready,
+            "running" => State::Running,
+            "dead" => State::Dead,
+            "orphan" => State::Orphan,
+            _ => {
+                return Err(crate::Error::invalid(format!(
+                    "unknown state {s:?}: give pool, ready, running, dead or orphan"
+                )))
+            }
+        })
     }
 }
 
@@ -387,6 +425,27 @@ pub enum DeadSelector {
     All,
 }
 
+/// A job as a listing shows it ([`crate::Queue::list`],
+/// [`crate::Queue::peek`]): its id and its score in the state's set, epoch
+/// ms (pool and ready: due time; running: lease deadline; dead: time of
+/// death).
+///
+/// ```no_run
+/// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+/// for punctual::Listed { id, at_ms, .. } in queue.peek("orders", punctual::State::Pool, 10).await? {
+///     println!("{id} is due at {at_ms}");
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct Listed {
+    /// The job id.
+    pub id: String,
+    /// Its score in the state's set, epoch ms.
+    pub at_ms: i64,
+}
+
 /// One page of [`crate::Queue::list`]: ids with their score in the state's
 /// set (pool: due time; ready: due time; running: lease deadline; dead: time
 /// of death; epoch ms), sorted by it, and the cursor of the next page.
@@ -394,7 +453,7 @@ pub enum DeadSelector {
 #[non_exhaustive]
 pub struct ListPage {
     /// Ids and scores (ms), lowest score first within the page.
-    pub jobs: Vec<(String, i64)>,
+    pub jobs: Vec<Listed>,
     /// Pass it back for the next page; `None`: the listing is complete.
     pub cursor: Option<String>,
 }
@@ -495,5 +554,34 @@ mod tests {
         assert_eq!(at.encode().unwrap(), "a1001");
         let job = Job::new("x").backoff(vec![Duration::from_micros(1500), Duration::from_secs(1)]);
         assert_eq!(job.backoff_arg(), "2,1000");
+    }
+
+    #[test]
+    fn names_of_states_and_statuses_round_trip_as_serde_writes_them() {
+        for s in [
+            State::Pool,
+            State::Ready,
+            State::Running,
+            State::Dead,
+            State::Orphan,
+        ] {
+            assert_eq!(s.as_str().parse::<State>().unwrap(), s);
+            assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
+        }
+        let err = "Pool".parse::<State>().unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::InvalidInput);
+        assert!(
+            err.to_string().contains("pool, ready, running, dead"),
+            "{err}"
+        );
+        for s in [
+            EnqueueStatus::Created,
+            EnqueueStatus::Duplicate,
+            EnqueueStatus::Replaced,
+            EnqueueStatus::Dead,
+        ] {
+            assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
+            assert_eq!(s.to_string(), s.as_str());
+        }
     }
 }

@@ -5,6 +5,8 @@
 //! - [`Worker`] runs handlers for claimed jobs, extending their leases; a
 //!   [`Handler`] gets a [`CancellationToken`] per delivery.
 //! - [`Scheduler`] promotes due jobs and reclaims expired leases.
+//! - [`raw`] holds the runtime's low-level calls (claim, ack, fail, extend,
+//!   tick) for runtimes of one's own.
 //! - [`audit`] records who changed what (replay, purge, cancel, ...).
 //! - [`nodes`] reaches every node behind a URL for per-node admin work
 //!   (`INFO`, `SCAN`, `DEL`), and [`TopicKeys`] names a topic's keys.
@@ -23,6 +25,7 @@ pub mod nodes;
 mod once;
 mod partition;
 mod queue;
+pub mod raw;
 mod redact;
 pub mod registry;
 mod reply;
@@ -39,15 +42,15 @@ pub use history::{
     History, Lateness, MinuteFigures, HISTORY_TTL, LATENESS_BUCKETS_MS, MAX_HISTORY_MINUTES,
 };
 pub use job::{
-    DeadSelector, EnqueueOptions, EnqueueStatus, Enqueued, Job, JobInfo, ListPage, ReplayPace,
-    State, TopicDeleted, TopicStats, Violation, When, MAX_ATTEMPTS, MAX_DELAY,
+    DeadSelector, EnqueueOptions, EnqueueStatus, Enqueued, Job, JobInfo, ListPage, Listed,
+    ReplayPace, State, TopicDeleted, TopicStats, Violation, When, MAX_ATTEMPTS, MAX_DELAY,
 };
 pub use keys::{validate_id, validate_topic, TopicKeys, MAX_ID_LEN, MAX_TOPIC_LEN};
 pub use partition::{partition_name, partition_of, MAX_PARTITIONS};
 pub use queue::{
-    Delivery, Failed, Queue, QueueBuilder, SkippedTopic, Tick, Topics, DEFAULT_MAX_PAYLOAD,
-    DEFAULT_PREFIX, MAX_BATCH,
+    Queue, QueueBuilder, SkippedTopic, Topics, DEFAULT_MAX_PAYLOAD, DEFAULT_PREFIX, MAX_BATCH,
 };
+pub use raw::Delivery;
 pub use redact::{redact, split_seeds};
 pub use scheduler::{Scheduler, SchedulerConfig};
 pub use scripts::{script_names, script_source};

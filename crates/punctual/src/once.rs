@@ -6,7 +6,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::queue::{Delivery, Queue};
+use crate::queue::Queue;
+use crate::raw::Delivery;
 
 /// The marker of step `step` of job `id` of `topic`, as every client
 /// spells it: `P:once:T:ID:STEP`.

@@ -28,8 +28,8 @@ pub fn partition_of(id: &str, k: u32) -> u32 {
 }
 
 /// The name of partition `i` of `topic` among `k`: the topic itself when it
-/// is not partitioned (`k` = 1), else `topic#i`. Low-level calls (claim, ack,
-/// tick...) take these names.
+/// is not partitioned (`k` = 1), else `topic#i`. The low-level calls of
+/// [`crate::raw`] take these names as a checked [`crate::raw::Partition`].
 ///
 /// ```
 /// assert_eq!(punctual::partition_name("orders", 0, 1), "orders");

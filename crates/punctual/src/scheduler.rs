@@ -17,6 +17,7 @@ use tracing::Instrument;
 use crate::error::{Error, Result};
 use crate::keys::validate_topic;
 use crate::queue::{Queue, MAX_BATCH};
+use crate::raw::{self, Partition, TickLimits};
 use crate::registry::{Registry, Role};
 
 /// Settings of a [`Scheduler`].
@@ -186,20 +187,14 @@ async fn run_topic(
     notify: Arc<Notify>,
     stop: CancellationToken,
 ) {
+    let part = Partition::known(&topic);
+    let limits = TickLimits::from(&config);
     let mut backoff = Duration::from_millis(50);
     loop {
         if stop.is_cancelled() {
             return;
         }
-        let wait = match queue
-            .tick(
-                &topic,
-                config.promote_batch,
-                config.max_ready,
-                config.reclaim_batch,
-            )
-            .await
-        {
+        let wait = match raw::tick(&queue, &part, &limits).await {
             Ok(t) => {
                 backoff = Duration::from_millis(50);
                 if t.reclaimed > 0 || t.dead > 0 {

@@ -18,7 +18,8 @@ use tracing::Instrument;
 use crate::error::{Error, Result};
 use crate::handler::{BoxedHandler, Handler, Json, Outcome};
 use crate::keys::validate_topic;
-use crate::queue::{Delivery, Failed, Queue, MAX_BATCH};
+use crate::queue::{Queue, MAX_BATCH};
+use crate::raw::{self, Delivery, FailKind, Failed, Lease, Partition};
 use crate::registry::{Registry, Role};
 
 /// Settings of a [`Worker`].
@@ -545,11 +546,8 @@ async fn fetch_loop(
             }
             let ti = (next_topic + i) % n_topics;
             let topic = &shared.topics[ti];
-            match shared
-                .queue
-                .claim(&topic.name, permits.len(), shared.config.lease)
-                .await
-            {
+            let part = Partition::known(&topic.name);
+            match raw::claim(&shared.queue, &part, permits.len(), shared.config.lease).await {
                 Ok(jobs) => {
                     for mut job in jobs {
                         job.topic.clone_from(&topic.logical);
@@ -744,7 +742,8 @@ async fn settle_loop(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Settle
 
 async fn ack_many(shared: Arc<Shared>, ti: usize, pairs: Vec<(String, i64)>) {
     let topic = &shared.topics[ti].name;
-    let Some(flags) = settle_or_give_up(|| shared.queue.ack(topic, &pairs)).await else {
+    let (part, leases) = (Partition::known(topic), to_leases(&pairs));
+    let Some(flags) = settle_or_give_up(|| raw::ack(&shared.queue, &part, &leases)).await else {
         for (id, token) in pairs {
             tracing::error!(topic = %topic, id = %id, "Redis keeps refusing the ack: leaving the job to its lease; it will be reclaimed and run again");
             forget(&shared, ti, &id, token);
@@ -761,22 +760,19 @@ async fn ack_many(shared: Arc<Shared>, ti: usize, pairs: Vec<(String, i64)>) {
 
 async fn fail_one(shared: Arc<Shared>, s: Settle) {
     let topic = &shared.topics[s.topic].name;
-    let (error, after, permanent) = match &s.outcome {
+    let (error, kind) = match &s.outcome {
         // The one place every retry delay passes: capped here.
         Outcome::Retry { error, after } => (
             error.as_str(),
-            after.map(|a| a.min(shared.config.max_retry_delay)),
-            false,
+            FailKind::Retry {
+                after: after.map(|a| a.min(shared.config.max_retry_delay)),
+            },
         ),
-        Outcome::Permanent { error } => (error.as_str(), None, true),
+        Outcome::Permanent { error } => (error.as_str(), FailKind::Permanent),
         Outcome::Done => unreachable!("done outcomes are acked"),
     };
-    let r = settle_or_give_up(|| {
-        shared
-            .queue
-            .fail(topic, &s.id, s.token, error, after, permanent)
-    })
-    .await;
+    let (part, lease) = (Partition::known(topic), Lease::new(s.id.clone(), s.token));
+    let r = settle_or_give_up(|| raw::fail(&shared.queue, &part, &lease, error, kind)).await;
     let Some(r) = r else {
         tracing::error!(topic = %topic, id = %s.id, error, "Redis keeps refusing the fail: leaving the job to its lease; it will be reclaimed and run again");
         forget(&shared, s.topic, &s.id, s.token);
@@ -794,6 +790,14 @@ async fn fail_one(shared: Arc<Shared>, s: Settle) {
         }
     }
     forget(&shared, s.topic, &s.id, s.token);
+}
+
+/// The (id, token) pairs the worker keeps, as the fenced calls take them.
+fn to_leases(pairs: &[(String, i64)]) -> Vec<Lease> {
+    pairs
+        .iter()
+        .map(|(id, token)| Lease::new(id.clone(), *token))
+        .collect()
 }
 
 /// Tries of a settle call that Redis refuses for a lasting reason before
@@ -856,7 +860,8 @@ async fn keep_leases(shared: Arc<Shared>, stop: CancellationToken) {
         }
         for (ti, held) in by_topic {
             let topic = &shared.topics[ti].name;
-            match shared.queue.extend(topic, &held, shared.config.lease).await {
+            let (part, leases) = (Partition::known(topic), to_leases(&held));
+            match raw::extend(&shared.queue, &part, &leases, shared.config.lease).await {
                 Ok(flags) => {
                     for ((id, token), ok) in held.into_iter().zip(flags) {
                         if ok {

@@ -6,9 +6,11 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::util::part;
+use punctual::raw::{self, FailKind, Failed, Lease, TickLimits};
 use punctual::{
-    partition_name, partition_of, DeadSelector, ErrorKind, Failed, Job, Outcome, Queue, State,
-    Worker, WorkerConfig,
+    partition_name, partition_of, DeadSelector, ErrorKind, Job, Outcome, Queue, State, Worker,
+    WorkerConfig,
 };
 use punctual_testkit::RedisCluster;
 use rand::{Rng, SeedableRng};
@@ -121,35 +123,52 @@ async fn fencing_holds_on_a_cluster() {
     q.enqueue("f", Job::new("x").id("j").backoff(vec![Duration::ZERO]))
         .await
         .unwrap();
-    let first = q
-        .claim("f", 1, Duration::from_millis(100))
+    let first = raw::claim(&q, &part("f"), 1, Duration::from_millis(100))
         .await
         .unwrap()
         .remove(0);
     tokio::time::sleep(Duration::from_millis(150)).await;
-    let t = q.tick("f", 100, 1000, 100).await.unwrap();
+    let t = raw::tick(
+        &q,
+        &part("f"),
+        &TickLimits {
+            promote_batch: 100,
+            max_ready: 1000,
+            reclaim_batch: 100,
+        },
+    )
+    .await
+    .unwrap();
     assert_eq!(t.reclaimed, 1);
-    let second = q
-        .claim("f", 1, Duration::from_secs(30))
+    let second = raw::claim(&q, &part("f"), 1, Duration::from_secs(30))
         .await
         .unwrap()
         .remove(0);
     assert_ne!(first.token, second.token);
     assert_eq!(
-        q.ack("f", &[("j".into(), first.token)]).await.unwrap(),
+        raw::ack(&q, &part("f"), &[Lease::new("j", first.token)])
+            .await
+            .unwrap(),
         vec![false]
     );
-    let failed = q
-        .fail("f", "j", first.token, "late", None, false)
-        .await
-        .unwrap();
+    let failed = raw::fail(
+        &q,
+        &part("f"),
+        &Lease::new("j", first.token),
+        "late",
+        FailKind::Retry { after: None },
+    )
+    .await
+    .unwrap();
     assert_eq!(failed, Failed::Stale);
     assert_eq!(
         q.get("f", "j").await.unwrap().unwrap().state,
         State::Running
     );
     assert_eq!(
-        q.ack("f", &[("j".into(), second.token)]).await.unwrap(),
+        raw::ack(&q, &part("f"), &[Lease::new("j", second.token)])
+            .await
+            .unwrap(),
         vec![true]
     );
     assert!(q.get("f", "j").await.unwrap().is_none());
@@ -247,8 +266,11 @@ async fn partitioned_topics_keep_dedup_lookup_and_the_one_state_rule() {
     // Dead letters across partitions.
     for p in 0..3 {
         let name = partition_name("p", p, 3);
-        for d in q.claim(&name, 1000, Duration::from_secs(30)).await.unwrap() {
-            q.fail(&name, &d.id, d.token, "boom", None, true)
+        for d in raw::claim(&q, &part(&name), 1000, Duration::from_secs(30))
+            .await
+            .unwrap()
+        {
+            raw::fail(&q, &part(&name), &d.lease(), "boom", FailKind::Permanent)
                 .await
                 .unwrap();
         }
@@ -263,8 +285,7 @@ async fn partitioned_topics_keep_dedup_lookup_and_the_one_state_rule() {
     q.pause("p").await.unwrap();
     for p in 0..3 {
         let name = partition_name("p", p, 3);
-        assert!(q
-            .claim(&name, 1000, Duration::from_secs(30))
+        assert!(raw::claim(&q, &part(&name), 1000, Duration::from_secs(30))
             .await
             .unwrap()
             .is_empty());
@@ -445,7 +466,7 @@ async fn listing_bulk_cancel_paced_replay_and_topic_deletion_work_across_shards(
             .list("p", State::Pool, "order:", cursor.as_deref(), 20)
             .await
             .unwrap();
-        seen.extend(page.jobs.into_iter().map(|(id, _)| id));
+        seen.extend(page.jobs.into_iter().map(|j| j.id));
         match page.cursor {
             Some(cur) => cursor = Some(cur),
             None => break,
@@ -464,7 +485,7 @@ async fn listing_bulk_cancel_paced_replay_and_topic_deletion_work_across_shards(
         let mut claimed = Vec::new();
         for name in q.partition_names("p").await.unwrap() {
             claimed.extend(
-                q.claim(&name, 10, Duration::from_secs(60))
+                raw::claim(&q, &part(&name), 10, Duration::from_secs(60))
                     .await
                     .unwrap()
                     .into_iter()
@@ -473,7 +494,7 @@ async fn listing_bulk_cancel_paced_replay_and_topic_deletion_work_across_shards(
         }
         for (name, d) in claimed {
             assert_eq!(
-                q.fail(&name, &d.id, d.token, "x", None, true)
+                raw::fail(&q, &part(&name), &d.lease(), "x", FailKind::Permanent)
                     .await
                     .unwrap(),
                 Failed::Dead

@@ -9,9 +9,11 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::util::part;
+use punctual::raw::{self, FailKind, Failed, Lease, TickLimits};
 use punctual::{
-    Delivery, EnqueueStatus, ErrorKind, Failed, Job, Outcome, Queue, Scheduler, SchedulerConfig,
-    State, Worker, WorkerConfig,
+    Delivery, EnqueueStatus, ErrorKind, Job, Outcome, Queue, Scheduler, SchedulerConfig, State,
+    Worker, WorkerConfig,
 };
 use redis::aio::MultiplexedConnection;
 use tokio_util::sync::CancellationToken;
@@ -278,11 +280,13 @@ async fn a_redis_pause_longer_than_the_lease_expires_it_and_fences_the_stale_hol
     q.enqueue(t, Job::new("l").id("b-long").backoff(zero))
         .await
         .unwrap();
-    let short = q.claim(t, 1, Duration::from_millis(500)).await.unwrap();
+    let short = raw::claim(&q, &part(t), 1, Duration::from_millis(500))
+        .await
+        .unwrap();
     assert_eq!(short.len(), 1);
     let short = short.into_iter().next().unwrap();
     assert_eq!((short.id.as_str(), short.attempt), ("a-short", 1));
-    let long = q.claim(t, 1, LONG_LEASE).await.unwrap();
+    let long = raw::claim(&q, &part(t), 1, LONG_LEASE).await.unwrap();
     assert_eq!(long.len(), 1);
     let long = long.into_iter().next().unwrap();
     assert_eq!(long.id, "b-long");
@@ -313,26 +317,34 @@ async fn a_redis_pause_longer_than_the_lease_expires_it_and_fences_the_stale_hol
     .await;
 
     // Re-delivered with a new token; the stale holder is refused everywhere.
-    let again = q.claim(t, 1, LONG_LEASE).await.unwrap();
+    let again = raw::claim(&q, &part(t), 1, LONG_LEASE).await.unwrap();
     assert_eq!(again.len(), 1);
     let again = again.into_iter().next().unwrap();
     assert_eq!((again.id.as_str(), again.attempt), ("a-short", 2));
     assert!(again.token > short.token);
-    let stale = (short.id.clone(), short.token);
+    let stale = short.lease();
     assert_eq!(
-        q.ack(t, std::slice::from_ref(&stale)).await.unwrap(),
-        vec![false]
-    );
-    assert_eq!(
-        q.extend(t, std::slice::from_ref(&stale), LONG_LEASE)
+        raw::ack(&q, &part(t), std::slice::from_ref(&stale))
             .await
             .unwrap(),
         vec![false]
     );
     assert_eq!(
-        q.fail(t, &short.id, short.token, "stale", None, false)
+        raw::extend(&q, &part(t), std::slice::from_ref(&stale), LONG_LEASE)
             .await
             .unwrap(),
+        vec![false]
+    );
+    assert_eq!(
+        raw::fail(
+            &q,
+            &part(t),
+            &short.lease(),
+            "stale",
+            FailKind::Retry { after: None }
+        )
+        .await
+        .unwrap(),
         Failed::Stale
     );
     let info = q.get(t, "a-short").await.unwrap().unwrap();
@@ -340,11 +352,11 @@ async fn a_redis_pause_longer_than_the_lease_expires_it_and_fences_the_stale_hol
 
     // The long lease was still valid by Redis's clock: its holder acks.
     assert_eq!(
-        q.ack(t, &[(long.id.clone(), long.token)]).await.unwrap(),
+        raw::ack(&q, &part(t), &[long.lease()]).await.unwrap(),
         vec![true]
     );
     assert_eq!(
-        q.ack(t, &[(again.id.clone(), again.token)]).await.unwrap(),
+        raw::ack(&q, &part(t), &[again.lease()]).await.unwrap(),
         vec![true]
     );
     stop.cancel();
@@ -441,9 +453,9 @@ async fn ride_out_a_pause(first: FirstAfterPause) -> (u64, u64, u64) {
         }
         server.pause();
         let q = q.clone();
-        Some(tokio::spawn(
-            async move { q.tick(t, 200, 100_000, 200).await },
-        ))
+        Some(tokio::spawn(async move {
+            raw::tick(&q, &part(t), &TickLimits::default()).await
+        }))
     } else {
         server.pause();
         None
@@ -624,9 +636,11 @@ async fn a_full_redis_refuses_whole_scripts_loudly_and_recovers_when_memory_is_f
             .into_iter()
             .map(|e| e.id),
     );
-    let expiring = q.claim(t, 3, Duration::from_millis(300)).await.unwrap();
+    let expiring = raw::claim(&q, &part(t), 3, Duration::from_millis(300))
+        .await
+        .unwrap();
     assert_eq!(expiring.len(), 3);
-    let held = q.claim(t, 2, LONG_LEASE).await.unwrap();
+    let held = raw::claim(&q, &part(t), 2, LONG_LEASE).await.unwrap();
     assert_eq!(held.len(), 2);
     let pooled: Vec<Job> = (0..10)
         .map(|i| {
@@ -717,15 +731,17 @@ async fn a_full_redis_refuses_whole_scripts_loudly_and_recovers_when_memory_is_f
     for op in ["tick", "claim", "ack", "extend", "fail"] {
         let snap = topic_snapshot(&c, t).await;
         let result: punctual::Result<String> = match op {
-            "tick" => q.tick(t, 200, 100_000, 200).await.map(|r| format!("{r:?}")),
-            "claim" => q.claim(t, 5, LONG_LEASE).await.map(|d| {
+            "tick" => raw::tick(&q, &part(t), &TickLimits::default())
+                .await
+                .map(|r| format!("{r:?}")),
+            "claim" => raw::claim(&q, &part(t), 5, LONG_LEASE).await.map(|d| {
                 let s = format!("claimed {}", d.len());
                 more_held.extend(d);
                 s
             }),
             "ack" => {
-                let pair = [(held[0].id.clone(), held[0].token)];
-                q.ack(t, &pair).await.map(|f| {
+                let pair = [held[0].lease()];
+                raw::ack(&q, &part(t), &pair).await.map(|f| {
                     assert_eq!(
                         f,
                         vec![true],
@@ -736,19 +752,24 @@ async fn a_full_redis_refuses_whole_scripts_loudly_and_recovers_when_memory_is_f
                 })
             }
             "extend" => {
-                let pair = [(held[1].id.clone(), held[1].token)];
-                q.extend(t, &pair, LONG_LEASE)
+                let pair = [held[1].lease()];
+                raw::extend(&q, &part(t), &pair, LONG_LEASE)
                     .await
                     .map(|f| format!("{f:?}"))
             }
-            _ => q
-                .fail(t, &held[1].id, held[1].token, "under oom", None, false)
-                .await
-                .map(|f| {
-                    assert_eq!(f, Failed::Retry, "a held lease fails into a retry");
-                    failed_under_oom = Some(held[1].id.clone());
-                    format!("{f:?}")
-                }),
+            _ => raw::fail(
+                &q,
+                &part(t),
+                &held[1].lease(),
+                "under oom",
+                FailKind::Retry { after: None },
+            )
+            .await
+            .map(|f| {
+                assert_eq!(f, Failed::Retry, "a held lease fails into a retry");
+                failed_under_oom = Some(held[1].id.clone());
+                format!("{f:?}")
+            }),
         };
         match result {
             Ok(v) => outcomes.push((op, format!("ran: {v}"))),
@@ -788,19 +809,21 @@ async fn a_full_redis_refuses_whole_scripts_loudly_and_recovers_when_memory_is_f
 
     // Drain: promote, reclaim, claim and ack everything that is live.
     let mut handled: HashSet<String> = acked_under_oom.clone();
-    let mut to_ack: Vec<(String, i64)> = held
+    let mut to_ack: Vec<Lease> = held
         .iter()
         .chain(more_held.iter())
         .filter(|d| !acked_under_oom.contains(&d.id) && failed_under_oom.as_ref() != Some(&d.id))
-        .map(|d| (d.id.clone(), d.token))
+        .map(|d| d.lease())
         .collect();
     eventually(
         Duration::from_secs(10),
         "every job to be claimed",
         async || {
-            let tick = q.tick(t, 200, 100_000, 200).await.unwrap();
-            let got = q.claim(t, 100, LONG_LEASE).await.unwrap();
-            to_ack.extend(got.iter().map(|d| (d.id.clone(), d.token)));
+            let tick = raw::tick(&q, &part(t), &TickLimits::default())
+                .await
+                .unwrap();
+            let got = raw::claim(&q, &part(t), 100, LONG_LEASE).await.unwrap();
+            to_ack.extend(got.iter().map(|d| d.lease()));
             !tick.more && got.is_empty() && {
                 let s = q.stats(t).await.unwrap();
                 s.pool + s.ready == 0 && s.running as usize == to_ack.len()
@@ -808,9 +831,9 @@ async fn a_full_redis_refuses_whole_scripts_loudly_and_recovers_when_memory_is_f
         },
     )
     .await;
-    let flags = q.ack(t, &to_ack).await.unwrap();
+    let flags = raw::ack(&q, &part(t), &to_ack).await.unwrap();
     assert!(flags.iter().all(|f| *f), "{flags:?}");
-    handled.extend(to_ack.into_iter().map(|(id, _)| id));
+    handled.extend(to_ack.into_iter().map(|l| l.id));
     // A job failed under OOM (if Redis let it run) went back to ready and was
     // claimed again above; nothing is dead.
     let stats = q.stats(t).await.unwrap();
@@ -1081,22 +1104,22 @@ async fn a_flood_due_at_one_instant_is_promoted_in_short_ticks_while_redis_stays
             "only {} of {n} jobs claimed",
             claimed.len()
         );
-        let got = q.claim(t, 1000, LONG_LEASE).await.unwrap();
+        let got = raw::claim(&q, &part(t), 1000, LONG_LEASE).await.unwrap();
         if got.is_empty() {
             break;
         }
-        let pairs: Vec<(String, i64)> = got
+        let pairs: Vec<Lease> = got
             .iter()
             .map(|d| {
                 if d.claimed_us < d.due_ms * 1000 {
                     early += 1;
                 }
-                (d.id.clone(), d.token)
+                d.lease()
             })
             .collect();
-        let flags = q.ack(t, &pairs).await.unwrap();
+        let flags = raw::ack(&q, &part(t), &pairs).await.unwrap();
         assert!(flags.iter().all(|f| *f), "a fresh lease is acked");
-        for (id, _) in pairs {
+        for Lease { id, .. } in pairs {
             assert!(claimed.insert(id.clone()), "job {id} claimed twice");
         }
     }

@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use crate::util::part;
+use punctual::raw::{self, FailKind, Lease};
 use punctual::{Job, Outcome, Scheduler, SchedulerConfig, Worker, WorkerConfig};
 use tokio_util::sync::CancellationToken;
 
@@ -45,16 +47,28 @@ async fn a_known_workload_gives_known_counts_and_minutes_without_a_snapshot_are_
             .await
             .unwrap();
     }
-    let jobs = q.claim("t", 5, LONG_LEASE).await.unwrap();
+    let jobs = raw::claim(q, &part("t"), 5, LONG_LEASE).await.unwrap();
     assert_eq!(jobs.len(), 5);
-    let done: Vec<(String, i64)> = jobs[..3].iter().map(|d| (d.id.clone(), d.token)).collect();
-    q.ack("t", &done).await.unwrap();
-    q.fail("t", &jobs[3].id, jobs[3].token, "again", None, false)
-        .await
-        .unwrap();
-    q.fail("t", &jobs[4].id, jobs[4].token, "never", None, true)
-        .await
-        .unwrap();
+    let done: Vec<Lease> = jobs[..3].iter().map(|d| d.lease()).collect();
+    raw::ack(q, &part("t"), &done).await.unwrap();
+    raw::fail(
+        q,
+        &part("t"),
+        &jobs[3].lease(),
+        "again",
+        FailKind::Retry { after: None },
+    )
+    .await
+    .unwrap();
+    raw::fail(
+        q,
+        &part("t"),
+        &jobs[4].lease(),
+        "never",
+        FailKind::Permanent,
+    )
+    .await
+    .unwrap();
 
     let h = q.history("t", 3).await.unwrap();
     assert_eq!(h.minutes.len(), 3, "{h:?}");
@@ -355,8 +369,8 @@ async fn deleting_a_topic_deletes_its_history() {
     let _: () = fx
         .cmd(redis::cmd("HSET").arg(&old_late).arg("n").arg(1))
         .await;
-    let claimed = q.claim("t", 1, LONG_LEASE).await.unwrap();
-    q.ack("t", &[(claimed[0].id.clone(), claimed[0].token)])
+    let claimed = raw::claim(q, &part("t"), 1, LONG_LEASE).await.unwrap();
+    raw::ack(q, &part("t"), &[claimed[0].lease()])
         .await
         .unwrap();
     let before: Vec<String> = fx.cmd(redis::cmd("KEYS").arg(key("t", "*"))).await;

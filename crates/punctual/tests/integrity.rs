@@ -7,7 +7,9 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
-use punctual::{DeadSelector, EnqueueOptions, EnqueueStatus, ErrorKind, Failed, Job, Queue, State};
+use crate::util::{part, TICK_ALL};
+use punctual::raw::{self, FailKind, Failed, Lease};
+use punctual::{DeadSelector, EnqueueOptions, EnqueueStatus, ErrorKind, Job, Queue, State};
 
 use crate::util::{key, topic_keys, Fixture, RedisServer, LONG_LEASE, PREFIX};
 use punctual_testkit::eventually;
@@ -30,7 +32,8 @@ where
 }
 
 async fn claim_one(q: &Queue, t: &str) -> punctual::Delivery {
-    let mut got = until_ok("claim", || q.claim(t, 1, LONG_LEASE)).await;
+    let p = part(t);
+    let mut got = until_ok("claim", || raw::claim(q, &p, 1, LONG_LEASE)).await;
     assert_eq!(got.len(), 1, "expected one job, got {got:?}");
     got.remove(0)
 }
@@ -48,19 +51,21 @@ async fn assert_fenced(q: &Queue, t: &str, a: &punctual::Delivery, b: &punctual:
         a.token,
         b.token
     );
-    let stale = (a.id.clone(), a.token);
+    let stale = a.lease();
     assert_eq!(
-        q.ack(t, std::slice::from_ref(&stale)).await.unwrap(),
-        vec![false]
-    );
-    assert_eq!(
-        q.extend(t, std::slice::from_ref(&stale), LONG_LEASE)
+        raw::ack(q, &part(t), std::slice::from_ref(&stale))
             .await
             .unwrap(),
         vec![false]
     );
     assert_eq!(
-        q.fail(t, &a.id, a.token, "stale", None, true)
+        raw::extend(q, &part(t), std::slice::from_ref(&stale), LONG_LEASE)
+            .await
+            .unwrap(),
+        vec![false]
+    );
+    assert_eq!(
+        raw::fail(q, &part(t), &a.lease(), "stale", FailKind::Permanent)
             .await
             .unwrap(),
         Failed::Stale
@@ -73,7 +78,7 @@ async fn assert_fenced(q: &Queue, t: &str, a: &punctual::Delivery, b: &punctual:
     assert_eq!(info.state, State::Running);
     // B, the holder, can ack.
     assert_eq!(
-        q.ack(t, &[(b.id.clone(), b.token)]).await.unwrap(),
+        raw::ack(q, &part(t), &[b.lease()]).await.unwrap(),
         vec![true]
     );
     assert!(q.check(t).await.unwrap().is_empty());
@@ -175,7 +180,15 @@ async fn seed(f: &Fixture, t: &str) -> i64 {
     let d = claim_one(q, t).await;
     assert_eq!(d.id, "dead");
     assert_eq!(
-        q.fail(t, "dead", d.token, "x", None, true).await.unwrap(),
+        raw::fail(
+            q,
+            &part(t),
+            &Lease::new("dead", d.token),
+            "x",
+            FailKind::Permanent
+        )
+        .await
+        .unwrap(),
         Failed::Dead
     );
     q.enqueue(t, Job::new("p").id("run")).await.unwrap();
@@ -438,7 +451,7 @@ async fn enqueue_refuses_ids_that_are_not_utf8_or_hold_c1_controls() {
     let d = claim_one(&f.queue, t).await;
     assert_eq!(d.id, id);
     assert_eq!(
-        f.queue.ack(t, &[(d.id.clone(), d.token)]).await.unwrap(),
+        raw::ack(&f.queue, &part(t), &[d.lease()]).await.unwrap(),
         vec![true]
     );
 }
@@ -607,9 +620,15 @@ async fn oldest_dead_jobs_of_a_partitioned_topic_are_the_oldest_across_partition
         let d = claim_one(q, &physical).await;
         assert_eq!(&d.id, id);
         assert_eq!(
-            q.fail(&physical, id, d.token, "e", None, true)
-                .await
-                .unwrap(),
+            raw::fail(
+                q,
+                &part(&physical),
+                &Lease::new(id.clone(), d.token),
+                "e",
+                FailKind::Permanent
+            )
+            .await
+            .unwrap(),
             Failed::Dead
         );
         let died = q.get(t, id).await.unwrap().unwrap().state_since_ms.unwrap();
@@ -651,8 +670,8 @@ async fn a_delayed_job_never_starts_before_enqueue_time_plus_delay_to_the_micros
         .await
         .unwrap();
         let d = loop {
-            q.tick(t, 1000, 1_000_000, 1000).await.unwrap();
-            let mut got = q.claim(t, 1, LONG_LEASE).await.unwrap();
+            raw::tick(q, &part(t), &TICK_ALL).await.unwrap();
+            let mut got = raw::claim(q, &part(t), 1, LONG_LEASE).await.unwrap();
             if let Some(d) = got.pop() {
                 break d;
             }
@@ -664,7 +683,7 @@ async fn a_delayed_job_never_starts_before_enqueue_time_plus_delay_to_the_micros
             d.claimed_us
         );
         assert_eq!(
-            q.ack(t, &[(d.id.clone(), d.token)]).await.unwrap(),
+            raw::ack(q, &part(t), &[d.lease()]).await.unwrap(),
             vec![true]
         );
     }
@@ -886,7 +905,7 @@ async fn a_stored_id_that_is_not_utf8_goes_to_dead_at_its_first_claim() {
         .query_async(&mut c)
         .await
         .unwrap();
-    let got = q.claim(t, 10, LONG_LEASE).await.unwrap();
+    let got = raw::claim(q, &part(t), 10, LONG_LEASE).await.unwrap();
     let ids: Vec<&str> = got.iter().map(|d| d.id.as_str()).collect();
     assert_eq!(ids, vec!["fine"], "a non-UTF-8 id was handed out");
     let dead: Option<f64> = redis::cmd("ZSCORE")
@@ -950,17 +969,23 @@ async fn tokens_follow_the_counter_when_it_is_ahead_of_the_clock() {
     // stepped back): the tokens must still go up from it.
     let ahead: i64 = 4_000_000_000_000_000;
     f.cli(&["SET", &key(t, "seq"), &ahead.to_string()]);
-    let got = q.claim(t, 10, LONG_LEASE).await.unwrap();
+    let got = raw::claim(q, &part(t), 10, LONG_LEASE).await.unwrap();
     let tokens: Vec<i64> = got.iter().map(|d| d.token).collect();
     assert_eq!(tokens, vec![ahead + 1, ahead + 2]);
     let seq: i64 = f.cli(&["GET", &key(t, "seq")]).trim().parse().unwrap();
     assert_eq!(seq, ahead + 2);
     // Behind the clock: tokens start above the claim's time in µs.
     f.cli(&["SET", &key(t, "seq"), "7"]);
-    let pairs: Vec<(String, i64)> = got.iter().map(|d| (d.id.clone(), d.token)).collect();
-    assert_eq!(q.ack(t, &pairs).await.unwrap(), vec![true, true]);
+    let pairs: Vec<Lease> = got.iter().map(|d| d.lease()).collect();
+    assert_eq!(
+        raw::ack(q, &part(t), &pairs).await.unwrap(),
+        vec![true, true]
+    );
     q.enqueue(t, Job::new("c").id("c")).await.unwrap();
-    let d = q.claim(t, 10, LONG_LEASE).await.unwrap().remove(0);
+    let d = raw::claim(q, &part(t), 10, LONG_LEASE)
+        .await
+        .unwrap()
+        .remove(0);
     assert_eq!(d.token, d.claimed_us + 1);
 }
 

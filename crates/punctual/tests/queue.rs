@@ -3,9 +3,11 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
+use crate::util::{part, TICK_ALL};
+use punctual::raw::{self, FailKind, Failed, Lease, TickLimits};
 use punctual::{
-    DeadSelector, Delivery, EnqueueOptions, EnqueueStatus, ErrorKind, Failed, Job, Queue, State,
-    When, MAX_DELAY,
+    DeadSelector, Delivery, EnqueueOptions, EnqueueStatus, ErrorKind, Job, Queue, State, When,
+    MAX_DELAY,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -15,13 +17,13 @@ use punctual_testkit::eventually;
 
 /// Promote and reclaim with generous limits (tests that check limits pass
 /// their own).
-async fn tick(q: &Queue, topic: &str) -> punctual::Tick {
-    q.tick(topic, 1000, 1_000_000, 1000).await.expect("tick")
+async fn tick(q: &Queue, topic: &str) -> raw::Tick {
+    raw::tick(q, &part(topic), &TICK_ALL).await.expect("tick")
 }
 
 /// Claims exactly one job.
 async fn claim_one(q: &Queue, topic: &str, lease: Duration) -> Delivery {
-    let mut got = q.claim(topic, 10, lease).await.expect("claim");
+    let mut got = raw::claim(q, &part(topic), 10, lease).await.expect("claim");
     assert_eq!(
         got.len(),
         1,
@@ -30,8 +32,8 @@ async fn claim_one(q: &Queue, topic: &str, lease: Duration) -> Delivery {
     got.remove(0)
 }
 
-fn pair(d: &Delivery) -> (String, i64) {
-    (d.id.clone(), d.token)
+fn pair(d: &Delivery) -> Lease {
+    d.lease()
 }
 
 fn state_of(info: &Option<punctual::JobInfo>) -> Option<State> {
@@ -51,7 +53,7 @@ async fn extend_never_moves_a_lease_deadline_earlier() {
     let deadline = || async { q.get(t, "j").await.unwrap().unwrap().state_since_ms };
     let leased = deadline().await.expect("a lease deadline");
     assert_eq!(
-        q.extend(t, &[pair(&d)], Duration::from_millis(1000))
+        raw::extend(q, &part(t), &[d.lease()], Duration::from_millis(1000))
             .await
             .unwrap(),
         vec![true],
@@ -63,7 +65,7 @@ async fn extend_never_moves_a_lease_deadline_earlier() {
         "a shorter extend left the deadline where it was"
     );
     // A longer one moves it later, as before.
-    q.extend(t, &[pair(&d)], Duration::from_secs(120))
+    raw::extend(q, &part(t), &[d.lease()], Duration::from_secs(120))
         .await
         .unwrap();
     assert!(deadline().await.unwrap() >= leased + 59_000);
@@ -93,7 +95,10 @@ async fn stale_token_cannot_ack_fail_or_extend_the_next_delivery() {
     .await;
     assert_eq!(state_of(&q.get(t, "j").await.unwrap()), Some(State::Ready));
     // While the job waits in ready, the old token is refused too.
-    assert_eq!(q.ack(t, &[pair(&first)]).await.unwrap(), vec![false]);
+    assert_eq!(
+        raw::ack(q, &part(t), &[first.lease()]).await.unwrap(),
+        vec![false]
+    );
     assert_eq!(state_of(&q.get(t, "j").await.unwrap()), Some(State::Ready));
 
     let second = claim_one(q, t, LONG_LEASE).await;
@@ -108,21 +113,36 @@ async fn stale_token_cannot_ack_fail_or_extend_the_next_delivery() {
     let snap = f.snapshot().await;
 
     // The first worker wakes up late: everything it tries is refused.
-    assert_eq!(q.ack(t, &[pair(&first)]).await.unwrap(), vec![false]);
     assert_eq!(
-        q.fail(t, "j", first.token, "late failure", None, false)
-            .await
-            .unwrap(),
+        raw::ack(q, &part(t), &[first.lease()]).await.unwrap(),
+        vec![false]
+    );
+    assert_eq!(
+        raw::fail(
+            q,
+            &part(t),
+            &Lease::new("j", first.token),
+            "late failure",
+            FailKind::Retry { after: None }
+        )
+        .await
+        .unwrap(),
         Failed::Stale
     );
     assert_eq!(
-        q.fail(t, "j", first.token, "late permanent failure", None, true)
-            .await
-            .unwrap(),
+        raw::fail(
+            q,
+            &part(t),
+            &Lease::new("j", first.token),
+            "late permanent failure",
+            FailKind::Permanent
+        )
+        .await
+        .unwrap(),
         Failed::Stale
     );
     assert_eq!(
-        q.extend(t, &[pair(&first)], Duration::from_secs(3600))
+        raw::extend(q, &part(t), &[first.lease()], Duration::from_secs(3600))
             .await
             .unwrap(),
         vec![false]
@@ -137,15 +157,23 @@ async fn stale_token_cannot_ack_fail_or_extend_the_next_delivery() {
     assert_eq!(after.last_error, before.last_error);
 
     assert_eq!(
-        q.extend(t, &[pair(&second)], LONG_LEASE).await.unwrap(),
+        raw::extend(q, &part(t), &[second.lease()], LONG_LEASE)
+            .await
+            .unwrap(),
         vec![true]
     );
-    assert_eq!(q.ack(t, &[pair(&second)]).await.unwrap(), vec![true]);
+    assert_eq!(
+        raw::ack(q, &part(t), &[second.lease()]).await.unwrap(),
+        vec![true]
+    );
     assert!(q.get(t, "j").await.unwrap().is_none());
     assert_eq!(f.card(t, "running").await, 0);
     assert_eq!(f.card(t, "jobs").await, 0);
     // Acking twice is refused, not an error.
-    assert_eq!(q.ack(t, &[pair(&second)]).await.unwrap(), vec![false]);
+    assert_eq!(
+        raw::ack(q, &part(t), &[second.lease()]).await.unwrap(),
+        vec![false]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -166,17 +194,34 @@ async fn replacing_a_running_job_fences_out_the_old_delivery() {
     assert_eq!(r[0].status, EnqueueStatus::Replaced);
     assert_eq!(f.card(t, "running").await, 0);
 
-    assert_eq!(q.ack(t, &[pair(&old)]).await.unwrap(), vec![false]);
+    assert_eq!(
+        raw::ack(q, &part(t), &[old.lease()]).await.unwrap(),
+        vec![false]
+    );
     let new = claim_one(q, t, LONG_LEASE).await;
     assert_eq!(new.payload, b"v2");
     assert_eq!(new.attempt, 1);
     assert_ne!(new.token, old.token);
-    assert_eq!(q.ack(t, &[pair(&old)]).await.unwrap(), vec![false]);
     assert_eq!(
-        q.fail(t, "j", old.token, "old", None, true).await.unwrap(),
+        raw::ack(q, &part(t), &[old.lease()]).await.unwrap(),
+        vec![false]
+    );
+    assert_eq!(
+        raw::fail(
+            q,
+            &part(t),
+            &Lease::new("j", old.token),
+            "old",
+            FailKind::Permanent
+        )
+        .await
+        .unwrap(),
         Failed::Stale
     );
-    assert_eq!(q.ack(t, &[pair(&new)]).await.unwrap(), vec![true]);
+    assert_eq!(
+        raw::ack(q, &part(t), &[new.lease()]).await.unwrap(),
+        vec![true]
+    );
     assert!(q.check(t).await.unwrap().is_empty());
 }
 
@@ -217,7 +262,7 @@ async fn never_early_every_claim_is_at_or_after_its_due_time() {
             claimed.len()
         );
         tick(q, t).await;
-        let got = q.claim(t, 1000, LONG_LEASE).await.unwrap();
+        let got = raw::claim(q, &part(t), 1000, LONG_LEASE).await.unwrap();
         let now = f.now_ms().await;
         for d in &got {
             let (index, delay) = sent[&d.id];
@@ -250,7 +295,10 @@ async fn never_early_every_claim_is_at_or_after_its_due_time() {
         }
     }
     tick(q, t).await;
-    assert!(q.claim(t, 1000, LONG_LEASE).await.unwrap().is_empty());
+    assert!(raw::claim(q, &part(t), 1000, LONG_LEASE)
+        .await
+        .unwrap()
+        .is_empty());
     assert_eq!(f.card(t, "running").await, n);
 }
 
@@ -306,7 +354,10 @@ async fn attempts_count_at_claim_so_expiring_leases_reach_dead() {
         .as_deref()
         .unwrap_or("")
         .contains("lease"));
-    assert!(q.claim(t, 10, LONG_LEASE).await.unwrap().is_empty());
+    assert!(raw::claim(q, &part(t), 10, LONG_LEASE)
+        .await
+        .unwrap()
+        .is_empty());
     assert!(q.check(t).await.unwrap().is_empty());
 }
 
@@ -326,10 +377,15 @@ async fn failed_attempts_reach_dead_with_the_last_error_and_permanent_goes_at_on
     for attempt in 1..=3u32 {
         let d = claim_one(q, t, LONG_LEASE).await;
         assert_eq!(d.attempt, attempt);
-        let outcome = q
-            .fail(t, "f", d.token, &format!("boom {attempt}"), None, false)
-            .await
-            .unwrap();
+        let outcome = raw::fail(
+            q,
+            &part(t),
+            &Lease::new("f", d.token),
+            &format!("boom {attempt}"),
+            FailKind::Retry { after: None },
+        )
+        .await
+        .unwrap();
         let want = if attempt < 3 {
             Failed::Retry
         } else {
@@ -353,9 +409,15 @@ async fn failed_attempts_reach_dead_with_the_last_error_and_permanent_goes_at_on
         .unwrap();
     let d = claim_one(q, t, LONG_LEASE).await;
     assert_eq!(
-        q.fail(t, "p", d.token, "malformed payload", None, true)
-            .await
-            .unwrap(),
+        raw::fail(
+            q,
+            &part(t),
+            &Lease::new("p", d.token),
+            "malformed payload",
+            FailKind::Permanent
+        )
+        .await
+        .unwrap(),
         Failed::Dead
     );
     let info = q.get(t, "p").await.unwrap().unwrap();
@@ -374,8 +436,7 @@ async fn re_enqueue_of_a_dead_id_is_reported_as_dead_not_duplicate() {
     let (q, t) = (&f.queue, "deadid");
     q.enqueue(t, Job::new("a").id("order:1")).await.unwrap();
     let d = claim_one(q, t, LONG_LEASE).await;
-    let r = q
-        .fail(t, &d.id, d.token, "declined", None, true)
+    let r = raw::fail(q, &part(t), &d.lease(), "declined", FailKind::Permanent)
         .await
         .unwrap();
     assert_eq!(r, Failed::Dead);
@@ -487,7 +548,10 @@ async fn duplicate_ids_change_nothing_replace_applies_and_done_ids_are_free_agai
     assert_eq!(d.payload, b"c");
     let r = q.enqueue(t, Job::new("d").id("order:1")).await.unwrap();
     assert_eq!(r.status, EnqueueStatus::Duplicate, "a running job is live");
-    assert_eq!(q.ack(t, &[pair(&d)]).await.unwrap(), vec![true]);
+    assert_eq!(
+        raw::ack(q, &part(t), &[d.lease()]).await.unwrap(),
+        vec![true]
+    );
     let r = q.enqueue(t, Job::new("e").id("order:1")).await.unwrap();
     assert_eq!(r.status, EnqueueStatus::Created);
     assert_eq!(q.get(t, "order:1").await.unwrap().unwrap().payload, b"e");
@@ -793,7 +857,15 @@ async fn get_cancel_and_reschedule_by_id_in_every_state() {
     q.enqueue(t, Job::new("dead").id("dead")).await.unwrap();
     let d = claim_one(q, t, LONG_LEASE).await;
     assert_eq!(
-        q.fail(t, "dead", d.token, "no", None, true).await.unwrap(),
+        raw::fail(
+            q,
+            &part(t),
+            &Lease::new("dead", d.token),
+            "no",
+            FailKind::Permanent
+        )
+        .await
+        .unwrap(),
         Failed::Dead
     );
     q.enqueue(t, Job::new("running").id("running"))
@@ -950,15 +1022,26 @@ async fn get_cancel_and_reschedule_by_id_in_every_state() {
     assert_eq!(q.cancel(t, "missing").await.unwrap(), None);
 
     // The worker of the cancelled running job cannot ack, fail or extend.
-    assert_eq!(q.ack(t, &[pair(&running)]).await.unwrap(), vec![false]);
     assert_eq!(
-        q.fail(t, "running", running.token, "x", None, false)
-            .await
-            .unwrap(),
+        raw::ack(q, &part(t), &[running.lease()]).await.unwrap(),
+        vec![false]
+    );
+    assert_eq!(
+        raw::fail(
+            q,
+            &part(t),
+            &Lease::new("running", running.token),
+            "x",
+            FailKind::Retry { after: None }
+        )
+        .await
+        .unwrap(),
         Failed::Stale
     );
     assert_eq!(
-        q.extend(t, &[pair(&running)], LONG_LEASE).await.unwrap(),
+        raw::extend(q, &part(t), &[running.lease()], LONG_LEASE)
+            .await
+            .unwrap(),
         vec![false]
     );
     assert!(q.get(t, "running").await.unwrap().is_none());
@@ -984,11 +1067,15 @@ async fn make_dead(f: &Fixture, t: &str, ids: &[&str]) {
             .unwrap();
         let d = claim_one(&f.queue, t, LONG_LEASE).await;
         assert_eq!(d.id, *id);
-        let outcome = f
-            .queue
-            .fail(t, id, d.token, &format!("error {id}"), None, true)
-            .await
-            .unwrap();
+        let outcome = raw::fail(
+            &f.queue,
+            &part(t),
+            &Lease::new(id.to_string(), d.token),
+            &format!("error {id}"),
+            FailKind::Permanent,
+        )
+        .await
+        .unwrap();
         assert_eq!(outcome, Failed::Dead);
         let died = f
             .queue
@@ -1052,17 +1139,23 @@ async fn dead_letters_page_newest_first_replay_and_purge() {
     assert_eq!((info.state, info.attempts), (State::Ready, 0));
     let d = claim_one(q, t, LONG_LEASE).await;
     assert_eq!((d.id.as_str(), d.attempt), ("d3", 1));
-    assert_eq!(q.ack(t, &[pair(&d)]).await.unwrap(), vec![true]);
+    assert_eq!(
+        raw::ack(q, &part(t), &[d.lease()]).await.unwrap(),
+        vec![true]
+    );
 
     // Replay the two oldest.
     let replayed = q.dead_replay(t, DeadSelector::Oldest(2)).await.unwrap();
     assert_eq!(replayed, vec!["d0".to_string(), "d1".to_string()]);
-    let mut got = q.claim(t, 10, LONG_LEASE).await.unwrap();
+    let mut got = raw::claim(q, &part(t), 10, LONG_LEASE).await.unwrap();
     got.sort_by(|a, b| a.id.cmp(&b.id));
     let got_ids: Vec<(&str, u32)> = got.iter().map(|d| (d.id.as_str(), d.attempt)).collect();
     assert_eq!(got_ids, vec![("d0", 1), ("d1", 1)]);
     let acks: Vec<_> = got.iter().map(pair).collect();
-    assert_eq!(q.ack(t, &acks).await.unwrap(), vec![true, true]);
+    assert_eq!(
+        raw::ack(q, &part(t), &acks).await.unwrap(),
+        vec![true, true]
+    );
 
     // Purge by id, then all.
     assert_eq!(
@@ -1095,9 +1188,12 @@ async fn dead_replay_of_more_than_are_dead_replays_them_all() {
         .await
         .unwrap()
         .is_empty());
-    let got = q.claim(t, 10, LONG_LEASE).await.unwrap();
+    let got = raw::claim(q, &part(t), 10, LONG_LEASE).await.unwrap();
     let acks: Vec<_> = got.iter().map(pair).collect();
-    assert_eq!(q.ack(t, &acks).await.unwrap(), vec![true, true]);
+    assert_eq!(
+        raw::ack(q, &part(t), &acks).await.unwrap(),
+        vec![true, true]
+    );
     make_dead(&f, t, &["c"]).await;
     let replayed = q.dead_replay(t, DeadSelector::All).await.unwrap();
     assert_eq!(replayed, vec!["c".to_string()]);
@@ -1126,7 +1222,7 @@ async fn check_finds_nothing_after_a_random_mix_of_operations() {
     let mut rng = StdRng::seed_from_u64(0x5eed);
     let replace = EnqueueOptions::default().replace(true);
     let mut known: Vec<String> = Vec::new();
-    let mut held: Vec<(String, i64)> = Vec::new();
+    let mut held: Vec<Lease> = Vec::new();
     let mut ops: BTreeMap<&str, usize> = BTreeMap::new();
     let ms = |rng: &mut StdRng, max: u64| Duration::from_millis(rng.random_range(0..=max));
 
@@ -1171,35 +1267,55 @@ async fn check_finds_nothing_after_a_random_mix_of_operations() {
             36..=50 => {
                 let k = rng.random_range(1..=5);
                 let lease = Duration::from_millis(rng.random_range(20..=400));
-                let got = q.claim(t, k, lease).await.unwrap();
+                let got = raw::claim(q, &part(t), k, lease).await.unwrap();
                 held.extend(got.iter().map(pair));
                 "claim"
             }
             51..=62 if !held.is_empty() => {
                 let i = rng.random_range(0..held.len());
                 let h = held.swap_remove(i);
-                q.ack(t, &[h]).await.unwrap();
+                raw::ack(q, &part(t), &[h]).await.unwrap();
                 "ack"
             }
             63..=70 if !held.is_empty() => {
                 let i = rng.random_range(0..held.len());
-                let (id, token) = held.swap_remove(i);
+                let h = held.swap_remove(i);
                 let retry = rng.random_bool(0.5).then(|| ms(&mut rng, 50));
                 let permanent = rng.random_bool(0.2);
-                q.fail(t, &id, token, "random failure", retry, permanent)
-                    .await
-                    .unwrap();
+                raw::fail(
+                    q,
+                    &part(t),
+                    &h,
+                    "random failure",
+                    if permanent {
+                        FailKind::Permanent
+                    } else {
+                        FailKind::Retry { after: retry }
+                    },
+                )
+                .await
+                .unwrap();
                 "fail"
             }
             71..=76 if !held.is_empty() => {
                 let h = pick(&mut rng, &held).clone();
                 let lease = Duration::from_millis(rng.random_range(20..=400));
-                q.extend(t, &[h], lease).await.unwrap();
+                raw::extend(q, &part(t), &[h], lease).await.unwrap();
                 "extend"
             }
             77..=90 => {
                 let (b, r) = (rng.random_range(1..=50), rng.random_range(1..=50));
-                q.tick(t, b, 1_000_000, r).await.unwrap();
+                raw::tick(
+                    q,
+                    &part(t),
+                    &TickLimits {
+                        promote_batch: b,
+                        max_ready: 1_000_000,
+                        reclaim_batch: r,
+                    },
+                )
+                .await
+                .unwrap();
                 "tick"
             }
             91..=95 => {
@@ -1278,10 +1394,14 @@ async fn check_finds_nothing_after_a_random_mix_of_operations() {
     loop {
         assert!(Instant::now() < deadline, "the topic did not drain");
         tick(q, t).await;
-        let got = q.claim(t, 1000, LONG_LEASE).await.unwrap();
+        let got = raw::claim(q, &part(t), 1000, LONG_LEASE).await.unwrap();
         if !got.is_empty() {
             let acks: Vec<_> = got.iter().map(pair).collect();
-            assert!(q.ack(t, &acks).await.unwrap().iter().all(|a| *a));
+            assert!(raw::ack(q, &part(t), &acks)
+                .await
+                .unwrap()
+                .iter()
+                .all(|a| *a));
         }
         let s = q.stats(t).await.unwrap();
         if s.pool + s.ready + s.running == 0 {
@@ -1370,7 +1490,10 @@ async fn tick_drops_a_lease_whose_record_vanished() {
         (0, 0, 0, 0)
     );
     assert!(q.get(t, "o").await.unwrap().is_none());
-    assert_eq!(q.ack(t, &[pair(&d)]).await.unwrap(), vec![false]);
+    assert_eq!(
+        raw::ack(q, &part(t), &[d.lease()]).await.unwrap(),
+        vec![false]
+    );
     let v = q.check(t).await.unwrap();
     assert!(v.is_empty(), "{v:?}");
     // The id is free again.
@@ -1395,11 +1518,14 @@ async fn scripts_are_reloaded_after_script_flush() {
     let r = q.enqueue(t, Job::new("b").id("b")).await.unwrap();
     assert_eq!(r.status, EnqueueStatus::Created);
     f.cli(&["SCRIPT", "FLUSH"]);
-    let got = q.claim(t, 10, LONG_LEASE).await.unwrap();
+    let got = raw::claim(q, &part(t), 10, LONG_LEASE).await.unwrap();
     assert_eq!(got.len(), 2);
     f.cli(&["SCRIPT", "FLUSH"]);
     let acks: Vec<_> = got.iter().map(pair).collect();
-    assert_eq!(q.ack(t, &acks).await.unwrap(), vec![true, true]);
+    assert_eq!(
+        raw::ack(q, &part(t), &acks).await.unwrap(),
+        vec![true, true]
+    );
     f.cli(&["SCRIPT", "FLUSH"]);
     tick(q, t).await;
     assert!(q.get(t, "a").await.unwrap().is_none());
@@ -1431,12 +1557,18 @@ async fn queue_reconnects_and_reloads_scripts_after_redis_restart() {
     // The script cache of the new process is empty: every call must work.
     let d = claim_one(&q, t, LONG_LEASE).await;
     assert_eq!(d.id, "before");
-    assert_eq!(q.ack(t, &[pair(&d)]).await.unwrap(), vec![true]);
+    assert_eq!(
+        raw::ack(&q, &part(t), &[d.lease()]).await.unwrap(),
+        vec![true]
+    );
     let r = q.enqueue(t, Job::new("after").id("after")).await.unwrap();
     assert_eq!(r.status, EnqueueStatus::Created);
     let d = claim_one(&q, t, LONG_LEASE).await;
     assert_eq!(d.id, "after");
-    assert_eq!(q.ack(t, &[pair(&d)]).await.unwrap(), vec![true]);
+    assert_eq!(
+        raw::ack(&q, &part(t), &[d.lease()]).await.unwrap(),
+        vec![true]
+    );
     assert!(q.check(t).await.unwrap().is_empty());
 }
 
@@ -1461,12 +1593,32 @@ async fn more_than_8000_due_at_once_are_promoted_claimed_and_reclaimed_in_bounde
     f.wait_past(enqueued + 21).await;
 
     // Promote: at most a batch per tick; a batch over 1000 is capped.
-    let first = q.tick(t, 5000, 1_000_000, 1000).await.unwrap();
+    let first = raw::tick(
+        q,
+        &part(t),
+        &TickLimits {
+            promote_batch: 5000,
+            max_ready: 1_000_000,
+            reclaim_batch: 1000,
+        },
+    )
+    .await
+    .unwrap();
     assert_eq!(first.promoted, 1000);
     assert!(first.more);
     let (mut promoted, mut ticks) = (first.promoted, 1);
     while promoted < n as u64 {
-        let r = q.tick(t, 700, 1_000_000, 1000).await.unwrap();
+        let r = raw::tick(
+            q,
+            &part(t),
+            &TickLimits {
+                promote_batch: 700,
+                max_ready: 1_000_000,
+                reclaim_batch: 1000,
+            },
+        )
+        .await
+        .unwrap();
         assert!(r.promoted <= 700, "{r:?}");
         assert!(r.promoted > 0, "promotion stalled at {promoted}: {r:?}");
         promoted += r.promoted;
@@ -1481,7 +1633,9 @@ async fn more_than_8000_due_at_once_are_promoted_claimed_and_reclaimed_in_bounde
     // Claim in batches of 1000: everything, once.
     let mut seen = HashSet::new();
     loop {
-        let got = q.claim(t, 1000, Duration::from_millis(300)).await.unwrap();
+        let got = raw::claim(q, &part(t), 1000, Duration::from_millis(300))
+            .await
+            .unwrap();
         assert!(got.len() <= 1000);
         if got.is_empty() {
             break;
@@ -1499,7 +1653,7 @@ async fn more_than_8000_due_at_once_are_promoted_claimed_and_reclaimed_in_bounde
         Duration::from_secs(10),
         "every lease to be reclaimed",
         async || {
-            let r = q.tick(t, 1000, 1_000_000, 1000).await.unwrap();
+            let r = raw::tick(q, &part(t), &TICK_ALL).await.unwrap();
             assert!(r.reclaimed <= 1000, "{r:?}");
             assert_eq!(r.dead, 0);
             reclaimed += r.reclaimed;
@@ -1512,7 +1666,7 @@ async fn more_than_8000_due_at_once_are_promoted_claimed_and_reclaimed_in_bounde
     // Second delivery of everything, acked in one call (split by the library).
     let mut held = Vec::new();
     loop {
-        let got = q.claim(t, 1000, LONG_LEASE).await.unwrap();
+        let got = raw::claim(q, &part(t), 1000, LONG_LEASE).await.unwrap();
         if got.is_empty() {
             break;
         }
@@ -1520,7 +1674,7 @@ async fn more_than_8000_due_at_once_are_promoted_claimed_and_reclaimed_in_bounde
         held.extend(got.iter().map(pair));
     }
     assert_eq!(held.len(), 2 * n);
-    let acks = q.ack(t, &held).await.unwrap();
+    let acks = raw::ack(q, &part(t), &held).await.unwrap();
     assert_eq!(acks.len(), 2 * n);
     assert!(acks.iter().all(|a| *a));
     for set in ["pool", "ready", "running", "dead", "jobs"] {
@@ -1543,23 +1697,59 @@ async fn tick_refuses_to_promote_past_max_ready() {
     let enqueued = f.now_ms().await;
     f.wait_past(enqueued + 1).await;
 
-    let r = q.tick(t, 200, 10, 200).await.unwrap();
+    let r = raw::tick(
+        q,
+        &part(t),
+        &TickLimits {
+            max_ready: 10,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
     assert_eq!(r.promoted, 10, "{r:?}");
     assert_eq!(f.card(t, "ready").await, 10);
-    let r = q.tick(t, 200, 10, 200).await.unwrap();
+    let r = raw::tick(
+        q,
+        &part(t),
+        &TickLimits {
+            max_ready: 10,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
     assert_eq!(r.promoted, 0, "{r:?}");
     assert!(r.refused, "a full ready must be reported: {r:?}");
     assert_eq!(f.card(t, "ready").await, 10);
     assert_eq!(f.card(t, "pool").await, 40);
 
     // Room for 4 more after claiming 4.
-    let got = q.claim(t, 4, LONG_LEASE).await.unwrap();
+    let got = raw::claim(q, &part(t), 4, LONG_LEASE).await.unwrap();
     assert_eq!(got.len(), 4);
-    let r = q.tick(t, 200, 10, 200).await.unwrap();
+    let r = raw::tick(
+        q,
+        &part(t),
+        &TickLimits {
+            max_ready: 10,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
     assert_eq!(r.promoted, 4, "{r:?}");
     assert!(!r.refused);
     assert_eq!(f.card(t, "ready").await, 10);
-    let r = q.tick(t, 200, 10, 200).await.unwrap();
+    let r = raw::tick(
+        q,
+        &part(t),
+        &TickLimits {
+            max_ready: 10,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
     assert!(r.refused && r.promoted == 0, "{r:?}");
     assert_eq!(f.card(t, "pool").await, 36);
     assert!(q.check(t).await.unwrap().is_empty());
@@ -1585,7 +1775,7 @@ async fn generated_ids_are_unique_and_sort_by_creation_order() {
         ids.push(q.enqueue(t, Job::new("single")).await.unwrap().id);
         // Claims draw tokens from the same sequence: ids must still sort.
         if round % 3 == 0 {
-            q.claim(t, 5, LONG_LEASE).await.unwrap();
+            raw::claim(q, &part(t), 5, LONG_LEASE).await.unwrap();
         }
     }
     for w in ids.windows(2) {
@@ -1697,7 +1887,7 @@ async fn replace_moves_a_job_between_pool_and_ready_without_leaving_a_copy() {
     q.enqueue_with("t", vec![Job::new("f").id("x")], &replace)
         .await
         .unwrap();
-    let d = q.claim("t", 1, LONG_LEASE).await.unwrap();
+    let d = raw::claim(q, &part("t"), 1, LONG_LEASE).await.unwrap();
     assert_eq!(d.len(), 1);
     q.enqueue_with("t", vec![Job::new("g").id("x")], &replace)
         .await
@@ -1717,7 +1907,10 @@ async fn attempts_live_outside_the_record_and_leave_with_it() {
     let rec_before: String = f
         .cmd(redis::cmd("HGET").arg(key("t", "jobs")).arg("a"))
         .await;
-    let d = q.claim("t", 1, LONG_LEASE).await.unwrap().remove(0);
+    let d = raw::claim(q, &part("t"), 1, LONG_LEASE)
+        .await
+        .unwrap()
+        .remove(0);
     // A claim leaves the record as it was and counts in the attempts hash.
     let rec_after: String = f
         .cmd(redis::cmd("HGET").arg(key("t", "jobs")).arg("a"))
@@ -1728,7 +1921,10 @@ async fn attempts_live_outside_the_record_and_leave_with_it() {
         .await;
     assert_eq!(att, format!("1:{}", d.token));
     assert_eq!(q.get("t", "a").await.unwrap().unwrap().attempts, 1);
-    assert_eq!(q.ack("t", &[pair(&d)]).await.unwrap(), vec![true]);
+    assert_eq!(
+        raw::ack(q, &part("t"), &[d.lease()]).await.unwrap(),
+        vec![true]
+    );
     let left: i64 = f.cmd(redis::cmd("HLEN").arg(key("t", "attempts"))).await;
     assert_eq!(left, 0, "the attempts entry goes with the job");
     // An attempts entry without its record is a violation check reports.

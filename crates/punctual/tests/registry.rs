@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::util::part;
+use punctual::raw::{self, TickLimits};
 use punctual::registry::{ProcessInfo, Registry, Role};
 use punctual::{Job, Outcome, Scheduler, SchedulerConfig, Worker, WorkerConfig};
 use tokio_util::sync::CancellationToken;
@@ -150,7 +152,17 @@ async fn stats_count_the_jobs_overdue_in_the_pool_and_their_age() {
     let age = s.overdue_ms.unwrap();
     assert!((250..10_000).contains(&age), "age {age}");
     // Promoted, they are ready, not overdue in the pool.
-    f.queue.tick("orders", 100, 1000, 100).await.unwrap();
+    raw::tick(
+        &f.queue,
+        &part("orders"),
+        &TickLimits {
+            promote_batch: 100,
+            max_ready: 1000,
+            reclaim_batch: 100,
+        },
+    )
+    .await
+    .unwrap();
     let s = f.queue.stats("orders").await.unwrap();
     assert_eq!((s.overdue, s.overdue_ms, s.ready), (0, None, 3));
     assert!(s.oldest_ready_ms.unwrap() >= 250);

@@ -8,6 +8,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::util::part;
+use punctual::raw::{self, FailKind};
 use punctual::{
     DeadSelector, Job, Outcome, Queue, Scheduler, SchedulerConfig, State, Worker, WorkerConfig,
 };
@@ -630,13 +632,16 @@ async fn on_a_cluster_a_claim_or_an_enqueue_without_id_is_never_resent_after_it_
     for id in ["j1", "j2"] {
         q.enqueue("t", Job::new(id).id(id)).await.unwrap();
     }
-    assert!(q.claim("other", 1, LONG).await.unwrap().is_empty());
+    assert!(raw::claim(&q, &part("other"), 1, LONG)
+        .await
+        .unwrap()
+        .is_empty());
     q.stats("g").await.unwrap();
 
     // A claim whose reply is lost is reported, not sent again: a second run
     // would lease another job to nobody.
     let cuts = proxy.arm();
-    let r = q.claim("t", 1, LONG).await;
+    let r = raw::claim(&q, &part("t"), 1, LONG).await;
     assert_eq!(proxy.cuts.load(Ordering::SeqCst), cuts + 1);
     let s = q.stats("t").await.unwrap();
     assert_eq!(
@@ -669,8 +674,8 @@ async fn on_a_cluster_a_claim_or_an_enqueue_without_id_is_never_resent_after_it_
     for id in &ids {
         q.enqueue("d", Job::new("x").id(id)).await.unwrap();
     }
-    for d in q.claim("d", 5, LONG).await.unwrap() {
-        q.fail("d", &d.id, d.token, "bad", None, true)
+    for d in raw::claim(&q, &part("d"), 5, LONG).await.unwrap() {
+        raw::fail(&q, &part("d"), &d.lease(), "bad", FailKind::Permanent)
             .await
             .unwrap();
     }
@@ -750,17 +755,23 @@ async fn a_claim_publishes_on_the_pool_channel_exactly_when_its_lease_ends_first
     };
 
     // Nothing running: the new lease ends first.
-    q.claim("t", 1, Duration::from_secs(60)).await.unwrap();
+    raw::claim(&q, &part("t"), 1, Duration::from_secs(60))
+        .await
+        .unwrap();
     assert_eq!(
         wake_ups().await.len(),
         1,
         "the first lease wakes the schedulers"
     );
     // A lease that ends after the one running: the schedulers wake in time.
-    q.claim("t", 1, Duration::from_secs(120)).await.unwrap();
+    raw::claim(&q, &part("t"), 1, Duration::from_secs(120))
+        .await
+        .unwrap();
     assert_eq!(wake_ups().await, Vec::<String>::new(), "a later lease");
     // A lease that ends before every other one.
-    q.claim("t", 1, Duration::from_secs(10)).await.unwrap();
+    raw::claim(&q, &part("t"), 1, Duration::from_secs(10))
+        .await
+        .unwrap();
     let m = wake_ups().await;
     assert_eq!(m.len(), 1, "the earlier lease wakes the schedulers");
     let deadline: i64 = m[0].parse().expect("the lease deadline in ms");

@@ -154,3 +154,16 @@ pub fn topic_keys(topic: &str) -> Vec<String> {
     .map(|n| key(topic, n))
     .collect()
 }
+
+/// A topic or partition name as the low-level calls take it.
+pub fn part(name: &str) -> punctual::raw::Partition {
+    name.parse().expect("a valid topic or partition name")
+}
+
+/// Tick limits that promote and reclaim up to a full batch and never refuse
+/// promotion.
+pub const TICK_ALL: punctual::raw::TickLimits = punctual::raw::TickLimits {
+    promote_batch: 1000,
+    max_ready: 1_000_000,
+    reclaim_batch: 1000,
+};

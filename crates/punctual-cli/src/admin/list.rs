@@ -44,12 +44,7 @@ pub struct ListArgs {
 /// Runs `list`.
 pub async fn run(ctx: &Ctx, args: ListArgs) -> Result<()> {
     punctual::validate_topic(&args.topic)?;
-    let state = match args.state.as_str() {
-        "pool" => State::Pool,
-        "ready" => State::Ready,
-        "running" => State::Running,
-        _ => State::Dead,
-    };
+    let state: State = args.state.parse()?;
     if let Some(c) = &args.cursor {
         if c.split_once('-')
             .is_none_or(|(p, z)| p.parse::<u32>().is_err() || z.parse::<u64>().is_err())
@@ -78,7 +73,7 @@ pub async fn run(ctx: &Ctx, args: ListArgs) -> Result<()> {
         let jobs: Vec<_> = page
             .jobs
             .iter()
-            .map(|(id, ms)| json!({"id": id, what: ms}))
+            .map(|j| json!({"id": j.id, what: j.at_ms}))
             .collect();
         return emit_json(&json!({
             "topic": args.topic, "state": args.state, "jobs": jobs, "cursor": page.cursor,
@@ -103,8 +98,8 @@ pub async fn run(ctx: &Ctx, args: ListArgs) -> Result<()> {
         );
     } else {
         let mut t = Table::new(&["ID", head]);
-        for (id, ms) in &page.jobs {
-            t.row(vec![id.clone(), time(*ms)]);
+        for j in &page.jobs {
+            t.row(vec![j.id.clone(), time(j.at_ms)]);
         }
         out.push_str(&t.render());
     }

@@ -139,7 +139,7 @@ pub async fn run(ctx: &Ctx, args: PushArgs) -> Result<()> {
     if ctx.json() {
         emit_json(&done)?;
     } else {
-        emit(&format!("{} {}\n", done.id, status_name(done.status)))?;
+        emit(&format!("{} {}\n", done.id, done.status))?;
     }
     if done.is_dead() {
         return Err(exit::problem(format!(
@@ -163,16 +163,6 @@ fn with_defaults(mut job: Job, args: &PushArgs) -> Job {
         job = job.backoff(ladder.clone());
     }
     job
-}
-
-fn status_name(s: EnqueueStatus) -> &'static str {
-    match s {
-        EnqueueStatus::Created => "created",
-        EnqueueStatus::Duplicate => "duplicate",
-        EnqueueStatus::Replaced => "replaced",
-        EnqueueStatus::Dead => "dead",
-        _ => "unknown",
-    }
 }
 
 fn check_payload_size(len: usize, max: usize) -> Result<()> {

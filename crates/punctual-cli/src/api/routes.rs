@@ -224,14 +224,11 @@ async fn peek(
     topic_ok(&topic)?;
     let q = query(q)?;
     let name = q.state.as_deref().unwrap_or("pool");
-    let state = match name {
-        "pool" => JobState::Pool,
-        "ready" => JobState::Ready,
-        "running" => JobState::Running,
-        "dead" => JobState::Dead,
-        other => {
+    let state = match name.parse() {
+        Ok(s @ (JobState::Pool | JobState::Ready | JobState::Running | JobState::Dead)) => s,
+        _ => {
             return Err(ApiError::invalid(format!(
-                "state={other:?}: give pool, ready, running or dead"
+                "state={name:?}: give pool, ready, running or dead"
             )))
         }
     };
@@ -251,7 +248,7 @@ async fn peek(
             "topic": topic,
             "state": name,
             "now_ms": now_ms(),
-            "jobs": page.jobs.into_iter().map(|(id, at_ms)| json!({"id": id, "at_ms": at_ms})).collect::<Vec<_>>(),
+            "jobs": page.jobs.into_iter().map(|j| json!({"id": j.id, "at_ms": j.at_ms})).collect::<Vec<_>>(),
             "cursor": page.cursor,
         })));
     }
@@ -260,7 +257,7 @@ async fn peek(
         "topic": topic,
         "state": name,
         "now_ms": now_ms(),
-        "jobs": jobs.into_iter().map(|(id, at_ms)| json!({"id": id, "at_ms": at_ms})).collect::<Vec<_>>(),
+        "jobs": jobs.into_iter().map(|j| json!({"id": j.id, "at_ms": j.at_ms})).collect::<Vec<_>>(),
     })))
 }
 
@@ -447,16 +444,6 @@ fn to_job(b: JobBody) -> Result<Job, String> {
     Ok(job)
 }
 
-fn status_name(s: EnqueueStatus) -> &'static str {
-    match s {
-        EnqueueStatus::Created => "created",
-        EnqueueStatus::Duplicate => "duplicate",
-        EnqueueStatus::Replaced => "replaced",
-        EnqueueStatus::Dead => "dead",
-        _ => "unknown",
-    }
-}
-
 async fn enqueue(
     _: Authorized,
     State(s): St,
@@ -522,15 +509,11 @@ async fn enqueue(
         } else {
             StatusCode::OK
         };
-        return Ok((
-            code,
-            Json(json!({"id": r.id, "status": status_name(r.status)})),
-        )
-            .into_response());
+        return Ok((code, Json(json!({"id": r.id, "status": r.status.as_str()}))).into_response());
     }
     let count = |st| results.iter().filter(|r| r.status == st).count();
     Ok(Json(json!({
-        "jobs": results.iter().map(|r| json!({"id": r.id, "status": status_name(r.status)})).collect::<Vec<_>>(),
+        "jobs": results.iter().map(|r| json!({"id": r.id, "status": r.status.as_str()})).collect::<Vec<_>>(),
         "created": count(EnqueueStatus::Created),
         "duplicate": count(EnqueueStatus::Duplicate),
         "replaced": count(EnqueueStatus::Replaced),

@@ -1,0 +1,604 @@
+//! Operators' changes through [`Queue`]: partitions, bulk cancel, topic
+//! delete, dead-letter replay and purge, pause, topic defaults.
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
+
+use futures::stream::{self, StreamExt};
+use redis::{Script, Value};
+
+use super::{Queue, MAX_BATCH};
+use crate::error::{Error, Result};
+use crate::job::{DeadSelector, Listed, ReplayPace, State, TopicDeleted};
+use crate::keys::{partitions_key, topics_key, validate_id, validate_topic};
+use crate::partition::{partition_name, partition_of, MAX_PARTITIONS};
+use crate::scripts::SCRIPTS;
+
+impl Queue {
+    /// Splits `topic` into `k` partitions (1 undoes it). Refused while the
+    /// topic holds jobs, since ids would no longer map to where they are.
+    /// Safe against producers enqueueing meanwhile: each partition is
+    /// checked empty and marked with the new count in one script, and the
+    /// enqueue script refuses a call routed with another count (the library
+    /// then reads the count again and routes anew). Do not run two changes
+    /// of one topic at once.
+    ///
+    /// A change that fails midway is undone; one that could not be undone
+    /// (Redis lost meanwhile) or was cut short (a crash) may leave producers
+    /// refused: run it again (with the new count, or the old one) to finish
+    /// it. A call with the count the topic already has re-marks any
+    /// partition whose mark disagrees.
+    pub async fn set_partitions(&self, topic: &str, k: u32) -> Result<()> {
+        validate_topic(topic)?;
+        if k == 0 || k > MAX_PARTITIONS {
+            return Err(Error::invalid(format!(
+                "invalid partition count {k}: give 1 to {MAX_PARTITIONS}"
+            )));
+        }
+        self.inner.partitions.lock().unwrap().remove(topic);
+        let now = self.partitions(topic).await?;
+        if now == k {
+            // Finishes a change cut short after it stored the count: a
+            // partition still marked with another count refuses every
+            // enqueue routed with this one.
+            for i in 0..k {
+                let p = partition_name(topic, i, k);
+                let mark: Option<String> = self
+                    .cmd(
+                        redis::cmd("HGET")
+                            .arg(self.keys(&p).meta())
+                            .arg("partitions"),
+                    )
+                    .await?;
+                if mark.is_some_and(|m| m != k.to_string()) {
+                    self.layout(&p, k, false).await?;
+                }
+            }
+            return Ok(());
+        }
+        // Mark every physical topic of the current layout with the new
+        // count, each in one script with the check that it holds no job:
+        // from then on, an enqueue routed with the old count (a producer
+        // that read it before the change, or cached it) is refused there
+        // and routes again, so no job can land in the old layout after the
+        // check. When one is not empty, the marks made so far are undone.
+        let old: Vec<String> = (0..now).map(|i| partition_name(topic, i, now)).collect();
+        let mut held = 0;
+        let mut marked = Vec::new();
+        for p in &old {
+            match self.layout(p, k, true).await {
+                Ok(0) => marked.push(p),
+                Ok(n) => {
+                    held = n;
+                    break;
+                }
+                Err(e) => {
+                    for m in &marked {
+                        let _ = self.layout(m, now, false).await;
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        if held > 0 {
+            for m in &marked {
+                self.layout(m, now, false).await?;
+            }
+            let s = self.stats(topic).await?;
+            let live = (s.pool + s.ready + s.running + s.dead).max(held);
+            return Err(Error::invalid(format!(
+                "topic {topic:?} holds {live} jobs in {now} partition(s): drain it (or purge its dead jobs) before changing its partitions to {k}"
+            )));
+        }
+        // The old layout is marked with k: store k at once, so that
+        // producers read the count the marks ask for. Then mark the new
+        // partitions. On an error, undo (the count, then the old marks):
+        // otherwise every enqueue would be refused.
+        let mut stored = false;
+        let mut done = self.store_partitions(topic, k).await;
+        if done.is_ok() {
+            stored = true;
+            for i in 0..k {
+                let p = partition_name(topic, i, k);
+                if !old.contains(&p) {
+                    if let Err(e) = self.layout(&p, k, false).await {
+                        done = Err(e);
+                        break;
+                    }
+                }
+            }
+        }
+        self.inner.partitions.lock().unwrap().remove(topic);
+        if let Err(e) = done {
+            let mut undone = !stored || self.store_partitions(topic, now).await.is_ok();
+            for m in &old {
+                undone &= self.layout(m, now, false).await.is_ok();
+            }
+            if !undone {
+                tracing::warn!(topic, from = now, to = k, error = %e, "a partition change failed and could not be undone: run it again");
+            }
+            return Err(e);
+        }
+        self.register(topic).await?;
+        Ok(())
+    }
+
+    /// Stores a topic's partition count in `P:partitions` (1: no entry).
+    async fn store_partitions(&self, topic: &str, k: u32) -> Result<()> {
+        let key = partitions_key(&self.inner.prefix);
+        if k == 1 {
+            self.cmd::<i64>(redis::cmd("HDEL").arg(&key).arg(topic))
+                .await?;
+        } else {
+            self.cmd::<i64>(redis::cmd("HSET").arg(&key).arg(topic).arg(k))
+                .await?;
+        }
+        self.inner.partitions.lock().unwrap().remove(topic);
+        Ok(())
+    }
+
+    /// Cancels every job of the topic whose id starts with `id_prefix` (not
+    /// empty), in any state, found by [`Queue::list`]; with `dry_run`, only
+    /// finds them. Returns the ids with the state each was in (with
+    /// `dry_run`: the state each is in). A job enqueued while this runs may
+    /// be left alone.
+    pub async fn cancel_prefix(
+        &self,
+        topic: &str,
+        id_prefix: &str,
+        dry_run: bool,
+    ) -> Result<Vec<(String, State)>> {
+        validate_topic(topic)?;
+        if id_prefix.is_empty() {
+            return Err(Error::invalid(
+                "an empty id prefix would cancel every job of the topic: give a prefix",
+            ));
+        }
+        let mut seen = HashSet::new();
+        let mut found = Vec::new();
+        for state in [State::Pool, State::Ready, State::Running, State::Dead] {
+            let mut cursor: Option<String> = None;
+            loop {
+                let page = self
+                    .list(topic, state, id_prefix, cursor.as_deref(), MAX_BATCH)
+                    .await?;
+                for Listed { id, .. } in page.jobs {
+                    if validate_id(&id).is_ok() && seen.insert(id.clone()) {
+                        found.push((id, state));
+                    }
+                }
+                match page.cursor {
+                    Some(c) => cursor = Some(c),
+                    None => break,
+                }
+            }
+        }
+        if dry_run {
+            return Ok(found);
+        }
+        let done: Vec<Option<(String, State)>> = stream::iter(found)
+            .map(|(id, _)| async move {
+                Ok::<_, Error>(self.cancel(topic, &id).await?.map(|st| (id, st)))
+            })
+            .buffered(32)
+            .collect::<Vec<_>>()
+            .await
+            .into_iter()
+            .collect::<Result<_>>()?;
+        Ok(done.into_iter().flatten().collect())
+    }
+
+    /// Deletes a topic that holds no job: every key of each of its
+    /// partitions (counters, settings, pause, sequence included), then its
+    /// name in the topic set and its partition count. Refused, with nothing
+    /// deleted, while any job exists in any state or partition: each
+    /// partition is checked and deleted in one script, so a job enqueued
+    /// meanwhile is never lost (a producer that enqueues to the topic after
+    /// the deletion creates it anew; a long-running producer of this library
+    /// does not list it again, which `check` reports as an unlisted topic).
+    pub async fn delete_topic(&self, topic: &str) -> Result<TopicDeleted> {
+        validate_topic(topic)?;
+        self.inner.partitions.lock().unwrap().remove(topic);
+        let k = self.partitions(topic).await?;
+        let mut names: Vec<String> = (0..k).map(|i| partition_name(topic, i, k)).collect();
+        if k > 1 {
+            // The unpartitioned name keeps a mark of the count in its meta
+            // (set_partitions), and anything written before the split.
+            names.push(topic.to_string());
+        }
+        let mut held = 0u64;
+        let mut any_key = false;
+        for name in &names {
+            let s = self.stats_of(name).await?;
+            held += s.pool + s.ready + s.running + s.dead;
+            let keys = self.keys(name);
+            let n: u64 = self.cmd(redis::cmd("EXISTS").arg(&keys.keys[..])).await?;
+            any_key |= n > 0;
+        }
+        if held > 0 {
+            return Ok(TopicDeleted::HoldsJobs(held));
+        }
+        let listed: bool = self
+            .cmd(
+                redis::cmd("SISMEMBER")
+                    .arg(topics_key(&self.inner.prefix))
+                    .arg(topic),
+            )
+            .await?;
+        if !listed && !any_key && k == 1 {
+            let counted: bool = self
+                .cmd(
+                    redis::cmd("HEXISTS")
+                        .arg(partitions_key(&self.inner.prefix))
+                        .arg(topic),
+                )
+                .await?;
+            if !counted {
+                return Ok(TopicDeleted::Unknown);
+            }
+        }
+        for name in &names {
+            let v = self.run(&SCRIPTS.topic_delete, name, |_| {}).await?;
+            let n: u64 = redis::from_redis_value(v)
+                .map_err(|e| Error::protocol("topic_delete", e.to_string()))?;
+            if n > 0 {
+                // A job arrived after the check: stop, with nothing of the
+                // topic's jobs lost (earlier empty partitions lost only
+                // their counters).
+                return Ok(TopicDeleted::HoldsJobs(n));
+            }
+            self.delete_history(name).await?;
+        }
+        self.cmd::<i64>(
+            redis::cmd("SREM")
+                .arg(topics_key(&self.inner.prefix))
+                .arg(topic),
+        )
+        .await?;
+        self.cmd::<i64>(
+            redis::cmd("HDEL")
+                .arg(partitions_key(&self.inner.prefix))
+                .arg(topic),
+        )
+        .await?;
+        self.inner.registered.lock().unwrap().remove(topic);
+        self.inner.partitions.lock().unwrap().remove(topic);
+        Ok(TopicDeleted::Deleted)
+    }
+
+    /// Moves dead jobs back to ready, due now, attempts reset. Returns the
+    /// ids replayed.
+    pub async fn dead_replay(&self, topic: &str, which: DeadSelector) -> Result<Vec<String>> {
+        self.dead_replay_paced(topic, which, ReplayPace::Now, |_| {})
+            .await
+    }
+
+    /// Moves dead jobs back, attempts reset, due as `pace` says: with
+    /// [`ReplayPace::Now`] to ready, due now; with a rate or a spread, the
+    /// i-th replayed job is due [`ReplayPace::offset`] after the start
+    /// (Redis's `TIME`, read once), in pool, so replaying 50,000 jobs does
+    /// not flood their handlers, and the pacing holds after this call
+    /// returns. `progress` is told how many were replayed so far after each
+    /// call of the script (at most 1,000 jobs each). Returns the ids
+    /// replayed, in the order they are due.
+    ///
+    /// ```no_run
+    /// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+    /// use std::time::Duration;
+    /// use punctual::{DeadSelector, ReplayPace};
+    ///
+    /// let pace = ReplayPace::Rate { jobs: 100, per: Duration::from_secs(1) };
+    /// let ids = queue
+    ///     .dead_replay_paced("orders", DeadSelector::All, pace, |n| eprintln!("{n} replayed"))
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn dead_replay_paced(
+        &self,
+        topic: &str,
+        which: DeadSelector,
+        pace: ReplayPace,
+        progress: impl Fn(usize) + Send + Sync,
+    ) -> Result<Vec<String>> {
+        pace.validate()?;
+        validate_topic(topic)?;
+        let pacer = match pace {
+            ReplayPace::Now => None,
+            _ => {
+                let n = match &which {
+                    DeadSelector::Ids(ids) => ids.len(),
+                    DeadSelector::Oldest(n) => (*n).min(self.stats(topic).await?.dead as usize),
+                    _ => self.stats(topic).await?.dead as usize,
+                };
+                let (s, us): (i64, i64) = self.cmd(&redis::cmd("TIME")).await?;
+                Some(Pacer {
+                    pace,
+                    n,
+                    start_ms: s * 1000 + us / 1000,
+                    sent: std::sync::atomic::AtomicUsize::new(0),
+                })
+            }
+        };
+        let done = std::sync::atomic::AtomicUsize::new(0);
+        self.dead_op(&SCRIPTS.dead_replay, topic, which, pacer.as_ref(), |v| {
+            let ids: Vec<String> = redis::from_redis_value(v)
+                .map_err(|e| Error::protocol("dead_replay", e.to_string()))?;
+            let n = done.fetch_add(ids.len(), std::sync::atomic::Ordering::Relaxed) + ids.len();
+            progress(n);
+            Ok((ids.len(), ids))
+        })
+        .await
+        .map(|(_, ids)| ids)
+    }
+
+    /// Deletes dead jobs. Returns how many.
+    pub async fn dead_purge(&self, topic: &str, which: DeadSelector) -> Result<usize> {
+        self.dead_op(&SCRIPTS.dead_purge, topic, which, None, |v| {
+            let n: i64 = redis::from_redis_value(v)
+                .map_err(|e| Error::protocol("dead_purge", e.to_string()))?;
+            Ok((n as usize, Vec::new()))
+        })
+        .await
+        .map(|(n, _)| n)
+    }
+
+    async fn dead_op(
+        &self,
+        script: &Script,
+        topic: &str,
+        which: DeadSelector,
+        pacer: Option<&Pacer>,
+        read: impl Fn(Value) -> Result<(usize, Vec<String>)>,
+    ) -> Result<(usize, Vec<String>)> {
+        validate_topic(topic)?;
+        let k = self.partitions(topic).await?;
+        let (mut total, mut all) = (0, Vec::new());
+        match which {
+            DeadSelector::Ids(ids) => {
+                for id in &ids {
+                    validate_id(id)?;
+                }
+                let mut by_part: BTreeMap<u32, Vec<&String>> = BTreeMap::new();
+                for id in &ids {
+                    by_part.entry(partition_of(id, k)).or_default().push(id);
+                }
+                for (p, ids) in by_part {
+                    let physical = partition_name(topic, p, k);
+                    for chunk in ids.chunks(MAX_BATCH) {
+                        let args = Pacer::args(pacer, chunk);
+                        let v = self
+                            .run(script, &physical, |inv| {
+                                inv.arg(args);
+                            })
+                            .await?;
+                        let (n, ids) = read(v)?;
+                        total += n;
+                        all.extend(ids);
+                    }
+                }
+            }
+            DeadSelector::Oldest(n) if k > 1 => {
+                // The oldest across partitions: each round reads the oldest
+                // deaths of every partition, merges them by time of death
+                // and acts on the first ones by id (an id that left dead
+                // meanwhile is skipped by the script). At most what is dead
+                // now, so jobs that die again as fast as they are replayed
+                // cannot keep this going.
+                let mut left = n.min(self.stats(topic).await?.dead as usize);
+                while left > 0 {
+                    let want = left.min(MAX_BATCH);
+                    let mut oldest: Vec<(i64, u32, Vec<u8>)> = Vec::new();
+                    for p in 0..k {
+                        let keys = self.keys(&partition_name(topic, p, k));
+                        // Bytes: an id stored before ids had to be UTF-8
+                        // must still be purged.
+                        let items: Vec<(Vec<u8>, f64)> = self
+                            .cmd(
+                                redis::cmd("ZRANGE")
+                                    .arg(keys.dead())
+                                    .arg(0)
+                                    .arg(want - 1)
+                                    .arg("WITHSCORES"),
+                            )
+                            .await?;
+                        oldest.extend(items.into_iter().map(|(id, s)| (s as i64, p, id)));
+                    }
+                    oldest.sort();
+                    oldest.truncate(want);
+                    if oldest.is_empty() {
+                        break;
+                    }
+                    let mut by_part: BTreeMap<u32, Vec<Vec<u8>>> = BTreeMap::new();
+                    for (_, p, id) in oldest {
+                        by_part.entry(p).or_default().push(id);
+                    }
+                    let mut round = 0;
+                    for (p, ids) in by_part {
+                        let args = Pacer::args(pacer, &ids);
+                        let v = self
+                            .run(script, &partition_name(topic, p, k), |inv| {
+                                inv.arg(args);
+                            })
+                            .await?;
+                        let (done, ids) = read(v)?;
+                        round += done;
+                        total += done;
+                        all.extend(ids);
+                    }
+                    if round == 0 {
+                        break;
+                    }
+                    left = left.saturating_sub(round);
+                }
+            }
+            DeadSelector::Oldest(_) | DeadSelector::All => {
+                let mut left = match which {
+                    DeadSelector::Oldest(n) => n,
+                    _ => usize::MAX,
+                };
+                for p in 0..k {
+                    let physical = partition_name(topic, p, k);
+                    // At most what is dead now, so jobs that die again as fast
+                    // as they are replayed cannot keep this going.
+                    let mut here = self.stats_of(&physical).await?.dead as usize;
+                    let keys = self.keys(&physical);
+                    while left > 0 && here > 0 {
+                        let n = left.min(here).min(MAX_BATCH);
+                        // Read the ids, then act on them by id: a call resent
+                        // after a lost reply (the cluster client does) finds
+                        // them gone and cannot take the next n too. Bytes: an
+                        // id stored before ids had to be UTF-8 must still go.
+                        let ids: Vec<Vec<u8>> = self
+                            .cmd(redis::cmd("ZRANGE").arg(keys.dead()).arg(0).arg(n - 1))
+                            .await?;
+                        if ids.is_empty() {
+                            break;
+                        }
+                        let args = Pacer::args(pacer, &ids);
+                        let v = self
+                            .run(script, &physical, |inv| {
+                                inv.arg(args);
+                            })
+                            .await?;
+                        let (done, got) = read(v)?;
+                        total += done;
+                        all.extend(got);
+                        // Counted by the ids read, not by the reply (a resent
+                        // call reports 0): never more than n acted on.
+                        left = left.saturating_sub(ids.len());
+                        here = here.saturating_sub(ids.len());
+                    }
+                }
+            }
+        }
+        Ok((total, all))
+    }
+
+    /// Stops workers from claiming jobs of this topic (jobs still become due).
+    pub async fn pause(&self, topic: &str) -> Result<()> {
+        for p in self.partition_names(topic).await? {
+            let keys = self.keys(&p);
+            self.cmd::<i64>(redis::cmd("HSET").arg(keys.meta()).arg("paused").arg("1"))
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Lets workers claim from this topic again, and wakes them.
+    pub async fn resume(&self, topic: &str) -> Result<()> {
+        for p in self.partition_names(topic).await? {
+            let keys = self.keys(&p);
+            self.cmd::<i64>(redis::cmd("HDEL").arg(keys.meta()).arg("paused"))
+                .await?;
+            self.cmd::<i64>(redis::cmd("PUBLISH").arg(keys.ready()).arg(""))
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Stores a topic's defaults in Redis (its `meta` hash), where every
+    /// script reads them: max attempts and the backoff ladder for jobs that
+    /// do not carry their own. `None` restores the built-in default.
+    pub async fn set_topic_defaults(
+        &self,
+        topic: &str,
+        max_attempts: Option<u32>,
+        backoff: Option<&[Duration]>,
+    ) -> Result<()> {
+        validate_topic(topic)?;
+        if let Some(m) = max_attempts {
+            crate::job::check_max_attempts(m)?;
+        }
+        if let Some(step) = backoff
+            .into_iter()
+            .flatten()
+            .find(|d| **d > crate::job::MAX_DELAY)
+        {
+            return Err(Error::invalid(format!(
+                "invalid backoff step {}s: steps are at most ten years",
+                step.as_secs()
+            )));
+        }
+        // Separate commands: on a cluster the meta hashes and the topic set
+        // live in different slots. Each is idempotent.
+        for p in self.partition_names(topic).await? {
+            self.set_meta(&p, max_attempts, backoff).await?;
+        }
+        self.register(topic).await?;
+        Ok(())
+    }
+
+    async fn set_meta(
+        &self,
+        topic: &str,
+        max_attempts: Option<u32>,
+        backoff: Option<&[Duration]>,
+    ) -> Result<()> {
+        let keys = self.keys(topic);
+        let max = match max_attempts {
+            Some(m) => redis::cmd("HSET")
+                .arg(keys.meta())
+                .arg("max_attempts")
+                .arg(m)
+                .clone(),
+            None => redis::cmd("HDEL")
+                .arg(keys.meta())
+                .arg("max_attempts")
+                .clone(),
+        };
+        self.cmd::<i64>(&max).await?;
+        match backoff {
+            Some(l) if !l.is_empty() => {
+                let s = l
+                    .iter()
+                    .map(|d| crate::job::ceil_ms(*d).to_string())
+                    .collect::<Vec<_>>()
+                    .join(",");
+                self.cmd::<i64>(redis::cmd("HSET").arg(keys.meta()).arg("backoff").arg(s))
+                    .await?
+            }
+            _ => {
+                self.cmd::<i64>(redis::cmd("HDEL").arg(keys.meta()).arg("backoff"))
+                    .await?
+            }
+        };
+        Ok(())
+    }
+}
+
+/// The due times of a paced replay: the i-th id sent (over every call) is
+/// due `start_ms + pace.offset(i, n)`, an absolute time of Redis's clock.
+#[derive(Debug)]
+struct Pacer {
+    pace: ReplayPace,
+    n: usize,
+    start_ms: i64,
+    sent: std::sync::atomic::AtomicUsize,
+}
+
+impl Pacer {
+    /// The script's ARGV for these ids: `"ids", id...` without a pacer,
+    /// else `"due", id, "a<ms>", ...`. Built before the call, so a resent
+    /// call carries the same due times.
+    fn args<I: AsRef<[u8]>>(pacer: Option<&Pacer>, ids: &[I]) -> Vec<Vec<u8>> {
+        let mut out = Vec::with_capacity(ids.len() * 2 + 1);
+        match pacer {
+            None => {
+                out.push(b"ids".to_vec());
+                out.extend(ids.iter().map(|id| id.as_ref().to_vec()));
+            }
+            Some(p) => {
+                out.push(b"due".to_vec());
+                let first = p
+                    .sent
+                    .fetch_add(ids.len(), std::sync::atomic::Ordering::Relaxed);
+                for (j, id) in ids.iter().enumerate() {
+                    let off = p.pace.offset(first + j, p.n).as_millis() as i64;
+                    out.push(id.as_ref().to_vec());
+                    out.push(format!("a{}", p.start_ms.saturating_add(off)).into_bytes());
+                }
+            }
+        }
+        out
+    }
+}

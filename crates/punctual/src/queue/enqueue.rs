@@ -1,0 +1,294 @@
+//! The producers' side of [`Queue`]: enqueue, and change one's mind
+//! (cancel, reschedule).
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use futures::stream::{self, StreamExt};
+use redis::Value;
+
+use super::{Queue, MAX_BATCH, MAX_SAFE};
+use crate::error::{Error, Result};
+use crate::job::{EnqueueOptions, EnqueueStatus, Enqueued, Job, State, When};
+use crate::keys::{validate_id, validate_topic};
+use crate::partition::{generate_id, partition_name, partition_of};
+use crate::reply::Reply;
+use crate::scripts::SCRIPTS;
+
+/// Which script call each of the jobs `pending` goes in: per partition (of
+/// `k`), at most 1,000 per call. A partitioned topic's missing ids are made
+/// here, since the id picks the partition.
+fn route_jobs(
+    topic: &str,
+    k: u32,
+    pending: &[usize],
+    ids: &mut [Option<String>],
+) -> Vec<(String, Vec<usize>)> {
+    let mut groups = Vec::new();
+    if k <= 1 {
+        for chunk in pending.chunks(MAX_BATCH) {
+            groups.push((topic.to_string(), chunk.to_vec()));
+        }
+        return groups;
+    }
+    let mut by_part: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+    for &i in pending {
+        let id = ids[i].get_or_insert_with(generate_id);
+        by_part.entry(partition_of(id, k)).or_default().push(i);
+    }
+    for (p, idx) in by_part {
+        for chunk in idx.chunks(MAX_BATCH) {
+            groups.push((partition_name(topic, p, k), chunk.to_vec()));
+        }
+    }
+    groups
+}
+
+/// The enqueue script's refusal of a call routed with a stale partition
+/// count.
+fn is_stale_layout(e: &Error) -> bool {
+    matches!(e, Error::Redis(r) if r.code() == Some("PUNCTUAL_STALE"))
+}
+
+impl Queue {
+    /// Enqueues one job.
+    pub async fn enqueue(&self, topic: &str, job: Job) -> Result<Enqueued> {
+        let mut out = self
+            .enqueue_with(topic, vec![job], &EnqueueOptions::default())
+            .await?;
+        Ok(out.remove(0))
+    }
+
+    /// Enqueues a batch: one script call per 1,000 jobs, pipelined. Every job
+    /// is validated before anything is written.
+    pub async fn enqueue_batch(&self, topic: &str, jobs: Vec<Job>) -> Result<Vec<Enqueued>> {
+        self.enqueue_with(topic, jobs, &EnqueueOptions::default())
+            .await
+    }
+
+    /// Enqueues a batch with options (e.g. replace live ids).
+    pub async fn enqueue_with(
+        &self,
+        topic: &str,
+        jobs: Vec<Job>,
+        opts: &EnqueueOptions,
+    ) -> Result<Vec<Enqueued>> {
+        validate_topic(topic)?;
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut encoded = Vec::with_capacity(jobs.len());
+        for (i, job) in jobs.iter().enumerate() {
+            let which = || {
+                if jobs.len() == 1 {
+                    String::new()
+                } else {
+                    format!("job {}: ", i + 1)
+                }
+            };
+            job.validate()
+                .map_err(|e| Error::invalid(format!("{}{e}", which())))?;
+            if job.payload.len() > self.inner.max_payload {
+                return Err(Error::invalid(format!(
+                    "{}payload is {} bytes, over the {}-byte limit (raise max_payload or store the data elsewhere and enqueue a reference)",
+                    which(),
+                    job.payload.len(),
+                    self.inner.max_payload
+                )));
+            }
+            encoded.push(job.when.encode()?);
+        }
+        // An id given twice in one batch: the first wins, the later ones are
+        // duplicates and not sent (calls run concurrently, so Redis alone
+        // could not tell which came first).
+        let mut ids: Vec<Option<String>> = jobs.iter().map(|j| j.id.clone()).collect();
+        let mut placed: Vec<Option<Enqueued>> = vec![None; jobs.len()];
+        let mut first_of: HashMap<&str, usize> = HashMap::new();
+        for (i, job) in jobs.iter().enumerate() {
+            if let Some(id) = job.id.as_deref() {
+                if first_of.insert(id, i).is_some() {
+                    placed[i] = Some(Enqueued {
+                        id: id.to_string(),
+                        status: EnqueueStatus::Duplicate,
+                    });
+                }
+            }
+        }
+        let replace = if opts.replace { "1" } else { "0" };
+        let mut pending: Vec<usize> = (0..jobs.len()).filter(|i| placed[*i].is_none()).collect();
+        let mut failed = Vec::new();
+        let mut first_error = None;
+        let mut accepted = false;
+        let mut round = 0;
+        while !pending.is_empty() {
+            round += 1;
+            let k = self.partitions(topic).await?;
+            let groups = route_jobs(topic, k, &pending, &mut ids);
+            let results: Vec<(Vec<usize>, Result<Vec<Enqueued>>)> = stream::iter(groups)
+                .map(|(physical, idx)| {
+                    let (jobs, encoded, ids) = (&jobs, &encoded, &ids);
+                    async move {
+                        let r = self
+                            .enqueue_call(&physical, k, replace, &idx, jobs, encoded, ids)
+                            .await;
+                        (idx, r)
+                    }
+                })
+                .buffered(8)
+                .collect()
+                .await;
+            pending.clear();
+            for (idx, out) in results {
+                match out {
+                    Ok(out) => {
+                        accepted |= out.iter().any(|e| !e.is_duplicate());
+                        for (i, e) in idx.into_iter().zip(out) {
+                            placed[i] = Some(e);
+                        }
+                    }
+                    // The partition count changed since it was read (see
+                    // set_partitions): nothing was written; route again.
+                    Err(e) if is_stale_layout(&e) && round < 5 => pending.extend(idx),
+                    Err(e) => {
+                        failed.extend(idx);
+                        first_error.get_or_insert(e);
+                    }
+                }
+            }
+            if !pending.is_empty() {
+                pending.sort_unstable();
+                self.inner.partitions.lock().unwrap().remove(topic);
+                tokio::time::sleep(Duration::from_millis(20 * round)).await;
+            }
+        }
+        // The topic is registered only once a script has accepted a job, so
+        // an enqueue refused by the script (e.g. a time more than ten years
+        // ahead of Redis's clock) changes nothing.
+        if accepted {
+            if let Err(e) = self.register(topic).await {
+                // The jobs are written: report them, not this. The topic is
+                // registered by the next enqueue that reaches Redis.
+                tracing::warn!(topic, error = %e, "could not add the topic to the set of known topics");
+            }
+        }
+        if let Some(source) = first_error {
+            // Each call of up to 1,000 jobs is atomic; the batch as a whole
+            // is not. Say exactly what was written.
+            if placed.iter().flatten().all(Enqueued::is_duplicate) {
+                return Err(source);
+            }
+            failed.sort_unstable();
+            let written = placed
+                .into_iter()
+                .enumerate()
+                .filter_map(|(i, e)| e.map(|e| (i, e)))
+                .collect();
+            return Err(Error::PartialBatch {
+                total: jobs.len(),
+                written,
+                failed,
+                source: Box::new(source),
+            });
+        }
+        Ok(placed
+            .into_iter()
+            .map(|e| e.expect("every job has a result"))
+            .collect())
+    }
+
+    /// One call of the enqueue script: the jobs `idx` of a batch, routed
+    /// with `k` partitions (sent last, so the script can refuse a stale
+    /// count).
+    #[allow(clippy::too_many_arguments)]
+    async fn enqueue_call(
+        &self,
+        physical: &str,
+        k: u32,
+        replace: &str,
+        idx: &[usize],
+        jobs: &[Job],
+        encoded: &[String],
+        ids: &[Option<String>],
+    ) -> Result<Vec<Enqueued>> {
+        let v = self
+            .run(&SCRIPTS.enqueue, physical, |inv| {
+                inv.arg(self.inner.max_payload.min(MAX_SAFE))
+                    .arg(replace)
+                    .arg(idx.len());
+                for &i in idx {
+                    let job = &jobs[i];
+                    inv.arg(ids[i].as_deref().unwrap_or(""))
+                        .arg(&job.payload[..])
+                        .arg(&encoded[i])
+                        .arg(job.max_attempts.map(|m| m.to_string()).unwrap_or_default())
+                        .arg(job.backoff_arg());
+                }
+                inv.arg(k);
+            })
+            .await?;
+        let mut r = Reply::new("enqueue", v)?;
+        let mut out = Vec::with_capacity(idx.len());
+        while !r.is_empty() {
+            let id = r.string()?;
+            let status = match r.int()? {
+                0 => EnqueueStatus::Duplicate,
+                2 => EnqueueStatus::Replaced,
+                3 => EnqueueStatus::Dead,
+                1 => EnqueueStatus::Created,
+                other => {
+                    return Err(Error::protocol(
+                        "enqueue",
+                        format!("unknown status {other} for {id:?}"),
+                    ))
+                }
+            };
+            out.push(Enqueued { id, status });
+        }
+        if out.len() != idx.len() {
+            return Err(Error::protocol("enqueue", "one result per job expected"));
+        }
+        Ok(out)
+    }
+
+    /// Cancels a job in any state. Returns the state it was in, or `None`
+    /// when no such job was live.
+    pub async fn cancel(&self, topic: &str, id: &str) -> Result<Option<State>> {
+        validate_topic(topic)?;
+        validate_id(id)?;
+        let physical = self.route(topic, id).await?;
+        let v = self
+            .run(&SCRIPTS.cancel, &physical, |inv| {
+                inv.arg(id);
+            })
+            .await?;
+        match v {
+            Value::Nil => Ok(None),
+            v => {
+                let s: String = redis::from_redis_value(v)
+                    .map_err(|e| Error::protocol("cancel", e.to_string()))?;
+                Ok(s.parse().ok())
+            }
+        }
+    }
+
+    /// Gives a waiting job (pool or ready) a new due time. Returns the state
+    /// it was in; a running or dead job is left alone and its state returned
+    /// (replay a dead job instead); `None` when no such job is live.
+    pub async fn reschedule(&self, topic: &str, id: &str, when: When) -> Result<Option<State>> {
+        validate_topic(topic)?;
+        validate_id(id)?;
+        let when = when.encode()?;
+        let physical = self.route(topic, id).await?;
+        let v = self
+            .run(&SCRIPTS.reschedule, &physical, |inv| {
+                inv.arg(id).arg(&when);
+            })
+            .await?;
+        if v == Value::Nil {
+            return Ok(None);
+        }
+        let mut r = Reply::new("reschedule", v)?;
+        let s = r.string()?;
+        Ok(s.parse().ok())
+    }
+}

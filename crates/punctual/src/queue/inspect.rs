@@ -1,0 +1,511 @@
+//! Reading state through [`Queue`]: one job, listings, counts, the dead
+//! letters, the invariant check.
+
+use std::collections::BTreeMap;
+
+use redis::Value;
+
+use super::{Queue, MAX_BATCH};
+use crate::error::{Error, Result};
+use crate::job::{JobInfo, ListPage, Listed, State, TopicStats, Violation};
+use crate::keys::{topics_key, validate_id, validate_topic};
+use crate::partition::{partition_name, partition_of};
+use crate::reply::Reply;
+use crate::scripts::SCRIPTS;
+
+/// The set of known topics, read by [`Queue::list_topics`].
+#[derive(Debug, Clone, Default, serde::Serialize)]
+#[non_exhaustive]
+pub struct Topics {
+    /// The valid topic names, sorted.
+    pub valid: Vec<String>,
+    /// Names in the set that are not valid topics, sorted.
+    pub skipped: Vec<SkippedTopic>,
+}
+
+/// A name in the set of known topics that is not a valid topic.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct SkippedTopic {
+    /// The name, escaped for printing (bytes that are not UTF-8 as `\xNN`,
+    /// invisible and control characters as `\u{..}`).
+    pub name: String,
+    /// Why it is not a valid topic.
+    pub reason: String,
+}
+
+impl Queue {
+    /// One job by id, or `None` when no such job is live.
+    pub async fn get(&self, topic: &str, id: &str) -> Result<Option<JobInfo>> {
+        validate_topic(topic)?;
+        validate_id(id)?;
+        let physical = self.route(topic, id).await?;
+        let v = self
+            .run(&SCRIPTS.get, &physical, |inv| {
+                inv.arg(id);
+            })
+            .await?;
+        if v == Value::Nil {
+            return Ok(None);
+        }
+        let mut r = Reply::new("get", v)?;
+        let state_name = r.string()?;
+        let state: State = state_name
+            .parse()
+            .map_err(|_| Error::protocol("get", format!("unknown state {state_name:?}")))?;
+        let score = r.int()?;
+        let attempts = r.int()? as u32;
+        let max_attempts = r.int()? as u32;
+        let _token = r.int()?;
+        let due_ms = r.int()?;
+        let created_ms = r.int()?;
+        let _backoff = r.string()?;
+        let err = r.string()?;
+        let payload = r.bytes()?;
+        let now_ms = r.int()?;
+        Ok(Some(JobInfo {
+            id: id.to_string(),
+            state,
+            attempts,
+            max_attempts,
+            due_ms,
+            created_ms,
+            state_since_ms: matches!(state, State::Running | State::Dead).then_some(score),
+            last_error: (!err.is_empty()).then_some(err),
+            payload,
+            now_ms,
+        }))
+    }
+
+    /// Lists the ids of one state (pool, ready, running or dead) that start
+    /// with `id_prefix` (`""`: every id), a page at a time: pass `None`
+    /// first, then the returned cursor until it is `None`. At scale: each
+    /// page is one or a few `ZSCAN ... MATCH` calls per partition, so a page
+    /// costs about `count` entries whatever the set's size, and the
+    /// listing visits every partition of a partitioned topic. As with
+    /// `ZSCAN`, a job present throughout the listing is returned at least
+    /// once (possibly twice); jobs that move meanwhile may be missed or seen
+    /// twice; pages are sorted by score, the whole listing is not. A page
+    /// holds about `count` ids (1 to 1000; a small set is returned whole).
+    ///
+    /// ```no_run
+    /// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+    /// let mut cursor = None;
+    /// loop {
+    ///     let page = queue
+    ///         .list("orders", punctual::State::Pool, "order:", cursor.as_deref(), 500)
+    ///         .await?;
+    ///     for punctual::Listed { id, at_ms: due_ms, .. } in &page.jobs {
+    ///         println!("{id} due at {due_ms}");
+    ///     }
+    ///     match page.cursor {
+    ///         Some(c) => cursor = Some(c),
+    ///         None => break,
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn list(
+        &self,
+        topic: &str,
+        state: State,
+        id_prefix: &str,
+        cursor: Option<&str>,
+        count: usize,
+    ) -> Result<ListPage> {
+        validate_topic(topic)?;
+        if count == 0 || count > MAX_BATCH {
+            return Err(Error::invalid("list pages hold 1 to 1000 jobs"));
+        }
+        if id_prefix.len() > crate::keys::MAX_ID_LEN {
+            return Err(Error::invalid("an id prefix is at most 200 bytes"));
+        }
+        let k = self.partitions(topic).await?;
+        let bad_cursor = || {
+            Error::invalid(format!(
+                "cursor {:?} is not one this listing returned (start again without a cursor)",
+                cursor.unwrap_or("")
+            ))
+        };
+        let (mut part, mut at): (u32, u64) = match cursor {
+            None => (0, 0),
+            Some(c) => {
+                let (p, z) = c.split_once('-').ok_or_else(bad_cursor)?;
+                let p: u32 = p.parse().map_err(|_| bad_cursor())?;
+                let z: u64 = z.parse().map_err(|_| bad_cursor())?;
+                if p >= k {
+                    return Err(bad_cursor());
+                }
+                (p, z)
+            }
+        };
+        let mut pattern = String::with_capacity(id_prefix.len() * 2 + 1);
+        for c in id_prefix.chars() {
+            if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+                pattern.push('\\');
+            }
+            pattern.push(c);
+        }
+        pattern.push('*');
+        let mut jobs: Vec<Listed> = Vec::new();
+        loop {
+            let keys = self.keys(&partition_name(topic, part, k));
+            let key = match state {
+                State::Pool => keys.pool(),
+                State::Ready => keys.ready(),
+                State::Running => keys.running(),
+                State::Dead => keys.dead(),
+                other => {
+                    return Err(Error::invalid(format!(
+                        "cannot list {other} jobs: give pool, ready, running or dead"
+                    )))
+                }
+            };
+            let want = count - jobs.len().min(count);
+            let (next, items): (u64, Vec<(Vec<u8>, f64)>) = self
+                .cmd(
+                    redis::cmd("ZSCAN")
+                        .arg(key)
+                        .arg(at)
+                        .arg("MATCH")
+                        .arg(&pattern)
+                        .arg("COUNT")
+                        .arg(want.max(10)),
+                )
+                .await?;
+            jobs.extend(items.into_iter().map(|(id, s)| Listed {
+                id: String::from_utf8_lossy(&id).into_owned(),
+                at_ms: s as i64,
+            }));
+            at = next;
+            if at == 0 {
+                part += 1;
+                if part >= k {
+                    jobs.sort_by_key(|j| j.at_ms);
+                    return Ok(ListPage { jobs, cursor: None });
+                }
+            }
+            if jobs.len() >= count {
+                jobs.sort_by_key(|j| j.at_ms);
+                return Ok(ListPage {
+                    jobs,
+                    cursor: Some(format!("{part}-{at}")),
+                });
+            }
+        }
+    }
+
+    /// Sizes and counters of a topic.
+    /// For a partitioned topic, the partitions add up: sizes and counters
+    /// summed, the earliest next due time, the longest ready wait and
+    /// overdue age.
+    pub async fn stats(&self, topic: &str) -> Result<TopicStats> {
+        let names = self.partition_names(topic).await?;
+        let parts: Vec<TopicStats> =
+            futures::future::try_join_all(names.iter().map(|p| self.stats_of(p))).await?;
+        let mut total = TopicStats {
+            topic: topic.to_string(),
+            partitions: names.len() as u32,
+            ..TopicStats::default()
+        };
+        for s in parts {
+            total.pool += s.pool;
+            total.ready += s.ready;
+            total.running += s.running;
+            total.dead += s.dead;
+            total.paused |= s.paused;
+            total.next_due_in_ms = match (total.next_due_in_ms, s.next_due_in_ms) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            total.oldest_ready_ms = total.oldest_ready_ms.max(s.oldest_ready_ms);
+            total.overdue += s.overdue;
+            total.overdue_ms = total.overdue_ms.max(s.overdue_ms);
+            for (k, v) in s.counters {
+                *total.counters.entry(k).or_default() += v;
+            }
+        }
+        Ok(total)
+    }
+
+    /// Stats of one partition (or unpartitioned topic).
+    pub(super) async fn stats_of(&self, topic: &str) -> Result<TopicStats> {
+        let v = self.run(&SCRIPTS.stats, topic, |_| {}).await?;
+        let mut r = Reply::new("stats", v)?;
+        let (pool, ready, running, dead) = (r.int()?, r.int()?, r.int()?, r.int()?);
+        let paused = r.int()? == 1;
+        let next = r.int()?;
+        let oldest = r.int()?;
+        let mut c = r.array()?;
+        let mut counters = BTreeMap::new();
+        while !c.is_empty() {
+            let name = c.string()?;
+            counters.insert(name, c.int()?.max(0) as u64);
+        }
+        let overdue = r.int()?;
+        let overdue_ms = r.int()?;
+        Ok(TopicStats {
+            topic: topic.to_string(),
+            partitions: 1,
+            pool: pool as u64,
+            ready: ready as u64,
+            running: running as u64,
+            dead: dead as u64,
+            paused,
+            next_due_in_ms: (next >= 0).then_some(next),
+            oldest_ready_ms: (oldest >= 0).then_some(oldest),
+            overdue: overdue.max(0) as u64,
+            overdue_ms: (overdue_ms >= 0).then_some(overdue_ms),
+            counters,
+        })
+    }
+
+    /// The known topics (every topic that was ever enqueued to), sorted.
+    /// Names in the set that are not valid topics (anyone may `SADD` it) are
+    /// left out and logged (once per name and process);
+    /// [`Queue::list_topics`] reports them.
+    pub async fn topics(&self) -> Result<Vec<String>> {
+        let listed = self.list_topics().await?;
+        let mut logged = self.inner.skipped_logged.lock().unwrap();
+        for s in &listed.skipped {
+            if logged.insert(s.name.clone()) {
+                tracing::warn!(topic = %s.name, reason = %s.reason, "skipped an invalid name in the set of known topics");
+            }
+        }
+        Ok(listed.valid)
+    }
+
+    /// The known topics, sorted, and the names in the set of known topics
+    /// that are not valid topic names (not UTF-8, or refused by
+    /// [`crate::validate_topic`]): one bad name never hides the others.
+    ///
+    /// ```no_run
+    /// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+    /// let topics = queue.list_topics().await?;
+    /// for s in &topics.skipped {
+    ///     eprintln!("skipped {}: {}", s.name, s.reason);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn list_topics(&self) -> Result<Topics> {
+        let names: Vec<Vec<u8>> = self
+            .cmd(redis::cmd("SMEMBERS").arg(topics_key(&self.inner.prefix)))
+            .await?;
+        let mut out = Topics::default();
+        for raw in names {
+            match String::from_utf8(raw) {
+                Ok(name) => match validate_topic(&name) {
+                    Ok(()) => out.valid.push(name),
+                    Err(e) => out.skipped.push(SkippedTopic {
+                        name: name.escape_debug().to_string(),
+                        reason: e.to_string(),
+                    }),
+                },
+                Err(e) => out.skipped.push(SkippedTopic {
+                    name: e.as_bytes().escape_ascii().to_string(),
+                    reason: "not valid UTF-8".into(),
+                }),
+            }
+        }
+        out.valid.sort();
+        out.skipped.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    /// A page of dead jobs, most recent death first.
+    pub async fn dead_list(
+        &self,
+        topic: &str,
+        offset: usize,
+        count: usize,
+    ) -> Result<Vec<JobInfo>> {
+        validate_topic(topic)?;
+        if count == 0 || count > MAX_BATCH {
+            return Err(Error::invalid("dead list pages hold 1 to 1000 jobs"));
+        }
+        let names = self.partition_names(topic).await?;
+        if names.len() == 1 {
+            return self.dead_page(topic, offset, count).await;
+        }
+        // Partitioned: the newest offset+count of each, merged by time of death.
+        let want = offset + count;
+        let mut all = Vec::new();
+        for p in &names {
+            let mut at = 0;
+            while at < want {
+                let page = self.dead_page(p, at, (want - at).min(MAX_BATCH)).await?;
+                let n = page.len();
+                all.extend(page);
+                if n == 0 {
+                    break;
+                }
+                at += n;
+            }
+        }
+        all.sort_by_key(|j| std::cmp::Reverse(j.state_since_ms));
+        Ok(all.into_iter().skip(offset).take(count).collect())
+    }
+
+    async fn dead_page(&self, topic: &str, offset: usize, count: usize) -> Result<Vec<JobInfo>> {
+        let v = self
+            .run(&SCRIPTS.dead_list, topic, |inv| {
+                inv.arg(offset).arg(count);
+            })
+            .await?;
+        let mut r = Reply::new("dead_list", v)?;
+        let mut out = Vec::new();
+        while !r.is_empty() {
+            let id = r.string()?;
+            let died = r.int()?;
+            let attempts = r.int()? as u32;
+            let max_attempts = r.int()? as u32;
+            let due_ms = r.int()?;
+            let created_ms = r.int()?;
+            let err = r.string()?;
+            let payload = r.bytes()?;
+            out.push(JobInfo {
+                id,
+                state: State::Dead,
+                attempts,
+                max_attempts,
+                due_ms,
+                created_ms,
+                state_since_ms: Some(died),
+                last_error: (!err.is_empty()).then_some(err),
+                payload,
+                now_ms: 0,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Verifies the one-state invariant on a live topic: every job id is in
+    /// exactly one of pool, ready, running, dead, and has a record exactly
+    /// then, and has an attempts entry only then. Scans the four sets, the
+    /// records and the attempts hash in pages; each page is checked
+    /// atomically, so jobs moving meanwhile are never reported falsely. For
+    /// a partitioned topic, every partition is checked, and every id must be
+    /// in the partition its id maps to.
+    pub async fn check(&self, topic: &str) -> Result<Vec<Violation>> {
+        let k = self.partitions(topic).await?;
+        let mut out = Vec::new();
+        for p in 0..k {
+            out.extend(self.check_partition(topic, p, k).await?);
+        }
+        Ok(out)
+    }
+
+    async fn check_partition(&self, logical: &str, part: u32, k: u32) -> Result<Vec<Violation>> {
+        let topic = &partition_name(logical, part, k);
+        let keys = self.keys(topic);
+        let mut found: BTreeMap<String, String> = BTreeMap::new();
+        let scans = [
+            ("HSCAN", keys.jobs().to_string()),
+            ("ZSCAN", keys.pool().to_string()),
+            ("ZSCAN", keys.ready().to_string()),
+            ("ZSCAN", keys.running().to_string()),
+            ("ZSCAN", keys.dead().to_string()),
+            ("HSCAN", keys.attempts().to_string()),
+        ];
+        for (scan, key) in &scans {
+            let mut cursor: u64 = 0;
+            loop {
+                let (next, items): (u64, Vec<Vec<u8>>) = self
+                    .cmd(redis::cmd(scan).arg(key).arg(cursor).arg("COUNT").arg(500))
+                    .await?;
+                // Both scans return member, value pairs: keep the members.
+                let ids: Vec<&[u8]> = items.iter().step_by(2).map(|v| &v[..]).collect();
+                for id in &ids {
+                    let id = String::from_utf8_lossy(id);
+                    let home = partition_of(&id, k);
+                    if home != part {
+                        found.insert(
+                            id.into_owned(),
+                            format!("in partition {part}, but its id maps to partition {home}"),
+                        );
+                    }
+                }
+                for page in ids.chunks(MAX_BATCH) {
+                    let v = self
+                        .run(&SCRIPTS.check, topic, |inv| {
+                            inv.arg(page);
+                        })
+                        .await?;
+                    let mut r = Reply::new("check", v)?;
+                    while !r.is_empty() {
+                        let id = r.string()?;
+                        let problem = r.string()?;
+                        found.insert(id, problem);
+                    }
+                }
+                cursor = next;
+                if cursor == 0 {
+                    break;
+                }
+            }
+        }
+        Ok(found
+            .into_iter()
+            .map(|(id, problem)| Violation {
+                topic: topic.to_string(),
+                id,
+                problem,
+            })
+            .collect())
+    }
+
+    /// The first `count` (1 to 1000) ids of one state, in score order, with
+    /// their scores in epoch ms: for [`State::Pool`] and [`State::Ready`]
+    /// the next due jobs and their due times, for [`State::Running`] the
+    /// leases that expire next, for [`State::Dead`] the oldest deaths. A
+    /// partitioned topic's partitions are merged. Read-only: one `ZRANGE`
+    /// per partition. For dashboards; use [`Queue::get`] for a job's record.
+    ///
+    /// ```no_run
+    /// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+    /// for punctual::Listed { id, at_ms: due_ms, .. } in queue.peek("orders", punctual::State::Pool, 10).await? {
+    ///     println!("{id} is due at {due_ms}");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn peek(&self, topic: &str, state: State, count: usize) -> Result<Vec<Listed>> {
+        validate_topic(topic)?;
+        if count == 0 || count > MAX_BATCH {
+            return Err(Error::invalid("peek shows 1 to 1000 jobs"));
+        }
+        if !matches!(
+            state,
+            State::Pool | State::Ready | State::Running | State::Dead
+        ) {
+            return Err(Error::invalid(format!(
+                "cannot peek at {state} jobs: give pool, ready, running or dead"
+            )));
+        }
+        let mut all: Vec<Listed> = Vec::new();
+        for name in self.partition_names(topic).await? {
+            let keys = self.keys(&name);
+            let key = match state {
+                State::Pool => keys.pool(),
+                State::Ready => keys.ready(),
+                State::Running => keys.running(),
+                _ => keys.dead(),
+            };
+            let items: Vec<(Vec<u8>, f64)> = self
+                .cmd(
+                    redis::cmd("ZRANGE")
+                        .arg(key)
+                        .arg(0)
+                        .arg(count - 1)
+                        .arg("WITHSCORES"),
+                )
+                .await?;
+            all.extend(items.into_iter().map(|(id, s)| Listed {
+                id: String::from_utf8_lossy(&id).into_owned(),
+                at_ms: s as i64,
+            }));
+        }
+        all.sort_by_key(|j| j.at_ms);
+        all.truncate(count);
+        Ok(all)
+    }
+}

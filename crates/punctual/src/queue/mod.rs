@@ -1,0 +1,285 @@
+//! `Queue`: the connection to Redis and what every audience shares (the
+//! builder, the partition layout, script calls). The operations live by
+//! audience: [`enqueue`] (producers), [`inspect`] (reading state),
+//! [`admin`] (operators); the runtime's claim/ack/fail/extend/tick are in
+//! [`crate::raw`].
+
+mod admin;
+mod enqueue;
+mod inspect;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redis::{Script, Value};
+
+use crate::conn::Conn;
+use crate::error::{Error, Result};
+use crate::keys::{partitions_key, topics_key, validate_topic, TopicKeys};
+use crate::partition::{partition_name, partition_of};
+use crate::redact::redact;
+use crate::scripts::SCRIPTS;
+
+pub use inspect::{SkippedTopic, Topics};
+
+/// Largest integer the scripts take (2^53: Lua numbers are doubles).
+pub(crate) const MAX_SAFE: usize = 1 << 53;
+
+/// Default largest payload: 64 KiB.
+pub const DEFAULT_MAX_PAYLOAD: usize = 64 * 1024;
+/// Default key prefix.
+pub const DEFAULT_PREFIX: &str = "punctual";
+/// Most jobs one script call handles; larger batches are split.
+pub const MAX_BATCH: usize = 1000;
+
+/// Settings of a [`Queue`], built with [`Queue::builder`].
+#[derive(Debug, Clone)]
+pub struct QueueBuilder {
+    url: String,
+    prefix: String,
+    max_payload: usize,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+}
+
+impl QueueBuilder {
+    /// Key prefix (default `punctual`).
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Largest payload accepted, in bytes (default 64 KiB).
+    pub fn max_payload(mut self, bytes: usize) -> Self {
+        self.max_payload = bytes;
+        self
+    }
+
+    /// How long to wait for a TCP connection (default 2 s).
+    pub fn connect_timeout(mut self, t: Duration) -> Self {
+        self.connect_timeout = t;
+        self
+    }
+
+    /// How long to wait for a reply before the call fails (default 10 s).
+    pub fn response_timeout(mut self, t: Duration) -> Self {
+        self.response_timeout = t;
+        self
+    }
+
+    /// Connects. Fails if Redis does not answer.
+    pub async fn connect(self) -> Result<Queue> {
+        if self.prefix.is_empty() || self.prefix.contains(['{', '}']) {
+            return Err(Error::invalid(format!(
+                "invalid prefix {:?}: prefixes must be non-empty and may not contain braces",
+                self.prefix
+            )));
+        }
+        let connected =
+            crate::conn::connect(&self.url, self.connect_timeout, self.response_timeout).await?;
+        Ok(Queue {
+            inner: Arc::new(Inner {
+                conn: connected.conn,
+                pubsub: connected.pubsub,
+                cluster: connected.cluster,
+                url: self.url,
+                prefix: self.prefix,
+                max_payload: self.max_payload,
+                registered: Mutex::new(HashSet::new()),
+                skipped_logged: Mutex::new(HashSet::new()),
+                partitions: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+}
+
+/// A handle on punctual's data in one Redis. Cheap to clone; clones share
+/// one multiplexed connection that reconnects by itself.
+///
+/// ```no_run
+/// # async fn demo() -> punctual::Result<()> {
+/// use std::time::Duration;
+/// let queue = punctual::Queue::connect("redis://127.0.0.1:6379").await?;
+/// let job = punctual::Job::new("close order 10086").delay(Duration::from_secs(1800));
+/// let enqueued = queue.enqueue("orders", job).await?;
+/// println!("{} {:?}", enqueued.id, enqueued.status);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Queue {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    conn: Conn,
+    pubsub: Vec<redis::Client>,
+    cluster: bool,
+    url: String,
+    prefix: String,
+    max_payload: usize,
+    registered: Mutex<HashSet<String>>,
+    /// Invalid names in the set of known topics, logged once each.
+    skipped_logged: Mutex<HashSet<String>>,
+    /// Partition counts read from Redis, with when they were read.
+    partitions: Mutex<HashMap<String, (u32, std::time::Instant)>>,
+}
+
+impl std::fmt::Debug for Queue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Queue")
+            .field("url", &redact(&self.inner.url))
+            .field("prefix", &self.inner.prefix)
+            .finish()
+    }
+}
+
+impl Queue {
+    /// Settings for a connection to `url` (`redis://`, `rediss://`, with
+    /// `user:password@` when needed).
+    pub fn builder(url: impl Into<String>) -> QueueBuilder {
+        QueueBuilder {
+            url: url.into(),
+            prefix: DEFAULT_PREFIX.into(),
+            max_payload: DEFAULT_MAX_PAYLOAD,
+            connect_timeout: Duration::from_secs(2),
+            response_timeout: Duration::from_secs(10),
+        }
+    }
+
+    /// Connects with default settings.
+    pub async fn connect(url: impl Into<String>) -> Result<Queue> {
+        Queue::builder(url).connect().await
+    }
+
+    /// The key prefix.
+    pub fn prefix(&self) -> &str {
+        &self.inner.prefix
+    }
+
+    /// The largest payload accepted, in bytes.
+    pub fn max_payload(&self) -> usize {
+        self.inner.max_payload
+    }
+
+    /// The Redis URL with any password hidden.
+    pub fn url_redacted(&self) -> String {
+        redact(&self.inner.url)
+    }
+
+    /// Nodes to subscribe on for wake-ups, in order of preference.
+    pub(crate) fn pubsub_clients(&self) -> &[redis::Client] {
+        &self.inner.pubsub
+    }
+
+    /// Whether this is a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        self.inner.cluster
+    }
+
+    /// The connection (for `unlisted.rs`, which scans every master).
+    pub(crate) fn conn(&self) -> Conn {
+        self.inner.conn.clone()
+    }
+
+    pub(crate) fn keys(&self, topic: &str) -> TopicKeys {
+        TopicKeys::new(&self.inner.prefix, topic)
+    }
+
+    /// Runs a script of one topic; `args` fills ARGV.
+    pub(crate) async fn run(
+        &self,
+        script: &Script,
+        topic: &str,
+        args: impl FnOnce(&mut redis::ScriptInvocation<'_>),
+    ) -> Result<Value> {
+        let keys = self.keys(topic);
+        let mut inv = script.prepare_invoke();
+        for k in &keys.keys {
+            inv.key(k);
+        }
+        args(&mut inv);
+        let mut conn = self.inner.conn.clone();
+        inv.invoke_async(&mut conn).await.map_err(Error::from_redis)
+    }
+
+    /// Runs a plain command.
+    pub(crate) async fn cmd<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
+        let mut conn = self.inner.conn.clone();
+        cmd.query_async(&mut conn).await.map_err(Error::Redis)
+    }
+
+    /// Runs a pipeline (a `MULTI` when it is atomic).
+    pub(crate) async fn pipe<T: redis::FromRedisValue>(&self, pipe: &redis::Pipeline) -> Result<T> {
+        let mut conn = self.inner.conn.clone();
+        pipe.query_async(&mut conn).await.map_err(Error::Redis)
+    }
+
+    /// Adds the topic to the set of known topics, once per process.
+    async fn register(&self, topic: &str) -> Result<()> {
+        if self.inner.registered.lock().unwrap().contains(topic) {
+            return Ok(());
+        }
+        let key = topics_key(&self.inner.prefix);
+        self.cmd::<i64>(redis::cmd("SADD").arg(&key).arg(topic))
+            .await?;
+        self.inner
+            .registered
+            .lock()
+            .unwrap()
+            .insert(topic.to_string());
+        Ok(())
+    }
+
+    /// How many partitions `topic` has (1: not partitioned), as stored in
+    /// Redis; cached for one second.
+    pub async fn partitions(&self, topic: &str) -> Result<u32> {
+        validate_topic(topic)?;
+        if let Some((k, at)) = self.inner.partitions.lock().unwrap().get(topic) {
+            if at.elapsed() < Duration::from_secs(1) {
+                return Ok(*k);
+            }
+        }
+        let v: Option<u32> = self
+            .cmd(
+                redis::cmd("HGET")
+                    .arg(partitions_key(&self.inner.prefix))
+                    .arg(topic),
+            )
+            .await?;
+        let k = v.unwrap_or(1).max(1);
+        self.inner
+            .partitions
+            .lock()
+            .unwrap()
+            .insert(topic.to_string(), (k, std::time::Instant::now()));
+        Ok(k)
+    }
+
+    /// The names of a topic's partitions (`[topic]` when not partitioned),
+    /// as the keys and the history use them; [`crate::raw::partitions`]
+    /// gives them as the low-level calls take them.
+    pub async fn partition_names(&self, topic: &str) -> Result<Vec<String>> {
+        let k = self.partitions(topic).await?;
+        Ok((0..k).map(|i| partition_name(topic, i, k)).collect())
+    }
+
+    /// The partition holding `id`.
+    async fn route(&self, topic: &str, id: &str) -> Result<String> {
+        let k = self.partitions(topic).await?;
+        Ok(partition_name(topic, partition_of(id, k), k))
+    }
+
+    /// Runs the layout script on one physical topic; returns the jobs it
+    /// holds (with `check`, anything but 0 means nothing was written).
+    async fn layout(&self, physical: &str, k: u32, check: bool) -> Result<u64> {
+        let v = self
+            .run(&SCRIPTS.layout, physical, |inv| {
+                inv.arg(k).arg(if check { "check" } else { "set" });
+            })
+            .await?;
+        redis::from_redis_value::<i64>(v)
+            .map(|n| n.max(0) as u64)
+            .map_err(|e| Error::protocol("layout", e.to_string()))
+    }
+}

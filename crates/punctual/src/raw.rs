@@ -1,0 +1,655 @@
+//! The runtime's low-level operations: claim, ack, fail, extend, tick. Most
+//! programs use [`crate::Worker`] and [`crate::Scheduler`], which call these;
+//! they are public for runtimes of one's own, tests and benchmarks.
+//!
+//! Every call names one [`Partition`] (a topic, or one partition of a
+//! partitioned topic) and holds jobs by their [`Lease`]: the job id and the
+//! fencing token of its claim, which a stale holder cannot use.
+//!
+//! ```no_run
+//! # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+//! use std::time::Duration;
+//! use punctual::raw::{self, FailKind, TickLimits};
+//!
+//! for part in raw::partitions(&queue, "orders").await? {
+//!     raw::tick(&queue, &part, &TickLimits::default()).await?;
+//!     for job in raw::claim(&queue, &part, 10, Duration::from_secs(30)).await? {
+//!         if job.payload.is_empty() {
+//!             raw::fail(&queue, &part, &job.lease(), "empty payload", FailKind::Permanent).await?;
+//!         } else {
+//!             raw::ack(&queue, &part, &[job.lease()]).await?;
+//!         }
+//!     }
+//! }
+//! # Ok(()) }
+//! ```
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::keys::validate_topic;
+use crate::partition::{partition_name, MAX_PARTITIONS};
+use crate::queue::{Queue, MAX_BATCH, MAX_SAFE};
+use crate::reply::Reply;
+use crate::scripts::SCRIPTS;
+
+/// The name a low-level call takes: a topic (`orders`), or one partition of
+/// a partitioned topic (`orders#2`). Checked when made, so a call cannot
+/// name keys that no topic has.
+///
+/// ```
+/// use punctual::raw::Partition;
+/// let p: Partition = "orders#2".parse()?;
+/// assert_eq!((p.topic(), p.index()), ("orders", Some(2)));
+/// assert_eq!(Partition::of("orders", 2, 3)?, p);
+/// assert_eq!(Partition::of("orders", 0, 1)?.as_str(), "orders");
+/// assert!("orders#x".parse::<Partition>().is_err());
+/// assert!("orders#1024".parse::<Partition>().is_err());
+/// # Ok::<(), punctual::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Partition(String);
+
+impl Partition {
+    /// Partition `i` of `topic` among `k` (the topic itself when `k` is 1).
+    pub fn of(topic: &str, i: u32, k: u32) -> Result<Partition> {
+        validate_topic(topic)?;
+        if k == 0 || k > MAX_PARTITIONS || i >= k {
+            return Err(Error::invalid(format!(
+                "invalid partition {i} of {k}: give 0 to k-1, with k from 1 to {MAX_PARTITIONS}"
+            )));
+        }
+        Ok(Partition(partition_name(topic, i, k)))
+    }
+
+    /// A name taken from this library (a worker's or scheduler's own list),
+    /// not checked again.
+    pub(crate) fn known(name: &str) -> Partition {
+        Partition(name.to_string())
+    }
+
+    /// The name, as the keys use it.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The topic this is (a partition of).
+    pub fn topic(&self) -> &str {
+        self.0.split_once('#').map_or(&self.0, |(t, _)| t)
+    }
+
+    /// Which partition this is, or None for a topic that is not
+    /// partitioned.
+    pub fn index(&self) -> Option<u32> {
+        self.0.split_once('#').and_then(|(_, i)| i.parse().ok())
+    }
+}
+
+impl std::str::FromStr for Partition {
+    type Err = Error;
+
+    fn from_str(name: &str) -> Result<Partition> {
+        let Some((topic, i)) = name.split_once('#') else {
+            validate_topic(name)?;
+            return Ok(Partition(name.to_string()));
+        };
+        validate_topic(topic)?;
+        let bad = || {
+            Error::invalid(format!(
+                "invalid partition {name:?}: give topic#i, with i from 0 to {}",
+                MAX_PARTITIONS - 1
+            ))
+        };
+        // Decimal without a sign or leading zeros, as partition_name writes it.
+        if i.is_empty()
+            || !i.bytes().all(|b| b.is_ascii_digit())
+            || (i.len() > 1 && i.starts_with('0'))
+        {
+            return Err(bad());
+        }
+        match i.parse::<u32>() {
+            Ok(n) if n < MAX_PARTITIONS => Ok(Partition(name.to_string())),
+            _ => Err(bad()),
+        }
+    }
+}
+
+impl std::fmt::Display for Partition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl AsRef<str> for Partition {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+/// The partitions of `topic` as the layout in Redis has them (`[topic]`
+/// when it is not partitioned).
+///
+/// ```no_run
+/// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+/// for part in punctual::raw::partitions(&queue, "orders").await? {
+///     println!("{part}");
+/// }
+/// # Ok(()) }
+/// ```
+pub async fn partitions(queue: &Queue, topic: &str) -> Result<Vec<Partition>> {
+    Ok(queue
+        .partition_names(topic)
+        .await?
+        .into_iter()
+        .map(Partition)
+        .collect())
+}
+
+/// A claimed job as the fenced calls name it: its id and the token of the
+/// claim. A lease that expired (the job was reclaimed, cancelled or claimed
+/// again) is refused.
+///
+/// ```
+/// let lease = punctual::raw::Lease::new("order:10086", 1_700_000_000_000_000);
+/// assert_eq!(lease.id, "order:10086");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Lease {
+    /// The job id.
+    pub id: String,
+    /// The lease token of the claim ([`Delivery::token`]).
+    pub token: i64,
+}
+
+impl Lease {
+    /// The lease of job `id` claimed with `token`.
+    pub fn new(id: impl Into<String>, token: i64) -> Lease {
+        Lease {
+            id: id.into(),
+            token,
+        }
+    }
+}
+
+/// How [`fail`] treats the attempt.
+///
+/// ```
+/// use std::time::Duration;
+/// use punctual::raw::FailKind;
+/// let later = FailKind::Retry { after: Some(Duration::from_secs(60)) };
+/// assert_ne!(later, FailKind::Permanent);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailKind {
+    /// Retry: after `after`, or the topic's backoff ladder when None; to
+    /// dead anyway when the attempts are used up.
+    Retry {
+        /// The delay before the next attempt.
+        after: Option<Duration>,
+    },
+    /// A permanent failure: to dead now.
+    Permanent,
+}
+
+/// The batch limits of one [`tick`]. The default is the scheduler's.
+///
+/// ```
+/// let limits = punctual::raw::TickLimits { max_ready: 1_000, ..Default::default() };
+/// assert_eq!(limits.promote_batch, 200);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TickLimits {
+    /// Most jobs promoted from pool to ready (1 to 1,000).
+    pub promote_batch: usize,
+    /// Promotion stops while ready holds this many jobs.
+    pub max_ready: usize,
+    /// Most expired leases reclaimed (1 to 1,000).
+    pub reclaim_batch: usize,
+}
+
+impl Default for TickLimits {
+    fn default() -> Self {
+        TickLimits::from(&crate::SchedulerConfig::default())
+    }
+}
+
+impl From<&crate::SchedulerConfig> for TickLimits {
+    fn from(c: &crate::SchedulerConfig) -> Self {
+        TickLimits {
+            promote_batch: c.promote_batch,
+            max_ready: c.max_ready,
+            reclaim_batch: c.reclaim_batch,
+        }
+    }
+}
+
+/// A lease as the scripts take it: 1 ms to ten years.
+fn lease_ms(lease: Duration) -> u64 {
+    lease.min(crate::job::MAX_DELAY).as_millis().max(1) as u64
+}
+
+/// Decodes a record as `claim` returns it (`M:D:G:B:E:` + E bytes of last
+/// error + payload, see lib.lua): max attempts (`topic_max` when M is
+/// empty), due ms, created ms, payload. None when the header is not one
+/// (the script has checked it with the same pattern).
+fn decode_claimed(rec: &[u8], topic_max: i64) -> Option<(i64, i64, i64, Vec<u8>)> {
+    let mut fields = [&rec[..0]; 5];
+    let mut at = 0;
+    for f in &mut fields {
+        let len = rec[at..].iter().position(|&b| b == b':')?;
+        *f = &rec[at..at + len];
+        at += len + 1;
+    }
+    let [m, d, g, b, e] = fields;
+    let all = |s: &[u8], ok: fn(&u8) -> bool| s.iter().all(ok);
+    if !all(m, u8::is_ascii_digit)
+        || d.is_empty()
+        || !all(d, u8::is_ascii_alphanumeric)
+        || g.is_empty()
+        || !all(g, u8::is_ascii_alphanumeric)
+        || !all(b, |c| c.is_ascii_digit() || *c == b',')
+        || e.is_empty()
+        || !all(e, u8::is_ascii_digit)
+    {
+        return None;
+    }
+    // Digits past i64 saturate, as Lua's numbers would not matter there.
+    let num = |s: &[u8], radix: u32| {
+        let s = std::str::from_utf8(s).ok()?;
+        Some(i64::from_str_radix(s, radix).unwrap_or(i64::MAX))
+    };
+    let max = if m.is_empty() { topic_max } else { num(m, 10)? };
+    let due = num(d, 36)?;
+    let created = due.saturating_sub(num(g, 36)?);
+    let err_len = usize::try_from(num(e, 10)?).unwrap_or(usize::MAX);
+    let start = at.saturating_add(err_len).min(rec.len());
+    Some((max, due, created, rec[start..].to_vec()))
+}
+
+/// A job handed out by [`claim`]: leased to the caller until its lease
+/// deadline, which [`extend`] pushes back. Ack or fail it with its
+/// `token`; a stale token (the lease expired and the job was re-delivered)
+/// is refused.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Delivery {
+    /// The topic.
+    pub topic: String,
+    /// The job id.
+    pub id: String,
+    /// The lease token (fencing): unique per claim within the topic, and
+    /// never handed out again, even after a Redis restart or failover that
+    /// lost writes (tokens are at least Redis's clock in microseconds).
+    pub token: i64,
+    /// Which delivery this is: 1 on the first.
+    pub attempt: u32,
+    /// Deliveries allowed before the job goes to dead.
+    pub max_attempts: u32,
+    /// When the job was due, epoch ms (Redis clock).
+    pub due_ms: i64,
+    /// When the job was created, epoch ms (Redis clock).
+    pub created_ms: i64,
+    /// The payload.
+    pub payload: Vec<u8>,
+    /// Redis's clock at the claim, epoch microseconds: the job started no
+    /// earlier than this, and this is never before `due_ms`.
+    pub claimed_us: i64,
+    /// When the claim's reply arrived, on this process's monotonic clock.
+    pub received: std::time::Instant,
+}
+
+impl Delivery {
+    /// How late the job is now, in microseconds: Redis's clock at the claim
+    /// minus the due time, plus the local time since the claim's reply (no
+    /// cross-host skew). Negative would mean an early start; the claim script
+    /// never hands out a job before its due time.
+    pub fn lateness_us(&self) -> i64 {
+        self.claimed_us - self.due_ms * 1000 + self.received.elapsed().as_micros() as i64
+    }
+
+    /// [`Delivery::lateness_us`] as a duration (0 if it were negative).
+    pub fn lateness(&self) -> Duration {
+        Duration::from_micros(self.lateness_us().max(0) as u64)
+    }
+
+    /// The payload parsed as JSON.
+    pub fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T> {
+        serde_json::from_slice(&self.payload).map_err(|e| {
+            Error::invalid(format!(
+                "payload of job {:?} is not the expected JSON: {e}",
+                self.id
+            ))
+        })
+    }
+}
+
+/// What one scheduler tick did ([`tick`]).
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct Tick {
+    /// Jobs moved from pool to ready.
+    pub promoted: u64,
+    /// Expired leases moved back to pool (or ready) for another attempt.
+    pub reclaimed: u64,
+    /// Expired leases whose attempts were used up, moved to dead.
+    pub dead: u64,
+    /// Promotion was refused because ready holds `max_ready` jobs.
+    pub refused: bool,
+    /// A batch limit was hit: tick again now.
+    pub more: bool,
+    /// Time until the next due job in pool, by Redis's clock.
+    pub next_due: Option<Duration>,
+    /// Time until the next lease deadline, by Redis's clock.
+    pub next_lease: Option<Duration>,
+}
+
+/// What [`fail`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Failed {
+    /// Back in pool (or ready), to be retried.
+    Retry,
+    /// Moved to dead: permanent failure or attempts used up.
+    Dead,
+    /// Refused: the lease is no longer this caller's.
+    Stale,
+}
+
+impl Delivery {
+    /// The lease to ack, fail or extend this job with.
+    ///
+    /// ```no_run
+    /// # async fn demo(queue: punctual::Queue, part: punctual::raw::Partition) -> punctual::Result<()> {
+    /// use std::time::Duration;
+    /// for job in punctual::raw::claim(&queue, &part, 10, Duration::from_secs(30)).await? {
+    ///     punctual::raw::ack(&queue, &part, &[job.lease()]).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn lease(&self) -> Lease {
+        Lease::new(self.id.clone(), self.token)
+    }
+}
+
+/// Pops up to `k` ready jobs of `part` and leases them for `lease`,
+/// counting the attempt. Each [`Delivery`] names `part` as its topic.
+///
+/// ```no_run
+/// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+/// use std::time::Duration;
+/// let part: punctual::raw::Partition = "orders".parse()?;
+/// let jobs = punctual::raw::claim(&queue, &part, 10, Duration::from_secs(30)).await?;
+/// # Ok(()) }
+/// ```
+pub async fn claim(
+    queue: &Queue,
+    part: &Partition,
+    k: usize,
+    lease: Duration,
+) -> Result<Vec<Delivery>> {
+    let topic = part.as_str();
+    let v = queue
+        .run(&SCRIPTS.claim, topic, |inv| {
+            inv.arg(k.clamp(1, MAX_BATCH)).arg(lease_ms(lease));
+        })
+        .await?;
+    let received = std::time::Instant::now();
+    let mut r = Reply::new("claim", v)?;
+    if r.is_empty() {
+        return Ok(Vec::new());
+    }
+    let claimed_us = r.int()?;
+    let topic_max = r.int()?;
+    let mut out = Vec::with_capacity(r.len() / 4);
+    let mut not_text = Vec::new();
+    while !r.is_empty() {
+        let raw = r.bytes()?;
+        let token = r.int()?;
+        let attempt = r.int()?.clamp(0, u32::MAX as i64) as u32;
+        let record = r.bytes()?;
+        let (max_attempts, due_ms, created_ms, payload) = decode_claimed(&record, topic_max)
+            .ok_or_else(|| {
+                Error::protocol("claim", "a record the script passed cannot be decoded")
+            })?;
+        let max_attempts = max_attempts.clamp(0, u32::MAX as i64) as u32;
+        let id = match String::from_utf8(raw) {
+            Ok(id) => id,
+            Err(e) => {
+                not_text.push((e.into_bytes(), token));
+                continue;
+            }
+        };
+        out.push(Delivery {
+            topic: topic.to_string(),
+            id,
+            token,
+            attempt,
+            max_attempts,
+            due_ms,
+            created_ms,
+            payload,
+            claimed_us,
+            received,
+        });
+    }
+    // An id that is not UTF-8 (stored before enqueue refused them) cannot
+    // be handed out: a Delivery's id is text, and its ack would name
+    // another id. It goes to dead at once, for a person to see.
+    for (raw, token) in not_text {
+        let dead = queue
+            .run(&SCRIPTS.fail, topic, |inv| {
+                inv.arg(&raw[..])
+                    .arg(token)
+                    .arg("the id is not valid UTF-8, so no client can ack it (stored before punctual refused such ids): purge it, or enqueue it again under a UTF-8 id")
+                    .arg("")
+                    .arg("1");
+            })
+            .await;
+        if let Err(e) = dead {
+            // Its lease expires and a later claim tries again.
+            tracing::warn!(topic, id = %raw.escape_ascii(), error = %e, "could not move a job whose id is not UTF-8 to dead");
+        }
+    }
+    Ok(out)
+}
+
+/// Acks jobs: they are done and deleted. Returns one flag per lease: acked,
+/// or refused because the lease is no longer held.
+///
+/// ```no_run
+/// # async fn demo(queue: punctual::Queue, part: punctual::raw::Partition, job: punctual::Delivery) -> punctual::Result<()> {
+/// let acked = punctual::raw::ack(&queue, &part, &[job.lease()]).await?;
+/// assert_eq!(acked, [true]);
+/// # Ok(()) }
+/// ```
+pub async fn ack(queue: &Queue, part: &Partition, done: &[Lease]) -> Result<Vec<bool>> {
+    let mut flags = Vec::with_capacity(done.len());
+    for chunk in done.chunks(MAX_BATCH) {
+        let v = queue
+            .run(&SCRIPTS.ack, part.as_str(), |inv| {
+                for l in chunk {
+                    inv.arg(&l.id).arg(l.token);
+                }
+            })
+            .await?;
+        let f: Vec<i64> =
+            redis::from_redis_value(v).map_err(|e| Error::protocol("ack", e.to_string()))?;
+        flags.extend(f.into_iter().map(|x| x == 1));
+    }
+    Ok(flags)
+}
+
+/// Fails an attempt, fenced by the lease: retried (after the given delay or
+/// the backoff ladder) or moved to dead (permanent, or the attempts are
+/// used up). `error` is kept as the job's last error.
+///
+/// ```no_run
+/// # async fn demo(queue: punctual::Queue, part: punctual::raw::Partition, job: punctual::Delivery) -> punctual::Result<()> {
+/// use punctual::raw::{FailKind, Failed};
+/// let kind = FailKind::Retry { after: None };
+/// match punctual::raw::fail(&queue, &part, &job.lease(), "card declined", kind).await? {
+///     Failed::Retry | Failed::Dead => {}
+///     Failed::Stale => println!("someone else holds it now"),
+///     _ => {}
+/// }
+/// # Ok(()) }
+/// ```
+pub async fn fail(
+    queue: &Queue,
+    part: &Partition,
+    lease: &Lease,
+    error: &str,
+    kind: FailKind,
+) -> Result<Failed> {
+    let (after, permanent) = match kind {
+        FailKind::Retry { after } => (after, false),
+        FailKind::Permanent => (None, true),
+    };
+    let v = queue
+        .run(&SCRIPTS.fail, part.as_str(), |inv| {
+            inv.arg(&lease.id)
+                .arg(lease.token)
+                .arg(error)
+                .arg(
+                    after
+                        .map(|d| crate::job::ceil_ms(d.min(crate::job::MAX_DELAY)).to_string())
+                        .unwrap_or_default(),
+                )
+                .arg(if permanent { "1" } else { "0" });
+        })
+        .await?;
+    let mut r = Reply::new("fail", v)?;
+    Ok(match r.string()?.as_str() {
+        "retry" => Failed::Retry,
+        "dead" => Failed::Dead,
+        _ => Failed::Stale,
+    })
+}
+
+/// Extends leases to now + `lease`, never earlier than they were (a
+/// deadline already later stays); returns one flag per lease: extended, or
+/// lost (stop working on that job: it was reclaimed or cancelled).
+///
+/// ```no_run
+/// # async fn demo(queue: punctual::Queue, part: punctual::raw::Partition, job: punctual::Delivery) -> punctual::Result<()> {
+/// use std::time::Duration;
+/// let held = punctual::raw::extend(&queue, &part, &[job.lease()], Duration::from_secs(30)).await?;
+/// if !held[0] {
+///     println!("lost the lease of {}", job.id);
+/// }
+/// # Ok(()) }
+/// ```
+pub async fn extend(
+    queue: &Queue,
+    part: &Partition,
+    held: &[Lease],
+    lease: Duration,
+) -> Result<Vec<bool>> {
+    let mut flags = Vec::with_capacity(held.len());
+    for chunk in held.chunks(MAX_BATCH) {
+        let v = queue
+            .run(&SCRIPTS.extend, part.as_str(), |inv| {
+                inv.arg(lease_ms(lease));
+                for l in chunk {
+                    inv.arg(&l.id).arg(l.token);
+                }
+            })
+            .await?;
+        let f: Vec<i64> =
+            redis::from_redis_value(v).map_err(|e| Error::protocol("extend", e.to_string()))?;
+        flags.extend(f.into_iter().map(|x| x == 1));
+    }
+    Ok(flags)
+}
+
+/// One scheduler step on `part`: reclaim expired leases, then promote due
+/// jobs, at most a batch of each.
+///
+/// ```no_run
+/// # async fn demo(queue: punctual::Queue, part: punctual::raw::Partition) -> punctual::Result<()> {
+/// let t = punctual::raw::tick(&queue, &part, &Default::default()).await?;
+/// println!("promoted {}, next due in {:?}", t.promoted, t.next_due);
+/// # Ok(()) }
+/// ```
+pub async fn tick(queue: &Queue, part: &Partition, limits: &TickLimits) -> Result<Tick> {
+    let v = queue
+        .run(&SCRIPTS.tick, part.as_str(), |inv| {
+            inv.arg(limits.promote_batch.clamp(1, MAX_BATCH))
+                .arg(limits.max_ready.clamp(1, MAX_SAFE))
+                .arg(limits.reclaim_batch.clamp(1, MAX_BATCH));
+        })
+        .await?;
+    let mut r = Reply::new("tick", v)?;
+    let ms = |v: i64| (v >= 0).then(|| Duration::from_millis(v as u64));
+    Ok(Tick {
+        promoted: r.int()? as u64,
+        reclaimed: r.int()? as u64,
+        dead: r.int()? as u64,
+        refused: r.int()? == 1,
+        more: r.int()? == 1,
+        next_due: ms(r.int()?),
+        next_lease: ms(r.int()?),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{decode_claimed, Partition};
+
+    #[test]
+    fn partitions_are_topics_or_topic_hash_index() {
+        for ok in ["orders", "orders#0", "orders#7", "orders#1023"] {
+            let p: Partition = ok.parse().unwrap();
+            assert_eq!(p.as_str(), ok);
+            assert_eq!(p.topic(), "orders");
+        }
+        for bad in [
+            "",
+            "a{b}",
+            "orders#",
+            "orders#-1",
+            "orders#01",
+            "orders#1024",
+            "orders#x",
+            "#1",
+            "orders#1#2",
+            "orders #1",
+        ] {
+            assert!(bad.parse::<Partition>().is_err(), "{bad:?}");
+        }
+        assert_eq!(Partition::of("orders", 3, 4).unwrap().index(), Some(3));
+        assert!(Partition::of("orders", 4, 4).is_err());
+        assert!(Partition::of("orders", 0, 0).is_err());
+        assert_eq!(Partition::of("orders", 0, 1).unwrap().index(), None);
+    }
+
+    #[test]
+    fn claimed_records_decode_as_the_lua_did() {
+        // The example of docs/PROTOCOL.md ("A record decoded by hand").
+        let r = b"5:mx34zkpw:0:60000,300000:0:{\"order\":10086}";
+        let (max, due, created, payload) = decode_claimed(r, 6).unwrap();
+        assert_eq!(max, 5);
+        assert_eq!(due, i64::from_str_radix("mx34zkpw", 36).unwrap());
+        assert_eq!(created, due);
+        assert_eq!(payload, b"{\"order\":10086}");
+        // Topic default, a gap, a last error, colons in the payload.
+        let (max, due, created, payload) = decode_claimed(b":1z:a::4:boom:x:y", 6).unwrap();
+        assert_eq!((max, due, created), (6, 71, 61));
+        assert_eq!(payload, b":x:y");
+        // An error length past the end leaves an empty payload.
+        assert_eq!(decode_claimed(b":1:1::9:ab", 6).unwrap().3, b"");
+        for bad in [
+            &b"1:2:3:4"[..],
+            b"x:1:1::0:",
+            b":1::a:0:",
+            b":1:1:a:0:",
+            b":1:1::-1:",
+        ] {
+            assert!(
+                decode_claimed(bad, 6).is_none(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+}
