@@ -159,7 +159,7 @@ fn get(m: &Map<String, Value>, k: &str) -> f64 {
 /// `floor`: N jobs (due in 50 ms) through the floor's enqueue, promote,
 /// claim and ack, one call of 1,000 jobs at a time, nothing else running.
 /// Every job must be claimed exactly once and acked.
-pub async fn floor(b: &Bench) -> Result<Report> {
+pub(crate) async fn floor(b: &Bench) -> Result<Report> {
     let n = b.args.n;
     let (enqueue, promote, claim, ack) =
         (script(ENQUEUE), script(PROMOTE), script(CLAIM), script(ACK));
@@ -389,7 +389,7 @@ pub async fn floor(b: &Bench) -> Result<Report> {
 /// Adds to a report its ratios to the floor measured in the same run:
 /// Redis µs per job ÷ floor µs per job (1.0: punctual costs Redis no more
 /// than the leanest scripts doing the same work).
-pub fn add_ratios(r: &mut Report, floor: &Report) {
+pub(crate) fn add_ratios(r: &mut Report, floor: &Report) {
     let fmap = |k: &str| match floor.get(k) {
         Some(Value::Object(m)) => m.clone(),
         _ => Map::new(),

@@ -28,7 +28,7 @@ use super::target::{keys_of, PREFIX, TOPIC};
 use super::{Bench, Report};
 
 /// Bytes of each payload, as the protocol asks.
-pub const PAYLOAD_BYTES: usize = 100;
+pub(crate) const PAYLOAD_BYTES: usize = 100;
 /// Most jobs per enqueue call (the script's limit).
 const CHUNK: u64 = punctual::MAX_BATCH as u64;
 
@@ -41,7 +41,7 @@ const BENCH_TICK: raw::TickLimits = raw::TickLimits {
 
 /// The payload of job `n`: `{"order_id": n, "action": "close", "pad": "xx…"}`,
 /// padded to [`PAYLOAD_BYTES`].
-pub fn payload(n: u64) -> Vec<u8> {
+pub(crate) fn payload(n: u64) -> Vec<u8> {
     let head = format!("{{\"order_id\": {n}, \"action\": \"close\", \"pad\": \"");
     let tail = "\"}";
     let pad = PAYLOAD_BYTES.saturating_sub(head.len() + tail.len());
@@ -473,7 +473,7 @@ fn status(ok: bool) -> &'static str {
 
 /// `enqueue` and `memory`: N jobs due in 1 h; jobs/s, and Redis memory per
 /// waiting job (used_memory before and after, on an empty prefix).
-pub async fn enqueue(b: &Bench) -> Result<(Report, Report)> {
+pub(crate) async fn enqueue(b: &Bench) -> Result<(Report, Report)> {
     let n = b.args.n;
     let queue = b.queue().await?;
     // Load the script and register the topic, then start from nothing.
@@ -616,7 +616,7 @@ pub async fn enqueue(b: &Bench) -> Result<(Report, Report)> {
 
 /// `drain` (worker + scheduler) and the `consume` segment (worker alone):
 /// N due jobs loaded first, then one consumer; time to the last ack.
-pub async fn drain(b: &Bench, scheduler: bool) -> Result<Report> {
+pub(crate) async fn drain(b: &Bench, scheduler: bool) -> Result<Report> {
     let name = if scheduler { "drain" } else { "consume" };
     let n = b.args.n;
     let producer = b.queue().await?;
@@ -697,7 +697,7 @@ pub async fn drain(b: &Bench, scheduler: bool) -> Result<Report> {
 
 /// `precision`: consumers running; --rate jobs/s for --secs, each due in
 /// [100, 2000] ms; lateness = handler start - due.
-pub async fn precision(b: &Bench) -> Result<Report> {
+pub(crate) async fn precision(b: &Bench) -> Result<Report> {
     let (rate, secs) = (b.args.rate, b.args.secs);
     let total = rate * secs;
     let rec = Recorder::new(total, true);
@@ -808,7 +808,7 @@ pub async fn precision(b: &Bench) -> Result<Report> {
 
 /// `idle`: a consumer (worker with concurrency 64 + scheduler) and nothing
 /// queued: Redis commands per second.
-pub async fn idle(b: &Bench) -> Result<Report> {
+pub(crate) async fn idle(b: &Bench) -> Result<Report> {
     let secs = b.args.idle_secs;
     let rec = Recorder::new(0, false);
     let conns = Consumer::connect(b, 1, true).await?;
@@ -859,7 +859,7 @@ pub async fn idle(b: &Bench) -> Result<Report> {
 
 /// The `promote` segment: N jobs in pool, all due; scheduler ticks (batches
 /// of 1,000, one tick at a time, as the scheduler does) until pool is empty.
-pub async fn promote(b: &Bench) -> Result<Report> {
+pub(crate) async fn promote(b: &Bench) -> Result<Report> {
     let n = b.args.n;
     let producer = b.queue().await?;
     let bar = b.bar(n, "load");
@@ -985,7 +985,7 @@ pub async fn promote(b: &Bench) -> Result<Report> {
 /// enqueued (due in 50 ms), promoted, claimed and acked, one call of 1,000
 /// jobs at a time, nothing else running. The sum bounds what one Redis core
 /// can drain.
-pub async fn scripts(b: &Bench) -> Result<Report> {
+pub(crate) async fn scripts(b: &Bench) -> Result<Report> {
     let n = b.args.n;
     let q = b.queue().await?;
     let chunk = CHUNK as usize;
@@ -1146,7 +1146,7 @@ pub async fn scripts(b: &Bench) -> Result<Report> {
 
 /// The `serve` path: `punctual serve` (this binary) with an exec handler
 /// running `true`; --serve-n jobs due now; time until all are done.
-pub async fn serve(b: &Bench) -> Result<Report> {
+pub(crate) async fn serve(b: &Bench) -> Result<Report> {
     let true_path = which("true").unwrap_or_else(|| "true".into());
     let handler = Handler {
         toml: format!("exec = [{true_path:?}]"),
@@ -1196,7 +1196,7 @@ for line in jobs:
 /// `python3 -c ''` without PHP) on --serve-n jobs, then a no-op resident
 /// handler in the same language on --resident-n jobs; jobs/s, serve's CPU
 /// per job (handler processes included) and the ratio.
-pub async fn resident(b: &Bench) -> Result<Report> {
+pub(crate) async fn resident(b: &Bench) -> Result<Report> {
     let dir = tempfile::Builder::new()
         .prefix("punctual-bench-resident-")
         .tempdir()?;

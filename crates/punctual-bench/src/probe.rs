@@ -14,7 +14,7 @@ use super::target::Target;
 
 /// Counters at one instant.
 #[derive(Debug, Clone)]
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     /// INFO stats total_commands_processed (script-internal commands count).
     commands: u64,
     /// Redis main thread CPU, seconds (user + sys), summed over masters.
@@ -71,7 +71,7 @@ fn cpu_us(who: UsageWho) -> u64 {
 impl Snapshot {
     /// Reads the counters now (one INFO call per master; a cluster's
     /// masters are summed).
-    pub async fn take(target: &Target) -> Result<Snapshot> {
+    pub(crate) async fn take(target: &Target) -> Result<Snapshot> {
         let infos = futures::future::try_join_all(
             target
                 .masters
@@ -125,7 +125,7 @@ impl Snapshot {
 
     /// Commands Redis processed since `before`, less the INFO calls of the
     /// snapshots themselves.
-    pub fn commands_since(&self, before: &Snapshot) -> u64 {
+    pub(crate) fn commands_since(&self, before: &Snapshot) -> u64 {
         let infos = self.calls("info").saturating_sub(before.calls("info"));
         self.commands
             .saturating_sub(before.commands)
@@ -133,7 +133,7 @@ impl Snapshot {
     }
 
     /// Calls per command since `before` (the snapshots' INFO left out).
-    pub fn calls_since(&self, before: &Snapshot) -> BTreeMap<String, u64> {
+    pub(crate) fn calls_since(&self, before: &Snapshot) -> BTreeMap<String, u64> {
         self.cmdstats
             .iter()
             .filter(|(cmd, _)| cmd.as_str() != "info")
@@ -148,7 +148,7 @@ impl Snapshot {
 
     /// Script calls since `before` and the microseconds Redis spent in them
     /// (commandstats of EVALSHA and EVAL).
-    pub fn scripts_since(&self, before: &Snapshot) -> (u64, u64) {
+    pub(crate) fn scripts_since(&self, before: &Snapshot) -> (u64, u64) {
         ["evalsha", "eval"].iter().fold((0, 0), |(c, u), cmd| {
             let (c1, u1) = self.cmdstats.get(*cmd).copied().unwrap_or((0, 0));
             let (c0, u0) = before.cmdstats.get(*cmd).copied().unwrap_or((0, 0));
@@ -157,17 +157,17 @@ impl Snapshot {
     }
 
     /// Redis main-thread CPU since `before`, microseconds.
-    pub fn redis_cpu_us_since(&self, before: &Snapshot) -> f64 {
+    pub(crate) fn redis_cpu_us_since(&self, before: &Snapshot) -> f64 {
         ((self.redis_cpu - before.redis_cpu) * 1e6).max(0.0)
     }
 
     /// The CPU of waited-for children since `before`, microseconds.
-    pub fn children_cpu_since(&self, before: &Snapshot) -> u64 {
+    pub(crate) fn children_cpu_since(&self, before: &Snapshot) -> u64 {
         self.children_cpu_us.saturating_sub(before.children_cpu_us)
     }
 
     /// The profile of `jobs` jobs handled between `before` and `self`.
-    pub fn profile(&self, before: &Snapshot, jobs: u64, wall: Duration) -> Profile {
+    pub(crate) fn profile(&self, before: &Snapshot, jobs: u64, wall: Duration) -> Profile {
         let n = jobs.max(1) as f64;
         let wall_s = wall.as_secs_f64().max(1e-9);
         let redis_cpu = (self.redis_cpu - before.redis_cpu).max(0.0);
@@ -259,7 +259,7 @@ impl Snapshot {
 
 /// Where a phase's time went, per job.
 #[derive(Debug, Clone, Serialize)]
-pub struct Profile {
+pub(crate) struct Profile {
     /// Wall time measured.
     pub wall_s: f64,
     /// Redis main-thread CPU per job.
@@ -297,7 +297,7 @@ pub struct Profile {
 
 /// One command's share.
 #[derive(Debug, Clone, Serialize)]
-pub struct CommandCost {
+pub(crate) struct CommandCost {
     pub cmd: String,
     pub calls_per_job: f64,
     pub us_per_call: f64,
@@ -305,14 +305,14 @@ pub struct CommandCost {
 }
 
 /// `x` rounded to `digits` decimals.
-pub fn round(x: f64, digits: i32) -> f64 {
+pub(crate) fn round(x: f64, digits: i32) -> f64 {
     let f = 10f64.powi(digits);
     (x * f).round() / f
 }
 
 impl Profile {
     /// Two lines for the text report.
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         let top: Vec<String> = self
             .commands
             .iter()

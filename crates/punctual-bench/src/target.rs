@@ -11,19 +11,19 @@ use punctual::nodes::{KeyedConn, Node, Nodes};
 use punctual::{redact, Queue, TopicKeys};
 
 /// Every key the bench writes starts with `PREFIX:`.
-pub const PREFIX: &str = "punctual-bench";
+pub(crate) const PREFIX: &str = "punctual-bench";
 /// The one topic of the bench.
-pub const TOPIC: &str = "bench";
+pub(crate) const TOPIC: &str = "bench";
 
 /// The keys of one partition (or of the unpartitioned topic), e.g.
 /// `keys_of("bench#2").pool()`.
-pub fn keys_of(physical: &str) -> TopicKeys {
+pub(crate) fn keys_of(physical: &str) -> TopicKeys {
     TopicKeys::new(PREFIX, physical)
 }
 
 /// One master (the only node of a single Redis).
 #[derive(Debug)]
-pub struct Master {
+pub(crate) struct Master {
     /// Its own connection: INFO, SCAN and DEL are per node.
     pub node: Node,
     /// The server's process id, when it runs on this host (for its
@@ -33,14 +33,14 @@ pub struct Master {
 
 impl Master {
     /// host:port.
-    pub fn addr(&self) -> &str {
+    pub(crate) fn addr(&self) -> &str {
         self.node.addr()
     }
 }
 
 /// The Redis in use and admin connections to it (INFO, SCAN, DEL, polls),
 /// separate from the connections of producers and consumers.
-pub struct Target {
+pub(crate) struct Target {
     /// As given: one URL, or a cluster's comma-separated seeds.
     pub url: String,
     /// Every node, and the connection for commands on the bench's keys.
@@ -83,7 +83,7 @@ async fn connect(url: &str, timeout: Duration) -> Result<Node> {
 /// nothing answers there, starts a private redis-server (persistence off).
 /// Several comma-separated URLs are the seeds of a cluster; one URL is a
 /// cluster too when that node says so. `partitions`: of the bench topic.
-pub async fn open(url: &str, explicit: bool, partitions: u32) -> Result<Target> {
+pub(crate) async fn open(url: &str, explicit: bool, partitions: u32) -> Result<Target> {
     let seeds: Vec<&str> = punctual::split_seeds(url);
     if seeds.is_empty() {
         bail!("empty Redis URL");
@@ -202,13 +202,13 @@ fn is_redis_process(pid: u32) -> bool {
 impl Target {
     /// A clone of the connection for commands on the bench's keys (routed
     /// by key on a cluster).
-    pub fn conn(&self) -> KeyedConn {
+    pub(crate) fn conn(&self) -> KeyedConn {
         self.nodes.keyed()
     }
 
     /// The bench topic's key named by `key` (one per partition), e.g.
     /// `keys(TopicKeys::pool)`.
-    pub fn keys(&self, key: fn(&TopicKeys) -> &str) -> Vec<String> {
+    pub(crate) fn keys(&self, key: fn(&TopicKeys) -> &str) -> Vec<String> {
         self.parts
             .iter()
             .map(|p| key(&keys_of(p)).to_string())
@@ -218,7 +218,7 @@ impl Target {
     /// Describes keys that are not the bench's, if the Redis holds any:
     /// keys in another database, or keys outside `PREFIX:` in ours. Every
     /// master of a cluster is checked.
-    pub async fn foreign_keys(&self) -> Result<Option<String>> {
+    pub(crate) async fn foreign_keys(&self) -> Result<Option<String>> {
         let db = if self.cluster {
             0
         } else {
@@ -273,20 +273,20 @@ impl Target {
     }
 
     /// Deletes every key under `PREFIX:` (and only those), on every master.
-    pub async fn clean(&self) -> Result<()> {
+    pub(crate) async fn clean(&self) -> Result<()> {
         self.nodes.delete_matching(&format!("{PREFIX}:*")).await?;
         Ok(())
     }
 
     /// Runs one command on the admin connection (routed by its key on a
     /// cluster).
-    pub async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
+    pub(crate) async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
         let mut conn = self.conn();
         Ok(cmd.query_async(&mut conn).await?)
     }
 
     /// Jobs with a record in the bench topic (0 once every ack landed).
-    pub async fn records(&self) -> Result<u64> {
+    pub(crate) async fn records(&self) -> Result<u64> {
         let mut total = 0;
         for k in self.keys(TopicKeys::jobs) {
             total += self.query::<u64>(redis::cmd("HLEN").arg(k)).await?;
@@ -295,18 +295,18 @@ impl Target {
     }
 
     /// The bench topic's stats (sizes and counters summed over partitions).
-    pub async fn stats(&self) -> Result<punctual::TopicStats> {
+    pub(crate) async fn stats(&self) -> Result<punctual::TopicStats> {
         Ok(self.queue.stats(TOPIC).await?)
     }
 
     /// Sizes of pool, ready, running and dead (summed over partitions).
-    pub async fn sets(&self) -> Result<[u64; 4]> {
+    pub(crate) async fn sets(&self) -> Result<[u64; 4]> {
         let s = self.stats().await?;
         Ok([s.pool, s.ready, s.running, s.dead])
     }
 
     /// Redis's clock, epoch ms.
-    pub async fn now_ms(&self) -> Result<i64> {
+    pub(crate) async fn now_ms(&self) -> Result<i64> {
         let mut conn = self.masters[0].node.conn();
         let (s, us): (i64, i64) = redis::cmd("TIME").query_async(&mut conn).await?;
         Ok(s * 1000 + us / 1000)
@@ -314,7 +314,7 @@ impl Target {
 
     /// Subscribers of a channel (PUBSUB NUMSUB), on every node: on a
     /// cluster, a listener subscribes on any one node.
-    pub async fn subscribers(&self, channel: &str) -> Result<u64> {
+    pub(crate) async fn subscribers(&self, channel: &str) -> Result<u64> {
         let mut total = 0;
         for node in self.nodes.all() {
             let mut conn = node.conn();
@@ -330,7 +330,7 @@ impl Target {
 
     /// On a cluster: the master serving each partition (physical name ->
     /// host:port); empty for a single Redis.
-    pub async fn placement(&self) -> Result<Vec<(String, String)>> {
+    pub(crate) async fn placement(&self) -> Result<Vec<(String, String)>> {
         if !self.cluster {
             return Ok(Vec::new());
         }

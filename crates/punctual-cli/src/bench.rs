@@ -7,11 +7,11 @@ use anyhow::Result;
 use crate::context::Ctx;
 use crate::exit;
 
-pub use punctual_bench::BenchArgs;
+pub(crate) use punctual_bench::BenchArgs;
 
 /// Runs `punctual bench`. `redis_explicit`: --redis (or its variable) was
 /// given, so no private server is started when it does not answer.
-pub async fn run(ctx: &Ctx, args: BenchArgs, redis_explicit: bool) -> Result<()> {
+pub(crate) async fn run(ctx: &Ctx, args: BenchArgs, redis_explicit: bool) -> Result<()> {
     punctual_bench::run(&ctx.global.redis_url, redis_explicit, ctx.json(), args)
         .await
         .map_err(|e| match e.downcast::<punctual_bench::Verdict>() {

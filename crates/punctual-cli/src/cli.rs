@@ -27,7 +27,7 @@ Exit status:
   4  unexpected reply from Redis or another internal error
 
 Logs go to stderr; set PUNCTUAL_LOG (e.g. PUNCTUAL_LOG=debug) to see more.")]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(flatten)]
     pub global: crate::context::GlobalOpts,
 
@@ -37,7 +37,7 @@ pub struct Cli {
 
 /// The commands.
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Enqueue a job (or, with --batch, many jobs from stdin).
     #[command(after_help = crate::admin::push::EXAMPLES)]
     Push(crate::admin::push::PushArgs),
@@ -215,7 +215,7 @@ pub enum Command {
 
 impl Command {
     /// Whether this command runs long, as a service (multi-threaded runtime).
-    pub fn is_service(&self) -> bool {
+    pub(crate) fn is_service(&self) -> bool {
         matches!(
             self,
             Command::Serve(_)
@@ -230,7 +230,7 @@ impl Command {
     /// Whether this command takes `redis`, `prefix` and `max_payload` from
     /// the config file (`serve` reads the whole file itself; its children
     /// get it from the supervisor; `script` never connects).
-    pub fn reads_config(&self) -> bool {
+    pub(crate) fn reads_config(&self) -> bool {
         !matches!(
             self,
             Command::Serve(_)
@@ -243,7 +243,7 @@ impl Command {
 
     /// The log level when PUNCTUAL_LOG is not set. Admin commands only warn;
     /// long-running services will want `info`.
-    pub fn default_log_level(&self) -> &'static str {
+    pub(crate) fn default_log_level(&self) -> &'static str {
         match self {
             Command::Push(_)
             | Command::Get(_)

@@ -11,7 +11,7 @@ use crate::input::parse_max_payload;
 /// Options every command takes (before or after the command name).
 #[derive(Debug, Args, Clone)]
 #[command(next_help_heading = "Global options")]
-pub struct GlobalOpts {
+pub(crate) struct GlobalOpts {
     /// The config file (TOML) of `serve`. Every command takes its `redis`,
     /// `prefix` and `max_payload` from it, so admin commands ask the Redis
     /// the service uses. Precedence: --redis/--prefix/--max-payload or their
@@ -71,7 +71,7 @@ pub struct GlobalOpts {
 /// The global options, and the connection made from them on demand (commands
 /// such as `script` never connect).
 #[derive(Debug)]
-pub struct Ctx {
+pub(crate) struct Ctx {
     pub global: GlobalOpts,
 }
 
@@ -80,7 +80,7 @@ pub struct Ctx {
 /// (`explicit(id)`: on the command line or in its variable). The file is
 /// read and validated as `serve` reads it (`rust`: the topics with a Rust
 /// handler); one that cannot be read or is invalid is an error (exit 2).
-pub fn apply_config(
+pub(crate) fn apply_config(
     global: &mut GlobalOpts,
     explicit: impl Fn(&str) -> bool,
     rust: &[&str],
@@ -105,12 +105,12 @@ pub fn apply_config(
 
 impl Ctx {
     /// Whether to print JSON.
-    pub fn json(&self) -> bool {
+    pub(crate) fn json(&self) -> bool {
         self.global.json
     }
 
     /// Connects to Redis with the global options.
-    pub async fn queue(&self) -> anyhow::Result<Queue> {
+    pub(crate) async fn queue(&self) -> anyhow::Result<Queue> {
         let g = &self.global;
         tracing::debug!(url = %redact(&g.redis_url), prefix = %g.prefix, "connecting");
         match Queue::builder(g.redis_url.as_str())

@@ -17,7 +17,7 @@ use crate::input::parse_duration;
 
 /// `punctual demo`.
 #[derive(Debug, Args)]
-pub struct DemoArgs {
+pub(crate) struct DemoArgs {
     /// How many jobs to push.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub jobs: u32,
@@ -44,7 +44,7 @@ async fn reachable(url: &str) -> bool {
 }
 
 /// Runs the demo.
-pub async fn run(redis_url: &str, args: DemoArgs) -> Result<()> {
+pub(crate) async fn run(redis_url: &str, args: DemoArgs) -> Result<()> {
     let (url, _private) = if reachable(redis_url).await {
         println!("Using the Redis at {}", punctual::redact(redis_url));
         (redis_url.to_string(), None)
@@ -190,7 +190,7 @@ async fn cleanup(url: &str, prefix: &str) -> punctual::Result<()> {
 
 /// The demo's exec handler: prints the job and appends "id\tlateness" to the
 /// demo's log.
-pub fn handler() -> Result<()> {
+pub(crate) fn handler() -> Result<()> {
     let mut payload = String::new();
     std::io::stdin().read_to_string(&mut payload)?;
     let id = std::env::var("PUNCTUAL_JOB_ID").unwrap_or_default();

@@ -16,7 +16,7 @@ use punctual::redact;
 
 /// Arguments of `doctor`.
 #[derive(Debug, Args)]
-pub struct DoctorArgs {
+pub(crate) struct DoctorArgs {
     /// The schedulers' promote batch (`promote_batch` in the serve config,
     /// 1 to 1000): the script time check estimates how long one tick of
     /// this size keeps Redis busy.
@@ -42,7 +42,7 @@ pub struct DoctorArgs {
 /// A verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Status {
+pub(crate) enum Status {
     Ok,
     Warn,
     Fail,
@@ -50,7 +50,7 @@ pub enum Status {
 
 /// One check's result.
 #[derive(Debug, Clone, Serialize)]
-pub struct Check {
+pub(crate) struct Check {
     pub check: &'static str,
     pub status: Status,
     /// What was found.
@@ -480,7 +480,7 @@ fn judge(facts: &Facts, batch: u64) -> Vec<Check> {
 }
 
 /// Runs `doctor`.
-pub async fn run(ctx: &Ctx, args: DoctorArgs) -> Result<()> {
+pub(crate) async fn run(ctx: &Ctx, args: DoctorArgs) -> Result<()> {
     // A cluster may be given as several comma-separated URLs: check the first.
     let url = punctual::split_seeds(&ctx.global.redis_url)
         .first()

@@ -34,7 +34,7 @@ impl From<Code> for ExitCode {
 
 /// An error raised on purpose by a command, carrying its exit code.
 #[derive(Debug)]
-pub struct Exit {
+pub(crate) struct Exit {
     code: Code,
     message: String,
 }
@@ -48,7 +48,7 @@ impl fmt::Display for Exit {
 impl std::error::Error for Exit {}
 
 /// The operation ran but found a problem (exit 1).
-pub fn problem(message: impl Into<String>) -> anyhow::Error {
+pub(crate) fn problem(message: impl Into<String>) -> anyhow::Error {
     Exit {
         code: Code::Problem,
         message: message.into(),
@@ -57,7 +57,7 @@ pub fn problem(message: impl Into<String>) -> anyhow::Error {
 }
 
 /// Invalid input (exit 2).
-pub fn invalid(message: impl Into<String>) -> anyhow::Error {
+pub(crate) fn invalid(message: impl Into<String>) -> anyhow::Error {
     Exit {
         code: Code::Invalid,
         message: message.into(),
@@ -66,7 +66,7 @@ pub fn invalid(message: impl Into<String>) -> anyhow::Error {
 }
 
 /// The exit code for `err`: the first cause in its chain that says.
-pub fn classify(err: &anyhow::Error) -> Code {
+pub(crate) fn classify(err: &anyhow::Error) -> Code {
     for cause in err.chain() {
         if let Some(e) = cause.downcast_ref::<Exit>() {
             return e.code;
@@ -126,7 +126,7 @@ fn chain_text(err: &anyhow::Error) -> String {
 }
 
 /// The one-line report of `err` for stderr: `punctual: error: ...`.
-pub fn report(err: &anyhow::Error) -> String {
+pub(crate) fn report(err: &anyhow::Error) -> String {
     let mut line = format!("punctual: error: {}", chain_text(err));
     if let Some(hint) = redis_hint(err) {
         line.push_str(&format!(" ({hint})"));

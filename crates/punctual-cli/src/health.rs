@@ -11,7 +11,7 @@ use serde::Serialize;
 
 /// When a topic counts as in trouble.
 #[derive(Debug, Clone, Copy)]
-pub struct Alerts {
+pub(crate) struct Alerts {
     /// The most overdue job in the pool is past due by more than this (no
     /// scheduler, or one too slow). Default 5 s.
     pub overdue: Duration,
@@ -29,12 +29,12 @@ impl Default for Alerts {
     }
 }
 
-pub const DEFAULT_OVERDUE_ALERT: Duration = Duration::from_secs(5);
-pub const DEFAULT_READY_ALERT: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_OVERDUE_ALERT: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_READY_ALERT: Duration = Duration::from_secs(60);
 
 /// A topic's status and, when an alert is crossed, why.
 #[derive(Debug, Clone, Serialize)]
-pub struct TopicHealth {
+pub(crate) struct TopicHealth {
     pub topic: String,
     /// `active` (a live worker serves it, nothing overdue), `idle` (no
     /// jobs, no worker), `no consumer` (jobs and no live worker), `paused`,
@@ -67,7 +67,7 @@ fn alive(n: usize, what: &str) -> String {
 }
 
 /// Judges one topic.
-pub fn judge(s: &TopicStats, procs: &[ProcessInfo], alerts: &Alerts) -> TopicHealth {
+pub(crate) fn judge(s: &TopicStats, procs: &[ProcessInfo], alerts: &Alerts) -> TopicHealth {
     let count = |role| {
         procs
             .iter()
@@ -122,7 +122,7 @@ pub fn judge(s: &TopicStats, procs: &[ProcessInfo], alerts: &Alerts) -> TopicHea
 }
 
 /// Stats and health of `topics`, with one read of the registry.
-pub async fn topics(
+pub(crate) async fn topics(
     queue: &Queue,
     topics: Vec<String>,
     alerts: &Alerts,
@@ -146,7 +146,7 @@ pub async fn topics(
 }
 
 /// Sets the overdue gauges of a topic.
-pub fn gauges(s: &TopicStats) {
+pub(crate) fn gauges(s: &TopicStats) {
     let t = s.topic.clone();
     metrics::gauge!("punctual_overdue_jobs", "topic" => t.clone()).set(s.overdue as f64);
     metrics::gauge!("punctual_overdue_seconds", "topic" => t.clone())
@@ -157,7 +157,7 @@ pub fn gauges(s: &TopicStats) {
 
 /// Sets `punctual_processes{role,topic}` for every role and each of
 /// `topics` (0 where none is alive), from the registry.
-pub fn process_gauges(procs: &[ProcessInfo], topics: &[String]) {
+pub(crate) fn process_gauges(procs: &[ProcessInfo], topics: &[String]) {
     for t in topics {
         for role in [
             Role::Supervisor,

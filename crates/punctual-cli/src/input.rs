@@ -11,7 +11,7 @@ const MAX_MAX_PAYLOAD: usize = 512 * 1024 * 1024;
 
 /// A non-negative duration such as `30s`, `15m`, `2h`, `1h30m`, `250ms`, of at
 /// most [`punctual::MAX_DELAY`].
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     let t = s.trim();
     if t.is_empty() {
         return Err(format!("empty duration; {DURATION_HINT}"));
@@ -28,7 +28,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 
 /// A rate such as `100/s`, `6000/m`, `500/h` or `50/10s` (jobs per period);
 /// a plain number is per second. At least one job per period.
-pub fn parse_rate(s: &str) -> Result<punctual::ReplayPace, String> {
+pub(crate) fn parse_rate(s: &str) -> Result<punctual::ReplayPace, String> {
     const HINT: &str = "give jobs per period, e.g. 100/s, 6000/m or 50/10s";
     let t = s.trim();
     let (n, per) = t.split_once('/').unwrap_or((t, "s"));
@@ -49,7 +49,7 @@ pub fn parse_rate(s: &str) -> Result<punctual::ReplayPace, String> {
 }
 
 /// An RFC 3339 time, not before 1970.
-pub fn parse_time(s: &str) -> Result<SystemTime, String> {
+pub(crate) fn parse_time(s: &str) -> Result<SystemTime, String> {
     let t = s.trim();
     let dt = chrono::DateTime::parse_from_rfc3339(t).map_err(|e| {
         if humantime::parse_duration(t).is_ok() {
@@ -66,7 +66,7 @@ pub fn parse_time(s: &str) -> Result<SystemTime, String> {
 }
 
 /// A payload limit in bytes: 1 to 512 MiB.
-pub fn parse_max_payload(s: &str) -> Result<usize, String> {
+pub(crate) fn parse_max_payload(s: &str) -> Result<usize, String> {
     let n: usize = s
         .trim()
         .parse()
@@ -82,7 +82,7 @@ pub fn parse_max_payload(s: &str) -> Result<usize, String> {
 /// Refuses JSON that gives one key twice in an object (at any depth), which
 /// serde_json would otherwise take silently, keeping the last value. The
 /// error names the key. Syntax errors are left to the real parse.
-pub fn no_duplicate_keys(json: &[u8]) -> Result<(), String> {
+pub(crate) fn no_duplicate_keys(json: &[u8]) -> Result<(), String> {
     let mut de = serde_json::Deserializer::from_slice(json);
     match serde::Deserialize::deserialize(&mut de) {
         Ok(NoDuplicates) => Ok(()),

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 /// Writes `text` to stdout. A closed pipe (`punctual topics | head -1`) is not
 /// an error: the reader has what it wanted.
-pub fn emit(text: &str) -> anyhow::Result<()> {
+pub(crate) fn emit(text: &str) -> anyhow::Result<()> {
     let mut out = io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
@@ -17,7 +17,7 @@ pub fn emit(text: &str) -> anyhow::Result<()> {
 }
 
 /// Prints `value` as pretty JSON and a newline.
-pub fn emit_json<T: Serialize + ?Sized>(value: &T) -> anyhow::Result<()> {
+pub(crate) fn emit_json<T: Serialize + ?Sized>(value: &T) -> anyhow::Result<()> {
     let mut text = serde_json::to_string_pretty(value)?;
     text.push('\n');
     emit(&text)
@@ -25,7 +25,7 @@ pub fn emit_json<T: Serialize + ?Sized>(value: &T) -> anyhow::Result<()> {
 
 /// Epoch milliseconds as RFC 3339 UTC with milliseconds:
 /// `2030-01-01T09:00:00.250Z`.
-pub fn time(ms: i64) -> String {
+pub(crate) fn time(ms: i64) -> String {
     match DateTime::from_timestamp_millis(ms) {
         Some(t) => t.to_rfc3339_opts(SecondsFormat::Millis, true),
         None => format!("{ms} ms since the epoch"),
@@ -33,7 +33,7 @@ pub fn time(ms: i64) -> String {
 }
 
 /// `ms` relative to `now_ms`: `in 3m12s`, `4s ago`, `now`.
-pub fn relative(ms: i64, now_ms: i64) -> String {
+pub(crate) fn relative(ms: i64, now_ms: i64) -> String {
     let d = ms - now_ms;
     match d {
         0 => "now".to_string(),
@@ -43,13 +43,13 @@ pub fn relative(ms: i64, now_ms: i64) -> String {
 }
 
 /// A time and where it is relative to now: `2030-01-01T09:00:00.000Z (in 3m12s)`.
-pub fn time_and_relative(ms: i64, now_ms: i64) -> String {
+pub(crate) fn time_and_relative(ms: i64, now_ms: i64) -> String {
     format!("{} ({})", time(ms), relative(ms, now_ms))
 }
 
 /// A compact span of milliseconds: `250ms`, `4s`, `3m12s`, `2h5m`, `3d4h`
 /// (the two largest units, truncated).
-pub fn span(ms: u64) -> String {
+pub(crate) fn span(ms: u64) -> String {
     if ms < 1000 {
         return format!("{ms}ms");
     }
@@ -79,7 +79,7 @@ pub fn span(ms: u64) -> String {
 
 /// A payload for people: its text when it is UTF-8, else the bytes with
 /// non-printable ones escaped (`\xff`).
-pub fn payload_text(p: &[u8]) -> Cow<'_, str> {
+pub(crate) fn payload_text(p: &[u8]) -> Cow<'_, str> {
     match std::str::from_utf8(p) {
         Ok(s) => Cow::Borrowed(s),
         Err(_) => Cow::Owned(p.escape_ascii().to_string()),
@@ -88,7 +88,7 @@ pub fn payload_text(p: &[u8]) -> Cow<'_, str> {
 
 /// The first `max` characters of `s` on one line (newlines and tabs shown as
 /// `\n`, `\t`), with `…` when cut.
-pub fn one_line(s: &str, max: usize) -> String {
+pub(crate) fn one_line(s: &str, max: usize) -> String {
     let mut out = String::new();
     for (n, c) in s.chars().enumerate() {
         if n == max {
@@ -108,7 +108,7 @@ pub fn one_line(s: &str, max: usize) -> String {
 
 /// A payload as JSON fields: `payload` (its text, when UTF-8) or
 /// `payload_hex` (when not), and `payload_bytes`.
-pub fn payload_json(p: &[u8], obj: &mut serde_json::Map<String, serde_json::Value>) {
+pub(crate) fn payload_json(p: &[u8], obj: &mut serde_json::Map<String, serde_json::Value>) {
     match std::str::from_utf8(p) {
         Ok(s) => {
             obj.insert("payload".into(), s.into());
@@ -124,25 +124,25 @@ pub fn payload_json(p: &[u8], obj: &mut serde_json::Map<String, serde_json::Valu
 
 /// A table with padded columns; the last column is not padded.
 #[derive(Debug)]
-pub struct Table {
+pub(crate) struct Table {
     rows: Vec<Vec<String>>,
 }
 
 impl Table {
     /// A table with these headers.
-    pub fn new(headers: &[&str]) -> Table {
+    pub(crate) fn new(headers: &[&str]) -> Table {
         Table {
             rows: vec![headers.iter().map(|h| h.to_string()).collect()],
         }
     }
 
     /// Adds a row (as many cells as headers).
-    pub fn row(&mut self, cells: Vec<String>) {
+    pub(crate) fn row(&mut self, cells: Vec<String>) {
         self.rows.push(cells);
     }
 
     /// The rendered table, one line per row.
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let cols = self.rows[0].len();
         let mut widths = vec![0; cols];
         for row in &self.rows {

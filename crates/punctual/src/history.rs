@@ -436,7 +436,7 @@ pub(crate) struct LatenessBook {
 
 impl LatenessBook {
     /// Notes a start `us` late, at `claimed_us` (Redis's clock).
-    pub fn record(&self, topic: &str, claimed_us: i64, us: i64) {
+    pub(crate) fn record(&self, topic: &str, claimed_us: i64, us: i64) {
         let minute = claimed_us.div_euclid(60_000_000);
         self.open
             .lock()
@@ -448,7 +448,7 @@ impl LatenessBook {
 
     /// Adds everything noted to Redis. What cannot be added is kept for the
     /// next flush (the last few minutes of it).
-    pub async fn flush(&self, queue: &Queue) {
+    pub(crate) async fn flush(&self, queue: &Queue) {
         let taken = std::mem::take(&mut *self.open.lock().unwrap());
         let newest = taken.keys().map(|(_, m)| *m).max().unwrap_or(0);
         for ((topic, minute), l) in taken {
@@ -467,7 +467,7 @@ impl LatenessBook {
     }
 
     /// Flushes every [`LATENESS_FLUSH`] until `stop`, then once more.
-    pub async fn run(&self, queue: &Queue, stop: CancellationToken) {
+    pub(crate) async fn run(&self, queue: &Queue, stop: CancellationToken) {
         loop {
             tokio::select! {
                 _ = stop.cancelled() => break,

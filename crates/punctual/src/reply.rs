@@ -11,7 +11,7 @@ pub(crate) struct Reply {
 
 impl Reply {
     /// An array reply (nil counts as empty).
-    pub fn new(op: &'static str, v: Value) -> Result<Self> {
+    pub(crate) fn new(op: &'static str, v: Value) -> Result<Self> {
         let items = match v {
             Value::Array(items) | Value::Set(items) => items,
             Value::Nil => Vec::new(),
@@ -28,11 +28,11 @@ impl Reply {
         })
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.items.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.items.len() == 0
     }
 
@@ -42,7 +42,7 @@ impl Reply {
             .ok_or_else(|| Error::protocol(self.op, "reply too short"))
     }
 
-    pub fn int(&mut self) -> Result<i64> {
+    pub(crate) fn int(&mut self) -> Result<i64> {
         match self.next()? {
             Value::Int(i) => Ok(i),
             Value::BulkString(b) => std::str::from_utf8(&b)
@@ -57,7 +57,7 @@ impl Reply {
         }
     }
 
-    pub fn bytes(&mut self) -> Result<Vec<u8>> {
+    pub(crate) fn bytes(&mut self) -> Result<Vec<u8>> {
         match self.next()? {
             Value::BulkString(b) => Ok(b),
             Value::SimpleString(s) => Ok(s.into_bytes()),
@@ -70,12 +70,12 @@ impl Reply {
         }
     }
 
-    pub fn string(&mut self) -> Result<String> {
+    pub(crate) fn string(&mut self) -> Result<String> {
         self.bytes()
             .map(|b| String::from_utf8_lossy(&b).into_owned())
     }
 
-    pub fn array(&mut self) -> Result<Reply> {
+    pub(crate) fn array(&mut self) -> Result<Reply> {
         let v = self.next()?;
         Reply::new(self.op, v)
     }

@@ -8,18 +8,18 @@ use std::time::Duration;
 
 use punctual::Queue;
 use punctual_testkit::eventually;
-pub use punctual_testkit::RedisServer;
+pub(crate) use punctual_testkit::RedisServer;
 use redis::aio::MultiplexedConnection;
 
 /// The default key prefix, as the tests spell keys by hand.
-pub const PREFIX: &str = "punctual";
+pub(crate) const PREFIX: &str = "punctual";
 
 /// A long lease, for claims whose lease must not run out during a test.
-pub const LONG_LEASE: Duration = Duration::from_secs(60);
+pub(crate) const LONG_LEASE: Duration = Duration::from_secs(60);
 
 /// Everything a queue test needs: its own server, a queue and a raw
 /// connection. The server stops when this is dropped.
-pub struct Fixture {
+pub(crate) struct Fixture {
     pub server: RedisServer,
     pub queue: Queue,
     pub conn: MultiplexedConnection,
@@ -36,7 +36,7 @@ impl std::fmt::Debug for Fixture {
 
 impl Fixture {
     /// Starts a private redis-server and connects to it.
-    pub async fn new() -> Fixture {
+    pub(crate) async fn new() -> Fixture {
         let server = RedisServer::start();
         let queue = queue(&server).await;
         let conn = conn(&server).await;
@@ -48,7 +48,7 @@ impl Fixture {
     }
 
     /// Runs a raw command on the private server.
-    pub async fn cmd<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> T {
+    pub(crate) async fn cmd<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> T {
         let mut c = self.conn.clone();
         cmd.query_async(&mut c)
             .await
@@ -56,12 +56,12 @@ impl Fixture {
     }
 
     /// Redis's clock, epoch ms.
-    pub async fn now_ms(&self) -> i64 {
+    pub(crate) async fn now_ms(&self) -> i64 {
         redis_time_ms(&self.conn).await
     }
 
     /// Waits until Redis's clock is past `ms`.
-    pub async fn wait_past(&self, ms: i64) {
+    pub(crate) async fn wait_past(&self, ms: i64) {
         let c = self.conn.clone();
         eventually(Duration::from_secs(5), "the Redis clock to move on", || {
             let c = c.clone();
@@ -71,7 +71,7 @@ impl Fixture {
     }
 
     /// The number of members (ZSET) or fields (HASH) of a topic's key.
-    pub async fn card(&self, topic: &str, name: &str) -> usize {
+    pub(crate) async fn card(&self, topic: &str, name: &str) -> usize {
         let k = key(topic, name);
         let kind: String = self.cmd(redis::cmd("TYPE").arg(&k)).await;
         match kind.as_str() {
@@ -84,7 +84,7 @@ impl Fixture {
     }
 
     /// Every key and its DUMP: equal snapshots mean nothing was written.
-    pub async fn snapshot(&self) -> BTreeMap<String, Vec<u8>> {
+    pub(crate) async fn snapshot(&self) -> BTreeMap<String, Vec<u8>> {
         let keys: Vec<String> = self.cmd(redis::cmd("KEYS").arg("*")).await;
         let mut out = BTreeMap::new();
         for k in keys {
@@ -95,7 +95,7 @@ impl Fixture {
     }
 
     /// `redis-cli --scan` (sorted) and `DBSIZE`, as a person would compare.
-    pub fn cli_keys(&self) -> (Vec<String>, i64) {
+    pub(crate) fn cli_keys(&self) -> (Vec<String>, i64) {
         let scan = self.server.cli(&["--scan"]).expect("redis-cli --scan");
         let mut keys: Vec<String> = scan.lines().map(str::to_string).collect();
         keys.sort();
@@ -110,7 +110,7 @@ impl Fixture {
     }
 
     /// Runs redis-cli against the private server; panics on failure.
-    pub fn cli(&self, args: &[&str]) -> String {
+    pub(crate) fn cli(&self, args: &[&str]) -> String {
         self.server
             .cli(args)
             .unwrap_or_else(|e| panic!("redis-cli {args:?}: {e}"))
@@ -118,14 +118,14 @@ impl Fixture {
 }
 
 /// A queue with default settings on `server`.
-pub async fn queue(server: &RedisServer) -> Queue {
+pub(crate) async fn queue(server: &RedisServer) -> Queue {
     Queue::connect(server.url())
         .await
         .expect("connect to the private redis-server")
 }
 
 /// A raw multiplexed connection to `server`.
-pub async fn conn(server: &RedisServer) -> MultiplexedConnection {
+pub(crate) async fn conn(server: &RedisServer) -> MultiplexedConnection {
     redis::Client::open(server.url())
         .expect("redis url")
         .get_multiplexed_async_connection()
@@ -134,19 +134,19 @@ pub async fn conn(server: &RedisServer) -> MultiplexedConnection {
 }
 
 /// Redis `TIME` in epoch ms (the scripts' clock, truncated like `now_ms()`).
-pub async fn redis_time_ms(conn: &MultiplexedConnection) -> i64 {
+pub(crate) async fn redis_time_ms(conn: &MultiplexedConnection) -> i64 {
     let mut c = conn.clone();
     let (s, us): (i64, i64) = redis::cmd("TIME").query_async(&mut c).await.expect("TIME");
     s * 1000 + us / 1000
 }
 
 /// The name of a topic key, e.g. `punctual:{t}:pool`.
-pub fn key(topic: &str, name: &str) -> String {
+pub(crate) fn key(topic: &str, name: &str) -> String {
     format!("{PREFIX}:{{{topic}}}:{name}")
 }
 
 /// The nine keys of a topic, in the order every script takes them.
-pub fn topic_keys(topic: &str) -> Vec<String> {
+pub(crate) fn topic_keys(topic: &str) -> Vec<String> {
     [
         "pool", "ready", "running", "dead", "jobs", "meta", "stats", "seq", "attempts",
     ]
@@ -156,13 +156,13 @@ pub fn topic_keys(topic: &str) -> Vec<String> {
 }
 
 /// A topic or partition name as the low-level calls take it.
-pub fn part(name: &str) -> punctual::raw::Partition {
+pub(crate) fn part(name: &str) -> punctual::raw::Partition {
     name.parse().expect("a valid topic or partition name")
 }
 
 /// Tick limits that promote and reclaim up to a full batch and never refuse
 /// promotion.
-pub const TICK_ALL: punctual::raw::TickLimits = punctual::raw::TickLimits {
+pub(crate) const TICK_ALL: punctual::raw::TickLimits = punctual::raw::TickLimits {
     promote_batch: 1000,
     max_ready: 1_000_000,
     reclaim_batch: 1000,

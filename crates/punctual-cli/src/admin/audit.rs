@@ -12,14 +12,14 @@ use crate::output::{emit, emit_json, one_line, time, Table};
 
 /// Arguments of `audit`.
 #[derive(Debug, Args)]
-pub struct AuditArgs {
+pub(crate) struct AuditArgs {
     /// Show the newest N entries (1 to 10000).
     #[arg(long, value_name = "N", default_value_t = 50, value_parser = clap::value_parser!(u16).range(1..=10_000))]
     pub limit: u16,
 }
 
 /// Who runs this command: `cli`, from the OS user's name (else `uid N`).
-pub fn cli_entry(action: &str, topic: &str, detail: Value) -> Entry {
+pub(crate) fn cli_entry(action: &str, topic: &str, detail: Value) -> Entry {
     Entry::new("cli", os_user(), action)
         .topic(topic)
         .detail(detail)
@@ -34,18 +34,18 @@ fn os_user() -> String {
 }
 
 /// Records a change made through the CLI (see [`record`]).
-pub async fn cli(queue: &Queue, action: &str, topic: &str, detail: Value) {
+pub(crate) async fn cli(queue: &Queue, action: &str, topic: &str, detail: Value) {
     record(queue, cli_entry(action, topic, detail)).await;
 }
 
 /// `{"<what>": n, "ids": [the first 100]}`: the detail of a change to many jobs.
-pub fn counted(what: &str, ids: &[String]) -> Value {
+pub(crate) fn counted(what: &str, ids: &[String]) -> Value {
     serde_json::json!({ what: ids.len(), "ids": some_ids(ids) })
 }
 
 /// Appends `entry` to the audit trail. A failure is a warning on stderr
 /// (or in the log): the change itself is done and its result stands.
-pub async fn record(queue: &Queue, entry: Entry) {
+pub(crate) async fn record(queue: &Queue, entry: Entry) {
     if let Err(e) = audit::append(queue, &entry).await {
         tracing::warn!(
             action = %entry.action,
@@ -56,7 +56,7 @@ pub async fn record(queue: &Queue, entry: Entry) {
 }
 
 /// An entry as JSON, with its time also as RFC 3339.
-pub fn entry_json(e: &Entry) -> Value {
+pub(crate) fn entry_json(e: &Entry) -> Value {
     let mut v = serde_json::to_value(e).unwrap_or(Value::Null);
     if let Value::Object(o) = &mut v {
         o.insert("at".into(), time(e.at_ms).into());
@@ -65,7 +65,7 @@ pub fn entry_json(e: &Entry) -> Value {
 }
 
 /// Runs `audit`.
-pub async fn run(ctx: &Ctx, args: AuditArgs) -> Result<()> {
+pub(crate) async fn run(ctx: &Ctx, args: AuditArgs) -> Result<()> {
     let queue = ctx.queue().await?;
     let limit = usize::from(args.limit).min(MAX_ENTRIES);
     let trail = audit::read(&queue, limit).await?;
@@ -121,10 +121,10 @@ fn detail_text(v: &Value) -> String {
 }
 
 /// How many ids an entry lists (a replay of every dead job may be huge).
-pub const IDS_LISTED: usize = 100;
+pub(crate) const IDS_LISTED: usize = 100;
 
 /// The first [`IDS_LISTED`] ids, as a JSON array.
-pub fn some_ids(ids: &[String]) -> Value {
+pub(crate) fn some_ids(ids: &[String]) -> Value {
     ids.iter()
         .take(IDS_LISTED)
         .cloned()

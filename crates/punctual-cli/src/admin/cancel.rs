@@ -24,7 +24,7 @@ Examples:
   # every job of customer 42, whatever its state: look first, then cancel
   punctual cancel orders --id-prefix cust:42: --dry-run
   punctual cancel orders --id-prefix cust:42:")]
-pub struct CancelArgs {
+pub(crate) struct CancelArgs {
     /// The topic.
     pub topic: String,
 
@@ -45,7 +45,7 @@ pub struct CancelArgs {
 }
 
 /// Runs `cancel`.
-pub async fn run(ctx: &Ctx, args: CancelArgs) -> Result<()> {
+pub(crate) async fn run(ctx: &Ctx, args: CancelArgs) -> Result<()> {
     let (Some(prefix), None) = (&args.id_prefix, &args.id) else {
         let id = args.id.expect("clap requires an id or a prefix");
         return super::job::cancel(

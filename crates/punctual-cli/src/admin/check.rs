@@ -11,7 +11,7 @@ use clap::Args;
 
 /// Arguments of `check`.
 #[derive(Debug, Args)]
-pub struct CheckArgs {
+pub(crate) struct CheckArgs {
     /// Only this topic (default: every known topic).
     pub topic: Option<String>,
 }
@@ -20,7 +20,7 @@ pub struct CheckArgs {
 const UNLISTED_SCAN_LIMIT: u64 = 1_000_000;
 
 /// Runs `check`; exits 1 (a problem) when any violation is found.
-pub async fn run(ctx: &Ctx, args: CheckArgs) -> Result<()> {
+pub(crate) async fn run(ctx: &Ctx, args: CheckArgs) -> Result<()> {
     if let Some(t) = &args.topic {
         punctual::validate_topic(t)?;
     }

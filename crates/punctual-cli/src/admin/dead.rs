@@ -18,7 +18,7 @@ use clap::{ArgGroup, Args, Subcommand};
 use std::time::Duration;
 
 /// The examples of `dead replay --help`.
-pub const REPLAY_EXAMPLES: &str = "\
+pub(crate) const REPLAY_EXAMPLES: &str = "\
 Examples:
   # the two jobs named, due now
   punctual dead replay orders order:10086 order:10087
@@ -31,7 +31,7 @@ Examples:
 
 /// `dead` subcommands.
 #[derive(Debug, Subcommand)]
-pub enum DeadCommand {
+pub(crate) enum DeadCommand {
     /// List dead jobs, most recent death first.
     List(DeadListArgs),
 
@@ -46,7 +46,7 @@ pub enum DeadCommand {
 
 /// Arguments of `dead list`.
 #[derive(Debug, Args)]
-pub struct DeadListArgs {
+pub(crate) struct DeadListArgs {
     /// The topic.
     pub topic: String,
 
@@ -62,7 +62,7 @@ pub struct DeadListArgs {
 /// Arguments of `dead replay`.
 #[derive(Debug, Args)]
 #[command(group(ArgGroup::new("which").required(true).args(["ids", "oldest", "all"])))]
-pub struct DeadReplayArgs {
+pub(crate) struct DeadReplayArgs {
     /// The topic.
     pub topic: String,
 
@@ -103,7 +103,7 @@ fn parse_spread(s: &str) -> Result<Duration, String> {
 /// Arguments of `dead purge`.
 #[derive(Debug, Args)]
 #[command(group(ArgGroup::new("which").required(true).args(["ids", "all"])))]
-pub struct DeadPurgeArgs {
+pub(crate) struct DeadPurgeArgs {
     /// The topic.
     pub topic: String,
 
@@ -120,7 +120,7 @@ pub struct DeadPurgeArgs {
 const NAMED: usize = 10;
 
 /// Runs a `dead` subcommand.
-pub async fn run(ctx: &Ctx, cmd: DeadCommand) -> Result<()> {
+pub(crate) async fn run(ctx: &Ctx, cmd: DeadCommand) -> Result<()> {
     match cmd {
         DeadCommand::List(a) => list(ctx, a).await,
         DeadCommand::Replay(a) => replay(ctx, a).await,

@@ -35,7 +35,7 @@ const NAMED: usize = 10;
 
 /// `import` subcommands.
 #[derive(Debug, Subcommand)]
-pub enum ImportCommand {
+pub(crate) enum ImportCommand {
     /// Move the members of a ZSET queue (JSON members, due-time scores)
     /// into a topic.
     ///
@@ -60,7 +60,7 @@ Examples:
 
 /// How to read the scores.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Scores {
+pub(crate) enum Scores {
     /// Per member: a score of 1e11 or more is milliseconds, else seconds.
     Auto,
     /// Epoch seconds (fractions allowed).
@@ -71,7 +71,7 @@ pub enum Scores {
 
 /// Arguments of `import zset`.
 #[derive(Debug, Args)]
-pub struct ZsetArgs {
+pub(crate) struct ZsetArgs {
     /// The ZSET to import from (any key, not one of punctual's).
     pub key: String,
 
@@ -159,7 +159,7 @@ async fn source(ctx: &Ctx, queue: &Queue) -> Result<Source> {
 }
 
 /// Runs an `import` subcommand.
-pub async fn run(ctx: &Ctx, cmd: ImportCommand) -> Result<()> {
+pub(crate) async fn run(ctx: &Ctx, cmd: ImportCommand) -> Result<()> {
     match cmd {
         ImportCommand::Zset(a) => zset(ctx, a).await,
     }

@@ -17,7 +17,7 @@ use std::time::{Duration, SystemTime};
 
 /// A job by topic and id.
 #[derive(Debug, Args)]
-pub struct JobRef {
+pub(crate) struct JobRef {
     /// The topic.
     pub topic: String,
     /// The job id (as printed by `push`).
@@ -26,7 +26,7 @@ pub struct JobRef {
 
 /// Arguments of `reschedule`.
 #[derive(Debug, Args)]
-pub struct RescheduleArgs {
+pub(crate) struct RescheduleArgs {
     #[command(flatten)]
     pub job: JobRef,
 
@@ -37,7 +37,7 @@ pub struct RescheduleArgs {
 /// Like [`super::push::WhenArgs`], but one of the two is required.
 #[derive(Debug, Args, Clone)]
 #[group(required = true, multiple = false)]
-pub struct RequiredWhen {
+pub(crate) struct RequiredWhen {
     /// New due time: this long from now, by Redis's clock (0s: due now).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true)]
     pub delay: Option<Duration>,
@@ -49,7 +49,7 @@ pub struct RequiredWhen {
 
 impl RequiredWhen {
     /// The library's `When`.
-    pub fn when(&self) -> punctual::When {
+    pub(crate) fn when(&self) -> punctual::When {
         let when = super::push::WhenArgs {
             delay: self.delay,
             at: self.at,
@@ -75,7 +75,7 @@ fn not_live(job: &JobRef) -> anyhow::Error {
 }
 
 /// The full JSON view of a job.
-pub fn job_json(topic: &str, info: &JobInfo) -> Value {
+pub(crate) fn job_json(topic: &str, info: &JobInfo) -> Value {
     let mut o = Map::new();
     o.insert("topic".into(), topic.into());
     o.insert("id".into(), info.id.as_str().into());
@@ -102,7 +102,7 @@ pub fn job_json(topic: &str, info: &JobInfo) -> Value {
 }
 
 /// Runs `get`.
-pub async fn get(ctx: &Ctx, job: JobRef) -> Result<()> {
+pub(crate) async fn get(ctx: &Ctx, job: JobRef) -> Result<()> {
     validate(&job)?;
     let queue = ctx.queue().await?;
     let info = queue
@@ -152,7 +152,7 @@ pub async fn get(ctx: &Ctx, job: JobRef) -> Result<()> {
 }
 
 /// Runs `cancel`.
-pub async fn cancel(ctx: &Ctx, job: JobRef) -> Result<()> {
+pub(crate) async fn cancel(ctx: &Ctx, job: JobRef) -> Result<()> {
     validate(&job)?;
     let queue = ctx.queue().await?;
     let was = queue
@@ -179,7 +179,7 @@ pub async fn cancel(ctx: &Ctx, job: JobRef) -> Result<()> {
 }
 
 /// Runs `reschedule`.
-pub async fn reschedule(ctx: &Ctx, args: RescheduleArgs) -> Result<()> {
+pub(crate) async fn reschedule(ctx: &Ctx, args: RescheduleArgs) -> Result<()> {
     let job = &args.job;
     validate(job)?;
     let queue = ctx.queue().await?;

@@ -19,7 +19,7 @@ Examples:
   # every dead job of customer 42, page by page
   punctual list orders dead --id-prefix cust:42: --limit 1000 --json
   punctual list orders dead --id-prefix cust:42: --limit 1000 --json --cursor 0-5120")]
-pub struct ListArgs {
+pub(crate) struct ListArgs {
     /// The topic.
     pub topic: String,
 
@@ -42,7 +42,7 @@ pub struct ListArgs {
 }
 
 /// Runs `list`.
-pub async fn run(ctx: &Ctx, args: ListArgs) -> Result<()> {
+pub(crate) async fn run(ctx: &Ctx, args: ListArgs) -> Result<()> {
     punctual::validate_topic(&args.topic)?;
     let state: State = args.state.parse()?;
     if let Some(c) = &args.cursor {

@@ -1,19 +1,19 @@
 //! The admin commands: one module per group of commands, each a `run`
 //! function taking the context and its parsed arguments.
 
-pub mod audit;
-pub mod cancel;
-pub mod check;
-pub mod dead;
-pub mod import;
-pub mod job;
-pub mod list;
-pub mod partitions;
-pub mod ps;
-pub mod push;
-pub mod script;
-pub mod stats;
-pub mod topic;
+pub(crate) mod audit;
+pub(crate) mod cancel;
+pub(crate) mod check;
+pub(crate) mod dead;
+pub(crate) mod import;
+pub(crate) mod job;
+pub(crate) mod list;
+pub(crate) mod partitions;
+pub(crate) mod ps;
+pub(crate) mod push;
+pub(crate) mod script;
+pub(crate) mod stats;
+pub(crate) mod topic;
 
 use anyhow::Result;
 use punctual::Queue;

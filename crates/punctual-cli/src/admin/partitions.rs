@@ -10,7 +10,7 @@ use clap::Args;
 
 /// Arguments of `partitions`.
 #[derive(Debug, Args)]
-pub struct PartitionsArgs {
+pub(crate) struct PartitionsArgs {
     /// The topic.
     pub topic: String,
     /// The new partition count (1 to 1024); without it, show the count.
@@ -18,7 +18,7 @@ pub struct PartitionsArgs {
 }
 
 /// Shows the count, or sets it (refused while the topic holds jobs).
-pub async fn run(ctx: &Ctx, args: PartitionsArgs) -> Result<()> {
+pub(crate) async fn run(ctx: &Ctx, args: PartitionsArgs) -> Result<()> {
     let queue = ctx.queue().await?;
     if let Some(k) = args.count {
         queue.set_partitions(&args.topic, k).await?;

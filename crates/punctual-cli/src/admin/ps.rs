@@ -9,14 +9,14 @@ use crate::output::{emit, emit_json, span, Table};
 
 /// Arguments of `ps`.
 #[derive(Debug, Args)]
-pub struct PsArgs {
+pub(crate) struct PsArgs {
     /// Only the processes serving this topic.
     #[arg(long, value_name = "TOPIC")]
     pub topic: Option<String>,
 }
 
 /// Examples shown by `punctual ps --help`.
-pub const EXAMPLES: &str = "\
+pub(crate) const EXAMPLES: &str = "\
 Examples:
   # every supervisor, worker, scheduler and resident program, on every host
   punctual ps
@@ -25,7 +25,7 @@ Examples:
   punctual ps --topic orders --json";
 
 /// Runs `ps`.
-pub async fn run(ctx: &Ctx, args: PsArgs) -> Result<()> {
+pub(crate) async fn run(ctx: &Ctx, args: PsArgs) -> Result<()> {
     if let Some(t) = &args.topic {
         punctual::validate_topic(t)?;
     }

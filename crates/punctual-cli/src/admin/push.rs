@@ -17,7 +17,7 @@ use crate::input::parse_duration;
 use clap::Args;
 
 /// The examples of `push --help`.
-pub const EXAMPLES: &str = "\
+pub(crate) const EXAMPLES: &str = "\
 Examples:
   # close order 10086 in 30 minutes, once, even if pushed twice
   punctual push orders '{\"order\":10086}' --id order:10086 --delay 30m
@@ -32,7 +32,7 @@ Examples:
 
 /// Arguments of `push`.
 #[derive(Debug, Args)]
-pub struct PushArgs {
+pub(crate) struct PushArgs {
     /// The topic (no braces, '#' or spaces; at most 100 bytes).
     pub topic: String,
 
@@ -84,7 +84,7 @@ pub struct PushArgs {
 /// Where a job is due: now, after a delay, or at a time.
 #[derive(Debug, Args, Clone, Default)]
 #[group(multiple = false)]
-pub struct WhenArgs {
+pub(crate) struct WhenArgs {
     /// Due this long from now, by Redis's clock: 250ms, 30s, 15m, 2h, 1h30m, 7days.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true)]
     pub delay: Option<Duration>,
@@ -97,7 +97,7 @@ pub struct WhenArgs {
 
 impl WhenArgs {
     /// The library's `When`, if one was given.
-    pub fn when(&self) -> Option<punctual::When> {
+    pub(crate) fn when(&self) -> Option<punctual::When> {
         match (self.delay, self.at) {
             (Some(d), _) => Some(punctual::When::Delay(d)),
             (None, Some(t)) => Some(punctual::When::At(t)),
@@ -107,7 +107,7 @@ impl WhenArgs {
 }
 
 /// Runs `push`.
-pub async fn run(ctx: &Ctx, args: PushArgs) -> Result<()> {
+pub(crate) async fn run(ctx: &Ctx, args: PushArgs) -> Result<()> {
     punctual::validate_topic(&args.topic)?;
     if args.batch {
         return batch(ctx, args).await;

@@ -11,7 +11,7 @@ use clap::Args;
 
 /// Arguments of `script`.
 #[derive(Debug, Args)]
-pub struct ScriptArgs {
+pub(crate) struct ScriptArgs {
     /// The script to print (see the list without NAME), e.g. `enqueue`.
     pub name: Option<String>,
 }
@@ -22,7 +22,7 @@ fn sha1(source: &str) -> String {
 }
 
 /// Lists the scripts, or prints one exactly as punctual loads it.
-pub fn run(ctx: &Ctx, args: ScriptArgs) -> Result<()> {
+pub(crate) fn run(ctx: &Ctx, args: ScriptArgs) -> Result<()> {
     let Some(name) = args.name else {
         let scripts: Vec<(&str, String)> = punctual::script_names()
             .filter_map(|n| Some((n, sha1(&source(n)?))))

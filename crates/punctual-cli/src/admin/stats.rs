@@ -12,7 +12,7 @@ use clap::Args;
 
 /// Arguments of `stats`.
 #[derive(Debug, Args)]
-pub struct StatsArgs {
+pub(crate) struct StatsArgs {
     /// Only this topic (default: every known topic).
     pub topic: Option<String>,
     /// Per-minute history of TOPIC over this span, e.g. `1h`, `30m`, up to
@@ -25,7 +25,7 @@ pub struct StatsArgs {
 const CONCURRENCY: usize = 16;
 
 /// Runs `stats`.
-pub async fn stats(ctx: &Ctx, args: StatsArgs) -> Result<()> {
+pub(crate) async fn stats(ctx: &Ctx, args: StatsArgs) -> Result<()> {
     if let Some(t) = &args.topic {
         punctual::validate_topic(t)?;
     }
@@ -90,7 +90,7 @@ fn table(all: &[TopicStats]) -> String {
 }
 
 /// Runs `topics`.
-pub async fn topics(ctx: &Ctx) -> Result<()> {
+pub(crate) async fn topics(ctx: &Ctx) -> Result<()> {
     let queue = ctx.queue().await?;
     let topics = super::all_topics(&queue).await?;
     if ctx.json() {

@@ -11,7 +11,7 @@ use crate::output::{emit, emit_json};
 
 /// `topic` subcommands.
 #[derive(Debug, Subcommand)]
-pub enum TopicCommand {
+pub(crate) enum TopicCommand {
     /// Delete a topic that holds no job: its keys (counters, settings,
     /// pause), its name in the set of known topics and its partition count.
     ///
@@ -28,13 +28,13 @@ pub enum TopicCommand {
 
 /// Arguments of `topic delete`.
 #[derive(Debug, Args)]
-pub struct TopicDeleteArgs {
+pub(crate) struct TopicDeleteArgs {
     /// The topic.
     pub topic: String,
 }
 
 /// Runs a `topic` subcommand.
-pub async fn run(ctx: &Ctx, cmd: TopicCommand) -> Result<()> {
+pub(crate) async fn run(ctx: &Ctx, cmd: TopicCommand) -> Result<()> {
     match cmd {
         TopicCommand::Delete(a) => delete(ctx, a).await,
     }

@@ -16,12 +16,12 @@ use super::ApiState;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct AuditQuery {
+pub(super) struct AuditQuery {
     limit: Option<usize>,
 }
 
 /// The newest `limit` entries (default 50, at most 10,000).
-pub async fn list(
+pub(super) async fn list(
     State(s): State<Arc<ApiState>>,
     q: Result<Query<AuditQuery>, QueryRejection>,
 ) -> ApiResult<Json<Value>> {

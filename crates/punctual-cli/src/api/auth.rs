@@ -16,14 +16,14 @@ use super::error::ApiError;
 use super::ApiState;
 
 /// Environment variable holding the token (wins over the config file).
-pub const TOKEN_ENV: &str = "PUNCTUAL_API_TOKEN";
+pub(crate) const TOKEN_ENV: &str = "PUNCTUAL_API_TOKEN";
 
 /// Shortest token accepted.
-pub const MIN_TOKEN_LEN: usize = 16;
+pub(crate) const MIN_TOKEN_LEN: usize = 16;
 
 /// A secret token. Its `Debug` never shows it.
 #[derive(Clone)]
-pub struct Token(Arc<[u8]>);
+pub(crate) struct Token(Arc<[u8]>);
 
 impl fmt::Debug for Token {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -33,7 +33,7 @@ impl fmt::Debug for Token {
 
 impl Token {
     /// Checks a token's form: at least 16 visible ASCII characters.
-    pub fn new(text: &str) -> Result<Token, String> {
+    pub(crate) fn new(text: &str) -> Result<Token, String> {
         if text.len() < MIN_TOKEN_LEN {
             return Err(format!(
                 "the API token is {} characters long; use at least {MIN_TOKEN_LEN} (e.g. the output of `openssl rand -hex 32`)",
@@ -50,13 +50,13 @@ impl Token {
     }
 
     /// The token's text (to hand it on; never log it).
-    pub fn reveal(&self) -> String {
+    pub(crate) fn reveal(&self) -> String {
         String::from_utf8_lossy(&self.0).into_owned()
     }
 
     /// Compares in time that depends only on the lengths, never on where
     /// the first difference is.
-    pub fn matches(&self, given: &[u8]) -> bool {
+    pub(crate) fn matches(&self, given: &[u8]) -> bool {
         let expected = &self.0[..];
         // Pad or cut the given token to the expected length, so the byte
         // comparison always covers every byte of the secret.
@@ -71,7 +71,7 @@ impl Token {
 
 /// The token to use: `PUNCTUAL_API_TOKEN` when set and not empty, else
 /// `configured` (from the config file). `None`: the API is read-only.
-pub fn resolve(configured: Option<&str>) -> Result<Option<Token>, String> {
+pub(crate) fn resolve(configured: Option<&str>) -> Result<Option<Token>, String> {
     let from_env = std::env::var(TOKEN_ENV).ok().filter(|t| !t.is_empty());
     match (from_env, configured) {
         (Some(t), _) => Token::new(&t)
@@ -88,7 +88,7 @@ pub fn resolve(configured: Option<&str>) -> Result<Option<Token>, String> {
 /// argument refuses requests without it (401) before reading anything else.
 /// It says who made the call, for the audit trail.
 #[derive(Debug)]
-pub struct Authorized {
+pub(crate) struct Authorized {
     /// The client's address (`ip:port`), or `unknown`.
     pub from: String,
 }
@@ -96,7 +96,7 @@ pub struct Authorized {
 impl Authorized {
     /// Records a change made by this call in the audit trail, as `api`
     /// from the client's address. A failure is logged, never returned.
-    pub async fn record(&self, queue: &Queue, action: &str, topic: &str, detail: Value) {
+    pub(crate) async fn record(&self, queue: &Queue, action: &str, topic: &str, detail: Value) {
         let entry = Entry::new("api", self.from.as_str(), action)
             .topic(topic)
             .detail(detail);

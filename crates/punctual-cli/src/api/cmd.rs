@@ -22,7 +22,7 @@ use crate::health::Alerts;
 use crate::input::parse_duration;
 
 /// The examples of `api --help`.
-pub const EXAMPLES: &str = "\
+pub(crate) const EXAMPLES: &str = "\
 Examples:
   # read-only dashboard on this host
   punctual api
@@ -35,7 +35,7 @@ Examples:
 
 /// Arguments of `punctual api`.
 #[derive(Debug, Args)]
-pub struct ApiArgs {
+pub(crate) struct ApiArgs {
     /// Address to serve on. The default is reachable from this host only;
     /// to serve other hosts give e.g. 0.0.0.0:9464, set a token, and put a
     /// proxy with TLS in front (the dashboard and the read routes need no
@@ -118,7 +118,7 @@ fn token(args: &ApiArgs) -> Result<Option<Token>> {
 }
 
 /// Runs `punctual api` until SIGTERM or SIGINT.
-pub async fn run(ctx: &Ctx, args: ApiArgs) -> Result<()> {
+pub(crate) async fn run(ctx: &Ctx, args: ApiArgs) -> Result<()> {
     let addr: SocketAddr = args.listen.parse().map_err(|e| {
         exit::invalid(format!(
             "--listen {:?}: not an address like 127.0.0.1:9464 ({e})",

@@ -18,7 +18,7 @@ const STYLE: &str = include_str!("assets/app.css");
 /// Only this origin's own files and API: no inline script, no other host.
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
-pub fn routes() -> Router<Arc<ApiState>> {
+pub(super) fn routes() -> Router<Arc<ApiState>> {
     Router::new()
         .route(
             "/",

@@ -8,14 +8,14 @@ use axum::Json;
 
 /// An error answer of the API. The codes are part of the API (docs/openapi.yaml).
 #[derive(Debug)]
-pub struct ApiError {
+pub(crate) struct ApiError {
     pub status: StatusCode,
     pub code: &'static str,
     pub message: String,
 }
 
 impl ApiError {
-    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
         ApiError {
             status,
             code,
@@ -24,22 +24,22 @@ impl ApiError {
     }
 
     /// 400 `invalid_json`: the body is not JSON.
-    pub fn invalid_json(message: impl Into<String>) -> Self {
+    pub(crate) fn invalid_json(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "invalid_json", message)
     }
 
     /// 400 `invalid_input`: well-formed, but a value is not acceptable.
-    pub fn invalid(message: impl Into<String>) -> Self {
+    pub(crate) fn invalid(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "invalid_input", message)
     }
 
     /// 404 `not_found`.
-    pub fn not_found(message: impl Into<String>) -> Self {
+    pub(crate) fn not_found(message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, "not_found", message)
     }
 
     /// 401 `unauthorized`.
-    pub fn unauthorized(message: impl Into<String>) -> Self {
+    pub(crate) fn unauthorized(message: impl Into<String>) -> Self {
         Self::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
     }
 }
@@ -101,4 +101,4 @@ impl IntoResponse for ApiError {
 }
 
 /// The result of an API handler.
-pub type ApiResult<T> = Result<T, ApiError>;
+pub(super) type ApiResult<T> = Result<T, ApiError>;

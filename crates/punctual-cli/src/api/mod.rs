@@ -16,14 +16,14 @@
 //! - `cmd`: the `punctual api` command.
 
 mod audit;
-pub mod auth;
-pub mod cmd;
+pub(crate) mod auth;
+pub(crate) mod cmd;
 mod dashboard;
 mod error;
 mod reply;
 mod routes;
-pub mod sampler;
-pub mod server;
+pub(crate) mod sampler;
+pub(crate) mod server;
 
 use std::sync::Arc;
 
@@ -35,16 +35,16 @@ use punctual::Queue;
 
 use crate::serve::metrics::ResidentBoard;
 
-pub use auth::Token;
-pub use sampler::Sampler;
-pub use server::HttpOptions;
+pub(crate) use auth::Token;
+pub(crate) use sampler::Sampler;
+pub(crate) use server::HttpOptions;
 
 /// Largest request body: 16 MiB (a batch of jobs).
-pub const MAX_BODY: usize = 16 << 20;
+pub(crate) const MAX_BODY: usize = 16 << 20;
 
 /// What every route shares.
 #[derive(Debug)]
-pub struct ApiState {
+pub(crate) struct ApiState {
     queue: Queue,
     /// `None`: the API only reads (mutating calls get 403 `read_only`).
     token: Option<Token>,
@@ -61,7 +61,7 @@ pub struct ApiState {
 
 impl ApiState {
     #[allow(clippy::too_many_arguments)]
-    pub fn new(
+    pub(crate) fn new(
         queue: Queue,
         token: Option<Token>,
         reads_need_token: bool,
@@ -84,7 +84,7 @@ impl ApiState {
 
 /// The API under `/api/v1` and the dashboard at `/`, with a JSON 404 for
 /// every other path. Merge it with other routes that have no fallback.
-pub fn router(state: Arc<ApiState>) -> Router {
+pub(crate) fn router(state: Arc<ApiState>) -> Router {
     Router::new()
         .nest(
             "/api/v1",
@@ -113,12 +113,16 @@ async fn read_guard(State(s): State<Arc<ApiState>>, req: Request, next: Next) ->
 
 /// Starts the sampler that feeds the charts; it stops when the returned
 /// task is aborted.
-pub fn start_sampler(sampler: Arc<Sampler>, queue: Queue) -> tokio::task::JoinHandle<()> {
+pub(crate) fn start_sampler(sampler: Arc<Sampler>, queue: Queue) -> tokio::task::JoinHandle<()> {
     tokio::spawn(sampler.run(queue))
 }
 
 /// Logs where the API listens and what it allows.
-pub fn log_start(addr: &std::net::SocketAddr, token: Option<&Token>, reads_need_token: bool) {
+pub(crate) fn log_start(
+    addr: &std::net::SocketAddr,
+    token: Option<&Token>,
+    reads_need_token: bool,
+) {
     let changes = if token.is_some() {
         "changes need the API token"
     } else {

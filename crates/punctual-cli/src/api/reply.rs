@@ -16,7 +16,7 @@ use crate::health::TopicHealth;
 
 /// A job (schema `JobInfo`): `GET /topics/T/jobs/ID` and the dead list.
 #[derive(Debug, Serialize)]
-pub struct JobReply {
+pub(super) struct JobReply {
     id: String,
     state: &'static str,
     attempts: u32,
@@ -49,7 +49,7 @@ impl From<&JobInfo> for JobReply {
 
 /// A topic's stats with its health (schema `TopicStats`).
 #[derive(Debug, Serialize)]
-pub struct TopicReply {
+pub(super) struct TopicReply {
     topic: String,
     partitions: u32,
     pool: u64,
@@ -70,7 +70,7 @@ pub struct TopicReply {
 
 impl TopicReply {
     /// The stats of a topic and how healthy it is.
-    pub fn new(s: &TopicStats, h: &TopicHealth) -> Self {
+    pub(super) fn new(s: &TopicStats, h: &TopicHealth) -> Self {
         TopicReply {
             topic: s.topic.clone(),
             partitions: s.partitions,
@@ -94,7 +94,7 @@ impl TopicReply {
 
 /// A live process of the registry (schema `ProcessInfo`).
 #[derive(Debug, Serialize)]
-pub struct ProcessReply {
+pub(super) struct ProcessReply {
     id: String,
     host: String,
     pid: u32,
@@ -124,7 +124,7 @@ impl From<&ProcessInfo> for ProcessReply {
 
 /// Per-minute figures of a topic (schema `History`).
 #[derive(Debug, Serialize)]
-pub struct HistoryReply {
+pub(super) struct HistoryReply {
     topic: String,
     partitions: u32,
     now_ms: i64,
@@ -189,7 +189,7 @@ impl From<&Lateness> for LatenessReply {
 /// An entry of the audit trail (schema `AuditEntry`), with its time also
 /// as RFC 3339.
 #[derive(Debug, Serialize)]
-pub struct AuditEntryReply {
+pub(super) struct AuditEntryReply {
     at_ms: i64,
     at: String,
     who: String,

@@ -31,12 +31,12 @@ use crate::input::parse_time;
 const MAX_OFFSET: usize = 1_000_000_000;
 
 /// Most jobs in one batch request.
-pub const MAX_BATCH_JOBS: usize = 10_000;
+pub(super) const MAX_BATCH_JOBS: usize = 10_000;
 
 type St = State<Arc<ApiState>>;
 
 /// The `/api/v1` routes.
-pub fn routes() -> Router<Arc<ApiState>> {
+pub(super) fn routes() -> Router<Arc<ApiState>> {
     Router::new()
         .route("/info", get(info))
         .route("/auth", get(auth_check))
@@ -60,7 +60,7 @@ pub fn routes() -> Router<Arc<ApiState>> {
         .method_not_allowed_fallback(method_not_allowed)
 }
 
-pub async fn not_found() -> ApiError {
+pub(super) async fn not_found() -> ApiError {
     ApiError::not_found("no such API route; see docs/openapi.yaml for the routes under /api/v1")
 }
 

@@ -17,7 +17,7 @@ use punctual::Queue;
 use serde::Serialize;
 
 /// How much history is kept.
-pub const WINDOW: Duration = Duration::from_secs(3600);
+pub(crate) const WINDOW: Duration = Duration::from_secs(3600);
 
 /// Most topics sampled (the first ones, sorted by name).
 const MAX_TOPICS: usize = 500;
@@ -41,7 +41,7 @@ struct Point {
 
 /// A cumulative Prometheus histogram: (upper bound in seconds, count ≤ it).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Histogram {
+pub(crate) struct Histogram {
     pub count: f64,
     pub sum: f64,
     pub buckets: Vec<(f64, f64)>,
@@ -49,7 +49,7 @@ pub struct Histogram {
 
 /// The in-memory history of every topic.
 #[derive(Debug)]
-pub struct Sampler {
+pub(crate) struct Sampler {
     interval: Duration,
     capacity: usize,
     prometheus: Option<PrometheusHandle>,
@@ -58,7 +58,7 @@ pub struct Sampler {
 
 /// One interval of the series, as the API returns it.
 #[derive(Debug, Clone, Serialize)]
-pub struct SeriesPoint {
+pub(crate) struct SeriesPoint {
     /// End of the interval, epoch ms (the API server's clock).
     pub t_ms: i64,
     pub pool: u64,
@@ -92,7 +92,7 @@ fn now_ms() -> i64 {
 impl Sampler {
     /// A sampler that reads every `interval`; `prometheus` is the lateness
     /// source (the recorder of `punctual serve`), if any.
-    pub fn new(interval: Duration, prometheus: Option<PrometheusHandle>) -> Sampler {
+    pub(crate) fn new(interval: Duration, prometheus: Option<PrometheusHandle>) -> Sampler {
         let interval = interval.max(Duration::from_millis(100));
         let capacity = (WINDOW.as_millis() / interval.as_millis()).max(2) as usize + 1;
         Sampler {
@@ -104,17 +104,17 @@ impl Sampler {
     }
 
     /// The sampling interval.
-    pub fn interval(&self) -> Duration {
+    pub(crate) fn interval(&self) -> Duration {
         self.interval
     }
 
     /// Whether handler lateness is measured here.
-    pub fn has_lateness(&self) -> bool {
+    pub(crate) fn has_lateness(&self) -> bool {
         self.prometheus.is_some()
     }
 
     /// Samples forever (until the task is dropped).
-    pub async fn run(self: std::sync::Arc<Self>, queue: Queue) {
+    pub(crate) async fn run(self: std::sync::Arc<Self>, queue: Queue) {
         let mut tick = tokio::time::interval(self.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -124,7 +124,7 @@ impl Sampler {
     }
 
     /// Takes one reading of every known topic.
-    pub async fn sample(&self, queue: &Queue) {
+    pub(crate) async fn sample(&self, queue: &Queue) {
         let topics = match queue.topics().await {
             Ok(t) => t,
             Err(e) => {
@@ -174,7 +174,7 @@ impl Sampler {
 
     /// The series of a topic: one point per interval, oldest first (empty
     /// until two readings exist).
-    pub fn series(&self, topic: &str) -> Vec<SeriesPoint> {
+    pub(crate) fn series(&self, topic: &str) -> Vec<SeriesPoint> {
         let data = self.data.lock().unwrap();
         let Some(ring) = data.get(topic) else {
             return Vec::new();
@@ -243,7 +243,7 @@ impl Histogram {
 
     /// The q-quantile, interpolated linearly within its bucket; the top
     /// finite bound when it falls in the +Inf bucket.
-    pub fn quantile(&self, q: f64) -> Option<f64> {
+    pub(crate) fn quantile(&self, q: f64) -> Option<f64> {
         let total = self.buckets.last().map(|b| b.1).unwrap_or(self.count);
         if total <= 0.0 {
             return None;
@@ -270,7 +270,7 @@ impl Histogram {
 }
 
 /// Reads `punctual_lateness_seconds` per topic from Prometheus text.
-pub fn parse_lateness(text: &str) -> BTreeMap<String, Histogram> {
+pub(crate) fn parse_lateness(text: &str) -> BTreeMap<String, Histogram> {
     const NAME: &str = "punctual_lateness_seconds";
     let mut out: BTreeMap<String, Histogram> = BTreeMap::new();
     for line in text.lines() {

@@ -21,7 +21,7 @@ use super::error::ApiError;
 
 /// How the HTTP server treats its clients.
 #[derive(Debug, Clone)]
-pub struct HttpOptions {
+pub(crate) struct HttpOptions {
     /// Time to send a request's headers, counted from when the connection
     /// opens or the previous response was sent: it also closes idle
     /// connections.
@@ -47,7 +47,7 @@ const DRAIN: Duration = Duration::from_secs(10);
 
 /// Serves `app` on `listener` until `shutdown` resolves, then lets the
 /// requests in flight finish (up to 10 s).
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     app: Router,
     opts: &HttpOptions,

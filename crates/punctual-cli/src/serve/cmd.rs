@@ -13,7 +13,7 @@ use crate::input::parse_duration;
 
 /// `punctual serve`.
 #[derive(Debug, Args)]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     /// Worker processes (overrides `workers` in the file).
     #[arg(long, value_name = "N", env = "PUNCTUAL_WORKERS")]
     pub workers: Option<usize>,
@@ -54,7 +54,7 @@ pub struct ServeArgs {
 
 /// The hidden `__worker` / `__scheduler` commands.
 #[derive(Debug, Args)]
-pub struct ChildArgs {
+pub(crate) struct ChildArgs {
     /// Which child of its kind this is (for logs).
     #[arg(long, default_value_t = 0)]
     pub index: usize,
@@ -62,7 +62,7 @@ pub struct ChildArgs {
 
 /// Loads the config with flag and environment overrides. `redis` and
 /// `prefix` are the global options when they were given explicitly.
-pub fn load(
+pub(crate) fn load(
     path: Option<&Path>,
     args: &ServeArgs,
     redis: Option<String>,
@@ -123,7 +123,7 @@ pub fn load(
 }
 
 /// Runs the supervisor.
-pub async fn serve(cfg: Config) -> Result<()> {
+pub(crate) async fn serve(cfg: Config) -> Result<()> {
     match super::supervisor::supervise(cfg).await? {
         0 => Ok(()),
         _ => Err(exit::problem(
@@ -162,7 +162,7 @@ fn child_config() -> Result<Config> {
 }
 
 /// A worker process.
-pub async fn worker(args: ChildArgs, handlers: super::rust::Handlers) -> Result<()> {
+pub(crate) async fn worker(args: ChildArgs, handlers: super::rust::Handlers) -> Result<()> {
     let cfg = child_config()?;
     let metrics = match std::env::var_os(METRICS_ENV) {
         Some(p) => Some(super::metrics::MetricsSender::start(PathBuf::from(p))?),
@@ -173,7 +173,7 @@ pub async fn worker(args: ChildArgs, handlers: super::rust::Handlers) -> Result<
 }
 
 /// A scheduler process.
-pub async fn scheduler(args: ChildArgs) -> Result<()> {
+pub(crate) async fn scheduler(args: ChildArgs) -> Result<()> {
     let cfg = child_config()?;
     let span = tracing::info_span!("scheduler", index = args.index, pid = std::process::id());
     tracing::Instrument::instrument(super::roles::run_scheduler(cfg), span).await

@@ -10,12 +10,12 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
 /// Default backoff ladder: 0s, 5s, 30s, 2m, 10m, 30m.
-pub const DEFAULT_BACKOFF: [u64; 6] = [0, 5, 30, 120, 600, 1800];
+pub(crate) const DEFAULT_BACKOFF: [u64; 6] = [0, 5, 30, 120, 600, 1800];
 
 /// The whole file, as written (every key optional but `topics`).
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct Config {
+pub(crate) struct Config {
     /// Redis URL.
     #[serde(default = "default_redis")]
     pub redis: String,
@@ -112,7 +112,7 @@ pub struct Config {
 /// One topic.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct TopicConfig {
+pub(crate) struct TopicConfig {
     /// Run a program per job: argv, no shell.
     #[serde(default)]
     pub exec: Option<Vec<String>>,
@@ -159,7 +159,7 @@ pub struct TopicConfig {
 
 /// A resident topic's effective settings (see docs/RESIDENT.md).
 #[derive(Debug, Clone)]
-pub struct ResidentConfig {
+pub(crate) struct ResidentConfig {
     pub argv: Vec<String>,
     pub env: BTreeMap<String, String>,
     pub cwd: Option<String>,
@@ -175,12 +175,12 @@ pub struct ResidentConfig {
 }
 
 /// Default `max_jobs` of a resident topic.
-pub const DEFAULT_MAX_JOBS: u64 = 10_000;
+pub(crate) const DEFAULT_MAX_JOBS: u64 = 10_000;
 /// Default `start_timeout` of a resident topic.
-pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A size like `512MiB`, `1GB`, `800M` or `1048576` (bytes).
-pub fn parse_size(s: &str) -> Result<u64> {
+pub(crate) fn parse_size(s: &str) -> Result<u64> {
     let t = s.trim();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -209,7 +209,7 @@ pub fn parse_size(s: &str) -> Result<u64> {
 /// The `http` handler of a topic.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct HttpConfig {
+pub(crate) struct HttpConfig {
     /// Where to POST.
     pub url: String,
     /// Request timeout (default: the topic's timeout).
@@ -301,7 +301,7 @@ fn default_content_type() -> String {
 
 /// Overrides from flags and environment (set ones win over the file).
 #[derive(Debug, Clone, Default)]
-pub struct Overrides {
+pub(crate) struct Overrides {
     pub redis: Option<String>,
     pub prefix: Option<String>,
     pub workers: Option<usize>,
@@ -316,7 +316,7 @@ pub struct Overrides {
 
 impl Config {
     /// The thresholds of the overdue signal.
-    pub fn alerts(&self) -> crate::health::Alerts {
+    pub(crate) fn alerts(&self) -> crate::health::Alerts {
         crate::health::Alerts {
             overdue: self.overdue_alert,
             ready: self.ready_alert,
@@ -325,14 +325,14 @@ impl Config {
 
     /// Reads and validates a file; errors name the key and line. `rust`
     /// names the topics with a handler registered in Rust.
-    pub fn load(path: &Path, o: &Overrides, rust: &[&str]) -> Result<Config> {
+    pub(crate) fn load(path: &Path, o: &Overrides, rust: &[&str]) -> Result<Config> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read config file {}", path.display()))?;
         Config::parse(&text, &path.display().to_string(), o, rust)
     }
 
     /// Parses and validates config text (`origin` names it in errors).
-    pub fn parse(text: &str, origin: &str, o: &Overrides, rust: &[&str]) -> Result<Config> {
+    pub(crate) fn parse(text: &str, origin: &str, o: &Overrides, rust: &[&str]) -> Result<Config> {
         let mut c: Config = toml::from_str(text)
             .map_err(|e| anyhow::anyhow!("{origin}: {}", e.to_string().trim_end()))?;
         c.apply(o);
@@ -365,7 +365,7 @@ impl Config {
 
     /// Checks every value; the message names the key. `rust` names the
     /// topics whose handler is registered in Rust (see `Handlers`).
-    pub fn validate(&self, rust: &[&str]) -> Result<()> {
+    pub(crate) fn validate(&self, rust: &[&str]) -> Result<()> {
         for t in rust {
             if !self.topics.contains_key(*t) {
                 bail!("a Rust handler is registered for topic {t:?}, but the config has no [topics.{t}] table: add one (without exec, resident or http)");
@@ -528,7 +528,7 @@ impl Config {
 
     /// A resident topic's settings, defaults filled in (None for other
     /// topics). Call after `validate`.
-    pub fn resident(&self, topic: &str) -> Option<ResidentConfig> {
+    pub(crate) fn resident(&self, topic: &str) -> Option<ResidentConfig> {
         let t = &self.topics[topic];
         Some(ResidentConfig {
             argv: t.resident.clone()?,
@@ -543,7 +543,7 @@ impl Config {
     }
 
     /// A topic's backoff ladder, parsed.
-    pub fn ladder(&self, topic: &str) -> Result<Vec<Duration>> {
+    pub(crate) fn ladder(&self, topic: &str) -> Result<Vec<Duration>> {
         let t = &self.topics[topic];
         if t.backoff.is_empty() {
             bail!("[topics.{topic}]: backoff may not be empty (use [\"0s\"] for no wait)");
@@ -564,11 +564,11 @@ mod humantime_serde {
 
     use serde::{Deserialize, Deserializer, Serializer};
 
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    pub(super) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&humantime::format_duration(*d).to_string())
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         let s = String::deserialize(d)?;
         humantime::parse_duration(&s).map_err(|e| {
             serde::de::Error::custom(format!(
@@ -577,17 +577,22 @@ mod humantime_serde {
         })
     }
 
-    pub mod option {
+    pub(super) mod option {
         use super::*;
 
-        pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        pub(crate) fn serialize<S: Serializer>(
+            d: &Option<Duration>,
+            s: S,
+        ) -> Result<S::Ok, S::Error> {
             match d {
                 Some(d) => super::serialize(d, s),
                 None => s.serialize_none(),
             }
         }
 
-        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+            d: D,
+        ) -> Result<Option<Duration>, D::Error> {
             // Absent or null (as the supervisor passes it on to its children).
             match Option::<String>::deserialize(d)? {
                 None => Ok(None),

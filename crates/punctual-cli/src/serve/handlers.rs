@@ -16,7 +16,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use super::config::HttpConfig;
 
 /// Exit status of an exec handler that means "permanent failure" (EX_DATAERR).
-pub const EXIT_PERMANENT: i32 = 65;
+pub(crate) const EXIT_PERMANENT: i32 = 65;
 /// How much of a handler's stderr (or response body) becomes the last error.
 const ERROR_TAIL: usize = 2048;
 /// After an exec handler exits, how long its pipes are still read (what it
@@ -27,7 +27,7 @@ const MAX_REPLY: usize = 64 * 1024;
 
 /// An `exec` handler: argv, extra env, working directory.
 #[derive(Debug, Clone)]
-pub struct Exec {
+pub(crate) struct Exec {
     pub argv: Vec<String>,
     pub env: BTreeMap<String, String>,
     pub cwd: Option<String>,
@@ -49,7 +49,7 @@ impl Drop for GroupGuard {
 impl Exec {
     /// Runs the program for one job: payload on stdin, metadata in env.
     /// Exit 0: done; 65: permanent failure; anything else: retry.
-    pub async fn run(&self, d: &Delivery) -> Outcome {
+    pub(crate) async fn run(&self, d: &Delivery) -> Outcome {
         let mut cmd = tokio::process::Command::new(&self.argv[0]);
         cmd.args(&self.argv[1..])
             .envs(&self.env)
@@ -215,7 +215,7 @@ fn with_tail(what: &str, tail: &str) -> String {
 
 /// An `http` handler.
 #[derive(Debug, Clone)]
-pub struct Http {
+pub(crate) struct Http {
     pub client: reqwest::Client,
     pub config: HttpConfig,
     pub timeout: Duration,
@@ -223,7 +223,7 @@ pub struct Http {
 
 impl Http {
     /// A handler with its own connection pool.
-    pub fn new(config: HttpConfig, topic_timeout: Duration) -> anyhow::Result<Http> {
+    pub(crate) fn new(config: HttpConfig, topic_timeout: Duration) -> anyhow::Result<Http> {
         let timeout = config.timeout.unwrap_or(topic_timeout);
         let client = reqwest::Client::builder()
             .timeout(timeout)
@@ -239,7 +239,7 @@ impl Http {
     /// POSTs the payload. 2xx: done. 4xx other than 408 and 429: permanent.
     /// 408, 429, 5xx, timeouts, connection errors: retry, after `Retry-After`
     /// when the server sends one.
-    pub async fn run(&self, d: &Delivery) -> Outcome {
+    pub(crate) async fn run(&self, d: &Delivery) -> Outcome {
         let mut req = self
             .client
             .post(&self.config.url)
@@ -329,7 +329,7 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 }
 
 /// `Retry-After`: delay-seconds or an HTTP date.
-pub fn parse_retry_after(v: &str) -> Option<Duration> {
+pub(crate) fn parse_retry_after(v: &str) -> Option<Duration> {
     let v = v.trim();
     if let Ok(secs) = v.parse::<u64>() {
         return Some(Duration::from_secs(secs));

@@ -32,7 +32,7 @@ struct AppState {
 
 /// Binds the config's `http` address and serves in the background. The
 /// API token was checked when the config was loaded.
-pub async fn serve(
+pub(super) async fn serve(
     cfg: &Config,
     children: Children,
     resident: ResidentBoard,

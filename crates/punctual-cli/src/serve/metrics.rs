@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 
 /// One finished handler run.
 #[derive(Debug, Clone)]
-pub struct JobRecord {
+pub(crate) struct JobRecord {
     pub topic: String,
     pub lateness: Duration,
     pub duration: Duration,
@@ -30,7 +30,7 @@ pub struct JobRecord {
 /// The worker's side: a channel to a task that batches records into
 /// datagrams every 100 ms.
 #[derive(Debug, Clone)]
-pub struct MetricsSender {
+pub(crate) struct MetricsSender {
     tx: mpsc::UnboundedSender<Msg>,
 }
 
@@ -42,7 +42,7 @@ enum Msg {
 
 impl MetricsSender {
     /// Starts the sending task for the socket at `path`.
-    pub fn start(path: PathBuf) -> std::io::Result<MetricsSender> {
+    pub(crate) fn start(path: PathBuf) -> std::io::Result<MetricsSender> {
         let sock = UnixDatagram::unbound()?;
         let (tx, mut rx) = mpsc::unbounded_channel::<Msg>();
         tokio::spawn(async move {
@@ -68,12 +68,12 @@ impl MetricsSender {
     }
 
     /// Queues a record (never blocks).
-    pub fn send(&self, r: JobRecord) {
+    pub(crate) fn send(&self, r: JobRecord) {
         let _ = self.tx.send(Msg::Job(r));
     }
 
     /// A resident program of `topic` was replaced (or recycled).
-    pub fn resident_restart(&self, topic: &str, reason: &str) {
+    pub(crate) fn resident_restart(&self, topic: &str, reason: &str) {
         let _ = self
             .tx
             .send(Msg::Line(format!("#restart\t{topic}\t{reason}\n")));
@@ -81,7 +81,7 @@ impl MetricsSender {
 
     /// This worker's resident programs of `topic` alive now, and the jobs
     /// they handled since the last call.
-    pub fn resident_counts(&self, topic: &str, alive: usize, jobs: u64) {
+    pub(crate) fn resident_counts(&self, topic: &str, alive: usize, jobs: u64) {
         let pid = std::process::id();
         let _ = self.tx.send(Msg::Line(format!(
             "#resident\t{pid}\t{topic}\t{alive}\t{jobs}\n"
@@ -109,7 +109,7 @@ fn push_line(buf: &mut String, m: &Msg) {
 }
 
 /// Installs the Prometheus recorder of this process.
-pub fn install_recorder() -> anyhow::Result<PrometheusHandle> {
+pub(crate) fn install_recorder() -> anyhow::Result<PrometheusHandle> {
     let buckets = [
         0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
     ];
@@ -121,7 +121,7 @@ pub fn install_recorder() -> anyhow::Result<PrometheusHandle> {
 
 /// One topic's resident programs on this host, summed over its workers.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct ResidentFigures {
+pub(crate) struct ResidentFigures {
     /// Programs alive now (a worker silent for 5 s counts 0).
     pub alive: u64,
     /// Programs replaced or recycled since the supervisor started.
@@ -136,12 +136,12 @@ pub struct ResidentFigures {
 /// `punctual_resident_*` metrics are set from, and what `/healthz` and
 /// `GET /api/v1/resident` show.
 #[derive(Debug, Clone, Default)]
-pub struct ResidentBoard(Arc<Mutex<BTreeMap<String, ResidentFigures>>>);
+pub(crate) struct ResidentBoard(Arc<Mutex<BTreeMap<String, ResidentFigures>>>);
 
 impl ResidentBoard {
     /// A board listing `topics` (the resident topics this host's workers
     /// run) at zero, so they show before the first report.
-    pub fn new<'a>(topics: impl IntoIterator<Item = &'a str>) -> ResidentBoard {
+    pub(crate) fn new<'a>(topics: impl IntoIterator<Item = &'a str>) -> ResidentBoard {
         let b = ResidentBoard::default();
         {
             let mut m = b.0.lock().unwrap();
@@ -153,7 +153,7 @@ impl ResidentBoard {
     }
 
     /// A copy of the figures, by topic.
-    pub fn snapshot(&self) -> BTreeMap<String, ResidentFigures> {
+    pub(crate) fn snapshot(&self) -> BTreeMap<String, ResidentFigures> {
         self.0.lock().unwrap().clone()
     }
 
@@ -184,7 +184,10 @@ impl ResidentBoard {
 
 /// The supervisor's side: reads datagrams, records histograms, and keeps
 /// `board`.
-pub fn receive(path: &Path, board: ResidentBoard) -> std::io::Result<tokio::task::JoinHandle<()>> {
+pub(crate) fn receive(
+    path: &Path,
+    board: ResidentBoard,
+) -> std::io::Result<tokio::task::JoinHandle<()>> {
     let sock = UnixDatagram::bind(path)?;
     Ok(tokio::spawn(async move {
         let mut buf = vec![0u8; 64 * 1024];

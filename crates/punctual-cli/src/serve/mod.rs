@@ -1,12 +1,12 @@
 //! `punctual serve`: the consumer service (supervisor, worker and scheduler
 //! processes, exec, http and resident handlers, health and metrics).
 
-pub mod cmd;
-pub mod config;
-pub mod handlers;
+pub(crate) mod cmd;
+pub(crate) mod config;
+pub(crate) mod handlers;
 mod http;
-pub mod metrics;
-pub mod resident;
-pub mod roles;
-pub mod rust;
-pub mod supervisor;
+pub(crate) mod metrics;
+pub(crate) mod resident;
+pub(crate) mod roles;
+pub(crate) mod rust;
+pub(crate) mod supervisor;

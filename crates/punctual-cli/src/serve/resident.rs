@@ -36,7 +36,7 @@ use super::config::ResidentConfig;
 use super::metrics::MetricsSender;
 
 /// The protocol version this side speaks.
-pub const PROTOCOL: u64 = 1;
+pub(crate) const PROTOCOL: u64 = 1;
 /// Most jobs one program may take at once.
 const MAX_INFLIGHT: u64 = 1000;
 /// First restart delay after a failure; doubles up to `RESTART_MAX`.
@@ -52,7 +52,7 @@ const ERROR_MAX: usize = 2048;
 /// How a program is stopped when it is retired (recycle, shutdown): fd 3
 /// closed, then SIGTERM after `eof`, then SIGKILL after `term` more.
 #[derive(Debug, Clone, Copy)]
-pub struct StopTimes {
+pub(crate) struct StopTimes {
     pub eof: Duration,
     pub term: Duration,
 }
@@ -86,7 +86,7 @@ enum Readiness {
 
 /// How a pool's first start went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FirstStart {
+pub(crate) enum FirstStart {
     /// A program said `ready`, taking this many jobs at once.
     Ready(usize),
     /// The first start failed (it is retried with backoff).
@@ -97,7 +97,7 @@ pub enum FirstStart {
 
 /// Counters shared by a pool's managers (for /metrics).
 #[derive(Debug, Default)]
-pub struct PoolStats {
+pub(crate) struct PoolStats {
     pub alive: AtomicUsize,
     pub jobs: AtomicU64,
 }
@@ -105,7 +105,7 @@ pub struct PoolStats {
 /// Where a pool's programs are registered in the process registry: under
 /// their worker's id, as `<worker id>/resident-<topic>-<slot>`.
 #[derive(Debug, Clone)]
-pub struct Registered {
+pub(crate) struct Registered {
     pub queue: punctual::Queue,
     /// The worker's id.
     pub worker: String,
@@ -113,7 +113,7 @@ pub struct Registered {
 }
 
 /// The resident programs of one topic in this worker process.
-pub struct Pool {
+pub(crate) struct Pool {
     topic: String,
     cfg: Arc<ResidentConfig>,
     tx: mpsc::UnboundedSender<Request>,
@@ -131,7 +131,7 @@ impl std::fmt::Debug for Pool {
 
 impl Pool {
     /// Starts `cfg.processes` programs for `topic`.
-    pub fn start(
+    pub(crate) fn start(
         topic: &str,
         cfg: ResidentConfig,
         times: StopTimes,
@@ -176,13 +176,13 @@ impl Pool {
     }
 
     /// Programs in this pool.
-    pub fn processes(&self) -> usize {
+    pub(crate) fn processes(&self) -> usize {
         self.cfg.processes
     }
 
     /// How the first start went: how many jobs one program takes at once,
     /// or why none does.
-    pub async fn first_ready(&self) -> FirstStart {
+    pub(crate) async fn first_ready(&self) -> FirstStart {
         let mut rx = self.ready.clone();
         let Ok(r) = rx.wait_for(|r| *r != Readiness::Starting).await else {
             return FirstStart::Failed;
@@ -201,12 +201,12 @@ impl Pool {
     /// claimed and `capacity` taken at once by the pool's programs, a job
     /// waits for at most `concurrency / capacity` rounds, each of which ends
     /// within a job's timeout plus a restart.
-    pub fn backstop(&self, concurrency: usize, capacity: usize) -> Duration {
+    pub(crate) fn backstop(&self, concurrency: usize, capacity: usize) -> Duration {
         backstop(&self.cfg, concurrency, capacity)
     }
 
     /// Runs one job on a program of the pool.
-    pub async fn run(&self, d: Delivery) -> Outcome {
+    pub(crate) async fn run(&self, d: Delivery) -> Outcome {
         let (reply, answer) = oneshot::channel();
         let cancel = CancellationToken::new();
         let guard = cancel.clone().drop_guard();
@@ -225,7 +225,7 @@ impl Pool {
 
     /// Retires every program (fd 3 closed, SIGTERM, SIGKILL: see
     /// `StopTimes`) and waits for them. Call after the worker stopped.
-    pub async fn shutdown(&self) {
+    pub(crate) async fn shutdown(&self) {
         self.stop.cancel();
         let managers = std::mem::take(&mut *self.managers.lock().unwrap());
         for m in managers {
@@ -338,13 +338,13 @@ fn job_line(d: &Delivery, timeout: Duration) -> Vec<u8> {
 }
 
 /// A reply line: (id, outcome), or why it breaks the protocol.
-pub fn parse_reply(line: &[u8]) -> Result<(String, Outcome), String> {
+pub(crate) fn parse_reply(line: &[u8]) -> Result<(String, Outcome), String> {
     let (id, outcome) = parse_reply_any(line)?;
     Ok((id.ok_or("a reply must name the job's id")?, outcome))
 }
 
 /// A reply line where the id is optional (an exec handler's fd 3).
-pub fn parse_reply_any(line: &[u8]) -> Result<(Option<String>, Outcome), String> {
+pub(crate) fn parse_reply_any(line: &[u8]) -> Result<(Option<String>, Outcome), String> {
     let v: serde_json::Value = serde_json::from_slice(line).map_err(|_| {
         format!(
             "not a JSON object: {:?}",

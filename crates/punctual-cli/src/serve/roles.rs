@@ -22,7 +22,7 @@ use super::resident::{FirstStart, Pool, StopTimes};
 /// Connects to Redis with the config's URL, prefix and payload limit. A
 /// Redis still loading its dataset (after a restart) is waited for, with
 /// backoff; an unreachable one is an error at once.
-pub async fn connect(cfg: &Config) -> Result<Queue> {
+pub(crate) async fn connect(cfg: &Config) -> Result<Queue> {
     let mut backoff = Duration::from_millis(100);
     loop {
         let connected = Queue::builder(&cfg.redis)
@@ -83,7 +83,7 @@ fn registry(cfg: &Config) -> Registry {
 /// supervisor (it died and this process was re-parented). The supervisor's
 /// pid comes from the environment, so a supervisor that died before this
 /// process got here is noticed too.
-pub async fn stop_signal() {
+pub(crate) async fn stop_signal() {
     let supervisor = std::env::var(super::supervisor::SUPERVISOR_PID_ENV)
         .ok()
         .and_then(|p| p.parse::<i32>().ok())
@@ -109,7 +109,7 @@ pub async fn stop_signal() {
 
 /// A worker process: every configured topic, its handler wrapped to report
 /// lateness and duration to the supervisor.
-pub async fn run_worker(
+pub(crate) async fn run_worker(
     mut cfg: Config,
     metrics: Option<MetricsSender>,
     rust: super::rust::Handlers,
@@ -318,7 +318,7 @@ async fn measured(
 }
 
 /// A scheduler process for every configured topic.
-pub async fn run_scheduler(cfg: Config) -> Result<()> {
+pub(crate) async fn run_scheduler(cfg: Config) -> Result<()> {
     let queue = connect(&cfg).await?;
     let sc = SchedulerConfig::default()
         .promote_batch(cfg.promote_batch)

@@ -19,7 +19,7 @@ use super::roles::connect;
 
 /// What /healthz reports per child.
 #[derive(Debug, Clone, Serialize)]
-pub struct ChildStatus {
+pub(crate) struct ChildStatus {
     pub role: &'static str,
     pub index: usize,
     pub pid: Option<u32>,
@@ -28,35 +28,35 @@ pub struct ChildStatus {
     pub last_exit: Option<String>,
 }
 
-pub type Children = Arc<Mutex<Vec<ChildStatus>>>;
+pub(crate) type Children = Arc<Mutex<Vec<ChildStatus>>>;
 
 /// Environment variable naming the file descriptor (always
 /// [`CHILD_CONFIG_FD`]) from which a child reads the effective config
 /// (JSON), once, at start. A pipe, not the environment: whatever is in a
 /// process's environment, its handlers can read in `/proc/$PPID/environ`.
-pub const CONFIG_FD_ENV: &str = "PUNCTUAL_SERVE_CONFIG_FD";
+pub(crate) const CONFIG_FD_ENV: &str = "PUNCTUAL_SERVE_CONFIG_FD";
 /// Environment variable with the supervisor's pid: a child whose parent is
 /// another process (the supervisor died, even before the child started
 /// watching) stops.
-pub const SUPERVISOR_PID_ENV: &str = "PUNCTUAL_SUPERVISOR_PID";
+pub(crate) const SUPERVISOR_PID_ENV: &str = "PUNCTUAL_SUPERVISOR_PID";
 /// The descriptor the config pipe's read end has in a child.
-pub const CHILD_CONFIG_FD: i32 = 3;
+pub(crate) const CHILD_CONFIG_FD: i32 = 3;
 /// Environment variable naming the metrics socket for workers.
-pub const METRICS_ENV: &str = "PUNCTUAL_METRICS_SOCKET";
+pub(crate) const METRICS_ENV: &str = "PUNCTUAL_METRICS_SOCKET";
 /// Environment variable with the id a child registers under in the process
 /// registry (`<supervisor id>/<role>-<index>`): the supervisor removes the
 /// record, and those under it, when it reaps the child.
-pub const PROCESS_ID_ENV: &str = "PUNCTUAL_PROCESS_ID";
+pub(crate) const PROCESS_ID_ENV: &str = "PUNCTUAL_PROCESS_ID";
 /// Environment variable with the log format for children.
-pub const LOG_FORMAT_ENV: &str = "PUNCTUAL_CHILD_LOG_FORMAT";
+pub(crate) const LOG_FORMAT_ENV: &str = "PUNCTUAL_CHILD_LOG_FORMAT";
 /// Secrets punctual reads from the environment: the supervisor keeps them
 /// out of its children's environment (the config pipe carries what they
 /// need), so a handler can find them neither in its own environment nor in
 /// its parent's.
-pub const SECRET_ENV: [&str; 2] = ["PUNCTUAL_REDIS_URL", "PUNCTUAL_API_TOKEN"];
+pub(crate) const SECRET_ENV: [&str; 2] = ["PUNCTUAL_REDIS_URL", "PUNCTUAL_API_TOKEN"];
 /// What no handler sees: what the supervisor passes to its children, and
 /// the secrets punctual itself reads from the environment.
-pub const INTERNAL_ENV: [&str; 7] = [
+pub(crate) const INTERNAL_ENV: [&str; 7] = [
     CONFIG_FD_ENV,
     SUPERVISOR_PID_ENV,
     PROCESS_ID_ENV,
@@ -71,7 +71,7 @@ const STABLE_AFTER: Duration = Duration::from_secs(60);
 
 /// Checks that every exec handler's program can be found, so a typo fails
 /// at start instead of sending every job to dead.
-pub fn check_programs(cfg: &Config) -> Result<()> {
+pub(crate) fn check_programs(cfg: &Config) -> Result<()> {
     if cfg.workers == 0 {
         // A scheduler-only host runs no handler.
         return Ok(());
@@ -130,7 +130,7 @@ fn write_pidfile(path: &str) -> Result<()> {
 
 /// Runs the service until a signal; returns the process exit code: 0 after
 /// a clean drain, 1 when children had to be killed.
-pub async fn supervise(cfg: Config) -> Result<i32> {
+pub(crate) async fn supervise(cfg: Config) -> Result<i32> {
     // Handlers run as our user: keep them from reading this process's
     // memory and /proc files (environ, where PUNCTUAL_API_TOKEN may be).
     let _ = nix::sys::prctl::set_dumpable(false);

@@ -16,14 +16,14 @@ use punctual::Queue;
 use punctual_testkit::free_port;
 use serde_json::Value;
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_punctual");
+pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_punctual");
 
 /// A token long enough to be accepted.
-pub const TOKEN: &str = "test-token-0123456789abcdef";
+pub(crate) const TOKEN: &str = "test-token-0123456789abcdef";
 
 /// A `punctual api` or `punctual serve` process with its own directory,
 /// killed on drop.
-pub struct Server {
+pub(crate) struct Server {
     pub dir: tempfile::TempDir,
     pub port: u16,
     child: Option<Child>,
@@ -32,7 +32,7 @@ pub struct Server {
 impl Server {
     /// `punctual api --listen 127.0.0.1:PORT` with `token` in
     /// PUNCTUAL_API_TOKEN (none: read-only) and `extra` arguments.
-    pub async fn api(redis: &str, token: Option<&str>, extra: &[&str]) -> Server {
+    pub(crate) async fn api(redis: &str, token: Option<&str>, extra: &[&str]) -> Server {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
         let mut cmd = Command::new(BIN);
@@ -46,7 +46,12 @@ impl Server {
 
     /// `punctual serve` with a config of `settings` and `topics` (the http
     /// address is added), and `token` in PUNCTUAL_API_TOKEN.
-    pub async fn serve(redis: &str, token: Option<&str>, settings: &str, topics: &str) -> Server {
+    pub(crate) async fn serve(
+        redis: &str,
+        token: Option<&str>,
+        settings: &str,
+        topics: &str,
+    ) -> Server {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
         let config = dir.path().join("punctual.toml");
@@ -82,18 +87,18 @@ impl Server {
     }
 
     /// Writes an executable sh script into the server's directory.
-    pub fn script(dir: &std::path::Path, name: &str, body: &str) -> PathBuf {
+    pub(crate) fn script(dir: &std::path::Path, name: &str, body: &str) -> PathBuf {
         let p = dir.join(name);
         std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
         p
     }
 
-    pub fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
     }
 
-    pub fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}{path}", self.port)
     }
 
@@ -115,7 +120,7 @@ impl Server {
     }
 
     /// Calls the API: `(status, JSON body)`.
-    pub async fn call(
+    pub(crate) async fn call(
         &self,
         method: &str,
         path: &str,
@@ -141,12 +146,17 @@ impl Server {
     }
 
     /// `call` with the test token.
-    pub async fn authed(&self, method: &str, path: &str, body: Option<&str>) -> (u16, Value) {
+    pub(crate) async fn authed(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+    ) -> (u16, Value) {
         self.call(method, path, Some(TOKEN), body).await
     }
 
     /// Sends SIGTERM and waits for the exit.
-    pub fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = kill(Pid::from_raw(c.id() as i32), Signal::SIGTERM);
             let deadline = Instant::now() + Duration::from_secs(20);
@@ -182,14 +192,14 @@ impl Drop for Server {
 
 /// A `serve` process with its own directory (config, handler scripts,
 /// records, logs), killed on drop.
-pub struct Service {
+pub(crate) struct Service {
     pub dir: tempfile::TempDir,
     child: Option<Child>,
     pub http: u16,
 }
 
 impl Service {
-    pub fn new() -> Service {
+    pub(crate) fn new() -> Service {
         Service {
             dir: tempfile::tempdir().unwrap(),
             child: None,
@@ -197,17 +207,17 @@ impl Service {
         }
     }
 
-    pub fn path(&self, name: &str) -> PathBuf {
+    pub(crate) fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
 
     /// Writes an executable sh script.
-    pub fn script(&self, name: &str, body: &str) -> PathBuf {
+    pub(crate) fn script(&self, name: &str, body: &str) -> PathBuf {
         Server::script(self.dir.path(), name, body)
     }
 
     /// Writes the config: common settings plus `topics`.
-    pub fn config(&self, redis: &str, extra: &str, topics: &str) -> PathBuf {
+    pub(crate) fn config(&self, redis: &str, extra: &str, topics: &str) -> PathBuf {
         let p = self.path("punctual.toml");
         let text = format!(
             "redis = {redis:?}\nhttp = \"127.0.0.1:{}\"\nidle_check = \"2s\"\n{extra}\n{topics}\n",
@@ -219,7 +229,7 @@ impl Service {
 
     /// Starts `serve` with `punctual.toml` from the directory, its stderr
     /// appended to `serve.log`.
-    pub fn start(&mut self) {
+    pub(crate) fn start(&mut self) {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -237,16 +247,16 @@ impl Service {
         self.child = Some(child);
     }
 
-    pub fn pid(&self) -> Pid {
+    pub(crate) fn pid(&self) -> Pid {
         Pid::from_raw(self.child.as_ref().unwrap().id() as i32)
     }
 
-    pub fn signal(&self, sig: Signal) {
+    pub(crate) fn signal(&self, sig: Signal) {
         kill(self.pid(), sig).unwrap();
     }
 
     /// Waits for the service to exit, at most `limit`.
-    pub fn wait(&mut self, limit: Duration) -> ExitStatus {
+    pub(crate) fn wait(&mut self, limit: Duration) -> ExitStatus {
         let deadline = Instant::now() + limit;
         let child = self.child.as_mut().unwrap();
         loop {
@@ -263,12 +273,12 @@ impl Service {
         }
     }
 
-    pub fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(self.path("serve.log")).unwrap_or_default()
     }
 
     /// Lines the handlers appended to `records`.
-    pub fn records(&self) -> Vec<Vec<String>> {
+    pub(crate) fn records(&self) -> Vec<Vec<String>> {
         std::fs::read_to_string(self.path("records"))
             .unwrap_or_default()
             .lines()
@@ -276,7 +286,7 @@ impl Service {
             .collect()
     }
 
-    pub async fn healthz(&self) -> Option<Value> {
+    pub(crate) async fn healthz(&self) -> Option<Value> {
         let r = reqwest::get(format!("http://127.0.0.1:{}/healthz", self.http))
             .await
             .ok()?;
@@ -284,7 +294,7 @@ impl Service {
     }
 
     /// The `/metrics` text, empty if it does not answer.
-    pub async fn metrics(&self) -> String {
+    pub(crate) async fn metrics(&self) -> String {
         match reqwest::get(format!("http://127.0.0.1:{}/metrics", self.http)).await {
             Ok(r) => r.text().await.unwrap_or_default(),
             Err(_) => String::new(),
@@ -292,7 +302,7 @@ impl Service {
     }
 
     /// SIGKILLs serve, if it runs, and reaps it.
-    pub fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = kill(Pid::from_raw(c.id() as i32), Signal::SIGKILL);
             let _ = c.wait();
@@ -308,14 +318,14 @@ impl Drop for Service {
 }
 
 /// Jobs of `topic` still held: pool, ready, running and dead.
-pub async fn live(q: &Queue, topic: &str) -> u64 {
+pub(crate) async fn live(q: &Queue, topic: &str) -> u64 {
     let s = q.stats(topic).await.unwrap();
     s.pool + s.ready + s.running + s.dead
 }
 
 /// Whether process `pid` is gone, or a zombie waiting for whoever adopted
 /// it to reap it.
-pub fn gone(pid: i32) -> bool {
+pub(crate) fn gone(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map(|st| {
             st.rsplit(')')
@@ -328,7 +338,7 @@ pub fn gone(pid: i32) -> bool {
 }
 
 /// A finished command's stdout followed by its stderr.
-pub fn output_text(out: &Output) -> String {
+pub(crate) fn output_text(out: &Output) -> String {
     format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
