@@ -2,7 +2,18 @@
 
 use std::fmt;
 
-/// What went wrong, in classes a caller can act on.
+/// What went wrong, in classes a caller can act on ([`Error::kind`]).
+///
+/// ```
+/// use punctual::ErrorKind;
+/// let err = punctual::validate_topic("").unwrap_err();
+/// match err.kind() {
+///     ErrorKind::InvalidInput => println!("fix the input: {err}"),
+///     ErrorKind::Redis => println!("try again later: {err}"),
+///     _ => println!("report it: {err}"),
+/// }
+/// assert_eq!(err.kind().to_string(), "invalid input");
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ErrorKind {
@@ -68,6 +79,11 @@ pub enum Error {
 
 impl Error {
     /// The class of this error.
+    ///
+    /// ```
+    /// let err = punctual::Job::new("x").max_attempts(0).validate().unwrap_err();
+    /// assert_eq!(err.kind(), punctual::ErrorKind::InvalidInput);
+    /// ```
     pub fn kind(&self) -> ErrorKind {
         match self {
             Error::Invalid(_) => ErrorKind::InvalidInput,
@@ -78,6 +94,20 @@ impl Error {
     }
 
     /// Whether the same call may succeed later (Redis down, busy, OOM).
+    ///
+    /// ```no_run
+    /// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+    /// let enqueued = loop {
+    ///     match queue.enqueue("orders", punctual::Job::new("x").id("order:1")).await {
+    ///         Err(e) if e.is_retryable() => {
+    ///             tokio::time::sleep(std::time::Duration::from_secs(1)).await
+    ///         }
+    ///         other => break other?,
+    ///     }
+    /// };
+    /// # let _ = enqueued;
+    /// # Ok(()) }
+    /// ```
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::Redis(_) => true,
@@ -146,4 +176,11 @@ impl Error {
 }
 
 /// The result type of punctual.
+///
+/// ```
+/// fn parse_state(s: &str) -> punctual::Result<punctual::State> {
+///     s.parse()
+/// }
+/// assert!(parse_state("dead").is_ok());
+/// ```
 pub type Result<T, E = Error> = std::result::Result<T, E>;

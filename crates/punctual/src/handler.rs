@@ -18,6 +18,23 @@ use tokio_util::sync::CancellationToken;
 use crate::raw::Delivery;
 
 /// What a handler says about one delivery.
+///
+/// ```
+/// use std::time::Duration;
+/// use punctual::{Delivery, Outcome};
+///
+/// async fn send_email(job: Delivery) -> Outcome {
+///     match std::str::from_utf8(&job.payload) {
+///         Err(_) => Outcome::permanent("the payload is not an address"),
+///         Ok("") => Outcome::retry_after("no address yet", Duration::from_secs(60)),
+///         Ok(_address) => Outcome::Done,
+///     }
+/// }
+/// # let _ = send_email;
+/// // A handler may also answer with a Result: Ok is done, Err a retry.
+/// let o: Outcome = Err::<(), _>("timeout").into();
+/// assert_eq!(o, Outcome::retry("timeout"));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Outcome {
@@ -53,6 +70,12 @@ impl Outcome {
     }
 
     /// Retry after `after`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let o = punctual::Outcome::retry_after("rate limited", Duration::from_secs(30));
+    /// assert!(matches!(o, punctual::Outcome::Retry { after: Some(d), .. } if d == Duration::from_secs(30)));
+    /// ```
     pub fn retry_after(error: impl Into<String>, after: Duration) -> Self {
         Outcome::Retry {
             error: error.into(),
@@ -61,6 +84,11 @@ impl Outcome {
     }
 
     /// Permanent failure: to dead now.
+    ///
+    /// ```
+    /// let o = punctual::Outcome::permanent("unknown customer");
+    /// assert_eq!(o, punctual::Outcome::Permanent { error: "unknown customer".into() });
+    /// ```
     pub fn permanent(error: impl Into<String>) -> Self {
         Outcome::Permanent {
             error: error.into(),
@@ -124,7 +152,16 @@ impl<E: std::fmt::Display> From<std::result::Result<(), E>> for Outcome {
 /// # let _ = worker; }
 /// ```
 pub trait Handler: Send + Sync + 'static {
-    /// Runs `job`; `cancel` fires when the run should stop.
+    /// Runs `job`; `cancel` fires when the run should stop. A worker calls
+    /// it; a test can too:
+    ///
+    /// ```
+    /// use punctual::{BoxedHandler, CancellationToken, Delivery, Handler, Outcome};
+    /// async fn run_once(h: &BoxedHandler, job: Delivery) -> Outcome {
+    ///     h.call(job, CancellationToken::new()).await
+    /// }
+    /// # let _ = run_once;
+    /// ```
     fn call(
         &self,
         job: Delivery,

@@ -9,12 +9,39 @@ use crate::keys::validate_id;
 
 /// Most deliveries a job may be given ([`Job::max_attempts`], and a topic's
 /// default): a larger number is refused as a mistake.
+///
+/// ```
+/// use punctual::{Job, MAX_ATTEMPTS};
+/// assert!(Job::new("x").max_attempts(MAX_ATTEMPTS).validate().is_ok());
+/// assert!(Job::new("x").max_attempts(MAX_ATTEMPTS + 1).validate().is_err());
+/// ```
 pub const MAX_ATTEMPTS: u32 = 10_000;
 
 /// Ten years: a longer delay is refused as a mistake.
+///
+/// ```
+/// use std::time::Duration;
+/// use punctual::{Job, MAX_DELAY};
+/// assert!(Job::new("x").delay(MAX_DELAY).validate().is_ok());
+/// let err = Job::new("x").delay(MAX_DELAY + Duration::from_secs(1)).validate().unwrap_err();
+/// assert_eq!(err.kind(), punctual::ErrorKind::InvalidInput);
+/// ```
 pub const MAX_DELAY: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
 /// When a job is due.
+///
+/// ```
+/// use std::time::{Duration, SystemTime};
+/// use punctual::{Job, When};
+///
+/// assert_eq!(When::default(), When::Now);
+/// let in_an_hour = Job::new("x").when(When::Delay(Duration::from_secs(3600)));
+/// let at_noon = Job::new("x").when(When::At(SystemTime::UNIX_EPOCH + Duration::from_secs(43_200)));
+/// assert!(in_an_hour.validate().is_ok() && at_noon.validate().is_ok());
+/// // Before 1970 cannot be sent.
+/// let early = Job::new("x").when(When::At(SystemTime::UNIX_EPOCH - Duration::from_secs(1)));
+/// assert!(early.validate().is_err());
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum When {
@@ -79,6 +106,13 @@ pub struct Job {
 
 impl Job {
     /// A job with this payload, due now, with a generated id.
+    ///
+    /// ```
+    /// let job = punctual::Job::new("close order 10086");
+    /// assert_eq!(job.payload(), b"close order 10086");
+    /// let bytes = punctual::Job::new(vec![0u8, 159, 146, 150]); // any bytes
+    /// assert_eq!(bytes.payload().len(), 4);
+    /// ```
     pub fn new(payload: impl Into<Vec<u8>>) -> Self {
         Job {
             payload: payload.into(),
@@ -102,18 +136,39 @@ impl Job {
     }
 
     /// Due `delay` from now (Redis's now).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let job = punctual::Job::new("x").delay(Duration::from_secs(30 * 60));
+    /// assert!(job.validate().is_ok());
+    /// ```
     pub fn delay(mut self, delay: Duration) -> Self {
         self.when = When::Delay(delay);
         self
     }
 
     /// Due at `at`, compared with Redis's clock.
+    ///
+    /// ```
+    /// use std::time::{Duration, SystemTime};
+    /// let tomorrow = SystemTime::now() + Duration::from_secs(24 * 3600);
+    /// let job = punctual::Job::new("x").at(tomorrow);
+    /// assert!(job.validate().is_ok());
+    /// ```
     pub fn at(mut self, at: SystemTime) -> Self {
         self.when = When::At(at);
         self
     }
 
     /// Due as `when` says.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use punctual::{Job, When};
+    /// let delay: Option<Duration> = None; // e.g. from a request
+    /// let when = delay.map_or(When::Now, When::Delay);
+    /// assert!(Job::new("x").when(when).validate().is_ok());
+    /// ```
     pub fn when(mut self, when: When) -> Self {
         self.when = when;
         self
@@ -122,6 +177,12 @@ impl Job {
     /// Use this id instead of a generated one. While a job with this id is
     /// live in the topic, enqueueing it again is a duplicate (or replaces it,
     /// with [`crate::EnqueueOptions::replace`]).
+    ///
+    /// ```
+    /// let job = punctual::Job::new("x").id("order:10086");
+    /// assert!(job.validate().is_ok());
+    /// assert!(punctual::Job::new("x").id("bad\nid").validate().is_err());
+    /// ```
     pub fn id(mut self, id: impl Into<String>) -> Self {
         self.id = Some(id.into());
         self
@@ -129,6 +190,11 @@ impl Job {
 
     /// How many deliveries before the job goes to dead (default: the topic's
     /// setting, else 6): 1 to [`MAX_ATTEMPTS`].
+    ///
+    /// ```
+    /// assert!(punctual::Job::new("x").max_attempts(3).validate().is_ok());
+    /// assert!(punctual::Job::new("x").max_attempts(0).validate().is_err());
+    /// ```
     pub fn max_attempts(mut self, n: u32) -> Self {
         self.max_attempts = Some(n);
         self
@@ -136,18 +202,39 @@ impl Job {
 
     /// Delays before retries: the n-th failure waits `ladder[n-1]` (the last
     /// step repeats). Default: the topic's ladder, else 0s, 5s, 30s, 2m, 10m, 30m.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// // Retry after 10 s, then 1 min, then every 5 min.
+    /// let job = punctual::Job::new("x").backoff(vec![
+    ///     Duration::from_secs(10),
+    ///     Duration::from_secs(60),
+    ///     Duration::from_secs(300),
+    /// ]);
+    /// assert!(job.validate().is_ok());
+    /// ```
     pub fn backoff(mut self, ladder: Vec<Duration>) -> Self {
         self.backoff = Some(ladder);
         self
     }
 
     /// The payload.
+    ///
+    /// ```
+    /// assert_eq!(punctual::Job::new("hello").payload(), b"hello");
+    /// ```
     pub fn payload(&self) -> &[u8] {
         &self.payload
     }
 
     /// Checks everything that can be checked without Redis (the payload
     /// limit is checked by [`crate::Queue`], which knows it).
+    ///
+    /// ```
+    /// let err = punctual::Job::new("x").id("").validate().unwrap_err();
+    /// assert!(err.to_string().starts_with("invalid id"), "{err}");
+    /// assert!(punctual::Job::new("x").validate().is_ok());
+    /// ```
     pub fn validate(&self) -> Result<()> {
         if let Some(id) = &self.id {
             validate_id(id)?;
@@ -189,7 +276,16 @@ pub(crate) fn check_max_attempts(m: u32) -> Result<()> {
     Ok(())
 }
 
-/// Options of one enqueue call.
+/// Options of one enqueue call ([`crate::Queue::enqueue_with`]).
+///
+/// ```no_run
+/// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+/// use punctual::{EnqueueOptions, EnqueueStatus, Job};
+/// let opts = EnqueueOptions::default().replace(true);
+/// let out = queue.enqueue_with("orders", vec![Job::new("v2").id("order:1")], &opts).await?;
+/// assert_ne!(out[0].status, EnqueueStatus::Duplicate);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub struct EnqueueOptions {
@@ -210,6 +306,19 @@ impl EnqueueOptions {
 }
 
 /// What enqueue did with one job.
+///
+/// ```no_run
+/// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+/// use punctual::{EnqueueStatus, Job};
+/// let out = queue.enqueue("orders", Job::new("x").id("order:1")).await?;
+/// match out.status {
+///     EnqueueStatus::Created | EnqueueStatus::Replaced => println!("{} queued", out.id),
+///     EnqueueStatus::Duplicate => println!("{} was queued already", out.id),
+///     EnqueueStatus::Dead => println!("{} is dead: replay it", out.id),
+///     _ => {}
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 #[non_exhaustive]
@@ -249,6 +358,13 @@ impl std::fmt::Display for EnqueueStatus {
 }
 
 /// The result of enqueueing one job.
+///
+/// ```no_run
+/// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+/// let enqueued = queue.enqueue("orders", punctual::Job::new("x")).await?;
+/// println!("{} {}", enqueued.id, enqueued.status);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Enqueued {
     /// The job's id, given or generated.
@@ -260,18 +376,48 @@ pub struct Enqueued {
 impl Enqueued {
     /// Whether the id was live already and nothing changed (a plain
     /// duplicate, or an id in the dead-letter set: [`Enqueued::is_dead`]).
+    ///
+    /// ```
+    /// use punctual::{EnqueueStatus, Enqueued};
+    /// let e = Enqueued { id: "order:1".into(), status: EnqueueStatus::Dead };
+    /// assert!(e.is_duplicate());
+    /// let e = Enqueued { id: "order:1".into(), status: EnqueueStatus::Replaced };
+    /// assert!(!e.is_duplicate());
+    /// ```
     pub fn is_duplicate(&self) -> bool {
         matches!(self.status, EnqueueStatus::Duplicate | EnqueueStatus::Dead)
     }
 
     /// Whether the id is in the dead-letter set, so nothing was enqueued and
     /// the job will not run unless it is replayed.
+    ///
+    /// ```
+    /// use punctual::{EnqueueStatus, Enqueued};
+    /// let e = Enqueued { id: "order:1".into(), status: EnqueueStatus::Dead };
+    /// assert!(e.is_dead());
+    /// let e = Enqueued { id: "order:1".into(), status: EnqueueStatus::Duplicate };
+    /// assert!(!e.is_dead());
+    /// ```
     pub fn is_dead(&self) -> bool {
         self.status == EnqueueStatus::Dead
     }
 }
 
 /// Where a job is.
+///
+/// ```no_run
+/// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+/// use punctual::State;
+/// if let Some(job) = queue.get("orders", "order:1").await? {
+///     match job.state {
+///         State::Pool | State::Ready => println!("waiting"),
+///         State::Running => println!("running, attempt {}", job.attempts),
+///         State::Dead => println!("dead: {:?}", job.last_error),
+///         _ => println!("{}", job.state),
+///     }
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 #[non_exhaustive]
@@ -339,6 +485,15 @@ impl std::fmt::Display for State {
 }
 
 /// A job as stored, from [`crate::Queue::get`] or the dead list.
+///
+/// ```no_run
+/// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+/// if let Some(job) = queue.get("orders", "order:1").await? {
+///     let wait_ms = job.due_ms - job.now_ms;
+///     println!("{} in {}, due in {wait_ms} ms", job.id, job.state);
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Serialize)]
 #[non_exhaustive]
 pub struct JobInfo {
@@ -369,7 +524,19 @@ fn ser_payload<S: serde::Serializer>(p: &[u8], s: S) -> std::result::Result<S::O
     s.serialize_str(&String::from_utf8_lossy(p))
 }
 
-/// Sizes and counters of a topic.
+/// Sizes and counters of a topic ([`crate::Queue::stats`]).
+///
+/// ```no_run
+/// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+/// let s = queue.stats("orders").await?;
+/// println!("{} waiting, {} ready, {} running, {} dead", s.pool, s.ready, s.running, s.dead);
+/// if s.overdue > 0 {
+///     eprintln!("{} jobs overdue: is a scheduler running?", s.overdue);
+/// }
+/// let done = s.counters.get("done").copied().unwrap_or(0);
+/// # let _ = done;
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Default, Serialize)]
 #[non_exhaustive]
 pub struct TopicStats {
@@ -403,6 +570,14 @@ pub struct TopicStats {
 }
 
 /// One broken invariant found by [`crate::Queue::check`].
+///
+/// ```no_run
+/// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+/// for v in queue.check("orders").await? {
+///     eprintln!("{} {}: {}", v.topic, v.id, v.problem);
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Violation {
     /// The topic.
@@ -414,6 +589,15 @@ pub struct Violation {
 }
 
 /// Which dead jobs to replay or purge.
+///
+/// ```no_run
+/// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+/// use punctual::DeadSelector;
+/// queue.dead_replay("orders", DeadSelector::Ids(vec!["order:1".into()])).await?;
+/// queue.dead_replay("orders", DeadSelector::Oldest(100)).await?;
+/// queue.dead_purge("orders", DeadSelector::All).await?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum DeadSelector {
@@ -449,6 +633,18 @@ pub struct Listed {
 /// One page of [`crate::Queue::list`]: ids with their score in the state's
 /// set (pool: due time; ready: due time; running: lease deadline; dead: time
 /// of death; epoch ms), sorted by it, and the cursor of the next page.
+///
+/// ```no_run
+/// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+/// let page = queue.list("orders", punctual::State::Dead, "", None, 100).await?;
+/// for job in &page.jobs {
+///     println!("{} died at {}", job.id, job.at_ms);
+/// }
+/// if page.cursor.is_some() {
+///     println!("more on the next page");
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct ListPage {
@@ -459,6 +655,18 @@ pub struct ListPage {
 }
 
 /// What [`crate::Queue::delete_topic`] did.
+///
+/// ```no_run
+/// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+/// use punctual::TopicDeleted;
+/// match queue.delete_topic("old-orders").await? {
+///     TopicDeleted::Deleted => println!("deleted"),
+///     TopicDeleted::Unknown => println!("no such topic"),
+///     TopicDeleted::HoldsJobs(n) => println!("refused: {n} jobs left"),
+///     _ => {}
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum TopicDeleted {
@@ -507,6 +715,14 @@ pub enum ReplayPace {
 
 impl ReplayPace {
     /// How long after the start the `i`-th (from 0) of `n` jobs is due.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use punctual::ReplayPace;
+    /// assert_eq!(ReplayPace::Now.offset(999, 1000), Duration::ZERO);
+    /// let pace = ReplayPace::Spread(Duration::from_secs(100));
+    /// assert_eq!(pace.offset(3, 10), Duration::from_secs(30));
+    /// ```
     pub fn offset(&self, i: usize, n: usize) -> Duration {
         let ms = match *self {
             ReplayPace::Now => 0,
@@ -518,6 +734,14 @@ impl ReplayPace {
 
     /// Checks the pacing: a rate of at least one job per period of at least
     /// 1 ms, a window of at least 1 ms, at most ten years.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use punctual::ReplayPace;
+    /// assert!(ReplayPace::Rate { jobs: 10, per: Duration::from_secs(1) }.validate().is_ok());
+    /// assert!(ReplayPace::Rate { jobs: 0, per: Duration::from_secs(1) }.validate().is_err());
+    /// assert!(ReplayPace::Spread(Duration::ZERO).validate().is_err());
+    /// ```
     pub fn validate(&self) -> Result<()> {
         match *self {
             ReplayPace::Now => Ok(()),

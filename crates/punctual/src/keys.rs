@@ -3,8 +3,20 @@
 use crate::error::{Error, Result};
 
 /// Longest topic name, in bytes.
+///
+/// ```
+/// use punctual::{validate_topic, MAX_TOPIC_LEN};
+/// assert!(validate_topic(&"t".repeat(MAX_TOPIC_LEN)).is_ok());
+/// assert!(validate_topic(&"t".repeat(MAX_TOPIC_LEN + 1)).is_err());
+/// ```
 pub const MAX_TOPIC_LEN: usize = 100;
 /// Longest job id, in bytes.
+///
+/// ```
+/// use punctual::{validate_id, MAX_ID_LEN};
+/// assert!(validate_id(&"i".repeat(MAX_ID_LEN)).is_ok());
+/// assert!(validate_id(&"i".repeat(MAX_ID_LEN + 1)).is_err());
+/// ```
 pub const MAX_ID_LEN: usize = 200;
 
 /// Checks a topic name: 1 to 100 bytes, no braces (they would break the hash
@@ -118,6 +130,11 @@ pub struct TopicKeys {
 impl TopicKeys {
     /// The keys of `topic` (a physical name: a topic or one partition)
     /// under `prefix`.
+    ///
+    /// ```
+    /// let k = punctual::TopicKeys::new("myapp", "emails");
+    /// assert_eq!(k.ready(), "myapp:{emails}:ready");
+    /// ```
     pub fn new(prefix: &str, topic: &str) -> Self {
         let k = |name: &str| format!("{prefix}:{{{topic}}}:{name}");
         TopicKeys {
@@ -136,43 +153,95 @@ impl TopicKeys {
     }
 
     /// All nine, in script order.
+    ///
+    /// ```
+    /// let k = punctual::TopicKeys::new("punctual", "orders");
+    /// assert_eq!(k.all().len(), 9);
+    /// assert_eq!(k.all()[0], k.pool());
+    /// assert!(k.all().iter().all(|key| key.starts_with("punctual:{orders}:")));
+    /// ```
     pub fn all(&self) -> &[String; 9] {
         &self.keys
     }
     /// Jobs waiting for their due time (sorted set by due time).
+    ///
+    /// ```
+    /// let k = punctual::TopicKeys::new("punctual", "orders");
+    /// assert_eq!(k.pool(), "punctual:{orders}:pool");
+    /// ```
     pub fn pool(&self) -> &str {
         &self.keys[0]
     }
     /// Due jobs waiting for a worker (sorted set).
+    ///
+    /// ```
+    /// let k = punctual::TopicKeys::new("punctual", "orders");
+    /// assert_eq!(k.ready(), "punctual:{orders}:ready");
+    /// ```
     pub fn ready(&self) -> &str {
         &self.keys[1]
     }
     /// Leased jobs (sorted set by lease deadline).
+    ///
+    /// ```
+    /// let k = punctual::TopicKeys::new("punctual", "orders");
+    /// assert_eq!(k.running(), "punctual:{orders}:running");
+    /// ```
     pub fn running(&self) -> &str {
         &self.keys[2]
     }
     /// Dead jobs (sorted set by time of death).
+    ///
+    /// ```
+    /// let k = punctual::TopicKeys::new("punctual", "orders");
+    /// assert_eq!(k.dead(), "punctual:{orders}:dead");
+    /// ```
     pub fn dead(&self) -> &str {
         &self.keys[3]
     }
     /// Job records (hash id -> record).
+    ///
+    /// ```
+    /// let k = punctual::TopicKeys::new("punctual", "orders");
+    /// assert_eq!(k.jobs(), "punctual:{orders}:jobs");
+    /// ```
     pub fn jobs(&self) -> &str {
         &self.keys[4]
     }
     /// Topic settings: `max_attempts`, `backoff`, `paused`, `partitions`
     /// (hash).
+    ///
+    /// ```
+    /// let k = punctual::TopicKeys::new("punctual", "orders");
+    /// assert_eq!(k.meta(), "punctual:{orders}:meta");
+    /// ```
     pub fn meta(&self) -> &str {
         &self.keys[5]
     }
     /// Counters (hash).
+    ///
+    /// ```
+    /// let k = punctual::TopicKeys::new("punctual", "orders");
+    /// assert_eq!(k.stats(), "punctual:{orders}:stats");
+    /// ```
     pub fn stats(&self) -> &str {
         &self.keys[6]
     }
     /// The counter behind generated ids and lease tokens (string).
+    ///
+    /// ```
+    /// let k = punctual::TopicKeys::new("punctual", "orders");
+    /// assert_eq!(k.seq(), "punctual:{orders}:seq");
+    /// ```
     pub fn seq(&self) -> &str {
         &self.keys[7]
     }
     /// Deliveries so far and the latest lease token per job (hash).
+    ///
+    /// ```
+    /// let k = punctual::TopicKeys::new("punctual", "orders");
+    /// assert_eq!(k.attempts(), "punctual:{orders}:attempts");
+    /// ```
     pub fn attempts(&self) -> &str {
         &self.keys[8]
     }

@@ -13,6 +13,40 @@
 //!
 //! All state changes are Lua scripts that run atomically inside Redis and take
 //! every time from Redis `TIME`; see `docs/PROTOCOL.md`.
+//!
+//! A producer, a scheduler and a worker in one program (they may as well
+//! run in separate processes, sharing only the Redis):
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use punctual::{CancellationToken, Job, Outcome, Queue, Scheduler, Worker};
+//!
+//! #[tokio::main]
+//! async fn main() -> punctual::Result<()> {
+//!     let queue = Queue::connect("redis://127.0.0.1:6379").await?;
+//!
+//!     // Close order 10086 in 30 minutes unless it is paid by then.
+//!     let job = Job::new(r#"{"order":10086}"#)
+//!         .id("close:10086")
+//!         .delay(Duration::from_secs(30 * 60));
+//!     queue.enqueue("orders", job).await?;
+//!     // ... paid: queue.cancel("orders", "close:10086").await?;
+//!
+//!     let stop = CancellationToken::new();
+//!     let scheduler = Scheduler::new(queue.clone(), Default::default()).topic("orders");
+//!     let worker = Worker::new(queue.clone(), Default::default()).handle("orders", |job| async move {
+//!         println!("closing {}", String::from_utf8_lossy(&job.payload));
+//!         Outcome::Done
+//!     });
+//!     let s = tokio::spawn(scheduler.run(stop.clone().cancelled_owned()));
+//!     let w = tokio::spawn(worker.run(stop.clone().cancelled_owned()));
+//!     tokio::signal::ctrl_c().await.ok();
+//!     stop.cancel();
+//!     s.await.expect("scheduler task")?;
+//!     w.await.expect("worker task")?;
+//!     Ok(())
+//! }
+//! ```
 
 pub mod audit;
 mod conn;

@@ -10,6 +10,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use rand::Rng;
 
 /// Most partitions a topic may have.
+///
+/// ```
+/// use punctual::{raw::Partition, MAX_PARTITIONS};
+/// assert!(Partition::of("orders", MAX_PARTITIONS - 1, MAX_PARTITIONS).is_ok());
+/// assert!(Partition::of("orders", 0, MAX_PARTITIONS + 1).is_err());
+/// ```
 pub const MAX_PARTITIONS: u32 = 1024;
 
 /// The partition of `id` among `k`.

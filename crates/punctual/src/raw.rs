@@ -52,6 +52,14 @@ pub struct Partition(String);
 
 impl Partition {
     /// Partition `i` of `topic` among `k` (the topic itself when `k` is 1).
+    ///
+    /// ```
+    /// use punctual::raw::Partition;
+    /// let all: Vec<Partition> = (0..4).map(|i| Partition::of("clicks", i, 4)).collect::<Result<_, _>>()?;
+    /// assert_eq!(all[3].as_str(), "clicks#3");
+    /// assert!(Partition::of("clicks", 4, 4).is_err());
+    /// # Ok::<(), punctual::Error>(())
+    /// ```
     pub fn of(topic: &str, i: u32, k: u32) -> Result<Partition> {
         validate_topic(topic)?;
         if k == 0 || k > MAX_PARTITIONS || i >= k {
@@ -69,17 +77,38 @@ impl Partition {
     }
 
     /// The name, as the keys use it.
+    ///
+    /// ```
+    /// let p = punctual::raw::Partition::of("orders", 1, 2)?;
+    /// assert_eq!(p.as_str(), "orders#1");
+    /// assert_eq!(punctual::TopicKeys::new("punctual", p.as_str()).pool(), "punctual:{orders#1}:pool");
+    /// # Ok::<(), punctual::Error>(())
+    /// ```
     pub fn as_str(&self) -> &str {
         &self.0
     }
 
     /// The topic this is (a partition of).
+    ///
+    /// ```
+    /// use punctual::raw::Partition;
+    /// assert_eq!("orders#5".parse::<Partition>()?.topic(), "orders");
+    /// assert_eq!("orders".parse::<Partition>()?.topic(), "orders");
+    /// # Ok::<(), punctual::Error>(())
+    /// ```
     pub fn topic(&self) -> &str {
         self.0.split_once('#').map_or(&self.0, |(t, _)| t)
     }
 
     /// Which partition this is, or None for a topic that is not
     /// partitioned.
+    ///
+    /// ```
+    /// use punctual::raw::Partition;
+    /// assert_eq!("orders#5".parse::<Partition>()?.index(), Some(5));
+    /// assert_eq!("orders".parse::<Partition>()?.index(), None);
+    /// # Ok::<(), punctual::Error>(())
+    /// ```
     pub fn index(&self) -> Option<u32> {
         self.0.split_once('#').and_then(|(_, i)| i.parse().ok())
     }
@@ -163,6 +192,18 @@ pub struct Lease {
 
 impl Lease {
     /// The lease of job `id` claimed with `token`.
+    ///
+    /// ```no_run
+    /// # async fn demo(queue: punctual::Queue, part: punctual::raw::Partition) -> punctual::Result<()> {
+    /// use punctual::raw::{ack, Lease};
+    /// // Id and token kept from a claim, e.g. by another process.
+    /// let (id, token) = ("order:10086".to_string(), 1_700_000_000_000_000);
+    /// let acked = ack(&queue, &part, &[Lease::new(id, token)]).await?;
+    /// if !acked[0] {
+    ///     println!("the lease expired: another attempt may run");
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn new(id: impl Into<String>, token: i64) -> Lease {
         Lease {
             id: id.into(),
@@ -270,6 +311,19 @@ fn decode_claimed(rec: &[u8], topic_max: i64) -> Option<(i64, i64, i64, Vec<u8>)
 /// deadline, which [`extend`] pushes back. Ack or fail it with its
 /// `token`; a stale token (the lease expired and the job was re-delivered)
 /// is refused.
+///
+/// ```no_run
+/// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+/// use std::time::Duration;
+/// let part: punctual::raw::Partition = "orders".parse()?;
+/// for job in punctual::raw::claim(&queue, &part, 10, Duration::from_secs(30)).await? {
+///     println!(
+///         "{} attempt {}/{}, {} bytes, {:?} late",
+///         job.id, job.attempt, job.max_attempts, job.payload.len(), job.lateness()
+///     );
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct Delivery {
@@ -303,16 +357,55 @@ impl Delivery {
     /// minus the due time, plus the local time since the claim's reply (no
     /// cross-host skew). Negative would mean an early start; the claim script
     /// never hands out a job before its due time.
+    ///
+    /// ```
+    /// fn report(job: &punctual::Delivery) {
+    ///     let late_ms = job.lateness_us() / 1000;
+    ///     if late_ms > 1000 {
+    ///         eprintln!("{} started {late_ms} ms after its due time", job.id);
+    ///     }
+    /// }
+    /// # let _ = report;
+    /// ```
     pub fn lateness_us(&self) -> i64 {
         self.claimed_us - self.due_ms * 1000 + self.received.elapsed().as_micros() as i64
     }
 
     /// [`Delivery::lateness_us`] as a duration (0 if it were negative).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// fn is_late(job: &punctual::Delivery) -> bool {
+    ///     job.lateness() > Duration::from_secs(1)
+    /// }
+    /// # let _ = is_late;
+    /// ```
     pub fn lateness(&self) -> Duration {
         Duration::from_micros(self.lateness_us().max(0) as u64)
     }
 
-    /// The payload parsed as JSON.
+    /// The payload parsed as JSON; a payload that is not that JSON is
+    /// [`crate::ErrorKind::InvalidInput`].
+    ///
+    /// ```
+    /// use punctual::Outcome;
+    ///
+    /// #[derive(serde::Deserialize)]
+    /// struct Close {
+    ///     order: u64,
+    /// }
+    ///
+    /// async fn handle(job: punctual::Delivery) -> Outcome {
+    ///     match job.json::<Close>() {
+    ///         Ok(close) => {
+    ///             println!("closing order {}", close.order);
+    ///             Outcome::Done
+    ///         }
+    ///         Err(e) => Outcome::permanent(e.to_string()),
+    ///     }
+    /// }
+    /// # let _ = handle;
+    /// ```
     pub fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T> {
         serde_json::from_slice(&self.payload).map_err(|e| {
             Error::invalid(format!(
@@ -324,6 +417,21 @@ impl Delivery {
 }
 
 /// What one scheduler tick did ([`tick`]).
+///
+/// ```no_run
+/// # async fn demo(queue: punctual::Queue, part: punctual::raw::Partition) -> punctual::Result<()> {
+/// use punctual::raw::{tick, TickLimits};
+/// // Tick until nothing is left to do now, then sleep until the next due job.
+/// loop {
+///     let t = tick(&queue, &part, &TickLimits::default()).await?;
+///     if !t.more {
+///         let nap = t.next_due.unwrap_or(std::time::Duration::from_secs(1));
+///         tokio::time::sleep(nap.min(std::time::Duration::from_secs(1))).await;
+///     }
+/// #   break;
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub struct Tick {
@@ -344,6 +452,15 @@ pub struct Tick {
 }
 
 /// What [`fail`] did.
+///
+/// ```no_run
+/// # async fn demo(queue: punctual::Queue, part: punctual::raw::Partition, job: punctual::Delivery) -> punctual::Result<()> {
+/// use punctual::raw::{fail, FailKind, Failed};
+/// if fail(&queue, &part, &job.lease(), "bad input", FailKind::Permanent).await? == Failed::Dead {
+///     println!("{} is in the dead-letter set", job.id);
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Failed {

@@ -41,6 +41,15 @@ pub fn redact(url: &str) -> String {
 /// (`redis://`, `rediss://`, `unix://`, `redis+unix://`...), so a password
 /// holding a `,` stays in its URL. `"redis://a:1,redis://b:2"` is two seeds;
 /// `"redis://a:1,b:2"` is one (invalid) URL, not two seeds.
+///
+/// ```
+/// use punctual::split_seeds;
+/// assert_eq!(
+///     split_seeds("redis://u:pa,ss@10.0.0.1:7000, redis://10.0.0.2:7000"),
+///     ["redis://u:pa,ss@10.0.0.1:7000", "redis://10.0.0.2:7000"]
+/// );
+/// assert_eq!(split_seeds("redis://a:1,b:2"), ["redis://a:1,b:2"]);
+/// ```
 pub fn split_seeds(url: &str) -> Vec<&str> {
     split_urls(url)
         .into_iter()

@@ -78,6 +78,15 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
 });
 
 /// The names of punctual's scripts, for [`script_source`].
+///
+/// ```
+/// let names: Vec<&str> = punctual::script_names().collect();
+/// assert!(names.contains(&"enqueue") && names.contains(&"claim"));
+/// for name in names {
+///     let source = punctual::script_source(name).unwrap();
+///     assert!(source.starts_with("#!lua"), "{name}");
+/// }
+/// ```
 pub fn script_names() -> impl Iterator<Item = &'static str> {
     SOURCES.iter().map(|(name, _)| *name)
 }

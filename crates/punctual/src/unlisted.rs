@@ -16,6 +16,18 @@ use crate::queue::Queue;
 use crate::topology::parse_cluster_nodes;
 
 /// What [`Queue::unlisted_topics`] found.
+///
+/// ```no_run
+/// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+/// let found = queue.unlisted_topics(100_000).await?;
+/// for topic in &found.topics {
+///     eprintln!("{topic} holds jobs but is not in the topic set");
+/// }
+/// if !found.complete {
+///     eprintln!("stopped after {} keys: raise the limit", found.scanned);
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Unlisted {
@@ -37,6 +49,13 @@ impl Queue {
     /// known topics: a `SCAN` of every master for the prefix's topic keys,
     /// examining at most `max_keys` keys (then `complete` is false). Only
     /// reads.
+    ///
+    /// ```no_run
+    /// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+    /// let found = queue.unlisted_topics(10_000).await?;
+    /// assert!(found.topics.is_empty() || found.scanned > 0);
+    /// # Ok(()) }
+    /// ```
     pub async fn unlisted_topics(&self, max_keys: u64) -> Result<Unlisted> {
         let pattern = format!("{}:{{*}}:*", glob_escape(self.prefix()));
         let mut conn = self.conn();

@@ -28,6 +28,14 @@ impl Queue {
     /// refused: run it again (with the new count, or the old one) to finish
     /// it. A call with the count the topic already has re-marks any
     /// partition whose mark disagrees.
+    ///
+    /// ```no_run
+    /// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+    /// // Before any job is enqueued to it: spread "clicks" over 8 cluster slots.
+    /// queue.set_partitions("clicks", 8).await?;
+    /// assert_eq!(queue.partitions("clicks").await?, 8);
+    /// # Ok(()) }
+    /// ```
     pub async fn set_partitions(&self, topic: &str, k: u32) -> Result<()> {
         validate_topic(topic)?;
         if k == 0 || k > MAX_PARTITIONS {
@@ -142,6 +150,17 @@ impl Queue {
     /// finds them. Returns the ids with the state each was in (with
     /// `dry_run`: the state each is in). A job enqueued while this runs may
     /// be left alone.
+    ///
+    /// ```no_run
+    /// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+    /// // What would go, then cancel it: every job of customer 42.
+    /// let found = queue.cancel_prefix("emails", "customer:42:", true).await?;
+    /// println!("{} jobs to cancel", found.len());
+    /// for (id, state) in queue.cancel_prefix("emails", "customer:42:", false).await? {
+    ///     println!("cancelled {id} (was {state})");
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn cancel_prefix(
         &self,
         topic: &str,
@@ -196,6 +215,14 @@ impl Queue {
     /// meanwhile is never lost (a producer that enqueues to the topic after
     /// the deletion creates it anew; a long-running producer of this library
     /// does not list it again, which `check` reports as an unlisted topic).
+    ///
+    /// ```no_run
+    /// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+    /// if let punctual::TopicDeleted::HoldsJobs(n) = queue.delete_topic("old-orders").await? {
+    ///     eprintln!("not deleted: {n} jobs left");
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn delete_topic(&self, topic: &str) -> Result<TopicDeleted> {
         validate_topic(topic)?;
         self.inner.partitions.lock().unwrap().remove(topic);
@@ -268,6 +295,15 @@ impl Queue {
 
     /// Moves dead jobs back to ready, due now, attempts reset. Returns the
     /// ids replayed.
+    ///
+    /// ```no_run
+    /// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+    /// use punctual::DeadSelector;
+    /// // The upstream is fixed: run the jobs that died of it again.
+    /// let ids = queue.dead_replay("orders", DeadSelector::All).await?;
+    /// println!("replayed {}", ids.len());
+    /// # Ok(()) }
+    /// ```
     pub async fn dead_replay(&self, topic: &str, which: DeadSelector) -> Result<Vec<String>> {
         self.dead_replay_paced(topic, which, ReplayPace::Now, |_| {})
             .await
@@ -332,6 +368,14 @@ impl Queue {
     }
 
     /// Deletes dead jobs. Returns how many.
+    ///
+    /// ```no_run
+    /// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+    /// use punctual::DeadSelector;
+    /// let n = queue.dead_purge("orders", DeadSelector::Oldest(1000)).await?;
+    /// println!("purged {n}");
+    /// # Ok(()) }
+    /// ```
     pub async fn dead_purge(&self, topic: &str, which: DeadSelector) -> Result<usize> {
         self.dead_op(&SCRIPTS.dead_purge, topic, which, None, |v| {
             let n: i64 = redis::from_redis_value(v)
@@ -475,6 +519,13 @@ impl Queue {
     }
 
     /// Stops workers from claiming jobs of this topic (jobs still become due).
+    ///
+    /// ```no_run
+    /// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+    /// queue.pause("emails").await?;
+    /// assert!(queue.stats("emails").await?.paused);
+    /// # Ok(()) }
+    /// ```
     pub async fn pause(&self, topic: &str) -> Result<()> {
         for p in self.partition_names(topic).await? {
             let keys = self.keys(&p);
@@ -485,6 +536,13 @@ impl Queue {
     }
 
     /// Lets workers claim from this topic again, and wakes them.
+    ///
+    /// ```no_run
+    /// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+    /// queue.resume("emails").await?;
+    /// assert!(!queue.stats("emails").await?.paused);
+    /// # Ok(()) }
+    /// ```
     pub async fn resume(&self, topic: &str) -> Result<()> {
         for p in self.partition_names(topic).await? {
             let keys = self.keys(&p);
@@ -499,6 +557,16 @@ impl Queue {
     /// Stores a topic's defaults in Redis (its `meta` hash), where every
     /// script reads them: max attempts and the backoff ladder for jobs that
     /// do not carry their own. `None` restores the built-in default.
+    ///
+    /// ```no_run
+    /// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+    /// use std::time::Duration;
+    /// let ladder = [Duration::from_secs(1), Duration::from_secs(10), Duration::from_secs(60)];
+    /// queue.set_topic_defaults("webhooks", Some(10), Some(&ladder)).await?;
+    /// // Back to the built-in defaults (6 attempts, 0s 5s 30s 2m 10m 30m).
+    /// queue.set_topic_defaults("webhooks", None, None).await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn set_topic_defaults(
         &self,
         topic: &str,

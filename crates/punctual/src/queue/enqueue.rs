@@ -52,6 +52,18 @@ fn is_stale_layout(e: &Error) -> bool {
 
 impl Queue {
     /// Enqueues one job.
+    ///
+    /// ```no_run
+    /// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+    /// use std::time::Duration;
+    /// use punctual::{EnqueueStatus, Job};
+    /// let job = Job::new(r#"{"order":10086}"#).id("close:10086").delay(Duration::from_secs(1800));
+    /// let first = queue.enqueue("orders", job.clone()).await?;
+    /// assert_eq!(first.status, EnqueueStatus::Created);
+    /// // The same id again while it is live: nothing changes.
+    /// assert!(queue.enqueue("orders", job).await?.is_duplicate());
+    /// # Ok(()) }
+    /// ```
     pub async fn enqueue(&self, topic: &str, job: Job) -> Result<Enqueued> {
         let mut out = self
             .enqueue_with(topic, vec![job], &EnqueueOptions::default())
@@ -61,12 +73,35 @@ impl Queue {
 
     /// Enqueues a batch: one script call per 1,000 jobs, pipelined. Every job
     /// is validated before anything is written.
+    ///
+    /// ```no_run
+    /// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+    /// use std::time::Duration;
+    /// let jobs: Vec<_> = (1..=3)
+    ///     .map(|n| punctual::Job::new(format!("reminder {n}")).delay(Duration::from_secs(n * 3600)))
+    ///     .collect();
+    /// let out = queue.enqueue_batch("reminders", jobs).await?;
+    /// assert_eq!(out.len(), 3); // one result per job, in order
+    /// # Ok(()) }
+    /// ```
     pub async fn enqueue_batch(&self, topic: &str, jobs: Vec<Job>) -> Result<Vec<Enqueued>> {
         self.enqueue_with(topic, jobs, &EnqueueOptions::default())
             .await
     }
 
     /// Enqueues a batch with options (e.g. replace live ids).
+    ///
+    /// ```no_run
+    /// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+    /// use std::time::Duration;
+    /// use punctual::{EnqueueOptions, EnqueueStatus, Job};
+    /// // Push a reminder back: the live job with this id is replaced.
+    /// let job = Job::new("remind user 7").id("remind:7").delay(Duration::from_secs(600));
+    /// let opts = EnqueueOptions::default().replace(true);
+    /// let out = queue.enqueue_with("reminders", vec![job], &opts).await?;
+    /// assert!(matches!(out[0].status, EnqueueStatus::Created | EnqueueStatus::Replaced));
+    /// # Ok(()) }
+    /// ```
     pub async fn enqueue_with(
         &self,
         topic: &str,
@@ -252,6 +287,16 @@ impl Queue {
 
     /// Cancels a job in any state. Returns the state it was in, or `None`
     /// when no such job was live.
+    ///
+    /// ```no_run
+    /// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+    /// // The order was paid: its "close unpaid order" job is not needed.
+    /// match queue.cancel("orders", "close:10086").await? {
+    ///     Some(state) => println!("cancelled (was {state})"),
+    ///     None => println!("nothing to cancel"),
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn cancel(&self, topic: &str, id: &str) -> Result<Option<State>> {
         validate_topic(topic)?;
         validate_id(id)?;
@@ -274,6 +319,17 @@ impl Queue {
     /// Gives a waiting job (pool or ready) a new due time. Returns the state
     /// it was in; a running or dead job is left alone and its state returned
     /// (replay a dead job instead); `None` when no such job is live.
+    ///
+    /// ```no_run
+    /// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+    /// use std::time::Duration;
+    /// use punctual::{State, When};
+    /// let was = queue.reschedule("orders", "close:10086", When::Delay(Duration::from_secs(3600))).await?;
+    /// if was == Some(State::Running) {
+    ///     println!("too late: it is running");
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn reschedule(&self, topic: &str, id: &str, when: When) -> Result<Option<State>> {
         validate_topic(topic)?;
         validate_id(id)?;

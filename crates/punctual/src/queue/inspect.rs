@@ -14,6 +14,15 @@ use crate::reply::Reply;
 use crate::scripts::SCRIPTS;
 
 /// The set of known topics, read by [`Queue::list_topics`].
+///
+/// ```no_run
+/// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+/// let topics = queue.list_topics().await?;
+/// for topic in &topics.valid {
+///     println!("{topic}: {} dead", queue.stats(topic).await?.dead);
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct Topics {
@@ -24,6 +33,14 @@ pub struct Topics {
 }
 
 /// A name in the set of known topics that is not a valid topic.
+///
+/// ```no_run
+/// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+/// for punctual::SkippedTopic { name, reason, .. } in queue.list_topics().await?.skipped {
+///     eprintln!("{name} is in the topic set but is not a topic: {reason}");
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[non_exhaustive]
 pub struct SkippedTopic {
@@ -36,6 +53,15 @@ pub struct SkippedTopic {
 
 impl Queue {
     /// One job by id, or `None` when no such job is live.
+    ///
+    /// ```no_run
+    /// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+    /// match queue.get("orders", "close:10086").await? {
+    ///     Some(job) => println!("{} attempts, in {}", job.attempts, job.state),
+    ///     None => println!("done, cancelled, or never enqueued"),
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn get(&self, topic: &str, id: &str) -> Result<Option<JobInfo>> {
         validate_topic(topic)?;
         validate_id(id)?;
@@ -199,6 +225,15 @@ impl Queue {
     /// For a partitioned topic, the partitions add up: sizes and counters
     /// summed, the earliest next due time, the longest ready wait and
     /// overdue age.
+    ///
+    /// ```no_run
+    /// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+    /// let s = queue.stats("orders").await?;
+    /// if let Some(ms) = s.oldest_ready_ms {
+    ///     println!("the oldest ready job has waited {ms} ms for a worker");
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn stats(&self, topic: &str) -> Result<TopicStats> {
         let names = self.partition_names(topic).await?;
         let parts: Vec<TopicStats> =
@@ -264,6 +299,15 @@ impl Queue {
     /// Names in the set that are not valid topics (anyone may `SADD` it) are
     /// left out and logged (once per name and process);
     /// [`Queue::list_topics`] reports them.
+    ///
+    /// ```no_run
+    /// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+    /// for topic in queue.topics().await? {
+    ///     let s = queue.stats(&topic).await?;
+    ///     println!("{topic}: {} pool, {} ready", s.pool, s.ready);
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn topics(&self) -> Result<Vec<String>> {
         let listed = self.list_topics().await?;
         let mut logged = self.inner.skipped_logged.lock().unwrap();
@@ -312,7 +356,16 @@ impl Queue {
         Ok(out)
     }
 
-    /// A page of dead jobs, most recent death first.
+    /// A page of dead jobs, most recent death first: `count` (1 to 1000)
+    /// jobs after skipping `offset`.
+    ///
+    /// ```no_run
+    /// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+    /// for job in queue.dead_list("orders", 0, 20).await? {
+    ///     println!("{}: {}", job.id, job.last_error.as_deref().unwrap_or("-"));
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn dead_list(
         &self,
         topic: &str,
@@ -386,6 +439,13 @@ impl Queue {
     /// atomically, so jobs moving meanwhile are never reported falsely. For
     /// a partitioned topic, every partition is checked, and every id must be
     /// in the partition its id maps to.
+    ///
+    /// ```no_run
+    /// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+    /// let violations = queue.check("orders").await?;
+    /// assert!(violations.is_empty(), "broken invariants: {violations:?}");
+    /// # Ok(()) }
+    /// ```
     pub async fn check(&self, topic: &str) -> Result<Vec<Violation>> {
         let k = self.partitions(topic).await?;
         let mut out = Vec::new();

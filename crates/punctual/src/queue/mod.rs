@@ -27,13 +27,51 @@ pub use inspect::{SkippedTopic, Topics};
 pub(crate) const MAX_SAFE: usize = 1 << 53;
 
 /// Default largest payload: 64 KiB.
+///
+/// ```no_run
+/// # async fn demo() -> punctual::Result<()> {
+/// // Allow four times the default.
+/// let queue = punctual::Queue::builder("redis://127.0.0.1:6379")
+///     .max_payload(4 * punctual::DEFAULT_MAX_PAYLOAD)
+///     .connect()
+///     .await?;
+/// assert_eq!(queue.max_payload(), 256 * 1024);
+/// # Ok(()) }
+/// ```
 pub const DEFAULT_MAX_PAYLOAD: usize = 64 * 1024;
 /// Default key prefix.
+///
+/// ```
+/// let keys = punctual::TopicKeys::new(punctual::DEFAULT_PREFIX, "orders");
+/// assert_eq!(keys.pool(), "punctual:{orders}:pool");
+/// ```
 pub const DEFAULT_PREFIX: &str = "punctual";
 /// Most jobs one script call handles; larger batches are split.
+///
+/// ```no_run
+/// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+/// // 2,500 jobs go in three script calls (each atomic), pipelined.
+/// let jobs: Vec<_> = (0..2_500).map(|i| punctual::Job::new(format!("job {i}"))).collect();
+/// assert_eq!(jobs.len().div_ceil(punctual::MAX_BATCH), 3);
+/// queue.enqueue_batch("orders", jobs).await?;
+/// # Ok(()) }
+/// ```
 pub const MAX_BATCH: usize = 1000;
 
 /// Settings of a [`Queue`], built with [`Queue::builder`].
+///
+/// ```no_run
+/// # async fn demo() -> punctual::Result<()> {
+/// use std::time::Duration;
+/// let queue = punctual::Queue::builder("redis://:secret@10.0.0.5:6379/0")
+///     .prefix("shop")
+///     .connect_timeout(Duration::from_secs(5))
+///     .response_timeout(Duration::from_secs(3))
+///     .connect()
+///     .await?;
+/// assert_eq!(queue.prefix(), "shop");
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct QueueBuilder {
     url: String,
@@ -44,31 +82,81 @@ pub struct QueueBuilder {
 }
 
 impl QueueBuilder {
-    /// Key prefix (default `punctual`).
+    /// Key prefix (default `punctual`): several applications can share one
+    /// Redis under different prefixes.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> punctual::Result<()> {
+    /// let queue = punctual::Queue::builder("redis://127.0.0.1:6379").prefix("billing").connect().await?;
+    /// assert_eq!(queue.prefix(), "billing");
+    /// # Ok(()) }
+    /// ```
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
         self
     }
 
     /// Largest payload accepted, in bytes (default 64 KiB).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> punctual::Result<()> {
+    /// let queue = punctual::Queue::builder("redis://127.0.0.1:6379").max_payload(1024).connect().await?;
+    /// let err = queue.enqueue("orders", punctual::Job::new(vec![0u8; 2048])).await.unwrap_err();
+    /// assert_eq!(err.kind(), punctual::ErrorKind::InvalidInput);
+    /// # Ok(()) }
+    /// ```
     pub fn max_payload(mut self, bytes: usize) -> Self {
         self.max_payload = bytes;
         self
     }
 
     /// How long to wait for a TCP connection (default 2 s).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> punctual::Result<()> {
+    /// use std::time::Duration;
+    /// let queue = punctual::Queue::builder("redis://redis.internal:6379")
+    ///     .connect_timeout(Duration::from_secs(10))
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
     pub fn connect_timeout(mut self, t: Duration) -> Self {
         self.connect_timeout = t;
         self
     }
 
     /// How long to wait for a reply before the call fails (default 10 s).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> punctual::Result<()> {
+    /// use std::time::Duration;
+    /// let queue = punctual::Queue::builder("redis://127.0.0.1:6379")
+    ///     .response_timeout(Duration::from_millis(500))
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
     pub fn response_timeout(mut self, t: Duration) -> Self {
         self.response_timeout = t;
         self
     }
 
-    /// Connects. Fails if Redis does not answer.
+    /// Connects. Fails if Redis does not answer, or at once (without
+    /// connecting) if a setting is invalid.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// // Braces would break the keys' hash tags: refused before connecting.
+    /// let err = punctual::Queue::builder("redis://127.0.0.1:6379")
+    ///     .prefix("a{b}")
+    ///     .connect()
+    ///     .await
+    ///     .unwrap_err();
+    /// assert_eq!(err.kind(), punctual::ErrorKind::InvalidInput);
+    /// # }
+    /// ```
     pub async fn connect(self) -> Result<Queue> {
         if self.prefix.is_empty() || self.prefix.contains(['{', '}']) {
             return Err(Error::invalid(format!(
@@ -137,6 +225,15 @@ impl std::fmt::Debug for Queue {
 impl Queue {
     /// Settings for a connection to `url` (`redis://`, `rediss://`, with
     /// `user:password@` when needed).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> punctual::Result<()> {
+    /// let queue = punctual::Queue::builder("rediss://app:secret@redis.internal:6380/0")
+    ///     .prefix("shop")
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
     pub fn builder(url: impl Into<String>) -> QueueBuilder {
         QueueBuilder {
             url: url.into(),
@@ -148,21 +245,50 @@ impl Queue {
     }
 
     /// Connects with default settings.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> punctual::Result<()> {
+    /// let queue = punctual::Queue::connect("redis://127.0.0.1:6379").await?;
+    /// assert_eq!(queue.prefix(), punctual::DEFAULT_PREFIX);
+    /// # Ok(()) }
+    /// ```
     pub async fn connect(url: impl Into<String>) -> Result<Queue> {
         Queue::builder(url).connect().await
     }
 
     /// The key prefix.
+    ///
+    /// ```no_run
+    /// # fn demo(queue: punctual::Queue) {
+    /// let keys = punctual::TopicKeys::new(queue.prefix(), "orders");
+    /// println!("pool of orders: {}", keys.pool());
+    /// # }
+    /// ```
     pub fn prefix(&self) -> &str {
         &self.inner.prefix
     }
 
     /// The largest payload accepted, in bytes.
+    ///
+    /// ```no_run
+    /// # async fn demo(queue: punctual::Queue, report: Vec<u8>) -> punctual::Result<()> {
+    /// if report.len() <= queue.max_payload() {
+    ///     queue.enqueue("reports", punctual::Job::new(report)).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn max_payload(&self) -> usize {
         self.inner.max_payload
     }
 
     /// The Redis URL with any password hidden.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> punctual::Result<()> {
+    /// let queue = punctual::Queue::connect("redis://app:s3cret@127.0.0.1:6379").await?;
+    /// assert_eq!(queue.url_redacted(), "redis://app:***@127.0.0.1:6379");
+    /// # Ok(()) }
+    /// ```
     pub fn url_redacted(&self) -> String {
         redact(&self.inner.url)
     }
@@ -173,6 +299,13 @@ impl Queue {
     }
 
     /// Whether this is a Redis Cluster.
+    ///
+    /// ```no_run
+    /// # fn demo(queue: punctual::Queue) {
+    /// let mode = if queue.is_cluster() { "cluster" } else { "standalone" };
+    /// println!("connected to {} ({mode})", queue.url_redacted());
+    /// # }
+    /// ```
     pub fn is_cluster(&self) -> bool {
         self.inner.cluster
     }
@@ -233,6 +366,13 @@ impl Queue {
 
     /// How many partitions `topic` has (1: not partitioned), as stored in
     /// Redis; cached for one second.
+    ///
+    /// ```no_run
+    /// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+    /// queue.set_partitions("orders", 4).await?;
+    /// assert_eq!(queue.partitions("orders").await?, 4);
+    /// # Ok(()) }
+    /// ```
     pub async fn partitions(&self, topic: &str) -> Result<u32> {
         validate_topic(topic)?;
         if let Some((k, at)) = self.inner.partitions.lock().unwrap().get(topic) {
@@ -259,6 +399,13 @@ impl Queue {
     /// The names of a topic's partitions (`[topic]` when not partitioned),
     /// as the keys and the history use them; [`crate::raw::partitions`]
     /// gives them as the low-level calls take them.
+    ///
+    /// ```no_run
+    /// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+    /// queue.set_partitions("orders", 2).await?;
+    /// assert_eq!(queue.partition_names("orders").await?, ["orders#0", "orders#1"]);
+    /// # Ok(()) }
+    /// ```
     pub async fn partition_names(&self, topic: &str) -> Result<Vec<String>> {
         let k = self.partitions(topic).await?;
         Ok((0..k).map(|i| partition_name(topic, i, k)).collect())
