@@ -26,6 +26,14 @@ use serde::{Deserialize, Serialize};
 use crate::{Error, Queue, Result};
 
 /// How many entries the trail keeps (the newest).
+///
+/// ```no_run
+/// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+/// use punctual::audit::{self, MAX_ENTRIES};
+/// let everything = audit::read(&queue, MAX_ENTRIES).await?;
+/// assert!(everything.entries.len() <= MAX_ENTRIES);
+/// # Ok(()) }
+/// ```
 pub const MAX_ENTRIES: usize = 10_000;
 
 /// The key of the trail under `prefix`: `P:audit`.
@@ -69,6 +77,13 @@ pub struct Entry {
 
 impl Entry {
     /// An entry made now, with no topic and no detail.
+    ///
+    /// ```
+    /// let e = punctual::audit::Entry::new("cli", "alice", "pause");
+    /// assert_eq!((e.who.as_str(), e.from.as_str(), e.action.as_str()), ("cli", "alice", "pause"));
+    /// assert_eq!(e.topic, None);
+    /// assert_eq!(e.detail, serde_json::json!({}));
+    /// ```
     pub fn new(who: impl Into<String>, from: impl Into<String>, action: impl Into<String>) -> Self {
         let at_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -85,12 +100,24 @@ impl Entry {
     }
 
     /// The topic the change touched.
+    ///
+    /// ```
+    /// let e = punctual::audit::Entry::new("cli", "alice", "resume").topic("orders");
+    /// assert_eq!(e.topic.as_deref(), Some("orders"));
+    /// ```
     pub fn topic(mut self, topic: impl Into<String>) -> Self {
         self.topic = Some(topic.into());
         self
     }
 
     /// Details: a JSON object with ids, counts, ...
+    ///
+    /// ```
+    /// let e = punctual::audit::Entry::new("api", "10.0.0.7:51234", "cancel")
+    ///     .topic("orders")
+    ///     .detail(serde_json::json!({"ids": ["o-17", "o-18"]}));
+    /// assert_eq!(e.detail["ids"][1], "o-18");
+    /// ```
     pub fn detail(mut self, detail: serde_json::Value) -> Self {
         self.detail = detail;
         self
@@ -98,6 +125,18 @@ impl Entry {
 }
 
 /// What [`read`] found.
+///
+/// ```no_run
+/// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+/// let trail = punctual::audit::read(&queue, 100).await?;
+/// for e in &trail.entries {
+///     println!("{} {} {} {:?}", e.at_ms, e.who, e.action, e.topic);
+/// }
+/// if trail.unreadable > 0 {
+///     eprintln!("{} items of the list are not audit entries", trail.unreadable);
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub struct Trail {
@@ -112,6 +151,21 @@ pub struct Trail {
 ///
 /// A caller should not let a failure here undo or hide the change it
 /// records: log it and go on.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> punctual::Result<()> {
+/// # let redis = punctual_testkit::RedisServer::start();
+/// # let queue = punctual::Queue::connect(redis.url()).await?;
+/// use punctual::audit::{self, Entry};
+/// queue.pause("orders").await?;
+/// let entry = Entry::new("cli", "alice", "pause").topic("orders");
+/// if let Err(e) = audit::append(&queue, &entry).await {
+///     eprintln!("orders paused, but not recorded in the audit trail: {e}");
+/// }
+/// assert_eq!(audit::read(&queue, 1).await?.entries, [entry]);
+/// # Ok(()) }
+/// ```
 pub async fn append(queue: &Queue, entry: &Entry) -> Result<()> {
     let text = serde_json::to_string(entry)
         .map_err(|e| Error::invalid(format!("cannot encode an audit entry: {e}")))?;
@@ -131,6 +185,23 @@ pub async fn append(queue: &Queue, entry: &Entry) -> Result<()> {
 }
 
 /// The newest `limit` entries (1 to [`MAX_ENTRIES`]), newest first.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> punctual::Result<()> {
+/// # let redis = punctual_testkit::RedisServer::start();
+/// # let queue = punctual::Queue::connect(redis.url()).await?;
+/// use punctual::audit::{self, Entry};
+/// for action in ["pause", "resume", "dead.purge"] {
+///     audit::append(&queue, &Entry::new("cli", "alice", action).topic("orders")).await?;
+/// }
+/// let trail = audit::read(&queue, 2).await?;
+/// let actions: Vec<&str> = trail.entries.iter().map(|e| e.action.as_str()).collect();
+/// assert_eq!(actions, ["dead.purge", "resume"]);
+/// assert_eq!(trail.unreadable, 0);
+/// assert!(audit::read(&queue, 0).await.is_err());
+/// # Ok(()) }
+/// ```
 pub async fn read(queue: &Queue, limit: usize) -> Result<Trail> {
     if limit == 0 || limit > MAX_ENTRIES {
         return Err(Error::invalid(format!(

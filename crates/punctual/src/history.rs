@@ -22,13 +22,40 @@ use crate::keys::validate_topic;
 use crate::queue::Queue;
 
 /// How long history keys are kept (7 days).
+///
+/// ```
+/// use punctual::{HISTORY_TTL, MAX_HISTORY_MINUTES};
+/// assert_eq!(HISTORY_TTL.as_secs() / 60, u64::from(MAX_HISTORY_MINUTES));
+/// ```
 pub const HISTORY_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// The most minutes [`Queue::history`] returns: 7 days.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> punctual::Result<()> {
+/// # let redis = punctual_testkit::RedisServer::start();
+/// # let queue = punctual::Queue::connect(redis.url()).await?;
+/// use punctual::{ErrorKind, MAX_HISTORY_MINUTES};
+/// let week = queue.history("orders", MAX_HISTORY_MINUTES).await?;
+/// assert_eq!(week.minutes.len(), 10_080);
+/// let err = queue.history("orders", MAX_HISTORY_MINUTES + 1).await.unwrap_err();
+/// assert_eq!(err.kind(), ErrorKind::InvalidInput);
+/// # Ok(()) }
+/// ```
 pub const MAX_HISTORY_MINUTES: u32 = 7 * 24 * 60;
 
 /// Upper bounds (inclusive, ms) of the lateness buckets; one more bucket
 /// takes everything later than the last bound.
+///
+/// ```
+/// use punctual::{Lateness, LATENESS_BUCKETS_MS};
+/// let mut l = Lateness::default();
+/// l.record(2_500); // 2.5 ms late: in the bucket "up to 10 ms"
+/// let i = l.buckets.iter().position(|&n| n == 1).unwrap();
+/// assert_eq!(LATENESS_BUCKETS_MS[i], 10);
+/// assert_eq!(l.buckets.len(), LATENESS_BUCKETS_MS.len() + 1);
+/// ```
 pub const LATENESS_BUCKETS_MS: [u64; 6] = [1, 10, 100, 1_000, 10_000, 60_000];
 
 /// The fields of the buckets in `P:{T}:late:<M>`.
@@ -53,6 +80,17 @@ static LATENESS: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/history/lateness.lua")));
 
 /// How late jobs started after their due time, over some set of starts.
+///
+/// ```
+/// let mut l = punctual::Lateness::default();
+/// for us in [300, 700, 45_000] {
+///     l.record(us);
+/// }
+/// assert_eq!(l.count, 3);
+/// assert_eq!(l.max_us, 45_000);
+/// assert_eq!(l.mean_us(), Some(15_333));
+/// assert_eq!(l.buckets, [2, 0, 1, 0, 0, 0, 0]); // two within 1 ms, one within 100 ms
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 #[non_exhaustive]
 pub struct Lateness {
@@ -69,6 +107,14 @@ pub struct Lateness {
 
 impl Lateness {
     /// Adds one start, `us` late (a negative value counts as 0).
+    ///
+    /// ```
+    /// let mut l = punctual::Lateness::default();
+    /// l.record(-20); // a clock step: counted as on time
+    /// l.record(90_000_000); // 90 s late: the last bucket
+    /// assert_eq!(l.buckets, [1, 0, 0, 0, 0, 0, 1]);
+    /// assert_eq!(l.sum_us, 90_000_000);
+    /// ```
     pub fn record(&mut self, us: i64) {
         let us = us.max(0) as u64;
         self.count += 1;
@@ -82,6 +128,16 @@ impl Lateness {
     }
 
     /// Adds another aggregate to this one.
+    ///
+    /// ```
+    /// use punctual::Lateness;
+    /// let (mut a, mut b) = (Lateness::default(), Lateness::default());
+    /// a.record(1_000);
+    /// b.record(5_000);
+    /// b.record(3_000);
+    /// a.add(&b);
+    /// assert_eq!((a.count, a.sum_us, a.max_us), (3, 9_000, 5_000));
+    /// ```
     pub fn add(&mut self, other: &Lateness) {
         self.count += other.count;
         self.sum_us += other.sum_us;
@@ -92,6 +148,14 @@ impl Lateness {
     }
 
     /// The mean lateness, µs (`None` with no starts).
+    ///
+    /// ```
+    /// let mut l = punctual::Lateness::default();
+    /// assert_eq!(l.mean_us(), None);
+    /// l.record(1_000);
+    /// l.record(2_000);
+    /// assert_eq!(l.mean_us(), Some(1_500));
+    /// ```
     pub fn mean_us(&self) -> Option<u64> {
         (self.count > 0).then(|| self.sum_us / self.count)
     }
@@ -112,6 +176,22 @@ impl Lateness {
 }
 
 /// The figures of one minute of a topic ([`Queue::history`]).
+///
+/// ```no_run
+/// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+/// for m in queue.history("orders", 15).await?.minutes {
+///     let done = m.counters.as_ref().map(|c| c.get("done").copied().unwrap_or(0));
+///     let late = m.lateness.mean_us().map(|us| format!("{:.1} ms", us as f64 / 1000.0));
+///     println!(
+///         "{}{}: done {}, mean lateness {}",
+///         m.minute,
+///         if m.partial { " (so far)" } else { "" },
+///         done.map_or("?".to_string(), |n| n.to_string()),
+///         late.unwrap_or_else(|| "-".into()),
+///     );
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[non_exhaustive]
 pub struct MinuteFigures {
@@ -135,6 +215,21 @@ pub struct MinuteFigures {
 
 /// Per-minute figures of a topic, oldest first, ending with the current
 /// (partial) minute ([`Queue::history`]).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> punctual::Result<()> {
+/// # let redis = punctual_testkit::RedisServer::start();
+/// # let queue = punctual::Queue::connect(redis.url()).await?;
+/// let h = queue.history("orders", 3).await?;
+/// assert_eq!(h.partitions, 1);
+/// assert_eq!(h.minutes.len(), 3);
+/// assert!(h.minutes[2].partial && !h.minutes[1].partial);
+/// assert_eq!(h.minutes[2].minute, h.now_ms / 60_000);
+/// // No scheduler ran: every minute is a gap, not zeros.
+/// assert!(h.minutes.iter().all(|m| m.counters.is_none()));
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[non_exhaustive]
 pub struct History {
@@ -200,6 +295,27 @@ impl Queue {
     /// the current minute by Redis's clock, as a [`crate::Scheduler`] does
     /// once a minute; the first offer of a minute wins. Returns the time
     /// until the next minute begins.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> punctual::Result<()> {
+    /// # let redis = punctual_testkit::RedisServer::start();
+    /// # let queue = punctual::Queue::connect(redis.url()).await?;
+    /// use std::time::Duration;
+    /// use punctual::Job;
+    /// queue.enqueue("orders", Job::new("1")).await?;
+    /// let next = queue.snapshot_history("orders").await?;
+    /// assert!(next <= Duration::from_secs(60));
+    /// # if next < Duration::from_secs(2) {
+    /// #     tokio::time::sleep(next).await; // too close to the minute's end for this example
+    /// #     queue.snapshot_history("orders").await?;
+    /// # }
+    /// queue.enqueue("orders", Job::new("2")).await?;
+    /// // The current minute's figures so far: what grew since the snapshot.
+    /// let h = queue.history("orders", 1).await?;
+    /// assert_eq!(h.minutes[0].counters.as_ref().unwrap()["enqueued"], 1);
+    /// # Ok(()) }
+    /// ```
     pub async fn snapshot_history(&self, topic: &str) -> Result<Duration> {
         let mut next = Duration::from_secs(60);
         for p in self.partition_names(topic).await? {

@@ -6,6 +6,29 @@
 //!
 //! Jobs are read and changed through [`crate::Queue`]; this module is for
 //! tools that look at the servers themselves.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> punctual::Result<()> {
+//! # let redis = punctual_testkit::RedisServer::start();
+//! # let url = redis.url();
+//! use std::time::Duration;
+//! use punctual::nodes::Nodes;
+//! let t = Duration::from_secs(2);
+//! let nodes = Nodes::connect(&url, t, t).await?; // one URL, or a cluster's seeds
+//! let mut keys = 0;
+//! for node in nodes.masters() {
+//!     let keyspace = node.info(&["keyspace"]).await?;
+//!     node.scan(Some("punctual:*"), |page| {
+//!         keys += page.len();
+//!         true
+//!     })
+//!     .await?;
+//!     println!("{}: {keyspace:?}", node.addr());
+//! }
+//! assert_eq!(keys, 0);
+//! # Ok(()) }
+//! ```
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -109,27 +132,79 @@ impl Node {
     }
 
     /// `host:port` (or the socket path).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> punctual::Result<()> {
+    /// # let redis = punctual_testkit::RedisServer::start();
+    /// # let node = punctual::nodes::Node::connect(&redis.url(), std::time::Duration::from_secs(2)).await?;
+    /// assert_eq!(node.addr(), format!("127.0.0.1:{}", redis.port()));
+    /// # Ok(()) }
+    /// ```
     pub fn addr(&self) -> &str {
         &self.addr
     }
 
     /// Its URL (with credentials: pass it through [`crate::redact`] before
     /// showing it).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> punctual::Result<()> {
+    /// use std::time::Duration;
+    /// let url = "redis://app:s3cret@10.0.0.5:6379";
+    /// let node = punctual::nodes::Node::connect(url, Duration::from_secs(2)).await?;
+    /// assert_eq!(node.url(), url);
+    /// println!("connected to {}", punctual::redact(node.url())); // no password shown
+    /// # Ok(()) }
+    /// ```
     pub fn url(&self) -> &str {
         &self.url
     }
 
     /// The slot ranges it serves (empty for a single Redis and a replica).
+    ///
+    /// ```no_run
+    /// # async fn demo(nodes: punctual::nodes::Nodes) {
+    /// for m in nodes.masters() {
+    ///     let n: u32 = m.slots().iter().map(|&(a, b)| u32::from(b - a) + 1).sum();
+    ///     println!("{} serves {n} slots", m.addr());
+    /// }
+    /// # }
+    /// ```
     pub fn slots(&self) -> &[(u16, u16)] {
         &self.slots
     }
 
     /// A clone of its connection, for commands of the caller's own.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> punctual::Result<()> {
+    /// # let redis = punctual_testkit::RedisServer::start();
+    /// # let node = punctual::nodes::Node::connect(&redis.url(), std::time::Duration::from_secs(2)).await?;
+    /// let mut conn = node.conn();
+    /// let size: u64 = redis::cmd("DBSIZE").query_async(&mut conn).await?;
+    /// assert_eq!(size, 0);
+    /// assert!(node.slots().is_empty()); // a single Redis
+    /// # Ok(()) }
+    /// ```
     pub fn conn(&self) -> MultiplexedConnection {
         self.conn.clone()
     }
 
     /// `INFO` of some sections, as field -> value (see [`parse_info`]).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> punctual::Result<()> {
+    /// # let redis = punctual_testkit::RedisServer::start();
+    /// # let node = punctual::nodes::Node::connect(&redis.url(), std::time::Duration::from_secs(2)).await?;
+    /// let info = node.info(&["server", "memory"]).await?;
+    /// assert_eq!(info["tcp_port"], redis.port().to_string());
+    /// let used: u64 = info["used_memory"].parse().unwrap();
+    /// assert!(used > 0);
+    /// # Ok(()) }
+    /// ```
     pub async fn info(&self, sections: &[&str]) -> Result<HashMap<String, String>> {
         let mut c = self.conn.clone();
         let text: String = redis::cmd("INFO")
@@ -366,26 +441,90 @@ impl Nodes {
     }
 
     /// Whether it is a Redis Cluster.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> punctual::Result<()> {
+    /// # let redis = punctual_testkit::RedisServer::start();
+    /// # let url = redis.url();
+    /// use std::time::Duration;
+    /// let t = Duration::from_secs(2);
+    /// let nodes = punctual::nodes::Nodes::connect(&url, t, t).await?;
+    /// assert!(!nodes.is_cluster());
+    /// # Ok(()) }
+    /// ```
     pub fn is_cluster(&self) -> bool {
         self.cluster
     }
 
     /// The masters (the one node of a single Redis).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> punctual::Result<()> {
+    /// # let redis = punctual_testkit::RedisServer::start();
+    /// # let url = redis.url();
+    /// use std::time::Duration;
+    /// let t = Duration::from_secs(2);
+    /// let nodes = punctual::nodes::Nodes::connect(&url, t, t).await?;
+    /// assert_eq!(nodes.masters().len(), 1);
+    /// assert_eq!(nodes.masters()[0].url(), url);
+    /// # Ok(()) }
+    /// ```
     pub fn masters(&self) -> &[Node] {
         &self.masters
     }
 
     /// A cluster's other nodes (replicas); empty for a single Redis.
+    ///
+    /// ```no_run
+    /// # async fn demo(nodes: punctual::nodes::Nodes) -> punctual::Result<()> {
+    /// for r in nodes.replicas() {
+    ///     let repl = r.info(&["replication"]).await?;
+    ///     println!("{}: link to its master {}", r.addr(), repl["master_link_status"]);
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn replicas(&self) -> &[Node] {
         &self.replicas
     }
 
     /// Every node, masters first.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> punctual::Result<()> {
+    /// # let redis = punctual_testkit::RedisServer::start();
+    /// # let url = redis.url();
+    /// use std::time::Duration;
+    /// let t = Duration::from_secs(2);
+    /// let nodes = punctual::nodes::Nodes::connect(&url, t, t).await?;
+    /// let mut versions = Vec::new();
+    /// for node in nodes.all() {
+    ///     versions.push(node.info(&["server"]).await?["redis_version"].clone());
+    /// }
+    /// assert_eq!(versions.len(), 1);
+    /// # Ok(()) }
+    /// ```
     pub fn all(&self) -> impl Iterator<Item = &Node> {
         self.masters.iter().chain(&self.replicas)
     }
 
     /// The master serving `slot` (the one node of a single Redis).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> punctual::Result<()> {
+    /// # let redis = punctual_testkit::RedisServer::start();
+    /// # let url = redis.url();
+    /// use std::time::Duration;
+    /// let t = Duration::from_secs(2);
+    /// let nodes = punctual::nodes::Nodes::connect(&url, t, t).await?;
+    /// // On a single Redis every slot is on its one node.
+    /// let node = nodes.master_of_slot(16_383).unwrap();
+    /// assert_eq!(node.addr(), nodes.masters()[0].addr());
+    /// # Ok(()) }
+    /// ```
     pub fn master_of_slot(&self, slot: u16) -> Option<&Node> {
         if !self.cluster {
             return self.masters.first();
@@ -396,12 +535,44 @@ impl Nodes {
     }
 
     /// A clone of the connection for commands on keys.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> punctual::Result<()> {
+    /// # let redis = punctual_testkit::RedisServer::start();
+    /// # let url = redis.url();
+    /// use std::time::Duration;
+    /// let t = Duration::from_secs(2);
+    /// let nodes = punctual::nodes::Nodes::connect(&url, t, t).await?;
+    /// let mut conn = nodes.keyed();
+    /// let _: () = redis::cmd("SET").arg("scratch:a").arg(1).query_async(&mut conn).await?;
+    /// let v: i64 = redis::cmd("GET").arg("scratch:a").query_async(&mut conn).await?;
+    /// assert_eq!(v, 1);
+    /// # Ok(()) }
+    /// ```
     pub fn keyed(&self) -> KeyedConn {
         self.keyed.clone()
     }
 
     /// Deletes every key matching the `SCAN MATCH` pattern on every master;
     /// returns how many it deleted.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> punctual::Result<()> {
+    /// # let redis = punctual_testkit::RedisServer::start();
+    /// # let url = redis.url();
+    /// use std::time::Duration;
+    /// let t = Duration::from_secs(2);
+    /// let nodes = punctual::nodes::Nodes::connect(&url, t, t).await?;
+    /// let mut conn = nodes.keyed();
+    /// for k in ["scratch:a", "scratch:b", "keep:c"] {
+    ///     let _: () = redis::cmd("SET").arg(k).arg(1).query_async(&mut conn).await?;
+    /// }
+    /// assert_eq!(nodes.delete_matching("scratch:*").await?, 2);
+    /// assert_eq!(nodes.delete_matching("scratch:*").await?, 0);
+    /// # Ok(()) }
+    /// ```
     pub async fn delete_matching(&self, pattern: &str) -> Result<u64> {
         let mut total = 0;
         for m in &self.masters {

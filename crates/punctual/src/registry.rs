@@ -9,6 +9,32 @@
 //! too. The record is the truth: an index entry whose record is gone is
 //! ignored and removed by the reader. See docs/PROTOCOL.md, "Process
 //! registry".
+//!
+//! A [`crate::Worker`] and a [`crate::Scheduler`] register themselves (see
+//! [`Registry`]); a program of one's own can register too, and anyone can
+//! list who is alive:
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> punctual::Result<()> {
+//! # let redis = punctual_testkit::RedisServer::start();
+//! # let queue = punctual::Queue::connect(redis.url()).await?;
+//! use std::time::Duration;
+//! use punctual::registry::{ProcessInfo, Role};
+//!
+//! let me = ProcessInfo::new(Role::Worker, ["orders"]).with_id("billing-7/worker-0");
+//! let registration = queue.register_process(me, Duration::from_secs(1))?;
+//! # punctual_testkit::eventually(Duration::from_secs(5), "the first beat", async || {
+//! #     !queue.processes().await.unwrap().is_empty()
+//! # })
+//! # .await;
+//! let alive = queue.processes().await?;
+//! assert_eq!(alive[0].id, "billing-7/worker-0");
+//! assert!(alive[0].serves("orders"));
+//! registration.stop().await; // removes the record
+//! assert!(queue.processes().await?.is_empty());
+//! # Ok(()) }
+//! ```
 
 use std::time::Duration;
 
@@ -19,8 +45,19 @@ use crate::error::{Error, Result};
 use crate::queue::Queue;
 
 /// Default beat period.
+///
+/// ```
+/// use punctual::registry::{Registry, DEFAULT_HEARTBEAT};
+/// assert_eq!(Registry::default().heartbeat, DEFAULT_HEARTBEAT);
+/// ```
 pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(5);
 /// A record lives this many beat periods without a beat.
+///
+/// ```
+/// use punctual::registry::{BEATS_TO_LIVE, DEFAULT_HEARTBEAT};
+/// // A process that stops beating drops out of the registry after:
+/// assert_eq!(DEFAULT_HEARTBEAT * BEATS_TO_LIVE, std::time::Duration::from_secs(15));
+/// ```
 pub const BEATS_TO_LIVE: u32 = 3;
 /// Index entries older than this are trimmed by every beat (their records
 /// expired long before).
@@ -29,9 +66,26 @@ const INDEX_KEEP_MS: i64 = 3_600_000;
 /// the index); the others only rewrite the record.
 const INDEX_EVERY: u64 = 12;
 /// Longest process id.
+///
+/// ```no_run
+/// # async fn demo(queue: punctual::Queue) {
+/// use std::time::Duration;
+/// use punctual::registry::{ProcessInfo, Role, MAX_PROCESS_ID_LEN};
+/// let long = "w".repeat(MAX_PROCESS_ID_LEN + 1);
+/// let info = ProcessInfo::new(Role::Worker, ["orders"]).with_id(long);
+/// assert!(queue.register_process(info, Duration::from_secs(5)).is_err());
+/// # }
+/// ```
 pub const MAX_PROCESS_ID_LEN: usize = 200;
 
 /// What a registered process does.
+///
+/// ```
+/// use punctual::registry::Role;
+/// let role: Role = serde_json::from_str("\"scheduler\"").unwrap();
+/// assert_eq!(role, Role::Scheduler);
+/// assert_eq!(role.to_string(), "scheduler");
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 #[non_exhaustive]
@@ -48,6 +102,11 @@ pub enum Role {
 
 impl Role {
     /// The lowercase name (`worker`, ...).
+    ///
+    /// ```
+    /// use punctual::registry::Role;
+    /// assert_eq!(Role::Resident.as_str(), "resident");
+    /// ```
     pub fn as_str(self) -> &'static str {
         match self {
             Role::Supervisor => "supervisor",
@@ -98,6 +157,14 @@ pub struct ProcessInfo {
 
 impl ProcessInfo {
     /// A record for this process: a generated id, this host and pid.
+    ///
+    /// ```
+    /// use punctual::registry::{hostname, ProcessInfo, Role};
+    /// let p = ProcessInfo::new(Role::Scheduler, ["orders", "mails"]);
+    /// assert!(p.id.starts_with(&format!("{}-{}-", hostname(), std::process::id())));
+    /// assert_eq!(p.role, Role::Scheduler);
+    /// assert_eq!(p.version, env!("CARGO_PKG_VERSION"));
+    /// ```
     pub fn new<S: Into<String>>(role: Role, topics: impl IntoIterator<Item = S>) -> Self {
         let host = hostname();
         let pid = std::process::id();
@@ -115,6 +182,12 @@ impl ProcessInfo {
     }
 
     /// The same record with another id.
+    ///
+    /// ```
+    /// use punctual::registry::{ProcessInfo, Role};
+    /// let p = ProcessInfo::new(Role::Worker, ["orders"]).with_id("billing-7/worker-0");
+    /// assert_eq!(p.id, "billing-7/worker-0");
+    /// ```
     pub fn with_id(mut self, id: impl Into<String>) -> Self {
         self.id = id.into();
         self
@@ -122,12 +195,29 @@ impl ProcessInfo {
 
     /// The same record with another pid (a resident program the worker
     /// registers for).
+    ///
+    /// ```
+    /// use punctual::registry::{ProcessInfo, Role};
+    /// let mut child = std::process::Command::new("true").spawn().unwrap();
+    /// let p = ProcessInfo::new(Role::Resident, ["orders"])
+    ///     .with_id("billing-7/worker-0/resident-0")
+    ///     .with_pid(child.id());
+    /// assert_eq!(p.pid, child.id());
+    /// # child.wait().unwrap();
+    /// ```
     pub fn with_pid(mut self, pid: u32) -> Self {
         self.pid = pid;
         self
     }
 
     /// Whether it serves `topic`.
+    ///
+    /// ```
+    /// use punctual::registry::{ProcessInfo, Role};
+    /// let p = ProcessInfo::new(Role::Worker, ["orders", "mails"]);
+    /// assert!(p.serves("mails"));
+    /// assert!(!p.serves("invoices"));
+    /// ```
     pub fn serves(&self, topic: &str) -> bool {
         self.topics.iter().any(|t| t == topic)
     }
@@ -170,6 +260,12 @@ impl Default for Registry {
 
 impl Registry {
     /// Do not register.
+    ///
+    /// ```
+    /// use punctual::{registry::Registry, WorkerConfig};
+    /// let config = WorkerConfig::default().registry(Registry::off());
+    /// assert!(!config.registry.enabled);
+    /// ```
     pub fn off() -> Self {
         Registry {
             enabled: false,
@@ -177,16 +273,34 @@ impl Registry {
         }
     }
     /// Use this id.
+    ///
+    /// ```
+    /// let r = punctual::registry::Registry::default().id("billing-7/scheduler");
+    /// assert_eq!(r.id.as_deref(), Some("billing-7/scheduler"));
+    /// ```
     pub fn id(mut self, id: impl Into<String>) -> Self {
         self.id = Some(id.into());
         self
     }
     /// Record this role.
+    ///
+    /// ```
+    /// use punctual::registry::{Registry, Role};
+    /// // A supervisor that runs a worker in its own process.
+    /// let r = Registry::default().role(Role::Supervisor);
+    /// assert_eq!(r.role, Some(Role::Supervisor));
+    /// ```
     pub fn role(mut self, role: Role) -> Self {
         self.role = Some(role);
         self
     }
     /// Beat this often.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let r = punctual::registry::Registry::default().heartbeat(Duration::from_secs(1));
+    /// assert_eq!(r.heartbeat, Duration::from_secs(1));
+    /// ```
     pub fn heartbeat(mut self, d: Duration) -> Self {
         self.heartbeat = d;
         self
@@ -214,6 +328,17 @@ impl Registry {
 /// (which removes the record) or drop (which leaves the record to expire).
 ///
 /// [`stop`]: Registration::stop
+///
+/// ```no_run
+/// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+/// use std::time::Duration;
+/// use punctual::registry::{ProcessInfo, Role};
+/// let info = ProcessInfo::new(Role::Worker, ["orders"]);
+/// let registration = queue.register_process(info, Duration::from_secs(5))?;
+/// // ... serve the topic ...
+/// registration.stop().await;
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct Registration {
     id: String,
@@ -224,12 +349,43 @@ pub struct Registration {
 
 impl Registration {
     /// The process id.
+    ///
+    /// ```no_run
+    /// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+    /// use std::time::Duration;
+    /// use punctual::registry::{ProcessInfo, Role};
+    /// let info = ProcessInfo::new(Role::Worker, ["orders"]).with_id("billing-7/worker-0");
+    /// let registration = queue.register_process(info, Duration::from_secs(5))?;
+    /// assert_eq!(registration.id(), "billing-7/worker-0");
+    /// # Ok(()) }
+    /// ```
     pub fn id(&self) -> &str {
         &self.id
     }
 
     /// Stops beating and removes the record (and every record under
     /// `<id>/`).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> punctual::Result<()> {
+    /// # let redis = punctual_testkit::RedisServer::start();
+    /// # let queue = punctual::Queue::connect(redis.url()).await?;
+    /// use std::time::Duration;
+    /// use punctual::registry::{ProcessInfo, Role};
+    /// let sup = ProcessInfo::new(Role::Supervisor, Vec::<String>::new()).with_id("billing-7");
+    /// let child = ProcessInfo::new(Role::Worker, ["orders"]).with_id("billing-7/worker-0");
+    /// let sup = queue.register_process(sup, Duration::from_secs(1))?;
+    /// let child = queue.register_process(child, Duration::from_secs(1))?;
+    /// # punctual_testkit::eventually(Duration::from_secs(5), "both beat", async || {
+    /// #     queue.processes().await.unwrap().len() == 2
+    /// # })
+    /// # .await;
+    /// drop(child); // a child that went away without a word: its record stays until it expires
+    /// sup.stop().await; // removes "billing-7" and every record under "billing-7/"
+    /// assert!(queue.processes().await?.is_empty());
+    /// # Ok(()) }
+    /// ```
     pub async fn stop(mut self) {
         self.stop.cancel();
         let _ = (&mut self.task).await;
@@ -246,6 +402,12 @@ impl Drop for Registration {
 }
 
 /// This host's name (Linux: /proc; else `HOSTNAME`; else `unknown`).
+///
+/// ```
+/// let host = punctual::registry::hostname();
+/// assert!(!host.is_empty());
+/// assert_eq!(host, host.trim());
+/// ```
 pub fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
@@ -282,6 +444,27 @@ impl Queue {
     /// returned handle is stopped (record removed) or dropped (record left
     /// to expire). A failed beat is logged and tried again next period.
     /// Needs a tokio runtime.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> punctual::Result<()> {
+    /// # let redis = punctual_testkit::RedisServer::start();
+    /// # let queue = punctual::Queue::connect(redis.url()).await?;
+    /// use std::time::Duration;
+    /// use punctual::registry::{ProcessInfo, Role};
+    /// let info = ProcessInfo::new(Role::Worker, ["orders"]);
+    /// let registration = queue.register_process(info, Duration::from_secs(2))?;
+    /// # punctual_testkit::eventually(Duration::from_secs(5), "the first beat", async || {
+    /// #     !queue.processes().await.unwrap().is_empty()
+    /// # })
+    /// # .await;
+    /// let me = &queue.processes().await?[0];
+    /// assert_eq!(me.id, registration.id());
+    /// assert_eq!(me.beat_period_ms, 2_000);
+    /// assert!(me.beat_ms >= me.started_ms);
+    /// registration.stop().await;
+    /// # Ok(()) }
+    /// ```
     pub fn register_process(
         &self,
         mut info: ProcessInfo,
@@ -328,6 +511,16 @@ impl Queue {
 
     /// Redis's clock, epoch ms (what the registry's times are measured
     /// with).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> punctual::Result<()> {
+    /// # let redis = punctual_testkit::RedisServer::start();
+    /// # let queue = punctual::Queue::connect(redis.url()).await?;
+    /// let now = queue.redis_now_ms().await?;
+    /// assert!(now > 1_700_000_000_000); // epoch ms, after November 2023
+    /// # Ok(()) }
+    /// ```
     pub async fn redis_now_ms(&self) -> Result<i64> {
         let (secs, micros): (i64, i64) = self.cmd(&redis::cmd("TIME")).await?;
         Ok(secs * 1000 + micros / 1000)
@@ -403,6 +596,18 @@ impl Queue {
 
     /// Every live process in the registry, by role, then id. Index entries
     /// whose record expired are removed.
+    ///
+    /// ```no_run
+    /// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
+    /// let now = queue.redis_now_ms().await?;
+    /// for p in queue.processes().await? {
+    ///     println!(
+    ///         "{} {} on {} (pid {}), topics {:?}, last beat {} ms ago",
+    ///         p.role, p.id, p.host, p.pid, p.topics, now - p.beat_ms
+    ///     );
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn processes(&self) -> Result<Vec<ProcessInfo>> {
         let index = index_key(self.prefix());
         let ids: Vec<String> = self
@@ -434,6 +639,25 @@ impl Queue {
     /// Removes the record of process `id` and of every process under
     /// `<id>/` (a supervisor's reaped child and its resident programs).
     /// Returns how many records were removed.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> punctual::Result<()> {
+    /// # let redis = punctual_testkit::RedisServer::start();
+    /// # let queue = punctual::Queue::connect(redis.url()).await?;
+    /// use std::time::Duration;
+    /// use punctual::registry::{ProcessInfo, Role};
+    /// let info = ProcessInfo::new(Role::Worker, ["orders"]).with_id("billing-7/worker-0");
+    /// let registration = queue.register_process(info, Duration::from_secs(1))?;
+    /// # punctual_testkit::eventually(Duration::from_secs(5), "the first beat", async || {
+    /// #     !queue.processes().await.unwrap().is_empty()
+    /// # })
+    /// # .await;
+    /// drop(registration); // stops beating; the record would live 3 s more
+    /// assert_eq!(queue.deregister_process("billing-7").await?, 1); // gone now
+    /// assert!(queue.processes().await?.is_empty());
+    /// # Ok(()) }
+    /// ```
     pub async fn deregister_process(&self, id: &str) -> Result<usize> {
         validate_process_id(id)?;
         let index = index_key(self.prefix());

@@ -21,6 +21,15 @@ use crate::raw::{self, Partition, TickLimits};
 use crate::registry::{Registry, Role};
 
 /// Settings of a [`Scheduler`].
+///
+/// ```
+/// use std::time::Duration;
+/// use punctual::SchedulerConfig;
+/// let config = SchedulerConfig::default().promote_batch(500).max_ready(10_000);
+/// assert_eq!(config.promote_batch, 500);
+/// assert_eq!(config.reclaim_batch, 200); // a default
+/// assert_eq!(config.max_sleep, Duration::from_secs(30));
+/// ```
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct SchedulerConfig {
@@ -55,26 +64,54 @@ impl Default for SchedulerConfig {
 
 impl SchedulerConfig {
     /// Promote batch.
+    ///
+    /// ```
+    /// let config = punctual::SchedulerConfig::default().promote_batch(1_000);
+    /// assert_eq!(config.promote_batch, punctual::MAX_BATCH);
+    /// ```
     pub fn promote_batch(mut self, n: usize) -> Self {
         self.promote_batch = n;
         self
     }
     /// Reclaim batch.
+    ///
+    /// ```
+    /// let config = punctual::SchedulerConfig::default().reclaim_batch(50);
+    /// assert_eq!(config.reclaim_batch, 50);
+    /// ```
     pub fn reclaim_batch(mut self, n: usize) -> Self {
         self.reclaim_batch = n;
         self
     }
     /// Ready backlog limit.
+    ///
+    /// ```
+    /// // Keep due jobs in the pool while 5,000 wait for a worker.
+    /// let config = punctual::SchedulerConfig::default().max_ready(5_000);
+    /// assert_eq!(config.max_ready, 5_000);
+    /// ```
     pub fn max_ready(mut self, n: usize) -> Self {
         self.max_ready = n;
         self
     }
     /// Longest idle sleep.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let config = punctual::SchedulerConfig::default().max_sleep(Duration::from_secs(5));
+    /// assert_eq!(config.max_sleep, Duration::from_secs(5));
+    /// ```
     pub fn max_sleep(mut self, d: Duration) -> Self {
         self.max_sleep = d;
         self
     }
     /// Registry settings ([`Registry::off`] to stay out of it).
+    ///
+    /// ```
+    /// use punctual::{registry::Registry, SchedulerConfig};
+    /// let config = SchedulerConfig::default().registry(Registry::off());
+    /// assert!(!config.registry.enabled);
+    /// ```
     pub fn registry(mut self, r: Registry) -> Self {
         self.registry = r;
         self
@@ -103,6 +140,14 @@ pub struct Scheduler {
 
 impl Scheduler {
     /// A scheduler for no topics yet.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> punctual::Result<()> {
+    /// use punctual::{Queue, Scheduler, SchedulerConfig};
+    /// let queue = Queue::connect("redis://127.0.0.1:6379").await?;
+    /// let scheduler = Scheduler::new(queue, SchedulerConfig::default().promote_batch(500));
+    /// # let _ = scheduler; Ok(()) }
+    /// ```
     pub fn new(queue: Queue, config: SchedulerConfig) -> Self {
         Scheduler {
             queue,
@@ -112,12 +157,45 @@ impl Scheduler {
     }
 
     /// Adds a topic.
+    ///
+    /// ```no_run
+    /// # fn demo(queue: punctual::Queue) {
+    /// use punctual::{Scheduler, SchedulerConfig};
+    /// let scheduler = Scheduler::new(queue, SchedulerConfig::default())
+    ///     .topic("orders")
+    ///     .topic("mails");
+    /// # let _ = scheduler; }
+    /// ```
     pub fn topic(mut self, topic: impl Into<String>) -> Self {
         self.topics.push(topic.into());
         self
     }
 
     /// Runs until `shutdown` completes.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> punctual::Result<()> {
+    /// # let redis = punctual_testkit::RedisServer::start();
+    /// # let queue = punctual::Queue::connect(redis.url()).await?;
+    /// use std::time::Duration;
+    /// use punctual::{Job, Scheduler, SchedulerConfig};
+    /// queue.enqueue("orders", Job::new("42").delay(Duration::from_millis(300))).await?;
+    /// assert_eq!(queue.stats("orders").await?.pool, 1);
+    /// // Run until the job is promoted to ready (a service would wait for a signal).
+    /// let promoted = async {
+    ///     punctual_testkit::eventually(Duration::from_secs(10), "the job is ready", async || {
+    ///         queue.stats("orders").await.unwrap().ready == 1
+    ///     })
+    ///     .await
+    /// };
+    /// Scheduler::new(queue.clone(), SchedulerConfig::default())
+    ///     .topic("orders")
+    ///     .run(promoted)
+    ///     .await?;
+    /// assert_eq!(queue.stats("orders").await?.pool, 0);
+    /// # Ok(()) }
+    /// ```
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<()> {
         if self.topics.is_empty() {
             return Err(Error::invalid("a scheduler needs at least one topic"));

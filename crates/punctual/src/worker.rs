@@ -23,6 +23,17 @@ use crate::raw::{self, Delivery, FailKind, Failed, Lease, Partition};
 use crate::registry::{Registry, Role};
 
 /// Settings of a [`Worker`].
+///
+/// ```
+/// use std::time::Duration;
+/// use punctual::WorkerConfig;
+/// let config = WorkerConfig::default()
+///     .concurrency(64)
+///     .lease(Duration::from_secs(60))
+///     .timeout(Duration::from_secs(45));
+/// assert_eq!(config.concurrency, 64);
+/// assert_eq!(config.shutdown_timeout, Duration::from_secs(30)); // a default
+/// ```
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct WorkerConfig {
@@ -73,41 +84,93 @@ impl Default for WorkerConfig {
 
 impl WorkerConfig {
     /// Jobs at once.
+    ///
+    /// ```
+    /// let config = punctual::WorkerConfig::default().concurrency(4);
+    /// assert_eq!(config.concurrency, 4);
+    /// ```
     pub fn concurrency(mut self, n: usize) -> Self {
         self.concurrency = n;
         self
     }
     /// Lease length.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// // A job whose worker died is delivered again about 10 s later; a
+    /// // running one has its lease extended every 3.3 s.
+    /// let config = punctual::WorkerConfig::default().lease(Duration::from_secs(10));
+    /// assert_eq!(config.lease, Duration::from_secs(10));
+    /// ```
     pub fn lease(mut self, d: Duration) -> Self {
         self.lease = d;
         self
     }
     /// Claim batch size.
+    ///
+    /// ```
+    /// // Take at most 8 jobs per claim, though 32 may run at once.
+    /// let config = punctual::WorkerConfig::default().concurrency(32).claim_batch(8);
+    /// assert_eq!(config.claim_batch, 8);
+    /// ```
     pub fn claim_batch(mut self, n: usize) -> Self {
         self.claim_batch = n;
         self
     }
     /// Safety-net poll interval.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let config = punctual::WorkerConfig::default().idle_check(Duration::from_secs(10));
+    /// assert_eq!(config.idle_check, Duration::from_secs(10));
+    /// ```
     pub fn idle_check(mut self, d: Duration) -> Self {
         self.idle_check = d;
         self
     }
     /// Default handler timeout.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// // Handlers registered without a timeout of their own get 5 s.
+    /// let config = punctual::WorkerConfig::default().timeout(Duration::from_secs(5));
+    /// assert_eq!(config.timeout, Duration::from_secs(5));
+    /// ```
     pub fn timeout(mut self, d: Duration) -> Self {
         self.timeout = d;
         self
     }
     /// Shutdown grace period.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// // Give running handlers 2 minutes to finish on shutdown.
+    /// let config = punctual::WorkerConfig::default().shutdown_timeout(Duration::from_secs(120));
+    /// assert_eq!(config.shutdown_timeout, Duration::from_secs(120));
+    /// ```
     pub fn shutdown_timeout(mut self, d: Duration) -> Self {
         self.shutdown_timeout = d;
         self
     }
     /// Longest retry delay a handler may ask for.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// // A handler answering Outcome::retry_after("429", 3 days) waits 1 hour.
+    /// let config = punctual::WorkerConfig::default().max_retry_delay(Duration::from_secs(3600));
+    /// assert_eq!(config.max_retry_delay, Duration::from_secs(3600));
+    /// ```
     pub fn max_retry_delay(mut self, d: Duration) -> Self {
         self.max_retry_delay = d;
         self
     }
     /// Registry settings ([`Registry::off`] to stay out of it).
+    ///
+    /// ```
+    /// use punctual::{registry::Registry, WorkerConfig};
+    /// let config = WorkerConfig::default().registry(Registry::default().id("billing-7/worker-0"));
+    /// assert_eq!(config.registry.id.as_deref(), Some("billing-7/worker-0"));
+    /// ```
     pub fn registry(mut self, r: Registry) -> Self {
         self.registry = r;
         self
@@ -233,6 +296,14 @@ struct Shared {
 
 impl Worker {
     /// A worker with no handlers yet.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> punctual::Result<()> {
+    /// use punctual::{Queue, Worker, WorkerConfig};
+    /// let queue = Queue::connect("redis://127.0.0.1:6379").await?;
+    /// let worker = Worker::new(queue, WorkerConfig::default().concurrency(8));
+    /// # let _ = worker; Ok(()) }
+    /// ```
     pub fn new(queue: Queue, config: WorkerConfig) -> Self {
         Worker {
             queue,
@@ -243,6 +314,37 @@ impl Worker {
 
     /// Runs the closure `handler` for jobs of `topic`, with the default
     /// timeout (see the example on [`Worker`]).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> punctual::Result<()> {
+    /// # let redis = punctual_testkit::RedisServer::start();
+    /// # let queue = punctual::Queue::connect(redis.url()).await?;
+    /// use std::sync::{Arc, Mutex};
+    /// use punctual::{Job, Outcome, Worker, WorkerConfig};
+    /// queue.enqueue("mails", Job::new("welcome:alice")).await?;
+    /// let seen = Arc::new(Mutex::new(Vec::new()));
+    /// let log = seen.clone();
+    /// let worker = Worker::new(queue.clone(), WorkerConfig::default()).handle("mails", move |job| {
+    ///     let log = log.clone();
+    ///     async move {
+    ///         let text = String::from_utf8_lossy(&job.payload).into_owned();
+    ///         log.lock().unwrap().push((job.attempt, text));
+    ///         Outcome::Done
+    ///     }
+    /// });
+    /// // Run until the job ran (a service would wait for a signal).
+    /// let ran = seen.clone();
+    /// let stop = async move {
+    ///     punctual_testkit::eventually(std::time::Duration::from_secs(10), "the job ran", async || {
+    ///         !ran.lock().unwrap().is_empty()
+    ///     })
+    ///     .await
+    /// };
+    /// worker.run(stop).await?;
+    /// assert_eq!(*seen.lock().unwrap(), [(1, "welcome:alice".to_string())]);
+    /// # Ok(()) }
+    /// ```
     pub fn handle<F, Fut>(self, topic: impl Into<String>, handler: F) -> Self
     where
         F: Fn(Delivery) -> Fut + Send + Sync + 'static,
@@ -360,6 +462,33 @@ impl Worker {
     /// Runs until `shutdown` completes, then stops claiming, lets running
     /// handlers finish (up to `shutdown_timeout`), records their outcomes and
     /// returns how many jobs it had to abandon (0 after a clean drain).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> punctual::Result<()> {
+    /// # let redis = punctual_testkit::RedisServer::start();
+    /// # let queue = punctual::Queue::connect(redis.url()).await?;
+    /// use std::time::Duration;
+    /// use punctual::{ErrorKind, Job, Outcome, Worker, WorkerConfig};
+    /// queue.enqueue("orders", Job::new("42")).await?; // due now: ready at once
+    /// let worker = Worker::new(queue.clone(), WorkerConfig::default())
+    ///     .handle("orders", |_job| async { Outcome::Done });
+    /// // Stop once the job is done (a service would wait for a signal).
+    /// let done = async {
+    ///     punctual_testkit::eventually(Duration::from_secs(10), "the job is done", async || {
+    ///         let s = queue.stats("orders").await.unwrap();
+    ///         s.ready + s.running == 0
+    ///     })
+    ///     .await
+    /// };
+    /// let stopped = worker.run(done).await?;
+    /// assert_eq!(stopped.abandoned, 0);
+    ///
+    /// // A worker without a handler does not start.
+    /// let idle = Worker::new(queue.clone(), WorkerConfig::default());
+    /// assert_eq!(idle.run(async {}).await.unwrap_err().kind(), ErrorKind::InvalidInput);
+    /// # Ok(()) }
+    /// ```
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<Stopped> {
         if self.topics.is_empty() {
             return Err(Error::invalid(
@@ -482,6 +611,15 @@ impl Worker {
 }
 
 /// How a [`Worker`] stopped.
+///
+/// ```no_run
+/// # async fn demo(worker: punctual::Worker) -> punctual::Result<()> {
+/// let stopped = worker.run(async { tokio::signal::ctrl_c().await.ok(); }).await?;
+/// if stopped.abandoned > 0 {
+///     eprintln!("{} jobs were still running; they will be delivered again", stopped.abandoned);
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Stopped {
