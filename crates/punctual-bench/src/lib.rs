@@ -15,6 +15,23 @@
 //! Every figure counts real handler calls: each job carries its number in
 //! its payload, and a job not handled, or handled twice, makes its phase
 //! report `"ok": false`.
+//!
+//! A short run of one phase against a private `redis-server`:
+//!
+//! ```
+//! # #[tokio::main]
+//! # async fn main() -> anyhow::Result<()> {
+//! use clap::Parser;
+//! #[derive(Parser)]
+//! struct Cli {
+//!     #[command(flatten)]
+//!     bench: punctual_bench::BenchArgs,
+//! }
+//! let (url, _redis) = punctual_bench::private_redis::start("bench-example-")?;
+//! let cli = Cli::parse_from(["bench", "--phase", "enqueue", "--n", "2000"]);
+//! punctual_bench::run(&url, true, true, cli.bench).await?; // prints one JSON line
+//! # Ok(()) }
+//! ```
 
 mod floor;
 mod phases;

@@ -1,5 +1,15 @@
 //! A private `redis-server` in a temp dir, for `demo` and `bench` when no
 //! Redis answers: persistence off, on a free port, stopped on drop.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> anyhow::Result<()> {
+//! let (url, _server) = punctual_bench::private_redis::start("my-tool-redis-")?;
+//! let queue = punctual::Queue::connect(url).await?;
+//! queue.enqueue("orders", punctual::Job::new("42")).await?;
+//! assert_eq!(queue.stats("orders").await?.ready, 1);
+//! # Ok(()) }
+//! ```
 
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
@@ -8,6 +18,15 @@ use anyhow::{bail, Context, Result};
 
 /// A private redis-server, stopped (and its directory removed) on drop
 /// (see [`start`]).
+///
+/// ```
+/// let (url, server) = punctual_bench::private_redis::start("my-tool-redis-")?;
+/// let addr = url.trim_start_matches("redis://").to_string();
+/// assert!(std::net::TcpStream::connect(&addr).is_ok());
+/// drop(server);
+/// assert!(std::net::TcpStream::connect(&addr).is_err());
+/// # Ok::<(), anyhow::Error>(())
+/// ```
 #[derive(Debug)]
 pub struct PrivateRedis {
     child: Child,
@@ -24,8 +43,9 @@ impl Drop for PrivateRedis {
 /// Starts one (its temp dir named with `prefix`) and waits until it
 /// accepts connections; returns its URL.
 ///
-/// ```no_run
+/// ```
 /// let (url, server) = punctual_bench::private_redis::start("my-tool-redis-")?;
+/// assert!(url.starts_with("redis://127.0.0.1:"));
 /// println!("redis-server at {url}");
 /// drop(server); // stops it and removes its directory
 /// # Ok::<(), anyhow::Error>(())

@@ -39,6 +39,19 @@
 //! ```
 //!
 //! (The same test runs as a doc test of `punctual::Worker`.)
+//!
+//! The servers themselves, with `redis-cli`:
+//!
+//! ```
+//! use punctual_testkit::RedisServer;
+//! let mut redis = RedisServer::start();
+//! assert_eq!(redis.cli(&["SET", "greeting", "hello"]).unwrap().trim(), "OK");
+//! assert_eq!(redis.cli(&["GET", "greeting"]).unwrap().trim(), "hello");
+//! redis.kill(); // an outage
+//! assert!(redis.cli(&["PING"]).is_err());
+//! redis.restart(); // persistence is off: the data is gone
+//! assert_eq!(redis.cli(&["EXISTS", "greeting"]).unwrap().trim(), "0");
+//! ```
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -100,6 +113,15 @@ pub async fn eventually_every(
 }
 
 /// A `redis-server` owned by a test.
+///
+/// ```
+/// let redis = punctual_testkit::RedisServer::start();
+/// assert!(redis.url().starts_with("redis://127.0.0.1:"));
+/// assert_eq!(redis.cli(&["PING"]).unwrap().trim(), "PONG");
+/// let dir = redis.dir().to_path_buf();
+/// drop(redis); // stops the server and removes its directory
+/// assert!(!dir.exists());
+/// ```
 #[derive(Debug)]
 pub struct RedisServer {
     port: u16,
@@ -112,6 +134,12 @@ pub struct RedisServer {
 }
 
 /// A port nobody listens on right now.
+///
+/// ```
+/// let port = punctual_testkit::free_port();
+/// // Nothing answers there (until someone else takes the port).
+/// assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err());
+/// ```
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -121,12 +149,23 @@ pub fn free_port() -> u16 {
 
 impl RedisServer {
     /// Starts a server with persistence off.
+    ///
+    /// ```
+    /// let redis = punctual_testkit::RedisServer::start();
+    /// assert_eq!(redis.cli(&["CONFIG", "GET", "appendonly"]).unwrap(), "appendonly\nno\n");
+    /// ```
     pub fn start() -> RedisServer {
         RedisServer::start_with(&[])
     }
 
     /// Starts a server with extra config arguments, e.g.
     /// `["--appendonly", "yes", "--appendfsync", "always"]`.
+    ///
+    /// ```
+    /// let redis = punctual_testkit::RedisServer::start_with(&["--maxmemory", "10mb"]);
+    /// let got = redis.cli(&["CONFIG", "GET", "maxmemory"]).unwrap();
+    /// assert_eq!(got, "maxmemory\n10485760\n");
+    /// ```
     pub fn start_with(extra: &[&str]) -> RedisServer {
         RedisServer::launch(extra, false)
     }
@@ -215,36 +254,78 @@ impl RedisServer {
     }
 
     /// The port.
+    ///
+    /// ```
+    /// let redis = punctual_testkit::RedisServer::start();
+    /// assert!(std::net::TcpStream::connect(("127.0.0.1", redis.port())).is_ok());
+    /// ```
     pub fn port(&self) -> u16 {
         self.port
     }
 
     /// The cluster bus port, for a node of a [`RedisCluster`].
+    ///
+    /// ```no_run
+    /// let cluster = punctual_testkit::RedisCluster::start();
+    /// assert!(cluster.node(0).bus_port().is_some());
+    /// let single = punctual_testkit::RedisServer::start();
+    /// assert_eq!(single.bus_port(), None);
+    /// ```
     pub fn bus_port(&self) -> Option<u16> {
         self.bus_port
     }
 
     /// Whether the process runs (it was not killed, or was restarted).
+    ///
+    /// ```
+    /// let mut redis = punctual_testkit::RedisServer::start();
+    /// assert!(redis.is_running());
+    /// redis.kill();
+    /// assert!(!redis.is_running());
+    /// ```
     pub fn is_running(&self) -> bool {
         self.child.is_some()
     }
 
     /// `redis://127.0.0.1:PORT`.
+    ///
+    /// ```
+    /// let redis = punctual_testkit::RedisServer::start();
+    /// assert_eq!(redis.url(), format!("redis://127.0.0.1:{}", redis.port()));
+    /// ```
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
     /// The server's directory (AOF, log).
+    ///
+    /// ```
+    /// let redis = punctual_testkit::RedisServer::start();
+    /// redis.cli(&["SAVE"]).unwrap();
+    /// assert!(redis.dir().join("dump.rdb").exists());
+    /// ```
     pub fn dir(&self) -> &Path {
         self.dir.path()
     }
 
     /// Path of the server's log file.
+    ///
+    /// ```
+    /// let redis = punctual_testkit::RedisServer::start();
+    /// let log = std::fs::read_to_string(redis.log_path()).unwrap();
+    /// assert!(log.contains("Ready to accept connections"));
+    /// ```
     pub fn log_path(&self) -> PathBuf {
         self.dir.path().join("redis.log")
     }
 
     /// Runs `redis-cli` against this server; returns stdout.
+    ///
+    /// ```
+    /// let redis = punctual_testkit::RedisServer::start();
+    /// redis.cli(&["RPUSH", "l", "a", "b"]).unwrap();
+    /// assert_eq!(redis.cli(&["LRANGE", "l", "0", "-1"]).unwrap(), "a\nb\n");
+    /// ```
     pub fn cli(&self, args: &[&str]) -> Result<String, String> {
         let out = Command::new("redis-cli")
             .arg("-p")
@@ -263,6 +344,12 @@ impl RedisServer {
     }
 
     /// SIGKILL; the server is gone until [`RedisServer::restart`].
+    ///
+    /// ```
+    /// let mut redis = punctual_testkit::RedisServer::start();
+    /// redis.kill();
+    /// assert!(std::net::TcpStream::connect(("127.0.0.1", redis.port())).is_err());
+    /// ```
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
@@ -272,6 +359,17 @@ impl RedisServer {
 
     /// Starts the server again on the same port and directory (with AOF on,
     /// it reloads its data).
+    ///
+    /// ```
+    /// use punctual_testkit::RedisServer;
+    /// let mut redis = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    /// redis.cli(&["SET", "k", "kept"]).unwrap();
+    /// let port = redis.port();
+    /// redis.kill();
+    /// redis.restart();
+    /// assert_eq!(redis.port(), port);
+    /// assert_eq!(redis.cli(&["GET", "k"]).unwrap().trim(), "kept");
+    /// ```
     pub fn restart(&mut self) {
         self.kill();
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -285,6 +383,18 @@ impl RedisServer {
     }
 
     /// SIGSTOP: the server stops answering but keeps its connections.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let redis = std::sync::Arc::new(punctual_testkit::RedisServer::start());
+    /// redis.pause();
+    /// let r = redis.clone();
+    /// let ping = std::thread::spawn(move || r.cli(&["PING"]));
+    /// std::thread::sleep(Duration::from_millis(200));
+    /// assert!(!ping.is_finished()); // no answer while paused
+    /// redis.resume();
+    /// assert_eq!(ping.join().unwrap().unwrap().trim(), "PONG");
+    /// ```
     pub fn pause(&self) {
         if let Some(pid) = self.pid() {
             kill(pid, Signal::SIGSTOP).expect("SIGSTOP redis-server");
@@ -292,6 +402,13 @@ impl RedisServer {
     }
 
     /// SIGCONT after [`RedisServer::pause`].
+    ///
+    /// ```
+    /// let redis = punctual_testkit::RedisServer::start();
+    /// redis.pause();
+    /// redis.resume();
+    /// assert_eq!(redis.cli(&["PING"]).unwrap().trim(), "PONG");
+    /// ```
     pub fn resume(&self) {
         if let Some(pid) = self.pid() {
             kill(pid, Signal::SIGCONT).expect("SIGCONT redis-server");
@@ -309,6 +426,17 @@ impl Drop for RedisServer {
 // ---- Redis Cluster ---------------------------------------------------------
 
 /// How to start a [`RedisCluster`]: `RedisCluster::builder().replicas(1).start()`.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// let cluster = punctual_testkit::RedisCluster::builder()
+///     .masters(3)
+///     .replicas(1)
+///     .node_timeout(Duration::from_millis(500))
+///     .args(&["--appendonly", "yes"])
+///     .start();
+/// assert_eq!(cluster.nodes().len(), 6);
+/// ```
 #[derive(Debug, Clone)]
 pub struct ClusterBuilder {
     masters: usize,
@@ -320,6 +448,12 @@ pub struct ClusterBuilder {
 impl ClusterBuilder {
     /// Number of masters (default 3, the least `redis-cli --cluster create`
     /// accepts).
+    ///
+    /// ```no_run
+    /// let cluster = punctual_testkit::RedisCluster::builder().masters(4).start();
+    /// let masters = (0..4).filter(|&i| cluster.role(i).unwrap() == "master").count();
+    /// assert_eq!(masters, 4);
+    /// ```
     pub fn masters(mut self, n: usize) -> Self {
         self.masters = n;
         self
@@ -327,6 +461,11 @@ impl ClusterBuilder {
 
     /// Replicas per master (default 0). With 1, a killed master's replica
     /// takes over after about `node_timeout`.
+    ///
+    /// ```no_run
+    /// let cluster = punctual_testkit::RedisCluster::builder().replicas(1).start();
+    /// assert_eq!(cluster.role(3).unwrap(), "slave"); // nodes 3..6 replicate 0..3
+    /// ```
     pub fn replicas(mut self, n: usize) -> Self {
         self.replicas = n;
         self
@@ -334,12 +473,29 @@ impl ClusterBuilder {
 
     /// `cluster-node-timeout` (default 1 s): how long until a silent node is
     /// considered failed, which also bounds how fast a failover happens.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// let cluster = punctual_testkit::RedisCluster::builder()
+    ///     .node_timeout(Duration::from_secs(3))
+    ///     .start();
+    /// let got = cluster.node(0).cli(&["CONFIG", "GET", "cluster-node-timeout"]).unwrap();
+    /// assert!(got.ends_with("3000\n"));
+    /// ```
     pub fn node_timeout(mut self, t: Duration) -> Self {
         self.node_timeout = t;
         self
     }
 
     /// Extra config arguments for every node, e.g. `["--appendonly", "yes"]`.
+    ///
+    /// ```no_run
+    /// let cluster = punctual_testkit::RedisCluster::builder()
+    ///     .args(&["--maxmemory", "64mb"])
+    ///     .start();
+    /// let got = cluster.node(1).cli(&["CONFIG", "GET", "maxmemory"]).unwrap();
+    /// assert_eq!(got, "maxmemory\n67108864\n");
+    /// ```
     pub fn args(mut self, extra: &[&str]) -> Self {
         self.extra.extend(extra.iter().map(|s| s.to_string()));
         self
@@ -348,6 +504,12 @@ impl ClusterBuilder {
     /// Starts the nodes, joins them with `redis-cli --cluster create` and
     /// waits until every node reports `cluster_state:ok`, knows every other
     /// node, and (with replicas) every replica has synced with its master.
+    ///
+    /// ```no_run
+    /// let cluster = punctual_testkit::RedisCluster::builder().start();
+    /// let info = cluster.cluster_info(0).unwrap();
+    /// assert_eq!(info["cluster_state"], "ok");
+    /// ```
     pub fn start(self) -> RedisCluster {
         assert!(
             self.masters >= 3,
@@ -433,10 +595,22 @@ pub struct RedisCluster {
 }
 
 /// The number of hash slots of Redis Cluster.
+///
+/// ```no_run
+/// use punctual_testkit::{RedisCluster, CLUSTER_SLOTS};
+/// let cluster = RedisCluster::start();
+/// assert!(cluster.keyslot("punctual:{orders}:pool").unwrap() < CLUSTER_SLOTS);
+/// assert_eq!(cluster.cluster_info(0).unwrap()["cluster_slots_ok"], CLUSTER_SLOTS.to_string());
+/// ```
 pub const CLUSTER_SLOTS: u16 = 16384;
 
 impl RedisCluster {
     /// Settings: 3 masters, no replicas, node timeout 1 s.
+    ///
+    /// ```no_run
+    /// let cluster = punctual_testkit::RedisCluster::builder().replicas(1).start();
+    /// assert_eq!(cluster.replicas_per_master(), 1);
+    /// ```
     pub fn builder() -> ClusterBuilder {
         ClusterBuilder {
             masters: 3,
@@ -447,41 +621,97 @@ impl RedisCluster {
     }
 
     /// Three masters, no replicas.
+    ///
+    /// ```no_run
+    /// let cluster = punctual_testkit::RedisCluster::start();
+    /// assert_eq!(cluster.nodes().len(), 3);
+    /// assert_eq!(cluster.cli(&["SET", "{orders}:a", "1"]).unwrap().trim(), "OK");
+    /// ```
     pub fn start() -> RedisCluster {
         RedisCluster::builder().start()
     }
 
     /// Three masters with `replicas` replicas each.
+    ///
+    /// ```no_run
+    /// let cluster = punctual_testkit::RedisCluster::start_with_replicas(1);
+    /// assert_eq!(cluster.nodes().len(), 6);
+    /// ```
     pub fn start_with_replicas(replicas: usize) -> RedisCluster {
         RedisCluster::builder().replicas(replicas).start()
     }
 
     /// All nodes, masters first (as created).
+    ///
+    /// ```no_run
+    /// let cluster = punctual_testkit::RedisCluster::start();
+    /// for node in cluster.nodes() {
+    ///     println!("{} (bus {:?})", node.url(), node.bus_port());
+    /// }
+    /// ```
     pub fn nodes(&self) -> &[RedisServer] {
         &self.nodes
     }
 
     /// One node.
+    ///
+    /// ```no_run
+    /// let cluster = punctual_testkit::RedisCluster::start();
+    /// let log = std::fs::read_to_string(cluster.node(2).log_path()).unwrap();
+    /// println!("{log}");
+    /// ```
     pub fn node(&self, i: usize) -> &RedisServer {
         &self.nodes[i]
     }
 
     /// Replicas per master, as created.
+    ///
+    /// ```no_run
+    /// let cluster = punctual_testkit::RedisCluster::start();
+    /// assert_eq!(cluster.replicas_per_master(), 0);
+    /// ```
     pub fn replicas_per_master(&self) -> usize {
         self.replicas
     }
 
     /// `redis://127.0.0.1:PORT` of every node.
+    ///
+    /// ```no_run
+    /// let cluster = punctual_testkit::RedisCluster::start();
+    /// assert_eq!(cluster.urls()[0], cluster.node(0).url());
+    /// ```
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(RedisServer::url).collect()
     }
 
     /// Every node's URL, comma-joined: the seed list a cluster client takes.
+    ///
+    /// ```no_run
+    /// let cluster = punctual_testkit::RedisCluster::start();
+    /// assert_eq!(cluster.seed_urls(), cluster.urls().join(","));
+    /// // e.g. punctual::Queue::connect(cluster.seed_urls())
+    /// ```
     pub fn seed_urls(&self) -> String {
         self.urls().join(",")
     }
 
     /// SIGKILL node `i`; it is gone until [`RedisCluster::restart`].
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// let mut cluster = punctual_testkit::RedisCluster::start_with_replicas(1);
+    /// let key = "punctual:{orders}:pool";
+    /// let owner = cluster.master_of(key).unwrap();
+    /// cluster.kill(owner);
+    /// assert!(!cluster.node(owner).is_running());
+    /// // Its replica takes over after about the node timeout (1 s).
+    /// let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    /// while cluster.master_of(key).is_err() || cluster.master_of(key) == Ok(owner) {
+    ///     assert!(std::time::Instant::now() < deadline, "no failover");
+    ///     std::thread::sleep(Duration::from_millis(100));
+    /// }
+    /// cluster.wait_ok(Duration::from_secs(10)).unwrap();
+    /// ```
     pub fn kill(&mut self, i: usize) {
         self.nodes[i].kill();
     }
@@ -489,21 +719,53 @@ impl RedisCluster {
     /// Starts node `i` again on the same ports and directory: it reads its
     /// `nodes.conf` and rejoins the cluster. Does not wait for the cluster to
     /// agree again; see [`RedisCluster::wait_ok`].
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// let mut cluster = punctual_testkit::RedisCluster::start_with_replicas(1);
+    /// cluster.kill(3);
+    /// cluster.restart(3);
+    /// cluster.wait_ok(Duration::from_secs(10)).unwrap();
+    /// cluster.wait_replicas_synced(Duration::from_secs(10)).unwrap();
+    /// assert_eq!(cluster.role(3).unwrap(), "slave");
+    /// ```
     pub fn restart(&mut self, i: usize) {
         self.nodes[i].restart();
     }
 
     /// SIGSTOP node `i`.
+    ///
+    /// ```no_run
+    /// let cluster = punctual_testkit::RedisCluster::start();
+    /// let owner = cluster.master_of("punctual:{orders}:pool").unwrap();
+    /// cluster.pause(owner); // the topic's slot stops answering; the node's connections stay open
+    /// // ... check that clients time out and recover ...
+    /// cluster.resume(owner);
+    /// ```
     pub fn pause(&self, i: usize) {
         self.nodes[i].pause();
     }
 
     /// SIGCONT node `i`.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// let cluster = punctual_testkit::RedisCluster::start();
+    /// cluster.pause(1);
+    /// cluster.resume(1);
+    /// cluster.wait_ok(Duration::from_secs(10)).unwrap();
+    /// ```
     pub fn resume(&self, i: usize) {
         self.nodes[i].resume();
     }
 
     /// `redis-cli -c` (follows redirections) against the first running node.
+    ///
+    /// ```no_run
+    /// let cluster = punctual_testkit::RedisCluster::start();
+    /// cluster.cli(&["SET", "punctual:{orders}:seq", "7"]).unwrap();
+    /// assert_eq!(cluster.cli(&["GET", "punctual:{orders}:seq"]).unwrap().trim(), "7");
+    /// ```
     pub fn cli(&self, args: &[&str]) -> Result<String, String> {
         let node = self
             .nodes
@@ -516,6 +778,12 @@ impl RedisCluster {
     }
 
     /// `CLUSTER INFO` of node `i`, as `field -> value`.
+    ///
+    /// ```no_run
+    /// let cluster = punctual_testkit::RedisCluster::start();
+    /// let info = cluster.cluster_info(0).unwrap();
+    /// assert_eq!(info["cluster_size"], "3");
+    /// ```
     pub fn cluster_info(
         &self,
         i: usize,
@@ -530,6 +798,14 @@ impl RedisCluster {
 
     /// Waits until every running node says `cluster_state:ok`, has all
     /// slots ok, and knows every node of the cluster.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// let mut cluster = punctual_testkit::RedisCluster::start();
+    /// cluster.kill(0);
+    /// cluster.restart(0);
+    /// cluster.wait_ok(Duration::from_secs(10)).expect("node 0 rejoined");
+    /// ```
     pub fn wait_ok(&self, timeout: Duration) -> Result<(), String> {
         let total = self.nodes.len().to_string();
         self.wait_for(timeout, "cluster_state:ok on every node", |c, i| {
@@ -552,6 +828,13 @@ impl RedisCluster {
     }
 
     /// Waits until every running replica has `master_link_status:up`.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// let cluster = punctual_testkit::RedisCluster::start_with_replicas(1);
+    /// cluster.cli(&["SET", "{t}:k", "v"]).unwrap();
+    /// cluster.wait_replicas_synced(Duration::from_secs(10)).unwrap();
+    /// ```
     pub fn wait_replicas_synced(&self, timeout: Duration) -> Result<(), String> {
         self.wait_for(timeout, "every replica to sync", |c, i| {
             let info = c.nodes[i].cli(&["INFO", "replication"])?;
@@ -587,6 +870,12 @@ impl RedisCluster {
     }
 
     /// The role of node `i` as it reports it: `"master"` or `"slave"`.
+    ///
+    /// ```no_run
+    /// let cluster = punctual_testkit::RedisCluster::start_with_replicas(1);
+    /// let roles: Vec<String> = (0..6).map(|i| cluster.role(i).unwrap()).collect();
+    /// assert_eq!(roles, ["master", "master", "master", "slave", "slave", "slave"]);
+    /// ```
     pub fn role(&self, i: usize) -> Result<String, String> {
         let info = self.nodes[i].cli(&["INFO", "replication"])?;
         info.lines()
@@ -596,6 +885,13 @@ impl RedisCluster {
     }
 
     /// The hash slot of `key` (`CLUSTER KEYSLOT`).
+    ///
+    /// ```no_run
+    /// let cluster = punctual_testkit::RedisCluster::start();
+    /// // Keys of one hash tag share a slot.
+    /// let pool = cluster.keyslot("punctual:{orders}:pool").unwrap();
+    /// assert_eq!(pool, cluster.keyslot("punctual:{orders}:jobs").unwrap());
+    /// ```
     pub fn keyslot(&self, key: &str) -> Result<u16, String> {
         let out = self.cli(&["CLUSTER", "KEYSLOT", key])?;
         out.trim()
@@ -605,6 +901,13 @@ impl RedisCluster {
 
     /// The index of the node that serves `key` as master, as the first
     /// running node sees the cluster (`CLUSTER NODES`).
+    ///
+    /// ```no_run
+    /// let cluster = punctual_testkit::RedisCluster::start();
+    /// let owner = cluster.master_of("punctual:{orders}:pool").unwrap();
+    /// cluster.cli(&["SET", "punctual:{orders}:pool", "x"]).unwrap();
+    /// assert_eq!(cluster.node(owner).cli(&["DBSIZE"]).unwrap().trim(), "1");
+    /// ```
     pub fn master_of(&self, key: &str) -> Result<usize, String> {
         let slot = self.keyslot(key)?;
         let nodes = self.cli(&["CLUSTER", "NODES"])?;
