@@ -418,8 +418,7 @@ impl Queue {
             )));
         }
         let names = self.partition_names(topic).await?;
-        let (s, us): (i64, i64) = self.cmd(&redis::cmd("TIME")).await?;
-        let now_ms = s * 1000 + us / 1000;
+        let now_ms = self.redis_now_ms().await?;
         let last = now_ms / 60_000;
         let first = last - i64::from(minutes) + 1;
         let parts: Vec<PartMinutes> =

@@ -382,3 +382,65 @@ async fn deleting_a_topic_deletes_its_history() {
     let after: Vec<String> = fx.cmd(redis::cmd("KEYS").arg(key("t", "*"))).await;
     assert!(after.is_empty(), "left behind: {after:?}");
 }
+
+/// The history scripts refuse bad arguments before they write anything,
+/// like every other script (a TTL, a lateness, a field or an increment
+/// that is not what punctual sends).
+#[tokio::test]
+async fn the_history_scripts_refuse_bad_arguments_and_write_nothing() {
+    let fx = Fixture::new().await;
+    fx.queue.enqueue("t", Job::new("x")).await.unwrap();
+    let m = fx.now_ms().await / 60_000;
+    let late = key("t", &format!("late:{m}"));
+    let hist = key("t", &format!("hist:{m}"));
+    let stats = key("t", "stats");
+    let lateness = include_str!("../lua/history/lateness.lua");
+    let snapshot = include_str!("../lua/history/snapshot.lua");
+    let week = WEEK_MS.to_string();
+    let minute = m.to_string();
+    let calls: Vec<(&str, Vec<String>, Vec<&str>)> = vec![
+        (lateness, vec![late.clone()], vec!["0", "5", "count", "1"]),
+        (lateness, vec![late.clone()], vec!["x", "5", "count", "1"]),
+        (
+            lateness,
+            vec![late.clone()],
+            vec![&week, "nan", "count", "1"],
+        ),
+        (
+            lateness,
+            vec![late.clone()],
+            vec![&week, "5", "count", "1.5"],
+        ),
+        (
+            lateness,
+            vec![late.clone()],
+            vec![&week, "5", "count", "1", "max_us", "2"],
+        ),
+        (lateness, vec![late.clone()], vec![&week, "5", "count"]),
+        (
+            snapshot,
+            vec![stats.clone(), hist.clone()],
+            vec![&minute, "0"],
+        ),
+        (
+            snapshot,
+            vec![stats.clone(), hist.clone()],
+            vec![&minute, "7d"],
+        ),
+        (snapshot, vec![stats.clone(), hist.clone()], vec![&minute]),
+    ];
+    for (script, keys, argv) in calls {
+        let mut c = fx.conn.clone();
+        let err = redis::cmd("EVAL")
+            .arg(script)
+            .arg(keys.len())
+            .arg(&keys)
+            .arg(&argv)
+            .query_async::<redis::Value>(&mut c)
+            .await
+            .expect_err(&format!("{argv:?} was accepted"));
+        assert_eq!(err.code(), Some("PUNCTUAL_INVALID"), "{argv:?}: {err}");
+        let n: i64 = fx.cmd(redis::cmd("EXISTS").arg(&late).arg(&hist)).await;
+        assert_eq!(n, 0, "{argv:?}: something was written");
+    }
+}

@@ -13,6 +13,10 @@
 -- returned).
 -- The snapshot holds every counter of KEYS[1] and `at`, Redis's clock in
 -- ms when it was taken.
+local ttl = #ARGV == 2 and string.match(ARGV[2], '^%d+$') and #ARGV[2] <= 15 and tonumber(ARGV[2])
+if not ttl or ttl < 1 then
+  return redis.error_reply('PUNCTUAL_INVALID expected the minute and a TTL in ms')
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local minute = math.floor(now / 60000)

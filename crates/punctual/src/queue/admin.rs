@@ -346,11 +346,10 @@ impl Queue {
                     DeadSelector::Oldest(n) => (*n).min(self.stats(topic).await?.dead as usize),
                     _ => self.stats(topic).await?.dead as usize,
                 };
-                let (s, us): (i64, i64) = self.cmd(&redis::cmd("TIME")).await?;
                 Some(Pacer {
                     pace,
                     n,
-                    start_ms: s * 1000 + us / 1000,
+                    start_ms: self.redis_now_ms().await?,
                     sent: std::sync::atomic::AtomicUsize::new(0),
                 })
             }
