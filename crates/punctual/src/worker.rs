@@ -825,7 +825,7 @@ pub(crate) fn humanize(d: Duration) -> String {
 /// Ends when every sender is gone and every call has finished.
 async fn settle_loop(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Settle>) {
     // Per topic: acks waiting for the lane; the topics with a call in flight.
-    let mut waiting: HashMap<usize, Vec<(String, i64)>> = HashMap::new();
+    let mut waiting: HashMap<usize, Vec<Lease>> = HashMap::new();
     let mut busy: HashSet<usize> = HashSet::new();
     let mut in_flight: HashMap<tokio::task::Id, usize> = HashMap::new();
     let mut acks: JoinSet<()> = JoinSet::new();
@@ -839,7 +839,7 @@ async fn settle_loop(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Settle
                     let mut taken = 0;
                     while let Some(s) = next.take() {
                         match s.outcome {
-                            Outcome::Done => waiting.entry(s.topic).or_default().push((s.id, s.token)),
+                            Outcome::Done => waiting.entry(s.topic).or_default().push(Lease::new(s.id, s.token)),
                             _ => {
                                 fails.spawn(fail_one(shared.clone(), s).in_current_span());
                             }
@@ -870,25 +870,25 @@ async fn settle_loop(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Settle
             .filter(|ti| !busy.contains(ti))
             .collect();
         for ti in ready {
-            let pairs = waiting.remove(&ti).expect("listed above");
-            let call = acks.spawn(ack_many(shared.clone(), ti, pairs).in_current_span());
+            let leases = waiting.remove(&ti).expect("listed above");
+            let call = acks.spawn(ack_many(shared.clone(), ti, leases).in_current_span());
             in_flight.insert(call.id(), ti);
             busy.insert(ti);
         }
     }
 }
 
-async fn ack_many(shared: Arc<Shared>, ti: usize, pairs: Vec<(String, i64)>) {
+async fn ack_many(shared: Arc<Shared>, ti: usize, leases: Vec<Lease>) {
     let topic = &shared.topics[ti].name;
-    let (part, leases) = (Partition::known(topic), to_leases(&pairs));
+    let part = Partition::known(topic);
     let Some(flags) = settle_or_give_up(|| raw::ack(&shared.queue, &part, &leases)).await else {
-        for (id, token) in pairs {
+        for Lease { id, token } in leases {
             tracing::error!(topic = %topic, id = %id, "Redis keeps refusing the ack: leaving the job to its lease; it will be reclaimed and run again");
             forget(&shared, ti, &id, token);
         }
         return;
     };
-    for ((id, token), ok) in pairs.into_iter().zip(flags) {
+    for (Lease { id, token }, ok) in leases.into_iter().zip(flags) {
         if !ok {
             tracing::warn!(topic = %topic, id = %id, "ack refused: the lease was lost and the job re-delivered or cancelled");
         }
@@ -928,14 +928,6 @@ async fn fail_one(shared: Arc<Shared>, s: Settle) {
         }
     }
     forget(&shared, s.topic, &s.id, s.token);
-}
-
-/// The (id, token) pairs the worker keeps, as the fenced calls take them.
-fn to_leases(pairs: &[(String, i64)]) -> Vec<Lease> {
-    pairs
-        .iter()
-        .map(|(id, token)| Lease::new(id.clone(), *token))
-        .collect()
 }
 
 /// Tries of a settle call that Redis refuses for a lasting reason before
@@ -992,16 +984,19 @@ async fn keep_leases(shared: Arc<Shared>, stop: CancellationToken) {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(every) => {}
         }
-        let mut by_topic: HashMap<usize, Vec<(String, i64)>> = HashMap::new();
+        let mut by_topic: HashMap<usize, Vec<Lease>> = HashMap::new();
         for ((ti, id), (token, _)) in shared.inflight.lock().unwrap().iter() {
-            by_topic.entry(*ti).or_default().push((id.clone(), *token));
+            by_topic
+                .entry(*ti)
+                .or_default()
+                .push(Lease::new(id.clone(), *token));
         }
         for (ti, held) in by_topic {
             let topic = &shared.topics[ti].name;
-            let (part, leases) = (Partition::known(topic), to_leases(&held));
-            match raw::extend(&shared.queue, &part, &leases, shared.config.lease).await {
+            let part = Partition::known(topic);
+            match raw::extend(&shared.queue, &part, &held, shared.config.lease).await {
                 Ok(flags) => {
-                    for ((id, token), ok) in held.into_iter().zip(flags) {
+                    for (Lease { id, token }, ok) in held.into_iter().zip(flags) {
                         if ok {
                             continue;
                         }
