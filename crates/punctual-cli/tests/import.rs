@@ -292,3 +292,40 @@ async fn a_member_whose_id_is_live_with_another_payload_is_left_in_place() {
     assert!(q.get("orders", "twin").await.unwrap().is_some());
     assert_eq!(q.stats("orders").await.unwrap().pool, 11);
 }
+
+/// A member whose id sits in punctual's dead set is not imported (the
+/// enqueue says `dead`: the job would never run), so it must stay in the
+/// ZSET and be reported, never removed as if punctual held it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_whose_id_is_dead_in_punctual_is_left_in_place() {
+    use punctual::raw::{self, FailKind, Lease, Partition};
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let q = Queue::connect(url.as_str()).await.unwrap();
+    q.enqueue("orders", punctual::Job::new("old").id("u-3"))
+        .await
+        .unwrap();
+    let part = Partition::of("orders", 0, 1).unwrap();
+    let got = raw::claim(&q, &part, 1, Duration::from_secs(60))
+        .await
+        .unwrap();
+    raw::fail(
+        &q,
+        &part,
+        &Lease::new(got[0].id.clone(), got[0].token),
+        "gone",
+        FailKind::Permanent,
+    )
+    .await
+    .unwrap();
+    assert_eq!(q.stats("orders").await.unwrap().dead, 1);
+
+    fill(&redis, 5);
+    let (code, out, err) = run_import(&url, &[]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("u-3") && err.contains("dead"), "{err}");
+    assert_eq!(zcard(&redis), 1, "the member of the dead id stays");
+    let still = redis.cli(&["ZSCORE", KEY, &member(3)]).unwrap();
+    assert!(!still.trim().is_empty(), "{still:?}");
+    assert_eq!(q.stats("orders").await.unwrap().pool, 4);
+}

@@ -44,8 +44,8 @@ pub(crate) enum ImportCommand {
     /// A member is removed from KEY only after punctual accepted it, so the
     /// import can be killed at any point and run again: nothing is lost and
     /// nothing doubled (a member whose id is live in the topic already, with
-    /// this member as payload, is only removed; with another payload it is
-    /// left and reported). Members that are not JSON, lack the id field or have
+    /// this member as payload, is only removed; with another payload, or
+    /// when the id is dead in the topic, it is left and reported). Members that are not JSON, lack the id field or have
     /// an unusable score stay in KEY and are reported (exit 1). Stop the
     /// old consumer first; the old producer may keep writing (run the
     /// import again to move what it added).
@@ -314,6 +314,18 @@ async fn zset(ctx: &Ctx, args: ZsetArgs) -> Result<()> {
             zrem.arg(&args.key);
             let mut removing = 0;
             for (r, m) in results.iter().zip(&members) {
+                if r.status == EnqueueStatus::Dead {
+                    // Not imported: the id is in punctual's dead set, so
+                    // this job would never run. The member stays.
+                    report.bad.push(Bad {
+                        member: one_line(&String::from_utf8_lossy(m), 80),
+                        reason: format!(
+                            "id {:?} is dead in topic {:?}: replay or purge it (punctual dead replay/purge), then run the import again",
+                            r.id, args.topic
+                        ),
+                    });
+                    continue;
+                }
                 if r.status == EnqueueStatus::Duplicate {
                     // Live already: this very member (imported before a
                     // crash), or another member with the same id, which
