@@ -36,7 +36,8 @@ local first = reserve_tokens(#ids, now_us)
 local out, counts, leases, parked, gone = { now_us, topic_max }, {}, {}, {}, {}
 for i, id in ipairs(ids) do
   local rec = recs[i]
-  if rec and string.find(rec, HEADER_CHECK) then
+  -- A record with options fails HEADER_CHECK and is decoded instead.
+  if rec and (string.find(rec, HEADER_CHECK) or decode(rec)) then
     local attempts = att_of(atts[i]) + 1
     local token = first + i
     counts[#counts + 1] = id
