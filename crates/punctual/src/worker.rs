@@ -735,7 +735,8 @@ fn spawn_slot(
         .lateness
         .record(&topic.name, job.claimed_us, job.lateness_us());
     let (id, token) = (job.id.clone(), job.token);
-    let timeout = topic.timeout;
+    // The job's own timeout (Job::timeout) replaces the topic's.
+    let timeout = job.timeout.unwrap_or(topic.timeout);
     let grace = shared.config.cancel_grace;
     // Fires at shutdown (a child of `stopping`), at the timeout and when the
     // lease is lost (both below).

@@ -2,10 +2,14 @@
 //! options"): expiry, timeout and group, through enqueue, get, claim, fail,
 //! tick and the dead list.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use punctual::raw::{self, FailKind, Failed};
-use punctual::{ErrorKind, Job, MAX_DELAY};
+use punctual::{ErrorKind, Job, Outcome, Queue, State, When, Worker, WorkerConfig, MAX_DELAY};
+use punctual_testkit::{eventually, RedisCluster};
+use tokio_util::sync::CancellationToken;
 
 use crate::util::{key, part, topic_keys, Fixture, LONG_LEASE, TICK_ALL};
 
@@ -436,4 +440,274 @@ async fn a_record_without_options_is_unchanged_byte_for_byte() {
             b36(after.due_ms - info.created_ms)
         )
     );
+}
+
+// ---- Phase 2: expiry at claim, reschedule, per-job timeout -------------
+
+/// Waits until Redis's clock (read through `get`) is past `ms`.
+async fn wait_redis_past(q: &Queue, t: &str, id: &str, ms: i64) {
+    eventually(
+        Duration::from_secs(10),
+        "the Redis clock to pass",
+        || async { q.get(t, id).await.unwrap().unwrap().now_ms > ms },
+    )
+    .await;
+}
+
+fn counter(s: &punctual::TopicStats, name: &str) -> u64 {
+    s.counters.get(name).copied().unwrap_or(0)
+}
+
+/// An expired job is never handed out: it goes to dead with reason
+/// expired, counted; one within its window is claimed; a retry does not
+/// extend the deadline. Runs on a single Redis and on a cluster.
+async fn expiry_at_claim(q: &Queue, t: &str) {
+    q.enqueue(
+        t,
+        Job::new("s").id("stale").expire(Duration::from_millis(1)),
+    )
+    .await
+    .unwrap();
+    q.enqueue(
+        t,
+        Job::new("f").id("fresh").expire(Duration::from_secs(3600)),
+    )
+    .await
+    .unwrap();
+    let stale = q.get(t, "stale").await.unwrap().unwrap();
+    let deadline = stale.deadline_ms.unwrap();
+    wait_redis_past(q, t, "stale", deadline).await;
+    let got = raw::claim(q, &part(t), 10, LONG_LEASE).await.unwrap();
+    let ids: Vec<&str> = got.iter().map(|d| d.id.as_str()).collect();
+    assert_eq!(ids, ["fresh"], "the expired job is not handed out");
+    raw::ack(q, &part(t), &[got[0].lease()]).await.unwrap();
+    let dead = q.get(t, "stale").await.unwrap().unwrap();
+    assert_eq!(dead.state, State::Dead);
+    assert_eq!(dead.attempts, 0, "it never started");
+    let err = dead.last_error.unwrap();
+    assert!(err.starts_with("expired: "), "{err}");
+    let s = q.stats(t).await.unwrap();
+    assert_eq!(
+        (counter(&s, "expired"), counter(&s, "dead"), s.dead),
+        (1, 1, 1)
+    );
+    assert_eq!(counter(&s, "claimed"), 1);
+
+    // A retry due after the deadline dies at its claim: the deadline stays
+    // where the first due time put it.
+    q.enqueue(
+        t,
+        Job::new("r")
+            .id("retry")
+            .max_attempts(5)
+            .expire(Duration::from_millis(1500)),
+    )
+    .await
+    .unwrap();
+    let first = q.get(t, "retry").await.unwrap().unwrap();
+    let d = raw::claim(q, &part(t), 10, LONG_LEASE)
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!((d.id.as_str(), d.deadline_ms), ("retry", first.deadline_ms));
+    let failed = raw::fail(
+        q,
+        &part(t),
+        &d.lease(),
+        "busy",
+        FailKind::Retry {
+            after: Some(Duration::from_millis(2000)),
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(failed, Failed::Retry);
+    let retry = q.get(t, "retry").await.unwrap().unwrap();
+    assert!(retry.due_ms > first.deadline_ms.unwrap());
+    assert_eq!(
+        retry.deadline_ms, first.deadline_ms,
+        "the retry keeps the deadline"
+    );
+    wait_redis_past(q, t, "retry", retry.due_ms).await;
+    raw::tick(q, &part(t), &TICK_ALL).await.unwrap();
+    assert_eq!(
+        q.get(t, "retry").await.unwrap().unwrap().state,
+        State::Ready
+    );
+    assert!(raw::claim(q, &part(t), 10, LONG_LEASE)
+        .await
+        .unwrap()
+        .is_empty());
+    let retry = q.get(t, "retry").await.unwrap().unwrap();
+    assert_eq!((retry.state, retry.attempts), (State::Dead, 1));
+    assert!(retry.last_error.unwrap().starts_with("expired: "));
+    let s = q.stats(t).await.unwrap();
+    assert_eq!((counter(&s, "expired"), counter(&s, "dead")), (2, 2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_jobs_go_to_dead_at_claim_single_node() {
+    let f = Fixture::new().await;
+    expiry_at_claim(&f.queue, "opts-expiry").await;
+    // The record keeps its options and its payload; only the error changed.
+    let m = m_field(&f, "opts-expiry", "stale").await;
+    assert!(m.starts_with(";e"), "{m}");
+    assert!(record(&f, "opts-expiry", "stale").await.ends_with("s"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_jobs_go_to_dead_at_claim_on_a_cluster() {
+    let c = RedisCluster::start();
+    let q = Queue::connect(c.seed_urls()).await.unwrap();
+    assert!(q.is_cluster());
+    for t in ["a", "b", "c"] {
+        expiry_at_claim(&q, t).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_never_runs_an_expired_job() {
+    let f = Fixture::new().await;
+    let (q, t) = (&f.queue, "opts-worker-expiry");
+    // Paused, so that no claim happens before the deadline passes.
+    q.pause(t).await.unwrap();
+    q.enqueue(
+        t,
+        Job::new("s").id("stale").expire(Duration::from_millis(1)),
+    )
+    .await
+    .unwrap();
+    q.enqueue(
+        t,
+        Job::new("f").id("fresh").expire(Duration::from_secs(3600)),
+    )
+    .await
+    .unwrap();
+    let deadline = q
+        .get(t, "stale")
+        .await
+        .unwrap()
+        .unwrap()
+        .deadline_ms
+        .unwrap();
+    f.wait_past(deadline).await;
+    let ran: Arc<Mutex<Vec<String>>> = Arc::default();
+    let stop = CancellationToken::new();
+    let ran2 = ran.clone();
+    let worker = Worker::new(q.clone(), WorkerConfig::default()).handle(t, move |d| {
+        let ran = ran2.clone();
+        async move {
+            ran.lock().unwrap().push(d.id.clone());
+            Outcome::Done
+        }
+    });
+    let w = tokio::spawn(worker.run(stop.clone().cancelled_owned()));
+    q.resume(t).await.unwrap();
+    eventually(Duration::from_secs(20), "both jobs settled", || async {
+        let s = q.stats(t).await.unwrap();
+        s.dead == 1 && s.pool + s.ready + s.running == 0 && counter(&s, "done") == 1
+    })
+    .await;
+    stop.cancel();
+    w.await.unwrap().unwrap();
+    assert_eq!(*ran.lock().unwrap(), ["fresh"]);
+    let s = q.stats(t).await.unwrap();
+    assert_eq!(counter(&s, "expired"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reschedule_moves_the_deadline_with_the_due_time() {
+    let f = Fixture::new().await;
+    let (q, t) = (&f.queue, "opts-reschedule");
+    q.enqueue(
+        t,
+        Job::new("p")
+            .id("j")
+            .delay(Duration::from_secs(60))
+            .expire(Duration::from_secs(10))
+            .group("acme"),
+    )
+    .await
+    .unwrap();
+    q.enqueue(t, Job::new("p").id("plain").delay(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let before = q.get(t, "j").await.unwrap().unwrap();
+    assert_eq!(before.deadline_ms.unwrap() - before.due_ms, 10_000);
+    for when in [
+        When::Delay(Duration::from_secs(3600)),
+        When::Delay(Duration::from_secs(5)),
+        When::Now,
+    ] {
+        q.reschedule(t, "j", when).await.unwrap().unwrap();
+        let after = q.get(t, "j").await.unwrap().unwrap();
+        assert_ne!(after.due_ms, before.due_ms);
+        assert_eq!(
+            after.deadline_ms.unwrap() - after.due_ms,
+            10_000,
+            "{when:?}: the window is kept"
+        );
+        assert_eq!(after.group.as_deref(), Some("acme"));
+        let m = m_field(&f, t, "j").await;
+        assert_eq!(m, format!(";e{};gacme", b36(after.deadline_ms.unwrap())));
+    }
+    // A job without options is rescheduled as before.
+    q.reschedule(t, "plain", When::Now).await.unwrap().unwrap();
+    assert_eq!(m_field(&f, t, "plain").await, "");
+    let d = raw::claim(q, &part(t), 10, LONG_LEASE).await.unwrap();
+    assert_eq!(d.len(), 2, "both are due and within their window");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_per_job_timeout_replaces_the_workers_for_that_job_only() {
+    let f = Fixture::new().await;
+    let (q, t) = (&f.queue, "opts-timeout");
+    q.enqueue(
+        t,
+        Job::new("hang")
+            .id("short")
+            .max_attempts(2)
+            .backoff(vec![Duration::ZERO])
+            .timeout(Duration::from_millis(200)),
+    )
+    .await
+    .unwrap();
+    q.enqueue(t, Job::new("slow").id("slow").max_attempts(2))
+        .await
+        .unwrap();
+    let calls: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+    let stop = CancellationToken::new();
+    let calls2 = calls.clone();
+    let worker = Worker::new(
+        q.clone(),
+        WorkerConfig::default()
+            .concurrency(4)
+            .timeout(Duration::from_secs(30)),
+    )
+    .handle(t, move |d| {
+        let calls = calls2.clone();
+        async move {
+            *calls.lock().unwrap().entry(d.id.clone()).or_default() += 1;
+            let nap = if d.id == "short" { 3600 } else { 1 };
+            tokio::time::sleep(Duration::from_millis(nap * 1000)).await;
+            Outcome::Done
+        }
+    });
+    let w = tokio::spawn(worker.run(stop.clone().cancelled_owned()));
+    eventually(Duration::from_secs(20), "both jobs settled", || async {
+        let s = q.stats(t).await.unwrap();
+        s.dead == 1 && counter(&s, "done") == 1 && s.pool + s.ready + s.running == 0
+    })
+    .await;
+    stop.cancel();
+    w.await.unwrap().unwrap();
+    let calls = calls.lock().unwrap().clone();
+    assert_eq!(
+        calls["short"], 2,
+        "timed out at 200 ms and retried, then dead"
+    );
+    assert_eq!(calls["slow"], 1, "the 1 s job ran under the worker's 30 s");
+    let short = q.get(t, "short").await.unwrap().unwrap();
+    let err = short.last_error.unwrap();
+    assert!(err.contains("timed out after 200ms"), "{err}");
 }
