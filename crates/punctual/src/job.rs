@@ -653,7 +653,8 @@ pub struct TopicStats {
     /// if any is overdue.
     pub overdue_ms: Option<i64>,
     /// Counters since the topic began: enqueued, duplicates, claimed, done,
-    /// retried, dead, reclaimed, promoted, cancelled, replayed, purged, orphans.
+    /// retried, dead, expired (also counted in dead), reclaimed, promoted,
+    /// cancelled, replayed, purged, orphans.
     pub counters: std::collections::BTreeMap<String, u64>,
 }
 
