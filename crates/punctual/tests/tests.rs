@@ -11,4 +11,5 @@ mod nodes;
 mod queue;
 mod registry;
 mod runtime_regressions;
+mod schedules;
 mod worker;
