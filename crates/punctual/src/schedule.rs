@@ -333,7 +333,8 @@ impl Schedule {
             (Some(_), Some(_)) => return bad("give either cron or every, not both".into()),
             (None, None) => return bad("give a cron expression or an interval (every)".into()),
             (Some(expr), None) => {
-                parse_cron(expr).map_err(|e| Error::invalid(format!("schedule {:?}: {e}", self.name)))?;
+                parse_cron(expr)
+                    .map_err(|e| Error::invalid(format!("schedule {:?}: {e}", self.name)))?;
             }
             (None, Some(ms)) => {
                 if ms < 1000 {
@@ -809,12 +810,7 @@ impl Queue {
                 schedule.paused = false;
                 // A new schedule: nothing before now is missed.
                 let _: i64 = self
-                    .cmd(
-                        redis::cmd("HSET")
-                            .arg(&k.last)
-                            .arg(&schedule.name)
-                            .arg(now),
-                    )
+                    .cmd(redis::cmd("HSET").arg(&k.last).arg(&schedule.name).arg(now))
                     .await?;
             }
         }
@@ -952,7 +948,10 @@ impl Queue {
             .await?;
         let Some(json) = json else { return Ok(None) };
         let s: Schedule = serde_json::from_str(&json).map_err(|e| {
-            Error::protocol("schedule", format!("the stored JSON of {name:?} is invalid: {e}"))
+            Error::protocol(
+                "schedule",
+                format!("the stored JSON of {name:?} is invalid: {e}"),
+            )
         })?;
         let wms = self.watermarks(&k.last).await?;
         let now = self.redis_now_ms().await?;
@@ -1055,7 +1054,10 @@ impl Queue {
                 .await?;
             let Some(json) = json else { return Ok(false) };
             let mut s: Schedule = serde_json::from_str(&json).map_err(|e| {
-                Error::protocol("schedule", format!("the stored JSON of {name:?} is invalid: {e}"))
+                Error::protocol(
+                    "schedule",
+                    format!("the stored JSON of {name:?} is invalid: {e}"),
+                )
             })?;
             if s.paused == paused {
                 return Ok(true);
@@ -1377,7 +1379,10 @@ mod tests {
         let s = every(CatchUp::All).spread(Duration::from_secs(90));
         let p = s.plan(t, now, 1000).unwrap();
         let dues: Vec<i64> = p.fire[..9].iter().map(|(_, d)| d - now).collect();
-        assert_eq!(dues, [0, 10_000, 20_000, 30_000, 40_000, 50_000, 60_000, 70_000, 80_000]);
+        assert_eq!(
+            dues,
+            [0, 10_000, 20_000, 30_000, 40_000, 50_000, 60_000, 70_000, 80_000]
+        );
         // The cap: the watermark stops at the last one fired.
         let p = every(CatchUp::All).plan(t, now, 4).unwrap();
         assert_eq!(p.fire.len(), 4);
@@ -1395,7 +1400,10 @@ mod tests {
         assert!(err(Schedule::cron("n", "* * * *")).contains("5 fields"));
         assert!(err(Schedule::cron("n", "* * * * *").catch_up(CatchUp::Spread)).contains("window"));
         assert!(err(Schedule::cron("n", "* * * * *").options("3:4")).contains("options"));
-        assert!(Schedule::cron("n", "* * * * *").options("3;t5000").validate().is_ok());
+        assert!(Schedule::cron("n", "* * * * *")
+            .options("3;t5000")
+            .validate()
+            .is_ok());
         assert!(
             err(Schedule::every("n", Duration::from_secs(5)).tz("Europe/Berlin"))
                 .contains("cron schedules only")

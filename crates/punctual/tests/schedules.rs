@@ -21,8 +21,11 @@ type Seen = Arc<Mutex<BTreeMap<i64, Vec<(i64, i64)>>>>;
 /// Runs `n` schedulers (each with its firer) for `topic` until `stop`.
 fn spawn_schedulers(q: &Queue, topic: &str, n: usize, stop: &CancellationToken) {
     for _ in 0..n {
-        let s = Scheduler::new(q.clone(), SchedulerConfig::default().registry(Registry::off()))
-            .topic(topic);
+        let s = Scheduler::new(
+            q.clone(),
+            SchedulerConfig::default().registry(Registry::off()),
+        )
+        .topic(topic);
         let stop = stop.clone();
         tokio::spawn(async move { s.run(stop.cancelled_owned()).await.expect("scheduler") });
     }
@@ -42,11 +45,10 @@ fn spawn_worker(q: &Queue, topic: &str, name: &str, stop: &CancellationToken) ->
     .handle(topic, move |d| {
         let (s, prefix) = (s.clone(), prefix.clone());
         async move {
-            let o: i64 = d
-                .id
-                .strip_prefix(&prefix)
-                .and_then(|t| t.parse().ok())
-                .unwrap_or_else(|| panic!("unexpected id {}", d.id));
+            let o: i64 =
+                d.id.strip_prefix(&prefix)
+                    .and_then(|t| t.parse().ok())
+                    .unwrap_or_else(|| panic!("unexpected id {}", d.id));
             assert_eq!(d.payload, b"tick");
             s.lock()
                 .unwrap()
@@ -68,17 +70,34 @@ fn assert_exactly(seen: &Seen, expected: &[i64], upto: i64) {
     let ran: Vec<i64> = seen.keys().copied().filter(|o| *o <= upto).collect();
     assert_eq!(ran, expected, "the occurrences that ran");
     for (o, deliveries) in seen.iter() {
-        assert_eq!(deliveries.len(), 1, "occurrence {o} ran {} times", deliveries.len());
+        assert_eq!(
+            deliveries.len(),
+            1,
+            "occurrence {o} ran {} times",
+            deliveries.len()
+        );
         let (claimed_us, due_ms) = deliveries[0];
-        assert!(due_ms >= *o, "occurrence {o} was due at {due_ms}, before it");
-        assert!(claimed_us >= due_ms * 1000, "occurrence {o} started early: {claimed_us} µs < due {due_ms} ms");
+        assert!(
+            due_ms >= *o,
+            "occurrence {o} was due at {due_ms}, before it"
+        );
+        assert!(
+            claimed_us >= due_ms * 1000,
+            "occurrence {o} started early: {claimed_us} µs < due {due_ms} ms"
+        );
     }
 }
 
 async fn wait_ran(seen: &Seen, upto: i64, expected: &[i64]) {
     let want: BTreeSet<i64> = expected.iter().copied().collect();
     eventually(Duration::from_secs(20), "the occurrences ran", async || {
-        let got: BTreeSet<i64> = seen.lock().unwrap().keys().copied().filter(|o| *o <= upto).collect();
+        let got: BTreeSet<i64> = seen
+            .lock()
+            .unwrap()
+            .keys()
+            .copied()
+            .filter(|o| *o <= upto)
+            .collect();
         want.is_subset(&got)
     })
     .await;
@@ -105,7 +124,11 @@ async fn every_second_cron_fires_each_occurrence_once(q: Queue, topic: &str) {
     assert_exactly(&seen, &expected, upto);
     // Fired ahead: the next minute waits in the pool, as ordinary jobs.
     let pool = q.peek(topic, State::Pool, 1000).await.unwrap();
-    assert!(pool.len() >= 50, "about 60 s fired ahead, got {}", pool.len());
+    assert!(
+        pool.len() >= 50,
+        "about 60 s fired ahead, got {}",
+        pool.len()
+    );
     for l in &pool {
         let o: i64 = l.id.strip_prefix("tick@").unwrap().parse().unwrap();
         assert_eq!(l.at_ms, o, "due at its occurrence");
@@ -161,7 +184,11 @@ async fn an_acked_occurrence_is_not_fired_again(
     firers.cancel();
     // The jobs that ran are gone (acked): their ids are free.
     for o in &expected {
-        assert!(q.get(topic, &occurrence_id("tick", *o)).await.unwrap().is_none());
+        assert!(q
+            .get(topic, &occurrence_id("tick", *o))
+            .await
+            .unwrap()
+            .is_none());
     }
     // Another firer, with the watermark back at the creation time (a
     // stalled firer's late write, or a lost one): it fires every
@@ -207,7 +234,10 @@ async fn catch_up_after_a_stop(q: &Queue, topic: &str, s: Schedule) -> (Seen, Ve
     let started = q.redis_now_ms().await.unwrap();
     spawn_schedulers(q, topic, 2, &stop);
     let upto = started + 2500;
-    let all: Vec<i64> = (1..).map(|i| t0 + i * 1000).take_while(|o| *o <= upto).collect();
+    let all: Vec<i64> = (1..)
+        .map(|i| t0 + i * 1000)
+        .take_while(|o| *o <= upto)
+        .collect();
     // Wait for the on-time ones (after the start), which every policy runs.
     let on_time: Vec<i64> = all.iter().copied().filter(|o| *o > started).collect();
     wait_ran(&seen, upto, &on_time).await;
@@ -241,9 +271,19 @@ fn expected_for(policy: CatchUp, all: &[i64], m: i64) -> Vec<i64> {
 fn assert_policy(policy: CatchUp, seen: &Seen, all: &[i64], lo: i64, hi: i64) {
     let grace = punctual::schedule::LATE_GRACE.as_millis() as i64;
     let upto = *all.last().unwrap();
-    let ran: Vec<i64> = seen.lock().unwrap().keys().copied().filter(|o| *o <= upto).collect();
+    let ran: Vec<i64> = seen
+        .lock()
+        .unwrap()
+        .keys()
+        .copied()
+        .filter(|o| *o <= upto)
+        .collect();
     let mut candidates: Vec<i64> = vec![lo - grace, hi - grace];
-    candidates.extend(all.iter().copied().filter(|o| *o >= lo - grace && *o <= hi - grace));
+    candidates.extend(
+        all.iter()
+            .copied()
+            .filter(|o| *o >= lo - grace && *o <= hi - grace),
+    );
     let ok = candidates
         .iter()
         .any(|m| expected_for(policy, all, *m) == ran);
@@ -305,7 +345,11 @@ async fn catch_up_spread_runs_every_missed_occurrence_spread_over_the_window() {
         .collect();
     assert!(missed.len() >= 2, "{missed:?}");
     let dues: Vec<i64> = missed.iter().map(|(_, d)| *d).collect();
-    let n = seen.keys().filter(|o| **o <= hi - grace).count().max(missed.len()) as i64;
+    let n = seen
+        .keys()
+        .filter(|o| **o <= hi - grace)
+        .count()
+        .max(missed.len()) as i64;
     for w in dues.windows(2) {
         let step = w[1] - w[0];
         assert!(step > 0, "spread dues increase: {dues:?}");
@@ -330,20 +374,41 @@ async fn pause_resume_rm(q: Queue, topic: &str) {
     let stop = CancellationToken::new();
     spawn_schedulers(&q, topic, 2, &stop);
     let ahead = async || q.peek(topic, State::Pool, 1000).await.unwrap();
-    eventually(Duration::from_secs(10), "fired ahead", async || ahead().await.len() >= 55).await;
+    eventually(Duration::from_secs(10), "fired ahead", async || {
+        ahead().await.len() >= 55
+    })
+    .await;
     let before = ahead().await;
     assert!(q.schedule_pause(topic, "tick").await.unwrap());
     let now = q.redis_now_ms().await.unwrap();
-    let left: Vec<_> = ahead().await.into_iter().filter(|l| l.at_ms > now).collect();
-    assert!(left.is_empty(), "pause took back what was not due: {left:?}");
+    let left: Vec<_> = ahead()
+        .await
+        .into_iter()
+        .filter(|l| l.at_ms > now)
+        .collect();
+    assert!(
+        left.is_empty(),
+        "pause took back what was not due: {left:?}"
+    );
     let cancelled = &before[before.len() - 1].id;
     assert!(q.get(topic, cancelled).await.unwrap().is_none());
     // Paused: nothing new for 2 s (the firers are running).
     let stats = q.stats(topic).await.unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;
     let later = q.stats(topic).await.unwrap();
-    assert_eq!(later.pool + later.ready, stats.pool + stats.ready, "paused fires nothing");
-    assert!(q.schedule(topic, "tick").await.unwrap().unwrap().schedule.paused);
+    assert_eq!(
+        later.pool + later.ready,
+        stats.pool + stats.ready,
+        "paused fires nothing"
+    );
+    assert!(
+        q.schedule(topic, "tick")
+            .await
+            .unwrap()
+            .unwrap()
+            .schedule
+            .paused
+    );
 
     assert!(q.schedule_resume(topic, "tick").await.unwrap());
     eventually(Duration::from_secs(10), "fired again", async || {
@@ -354,13 +419,21 @@ async fn pause_resume_rm(q: Queue, topic: &str) {
 
     assert!(q.schedule_remove(topic, "tick").await.unwrap());
     let now = q.redis_now_ms().await.unwrap();
-    let left: Vec<_> = ahead().await.into_iter().filter(|l| l.at_ms > now).collect();
+    let left: Vec<_> = ahead()
+        .await
+        .into_iter()
+        .filter(|l| l.at_ms > now)
+        .collect();
     assert!(left.is_empty(), "rm took back what was not due: {left:?}");
     assert!(q.schedule(topic, "tick").await.unwrap().is_none());
     let stats = q.stats(topic).await.unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;
     let later = q.stats(topic).await.unwrap();
-    assert_eq!(later.pool + later.ready, stats.pool + stats.ready, "removed fires nothing");
+    assert_eq!(
+        later.pool + later.ready,
+        stats.pool + stats.ready,
+        "removed fires nothing"
+    );
     stop.cancel();
 }
 
@@ -400,15 +473,24 @@ async fn the_enqueue_script_checks_the_tenth_key() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("P:{T}:fired"), "{err}");
-    let ok: Vec<redis::Value> = call("punctual:{t}:fired").invoke_async(&mut conn).await.unwrap();
+    let ok: Vec<redis::Value> = call("punctual:{t}:fired")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
     assert_eq!(ok[1], redis::Value::Int(1));
     // Live: fired before (it is in the fired set from its creation).
-    let again: Vec<redis::Value> = call("punctual:{t}:fired").invoke_async(&mut conn).await.unwrap();
+    let again: Vec<redis::Value> = call("punctual:{t}:fired")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
     assert_eq!(again[1], redis::Value::Int(4));
     // Gone (cancelled here, acked in real life): still fired before.
     let q = Queue::connect(server.url()).await.unwrap();
     q.cancel("t", "daily@1").await.unwrap().unwrap();
-    let again: Vec<redis::Value> = call("punctual:{t}:fired").invoke_async(&mut conn).await.unwrap();
+    let again: Vec<redis::Value> = call("punctual:{t}:fired")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
     assert_eq!(again[1], redis::Value::Int(4));
     assert!(q.get("t", "daily@1").await.unwrap().is_none());
     // Without the tenth key, the same id is an ordinary new job.
