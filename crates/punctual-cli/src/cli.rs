@@ -126,6 +126,12 @@ pub(crate) enum Command {
     /// `punctual serve` after a change (or set `partitions` in its config).
     Partitions(crate::admin::partitions::PartitionsArgs),
 
+    /// Manage recurring schedules: cron (with optional seconds, in a time
+    /// zone) or a fixed interval, each occurrence enqueued as an ordinary
+    /// job by every running scheduler of the topic, exactly once.
+    #[command(subcommand, after_help = crate::admin::schedule::EXAMPLES)]
+    Schedule(crate::admin::schedule::ScheduleCommand),
+
     /// List the live punctual processes on every host: supervisors,
     /// workers, schedulers and resident programs, from the registry in
     /// Redis (each beats every `heartbeat`; a record expires 3 beats after
@@ -259,6 +265,7 @@ impl Command {
             | Command::Check(_)
             | Command::Script(_)
             | Command::Partitions(_)
+            | Command::Schedule(_)
             | Command::Audit(_)
             | Command::Import(_)
             | Command::Ps(_)

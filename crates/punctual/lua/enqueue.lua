@@ -1,6 +1,10 @@
 #!lua
 -- enqueue: add jobs to a topic, one or a batch, atomically.
--- KEYS: the nine topic keys (see lib.lua).
+-- KEYS: the nine topic keys (see lib.lua), and optionally a tenth,
+-- P:{T}:fired (ZSET id -> ms): the occurrences of schedules fired in the
+-- last 7 days. With it, a given id that is in it gets status 4 and nothing
+-- is written; every id created is added to it; entries older than 7 days
+-- are removed (at most 100 per call).
 -- ARGV[1] max payload bytes, ARGV[2] replace live ids (1) or report them as
 -- duplicates (0), ARGV[3] n, then n groups of five:
 --   id ("" = generate), payload, when ("d<ms>" delay or "a<ms>" epoch ms),
@@ -17,7 +21,8 @@
 -- Returns: a flat array id1, status1, id2, status2 ... where status is
 -- 1 created, 0 duplicate (nothing changed), 2 replaced, 3 dead (the id is in
 -- the dead-letter set; nothing changed, so this job will not run: replay the
--- dead one or enqueue with replace).
+-- dead one or enqueue with replace), 4 fired before (only with the tenth key:
+-- the id is in P:{T}:fired; nothing changed).
 -- Errors: "PUNCTUAL_INVALID <reason>" and nothing is written, when any job of
 -- the batch is invalid.
 
@@ -216,6 +221,22 @@ if #absent > 0 then
   end
 end
 
+-- Schedules: ids fired within 7 days (one ZMSCORE per call).
+local fired_before = {}
+if K_FIRED then
+  local given = {}
+  for i = 1, n do
+    local id = ARGV[3 + 5 * (i - 1) + 1]
+    if id ~= '' then given[#given + 1] = id end
+  end
+  if #given > 0 then
+    local scores = redis.call('ZMSCORE', K_FIRED, unpack(given))
+    for j, id in ipairs(given) do
+      if scores[j] then fired_before[id] = true end
+    end
+  end
+end
+
 local out, records, to_pool, to_ready = {}, {}, {}, {}
 local seen = {}
 -- Replaced ids and the set they were in: left only after the new entry is written.
@@ -242,6 +263,8 @@ for i = 1, n do
   elseif seen[id] then
     -- The same id twice in one batch: the first one wins, even with replace.
     status = 0
+  elseif fired_before[id] then
+    status = 4
   elseif has_rec[id] or stray[id] then
     if replace then
       status = 2
@@ -277,7 +300,7 @@ for i = 1, n do
       if not pool_min or due < pool_min then pool_min = due end
     end
     created = created + 1
-  else
+  elseif status ~= 4 then
     dup = dup + 1
   end
   out[#out + 1] = id
@@ -305,6 +328,17 @@ if created > 0 then
   for id in pairs(old_state) do replaced[#replaced + 1] = id end
   if #replaced > 0 then variadic('HDEL', K_ATT, replaced) end
   redis.call('HINCRBY', K_STATS, 'enqueued', created)
+  if K_FIRED then
+    local marks = {}
+    for i = 1, #records, 2 do
+      marks[#marks + 1] = now
+      marks[#marks + 1] = records[i]
+    end
+    variadic('ZADD', K_FIRED, marks)
+    -- Entries older than 7 days go, a bounded number per call.
+    local old = redis.call('ZRANGE', K_FIRED, '-inf', now - 604800000, 'BYSCORE', 'LIMIT', 0, 100)
+    if #old > 0 then variadic('ZREM', K_FIRED, old) end
+  end
 end
 if dup > 0 then redis.call('HINCRBY', K_STATS, 'duplicates', dup) end
 return out

@@ -16,6 +16,8 @@
 --   KEYS[8] P:{T}:seq      STRING counter for generated ids and lease tokens
 --   KEYS[9] P:{T}:attempts HASH id -> "A:T": deliveries so far and the token
 --                          of the latest claim; absent until the first claim
+--   KEYS[10] P:{T}:fired   ZSET id -> ms fired: occurrences of schedules
+--                          (optional; enqueue and unfire only)
 --
 -- Record (never rewritten by claim, ack or extend): "M:D:G:B:E:" then E bytes
 -- of last error, then the payload. M max attempts (decimal, empty: topic
@@ -27,21 +29,25 @@
 -- in this order, all with the same prefix and hash tag. (Keys of two topics
 -- mixed in one call would write inconsistent state on a single Redis.)
 local KEY_NAMES = { 'pool', 'ready', 'running', 'dead', 'jobs', 'meta', 'stats', 'seq', 'attempts' }
-local KEY_BASE = #KEYS == 9 and string.match(KEYS[1], '^([^{}]+:{[^{}]+}:)pool$')
+-- A tenth key, P:{T}:fired (ZSET id -> ms fired, see the enqueue script), is
+-- allowed after them; only the scripts that use it read K_FIRED.
+local KEY_BASE = (#KEYS == 9 or #KEYS == 10) and string.match(KEYS[1], '^([^{}]+:{[^{}]+}:)pool$')
 if KEY_BASE then
   for i = 2, 9 do
     if KEYS[i] ~= KEY_BASE .. KEY_NAMES[i] then KEY_BASE = nil break end
   end
+  if KEY_BASE and #KEYS == 10 and KEYS[10] ~= KEY_BASE .. 'fired' then KEY_BASE = nil end
 end
 if not KEY_BASE then
   return redis.error_reply('PUNCTUAL_INVALID expected the nine keys of one topic, P:{T}:pool, P:{T}:ready, '
-    .. 'P:{T}:running, P:{T}:dead, P:{T}:jobs, P:{T}:meta, P:{T}:stats, P:{T}:seq, P:{T}:attempts '
-    .. '(got ' .. #KEYS .. ' keys that are not)')
+    .. 'P:{T}:running, P:{T}:dead, P:{T}:jobs, P:{T}:meta, P:{T}:stats, P:{T}:seq, P:{T}:attempts, '
+    .. 'optionally followed by P:{T}:fired (got ' .. #KEYS .. ' keys that are not)')
 end
 
 local K_POOL, K_READY, K_RUNNING, K_DEAD = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_JOBS, K_META, K_STATS, K_SEQ = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local K_ATT = KEYS[9]
+local K_FIRED = KEYS[10]
 
 local DEFAULT_MAX_ATTEMPTS = 6
 -- Most deliveries a job may have (its own setting or the topic's).

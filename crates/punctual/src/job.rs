@@ -414,6 +414,12 @@ pub enum EnqueueStatus {
     /// this job will not run: replay the dead one
     /// ([`crate::Queue::dead_replay`]) or enqueue with replace.
     Dead,
+    /// This occurrence of a schedule was fired before (it is in
+    /// `P:{T}:fired`, which keeps the last 7 days); nothing changed. Only
+    /// the firer of [`crate::schedule`] enqueues with the fired key, so
+    /// only it sees this status.
+    #[serde(rename = "fired_before")]
+    FiredBefore,
 }
 
 impl EnqueueStatus {
@@ -428,6 +434,7 @@ impl EnqueueStatus {
             EnqueueStatus::Duplicate => "duplicate",
             EnqueueStatus::Replaced => "replaced",
             EnqueueStatus::Dead => "dead",
+            EnqueueStatus::FiredBefore => "fired_before",
         }
     }
 }
@@ -466,7 +473,10 @@ impl Enqueued {
     /// assert!(!e.is_duplicate());
     /// ```
     pub fn is_duplicate(&self) -> bool {
-        matches!(self.status, EnqueueStatus::Duplicate | EnqueueStatus::Dead)
+        matches!(
+            self.status,
+            EnqueueStatus::Duplicate | EnqueueStatus::Dead | EnqueueStatus::FiredBefore
+        )
     }
 
     /// Whether the id is in the dead-letter set, so nothing was enqueued and

@@ -4,7 +4,8 @@
 //! - [`Queue`] enqueues, inspects and administers jobs.
 //! - [`Worker`] runs handlers for claimed jobs, extending their leases; a
 //!   [`Handler`] gets a [`CancellationToken`] per delivery.
-//! - [`Scheduler`] promotes due jobs and reclaims expired leases.
+//! - [`Scheduler`] promotes due jobs and reclaims expired leases, and fires
+//!   the topic's recurring [`schedule`]s.
 //! - [`raw`] holds the runtime's low-level calls (claim, ack, fail, extend,
 //!   tick) for runtimes of one's own.
 //! - [`audit`] records who changed what (replay, purge, cancel, ...).
@@ -64,6 +65,7 @@ pub mod raw;
 mod redact;
 pub mod registry;
 mod reply;
+pub mod schedule;
 mod scheduler;
 mod scripts;
 mod topology;

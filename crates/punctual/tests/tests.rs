@@ -12,4 +12,5 @@ mod options;
 mod queue;
 mod registry;
 mod runtime_regressions;
+mod schedules;
 mod worker;

@@ -17,6 +17,8 @@
 --   KEYS[8] P:{T}:seq      STRING counter for generated ids and lease tokens
 --   KEYS[9] P:{T}:attempts HASH id -> "A:T": deliveries so far and the token
 --                          of the latest claim; absent until the first claim
+--   KEYS[10] P:{T}:fired   ZSET id -> ms fired: occurrences of schedules
+--                          (optional; enqueue and unfire only)
 --
 -- Record (never rewritten by claim, ack or extend): "M:D:G:B:E:" then E bytes
 -- of last error, then the payload. M max attempts (decimal, empty: topic
@@ -28,21 +30,25 @@
 -- in this order, all with the same prefix and hash tag. (Keys of two topics
 -- mixed in one call would write inconsistent state on a single Redis.)
 local KEY_NAMES = { 'pool', 'ready', 'running', 'dead', 'jobs', 'meta', 'stats', 'seq', 'attempts' }
-local KEY_BASE = #KEYS == 9 and string.match(KEYS[1], '^([^{}]+:{[^{}]+}:)pool$')
+-- A tenth key, P:{T}:fired (ZSET id -> ms fired, see the enqueue script), is
+-- allowed after them; only the scripts that use it read K_FIRED.
+local KEY_BASE = (#KEYS == 9 or #KEYS == 10) and string.match(KEYS[1], '^([^{}]+:{[^{}]+}:)pool$')
 if KEY_BASE then
   for i = 2, 9 do
     if KEYS[i] ~= KEY_BASE .. KEY_NAMES[i] then KEY_BASE = nil break end
   end
+  if KEY_BASE and #KEYS == 10 and KEYS[10] ~= KEY_BASE .. 'fired' then KEY_BASE = nil end
 end
 if not KEY_BASE then
   return redis.error_reply('PUNCTUAL_INVALID expected the nine keys of one topic, P:{T}:pool, P:{T}:ready, '
-    .. 'P:{T}:running, P:{T}:dead, P:{T}:jobs, P:{T}:meta, P:{T}:stats, P:{T}:seq, P:{T}:attempts '
-    .. '(got ' .. #KEYS .. ' keys that are not)')
+    .. 'P:{T}:running, P:{T}:dead, P:{T}:jobs, P:{T}:meta, P:{T}:stats, P:{T}:seq, P:{T}:attempts, '
+    .. 'optionally followed by P:{T}:fired (got ' .. #KEYS .. ' keys that are not)')
 end
 
 local K_POOL, K_READY, K_RUNNING, K_DEAD = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_JOBS, K_META, K_STATS, K_SEQ = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local K_ATT = KEYS[9]
+local K_FIRED = KEYS[10]
 
 local DEFAULT_MAX_ATTEMPTS = 6
 -- Most deliveries a job may have (its own setting or the topic's).
@@ -325,7 +331,11 @@ local function invalid(msg)
 end
 
 -- enqueue: add jobs to a topic, one or a batch, atomically.
--- KEYS: the nine topic keys (see lib.lua).
+-- KEYS: the nine topic keys (see lib.lua), and optionally a tenth,
+-- P:{T}:fired (ZSET id -> ms): the occurrences of schedules fired in the
+-- last 7 days. With it, a given id that is in it gets status 4 and nothing
+-- is written; every id created is added to it; entries older than 7 days
+-- are removed (at most 100 per call).
 -- ARGV[1] max payload bytes, ARGV[2] replace live ids (1) or report them as
 -- duplicates (0), ARGV[3] n, then n groups of five:
 --   id ("" = generate), payload, when ("d<ms>" delay or "a<ms>" epoch ms),
@@ -342,7 +352,8 @@ end
 -- Returns: a flat array id1, status1, id2, status2 ... where status is
 -- 1 created, 0 duplicate (nothing changed), 2 replaced, 3 dead (the id is in
 -- the dead-letter set; nothing changed, so this job will not run: replay the
--- dead one or enqueue with replace).
+-- dead one or enqueue with replace), 4 fired before (only with the tenth key:
+-- the id is in P:{T}:fired; nothing changed).
 -- Errors: "PUNCTUAL_INVALID <reason>" and nothing is written, when any job of
 -- the batch is invalid.
 
@@ -541,6 +552,22 @@ if #absent > 0 then
   end
 end
 
+-- Schedules: ids fired within 7 days (one ZMSCORE per call).
+local fired_before = {}
+if K_FIRED then
+  local given = {}
+  for i = 1, n do
+    local id = ARGV[3 + 5 * (i - 1) + 1]
+    if id ~= '' then given[#given + 1] = id end
+  end
+  if #given > 0 then
+    local scores = redis.call('ZMSCORE', K_FIRED, unpack(given))
+    for j, id in ipairs(given) do
+      if scores[j] then fired_before[id] = true end
+    end
+  end
+end
+
 local out, records, to_pool, to_ready = {}, {}, {}, {}
 local seen = {}
 -- Replaced ids and the set they were in: left only after the new entry is written.
@@ -567,6 +594,8 @@ for i = 1, n do
   elseif seen[id] then
     -- The same id twice in one batch: the first one wins, even with replace.
     status = 0
+  elseif fired_before[id] then
+    status = 4
   elseif has_rec[id] or stray[id] then
     if replace then
       status = 2
@@ -602,7 +631,7 @@ for i = 1, n do
       if not pool_min or due < pool_min then pool_min = due end
     end
     created = created + 1
-  else
+  elseif status ~= 4 then
     dup = dup + 1
   end
   out[#out + 1] = id
@@ -630,6 +659,17 @@ if created > 0 then
   for id in pairs(old_state) do replaced[#replaced + 1] = id end
   if #replaced > 0 then variadic('HDEL', K_ATT, replaced) end
   redis.call('HINCRBY', K_STATS, 'enqueued', created)
+  if K_FIRED then
+    local marks = {}
+    for i = 1, #records, 2 do
+      marks[#marks + 1] = now
+      marks[#marks + 1] = records[i]
+    end
+    variadic('ZADD', K_FIRED, marks)
+    -- Entries older than 7 days go, a bounded number per call.
+    local old = redis.call('ZRANGE', K_FIRED, '-inf', now - 604800000, 'BYSCORE', 'LIMIT', 0, 100)
+    if #old > 0 then variadic('ZREM', K_FIRED, old) end
+  end
 end
 if dup > 0 then redis.call('HINCRBY', K_STATS, 'duplicates', dup) end
 return out

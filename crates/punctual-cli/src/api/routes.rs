@@ -56,6 +56,7 @@ pub(super) fn routes() -> Router<Arc<ApiState>> {
         .route("/topics/{topic}/series", get(series))
         .route("/audit", get(super::audit::list))
         .route("/topics/{topic}/history", get(history))
+        .merge(super::schedules::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
 }
@@ -97,7 +98,7 @@ fn query<T>(q: Result<Query<T>, QueryRejection>) -> ApiResult<T> {
 /// 400 for bad JSON or fields. Any Content-Type is read as JSON (some
 /// clients, such as PHP's curl, send form types by default); a body that
 /// is not JSON gets an error that says so.
-fn body<T: DeserializeOwned>(
+pub(super) fn body<T: DeserializeOwned>(
     headers: &HeaderMap,
     bytes: Result<Bytes, BytesRejection>,
 ) -> ApiResult<T> {

@@ -151,6 +151,7 @@ pub(crate) async fn supervise(cfg: Config) -> Result<i32> {
             .await
             .with_context(|| format!("cannot store the settings of topic {name}"))?;
     }
+    super::schedules::upsert(&queue, &cfg).await?;
     if let Some(p) = &cfg.pidfile {
         write_pidfile(p)?;
     }

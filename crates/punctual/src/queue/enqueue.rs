@@ -269,6 +269,7 @@ impl Queue {
                 0 => EnqueueStatus::Duplicate,
                 2 => EnqueueStatus::Replaced,
                 3 => EnqueueStatus::Dead,
+                4 => EnqueueStatus::FiredBefore,
                 1 => EnqueueStatus::Created,
                 other => {
                     return Err(Error::protocol(
