@@ -97,7 +97,12 @@ impl Lang {
             Lang::Python | Lang::PythonAsync => cmd.args([
                 "-m", "unittest", "discover", "-v", "-s", "tests", "-t", "tests",
             ]),
-            Lang::Node => cmd.args(["--test", "test/producer.test.js", "test/worker.test.js"]),
+            Lang::Node => cmd.args([
+                "--test",
+                "test/producer.test.js",
+                "test/options.test.js",
+                "test/worker.test.js",
+            ]),
         };
         cmd.current_dir(self.dir());
         cmd
