@@ -113,6 +113,22 @@ function groupJobs(topic, k, pending, encoded) {
 
 const text = (v) => (Buffer.isBuffer(v) ? v.toString() : String(v));
 
+/**
+ * The options part of a record's first field as `get` returns it
+ * (`;e<deadline base 36>;t<ms>;g<group>`, or ''; an older get script
+ * returns none): {expiresAtMs, timeoutMs, group}, null where not set.
+ */
+function parseOptions(s) {
+  const out = { expiresAtMs: null, timeoutMs: null, group: null };
+  for (const part of s.split(';').slice(1)) {
+    const [letter, value] = [part.slice(0, 1), part.slice(1)];
+    if (letter === 'e' && /^[0-9a-z]+$/.test(value)) out.expiresAtMs = parseInt(value, 36);
+    else if (letter === 't' && /^[0-9]+$/.test(value)) out.timeoutMs = Number(value);
+    else if (letter === 'g' && value !== '') out.group = value;
+  }
+  return out;
+}
+
 class Producer {
   /**
    * @param client a connected client of the `redis` package (createClient or
@@ -277,7 +293,8 @@ class Producer {
    * One job by id, or null when no such job is live: {id, state, attempts,
    * maxAttempts, dueMs, createdMs, stateSinceMs (lease deadline when running,
    * time of death when dead, else null), lastError (null if none), payload
-   * (Buffer), nowMs (Redis's clock)}.
+   * (Buffer), nowMs (Redis's clock), and the per-job options: expiresAtMs
+   * (the expiry deadline), timeoutMs, group (null when not set)}.
    */
   async get(topic, id) {
     validateTopic(topic);
@@ -297,6 +314,7 @@ class Producer {
       lastError: err === '' ? null : err,
       payload: Buffer.isBuffer(r[9]) ? r[9] : Buffer.from(String(r[9])),
       nowMs: Number(r[10]),
+      ...parseOptions(r.length > 11 && r[11] != null ? text(r[11]) : ''),
     };
   }
 
@@ -362,4 +380,4 @@ class Producer {
   }
 }
 
-module.exports = { Producer, PartialBatch, crc32, partitionOf, generateId, DEFAULT_PREFIX, DEFAULT_MAX_PAYLOAD };
+module.exports = { Producer, PartialBatch, parseOptions, crc32, partitionOf, generateId, DEFAULT_PREFIX, DEFAULT_MAX_PAYLOAD };

@@ -144,7 +144,7 @@ function validateGroup(group) {
   if (typeof group !== 'string') throw new InvalidInput(`invalid group ${String(group)}: give a string`);
   if (!/^[A-Za-z0-9_.@-]{1,64}$/.test(group)) {
     throw new InvalidInput(
-      `invalid group ${quote(group)}: group names are 1 to ${MAX_GROUP_LEN} bytes of letters, digits and _ . @ -`,
+      `invalid group ${quote(group)}: a group is 1 to ${MAX_GROUP_LEN} bytes of ASCII letters, digits, _ . @ -`,
     );
   }
 }

@@ -87,6 +87,13 @@ test('options are passed in the max-attempts argument', () => {
   assert.equal(enc({ expireMs: 1.2, timeoutMs: 0.001 }), ';x2;t1', 'whole ms, rounded up');
 });
 
+test('options read back from what get returns', () => {
+  const { parseOptions } = require('../lib/producer');
+  assert.deepEqual(parseOptions(';ezz;t5000;gshop-17'), { expiresAtMs: 36 * 36 - 1, timeoutMs: 5000, group: 'shop-17' });
+  assert.deepEqual(parseOptions(';gops'), { expiresAtMs: null, timeoutMs: null, group: 'ops' });
+  assert.deepEqual(parseOptions(''), { expiresAtMs: null, timeoutMs: null, group: null });
+});
+
 // Needs the enqueue script of the `opts` branch.
 test('options round-trip into the record', async () => {
   const prefix = freshPrefix();
@@ -99,10 +106,13 @@ test('options round-trip into the record', async () => {
   assert.equal(await head('o1'), `3;e${(at + 3600000).toString(36)};t5000;gshop-17`);
   const info = await p.get('orders', 'o1');
   assert.deepEqual([info.state, info.maxAttempts, info.dueMs, info.payload.toString()], ['pool', 3, at, 'pay']);
+  assert.deepEqual([info.expiresAtMs, info.timeoutMs, info.group], [at + 3600000, 5000, 'shop-17']);
   await p.enqueue('orders', 'pay', { id: 'o2', at, expireMs: 60000 });
   assert.equal(await head('o2'), `;e${(at + 60000).toString(36)}`);
   await p.enqueue('orders', 'pay', { id: 'o3', at, maxAttempts: 4 });
   assert.equal(await head('o3'), '4', 'without options the record is what it was');
+  const o3 = await p.get('orders', 'o3');
+  assert.deepEqual([o3.expiresAtMs, o3.timeoutMs, o3.group], [null, null, null]);
 });
 
 test('scheduleAdd writes the documented JSON and publishes', async () => {

@@ -329,7 +329,9 @@ final class Producer
      * (pool, ready, running, dead; orphan: a broken invariant), attempts,
      * max_attempts, due_ms, created_ms, state_since_ms (lease deadline when
      * running, time of death when dead, else null), last_error (null if
-     * none), payload, now_ms (Redis's clock).
+     * none), payload, now_ms (Redis's clock), and the per-job options:
+     * expires_at_ms (the expiry deadline), timeout_ms, group (null when not
+     * set, or when the get script is older than options).
      *
      * @return array<string, mixed>|null
      */
@@ -354,7 +356,31 @@ final class Producer
             'last_error' => $err === '' ? null : $err,
             'payload' => (string) $r[9],
             'now_ms' => (int) $r[10],
-        ];
+        ] + self::parseOptions(isset($r[11]) && is_string($r[11]) ? $r[11] : '');
+    }
+
+    /**
+     * The options part of a record's first field as `get` returns it
+     * (`;e<deadline base 36>;t<ms>;g<group>`, or ''): expires_at_ms,
+     * timeout_ms, group, null where not set.
+     *
+     * @return array{expires_at_ms: ?int, timeout_ms: ?int, group: ?string}
+     */
+    public static function parseOptions(string $text): array
+    {
+        $out = ['expires_at_ms' => null, 'timeout_ms' => null, 'group' => null];
+        foreach (array_slice(explode(';', $text), 1) as $part) {
+            $letter = substr($part, 0, 1);
+            $value = substr($part, 1);
+            if ($letter === 'e' && preg_match('/^[0-9a-z]+$/D', $value) === 1) {
+                $out['expires_at_ms'] = intval($value, 36);
+            } elseif ($letter === 't' && ctype_digit($value)) {
+                $out['timeout_ms'] = (int) $value;
+            } elseif ($letter === 'g' && $value !== '') {
+                $out['group'] = $value;
+            }
+        }
+        return $out;
     }
 
     /** Cancels a job in any state: the state it was in, or null when it was not live. */

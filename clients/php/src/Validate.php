@@ -207,7 +207,7 @@ final class Validate
             throw new InvalidInput(sprintf('invalid group %s: give a string', var_export($group, true)));
         }
         if (preg_match('/^[A-Za-z0-9_.@-]{1,64}$/D', $group) !== 1) {
-            throw new InvalidInput(sprintf('invalid group %s: group names are 1 to %d bytes of letters, digits and _ . @ -', self::quote($group), self::MAX_GROUP_LEN));
+            throw new InvalidInput(sprintf('invalid group %s: a group is 1 to %d bytes of ASCII letters, digits, _ . @ -', self::quote($group), self::MAX_GROUP_LEN));
         }
     }
 

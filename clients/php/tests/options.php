@@ -113,6 +113,12 @@ $tests['options are passed in the max-attempts argument'] = function (Redis $r):
     same(';x2;t1', $enc(['expire_ms' => 1.2, 'timeout_ms' => 0.001]), 'whole ms, rounded up');
 };
 
+$tests['options read back from what get returns'] = function (Redis $r): void {
+    same(['expires_at_ms' => 36 * 36 - 1, 'timeout_ms' => 5000, 'group' => 'shop-17'], Producer::parseOptions(';ezz;t5000;gshop-17'));
+    same(['expires_at_ms' => null, 'timeout_ms' => null, 'group' => 'ops'], Producer::parseOptions(';gops'));
+    same(['expires_at_ms' => null, 'timeout_ms' => null, 'group' => null], Producer::parseOptions(''));
+};
+
 // Needs the enqueue script of the `opts` branch.
 $tests['options round-trip into the record'] = function (Redis $r): void {
     $prefix = fresh_prefix();
@@ -125,10 +131,13 @@ $tests['options round-trip into the record'] = function (Redis $r): void {
     same('3;e' . b36($at + 3600000) . ';t5000;gshop-17', $head('o1'));
     $info = $p->get('orders', 'o1');
     same(['pool', 3, $at, 'pay'], [$info['state'], $info['max_attempts'], $info['due_ms'], $info['payload']]);
+    same([$at + 3600000, 5000, 'shop-17'], [$info['expires_at_ms'], $info['timeout_ms'], $info['group']]);
     $p->enqueue('orders', 'pay', ['id' => 'o2', 'at_ms' => $at, 'expire_ms' => 60000]);
     same(';e' . b36($at + 60000), $head('o2'));
     $p->enqueue('orders', 'pay', ['id' => 'o3', 'at_ms' => $at, 'max_attempts' => 4]);
     same('4', $head('o3'), 'without options the record is what it was');
+    $o3 = $p->get('orders', 'o3');
+    same([null, null, null], [$o3['expires_at_ms'], $o3['timeout_ms'], $o3['group']]);
 };
 
 $tests['scheduleAdd writes the documented JSON and publishes'] = function (Redis $r): void {

@@ -122,6 +122,27 @@ class JobInfo:
     last_error: Optional[str]
     payload: bytes
     now_ms: int
+    # Per-job options (docs/PROTOCOL.md, "Per-job options"); None when the
+    # job has none, or the get script is older than options.
+    expires_at_ms: Optional[int] = None  # the expiry deadline: may start only until then
+    timeout_ms: Optional[int] = None
+    group: Optional[str] = None
+
+
+def parse_options(text: str) -> dict:
+    """The options part of a record's first field as ``get`` returns it
+    (``;e<deadline base 36>;t<ms>;g<group>``, or ``""``): a dict of
+    ``expires_at_ms``, ``timeout_ms``, ``group`` (only those present)."""
+    out: dict = {}
+    for part in text.split(";")[1:]:
+        letter, value = part[:1], part[1:]
+        if letter == "e" and value.isalnum():
+            out["expires_at_ms"] = int(value, 36)
+        elif letter == "t" and value.isdigit():
+            out["timeout_ms"] = int(value)
+        elif letter == "g" and value:
+            out["group"] = value
+    return out
 
 
 def debug_quote(s: str) -> str:
@@ -294,8 +315,8 @@ def validate_group(group: str) -> None:
         raise InvalidInput(f"invalid group {group!r}: give a string")
     if not (1 <= len(group) <= MAX_GROUP_LEN) or not set(group) <= _GROUP_CHARS:
         raise InvalidInput(
-            f"invalid group {debug_quote(group)}: group names are 1 to {MAX_GROUP_LEN} bytes "
-            "of letters, digits and _ . @ -"
+            f"invalid group {debug_quote(group)}: a group is 1 to {MAX_GROUP_LEN} bytes of ASCII "
+            "letters, digits, _ . @ -"
         )
 
 
@@ -603,6 +624,7 @@ class Producer:
             due_ms=int(r[5]), created_ms=int(r[6]),
             state_since_ms=int(r[1]) if state in ("running", "dead") else None,
             last_error=err or None, payload=_bytes(r[9]), now_ms=int(r[10]),
+            **(parse_options(_text(r[11])) if len(r) > 11 and r[11] else {}),
         )
 
     def cancel(self, topic: str, job_id: str) -> Optional[str]:

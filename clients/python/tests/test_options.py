@@ -64,6 +64,13 @@ class OptionsTest(unittest.TestCase):
                          ";x3600000;t1500")
         self.assertEqual(enc(expire_ms=1.2, timeout_ms=timedelta(microseconds=1)), ";x2;t1")
 
+    def test_options_read_back_from_what_get_returns(self):
+        from punctual.producer import parse_options
+        self.assertEqual(parse_options(";ezz;t5000;gshop-17"),
+                         {"expires_at_ms": 36 * 36 - 1, "timeout_ms": 5000, "group": "shop-17"})
+        self.assertEqual(parse_options(";gops"), {"group": "ops"})
+        self.assertEqual(parse_options(""), {})
+
     # ---- needs the enqueue script of the `opts` branch ----------------------
 
     def test_options_round_trip_into_the_record(self):
@@ -76,6 +83,7 @@ class OptionsTest(unittest.TestCase):
         self.assertEqual(rec.split(":")[0], f"3;e{b36(at + 3_600_000)};t5000;gshop-17")
         info = self.p.get("orders", "o1")
         self.assertEqual((info.state, info.max_attempts, info.due_ms, info.payload), ("pool", 3, at, b"pay"))
+        self.assertEqual((info.expires_at_ms, info.timeout_ms, info.group), (at + 3_600_000, 5000, "shop-17"))
         # The topic default attempts, an expiry alone.
         self.p.enqueue("orders", b"pay", id="o2", at_ms=at, expire_ms=timedelta(minutes=1))
         rec = self.r.hget(self.prefix + ":{orders}:jobs", "o2").decode()
@@ -84,6 +92,8 @@ class OptionsTest(unittest.TestCase):
         self.p.enqueue("orders", b"pay", id="o3", at_ms=at, max_attempts=4)
         rec = self.r.hget(self.prefix + ":{orders}:jobs", "o3").decode()
         self.assertEqual(rec.split(":")[0], "4")
+        info = self.p.get("orders", "o3")
+        self.assertEqual((info.expires_at_ms, info.timeout_ms, info.group), (None, None, None))
 
     # ---- schedules -----------------------------------------------------------
 
