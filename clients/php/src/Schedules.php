@@ -130,9 +130,10 @@ final class Schedules
         return $this->prefix . ':{' . $topic . '}:schedules' . $suffix;
     }
 
-    private function nowMs(): int
+    /** Redis's clock, on the node of the topic's slot (RedisCluster::time() takes a key). */
+    private function nowMs(string $topic): int
     {
-        [$sec, $usec] = $this->redis->time();
+        [$sec, $usec] = $this->redis instanceof \RedisCluster ? $this->redis->time($this->key($topic)) : $this->redis->time();
         return (int) $sec * 1000 + intdiv((int) $usec, 1000);
     }
 
@@ -173,7 +174,7 @@ final class Schedules
         $old = $this->read($topic, $name);
         // A schedule written again keeps its creation time: the phase of an
         // interval, and the start of its watermark.
-        $s['created_ms'] = is_int($old['created_ms'] ?? null) ? $old['created_ms'] : $this->nowMs();
+        $s['created_ms'] = is_int($old['created_ms'] ?? null) ? $old['created_ms'] : $this->nowMs($topic);
         $this->write($topic, $s);
         return $s;
     }

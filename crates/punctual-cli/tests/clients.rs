@@ -686,3 +686,127 @@ async fn producers_work_on_a_redis_cluster() {
         assert!(q.check(&plain).await.unwrap().is_empty());
     }
 }
+
+/// Runs schedule operations through the client (`e2e_schedule`: one JSON
+/// object per line on its stdin); returns each op's result.
+fn schedule_ops(lang: Lang, redis: &str, seeds: &str, topic: &str, ops: &[Value]) -> Vec<Value> {
+    let mut child = Command::new(lang.interpreter())
+        .arg(lang.test_file("e2e_schedule"))
+        .arg(topic)
+        .env("PUNCTUAL_TEST_REDIS_URL", redis)
+        .env("PUNCTUAL_TEST_CLUSTER_URLS", seeds)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        let mut stdin = child.stdin.take().unwrap();
+        for op in ops {
+            writeln!(stdin, "{op}").unwrap();
+        }
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{} schedules failed: {}",
+        lang.name(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let results: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["result"].clone())
+        .collect();
+    assert_eq!(results.len(), ops.len());
+    results
+}
+
+/// Each client's schedules on a Redis Cluster: the JSON lands in
+/// `P:{T}:schedules` in the topic's slot, as PROTOCOL.md writes it, every
+/// change is published where a firer on any node hears it, and the three
+/// clients write the same JSON for the same schedule.
+#[test]
+fn schedules_from_the_clients_on_a_redis_cluster() {
+    let langs: Vec<Lang> = [Lang::Php, Lang::Python, Lang::Node]
+        .into_iter()
+        .filter(|l| l.available())
+        .collect();
+    if langs.is_empty() {
+        return;
+    }
+    let cluster = RedisCluster::start();
+    let seeds = cluster.seed_urls();
+    let mut written = Vec::new();
+    for lang in langs {
+        let topic = format!("sched-{}", lang.name());
+        let channel = format!("punctual:{{{topic}}}:schedules");
+        // PUBLISH reaches every node of a cluster: listen on one.
+        let client = redis::Client::open(cluster.node(2).url()).unwrap();
+        let mut conn = client.get_connection().unwrap();
+        let mut sub = conn.as_pubsub();
+        sub.subscribe(&channel).unwrap();
+        sub.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let ops = [
+            json!({"op": "add", "name": "close-unpaid", "spec": {
+                "cron": "0 */5 * * * *", "tz": "Europe/Berlin", "payload": "{\"kind\":\"sweep\"}",
+                "timeout_ms": 60000, "group": "ops"}}),
+            json!({"op": "add", "name": "tick", "spec": {
+                "every_ms": 5000, "catch_up": "spread", "spread_ms": 600000, "max_attempts": 2}}),
+            json!({"op": "pause", "name": "tick"}),
+            json!({"op": "list"}),
+            json!({"op": "resume", "name": "tick"}),
+            json!({"op": "remove", "name": "close-unpaid"}),
+            json!({"op": "remove", "name": "close-unpaid"}),
+            json!({"op": "list"}),
+        ];
+        let out = schedule_ops(lang, &cluster.node(1).url(), &seeds, &topic, &ops);
+        // One message per change. Sorted: publishes sent through different
+        // nodes cross the cluster bus in no set order (a firer only re-reads).
+        let mut names: Vec<String> = (0..5)
+            .map(|_| sub.get_message().unwrap().get_payload().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            ["close-unpaid", "close-unpaid", "tick", "tick", "tick"],
+            "{}",
+            lang.name()
+        );
+        // The remove of a name that is gone published nothing.
+        sub.set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        assert!(sub.get_message().is_err(), "{}", lang.name());
+        let cron = &out[0];
+        assert_eq!(cron["options"], ";t60000;gops", "{}", lang.name());
+        assert_eq!(cron["catch_up"], "latest");
+        assert_eq!(out[1]["every_ms"], 5000);
+        assert_eq!(out[1]["options"], "2");
+        assert_eq!(out[2], json!(true));
+        let listed = out[3].as_array().unwrap();
+        assert_eq!(listed.len(), 2);
+        assert_eq!(&listed[0], cron, "list reads back what add wrote");
+        assert_eq!(listed[1]["paused"], json!(true));
+        assert_eq!(
+            (&out[4], &out[5], &out[6]),
+            (&json!(true), &json!(true), &json!(false))
+        );
+        let left = out[7].as_array().unwrap();
+        assert_eq!(left.len(), 1);
+        assert_eq!(left[0]["name"], "tick");
+        assert_eq!(left[0]["paused"], json!(false));
+        // Stored in the topic's slot, wherever that is (-c follows MOVED).
+        let raw = cluster
+            .node(0)
+            .cli(&["-c", "HGET", &channel, "tick"])
+            .unwrap();
+        let stored: Value = serde_json::from_str(raw.trim()).unwrap();
+        assert_eq!(stored, left[0]);
+        let mut same = cron.clone();
+        same["created_ms"] = json!(0);
+        written.push((lang.name(), same));
+    }
+    for (name, s) in &written[1..] {
+        assert_eq!(s, &written[0].1, "{name} and {} differ", written[0].0);
+    }
+}
