@@ -810,3 +810,76 @@ fn schedules_from_the_clients_on_a_redis_cluster() {
         assert_eq!(s, &written[0].1, "{name} and {} differ", written[0].0);
     }
 }
+
+/// Schedules written by each client are fired by `punctual serve` (the
+/// Rust firer reads the clients' JSON): every second an occurrence
+/// `<name>@<o>` with `o` on the interval's grid from `created_ms`, due at
+/// `o` and handled no earlier, with the schedule's payload and its options
+/// (max attempts, and the per-job timeout in the job message). Needs the
+/// firer (branch `sched`) and the options in `enqueue` (branch `opts`).
+#[tokio::test(flavor = "multi_thread")]
+async fn schedules_written_by_the_clients_are_fired_by_serve() {
+    let langs: Vec<Lang> = [Lang::Python, Lang::Php, Lang::Node]
+        .into_iter()
+        .filter(|l| l.available())
+        .collect();
+    let Some(&handler) = langs.first() else {
+        return;
+    };
+    let server = RedisServer::start();
+    let url = server.url();
+    let rc = redis::Client::open(url.as_str()).unwrap();
+    let topic = "sched-fired";
+    let key = format!("e2e:{topic}");
+    let _serve = Serve::start(&url, handler, topic, &key);
+    let mut created = HashMap::new();
+    for lang in &langs {
+        let name = format!("every-{}", lang.name());
+        let out = schedule_ops(
+            *lang,
+            &url,
+            "",
+            topic,
+            &[json!({"op": "add", "name": name, "spec": {
+                "every_ms": 1000, "payload": format!("{{\"do\":\"ok\",\"from\":\"{name}\"}}"),
+                "max_attempts": 2, "timeout_ms": 45000}})],
+        );
+        created.insert(name, out[0]["created_ms"].as_i64().unwrap());
+    }
+    let seen_key = format!("{key}:seen");
+    let fired = |name: &str| -> Vec<Value> {
+        recorded(&rc, &seen_key)
+            .into_iter()
+            .filter(|s| s["id"].as_str().unwrap().starts_with(&format!("{name}@")))
+            .collect()
+    };
+    eventually(
+        Duration::from_secs(60),
+        "every client's schedule fired twice",
+        || async { created.keys().all(|name| fired(name).len() >= 2) },
+    )
+    .await;
+    for (name, created_ms) in &created {
+        let mut ids = HashSet::new();
+        for s in fired(name) {
+            let id = s["id"].as_str().unwrap();
+            let o: i64 = id[name.len() + 1..].parse().unwrap();
+            assert!(o >= *created_ms && (o - created_ms) % 1000 == 0, "{s}");
+            assert_eq!(s["due_ms"], o, "{s}: due at the occurrence");
+            assert!(s["now_ms"].as_i64().unwrap() >= o, "{s}: early");
+            assert_eq!(s["max_attempts"], 2, "{s}");
+            assert_eq!(s["timeout_ms"], 45000, "{s}: the job's own timeout");
+            let payload = hex_bytes(s["payload_hex"].as_str().unwrap());
+            let payload: Value = serde_json::from_slice(&payload).unwrap();
+            assert_eq!(payload["from"], name.as_str());
+            assert!(ids.insert(id.to_string()), "{id} fired twice");
+        }
+    }
+}
+
+fn hex_bytes(hex: &str) -> Vec<u8> {
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+        .collect()
+}
