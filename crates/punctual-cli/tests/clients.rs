@@ -11,6 +11,10 @@
 //!   replies landing in Redis, junk on stdout, kill -9 of a program mid-job,
 //!   SIGTERM draining;
 //! - the CLI refuses `clients/testdata/invalid.json` with the clients' messages.
+//! - schedules written by each client (`clients/*/tests/e2e_schedule.*`) on a
+//!   Redis Cluster, and fired by `punctual serve`; per-job options enqueued
+//!   through each client reaching serve (these two need the `sched` and
+//!   `opts` work merged).
 //!
 //! A missing interpreter or Redis client skips that language with a loud
 //! message, unless the environment variable `CI` is set: then it fails
@@ -882,4 +886,95 @@ fn hex_bytes(hex: &str) -> Vec<u8> {
         .step_by(2)
         .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
         .collect()
+}
+
+/// Per-job options enqueued through each client reach `punctual serve`: a
+/// job's own timeout is the one its handler gets, a job whose expiry had
+/// passed when it was enqueued is never handled but dead with `expired:
+/// ...`, and one within its window runs. Needs the options in `enqueue`,
+/// `claim` and serve (branch `opts`).
+#[tokio::test(flavor = "multi_thread")]
+async fn options_from_the_clients_reach_serve() {
+    let langs: Vec<Lang> = [Lang::Python, Lang::Php, Lang::Node]
+        .into_iter()
+        .filter(|l| l.available())
+        .collect();
+    let Some(&handler) = langs.first() else {
+        return;
+    };
+    let server = RedisServer::start();
+    let url = server.url();
+    let rc = redis::Client::open(url.as_str()).unwrap();
+    let topic = "opts-e2e";
+    let key = format!("e2e:{topic}");
+    let _serve = Serve::start(&url, handler, topic, &key);
+    let q = Queue::connect(url.as_str()).await.unwrap();
+    let wait = Duration::from_secs(60);
+    eventually(wait, "serve partitions the topic", || async {
+        q.partitions(topic).await.unwrap() == 2
+    })
+    .await;
+    let now_ms = q.redis_now_ms().await.unwrap();
+    for lang in &langs {
+        let n = lang.name();
+        let made = produce(
+            *lang,
+            &url,
+            topic,
+            &[
+                json!({"payload": r#"{"do":"ok"}"#, "id": format!("{n}-own-timeout"),
+                       "timeout_ms": 45000, "group": "shop-1"}),
+                json!({"payload": r#"{"do":"ok"}"#, "id": format!("{n}-expired"),
+                       "at_ms": now_ms - 10_000, "expire_ms": 1000}),
+                json!({"payload": r#"{"do":"ok"}"#, "id": format!("{n}-in-time"),
+                       "expire_ms": 3_600_000}),
+            ],
+        );
+        assert!(made.iter().all(|(_, s)| s == "created"), "{n}: {made:?}");
+    }
+    let seen_key = format!("{key}:seen");
+    let seen = || -> HashMap<String, Value> {
+        recorded(&rc, &seen_key)
+            .into_iter()
+            .map(|s| (s["id"].as_str().unwrap().to_string(), s))
+            .collect()
+    };
+    eventually(
+        wait,
+        "the jobs in time are handled, the expired one dead",
+        || async {
+            let now = seen();
+            let mut all = true;
+            for lang in &langs {
+                let n = lang.name();
+                let dead = q.get(topic, &format!("{n}-expired")).await.unwrap();
+                all &= now.contains_key(&format!("{n}-own-timeout"))
+                    && now.contains_key(&format!("{n}-in-time"))
+                    && dead.is_some_and(|j| j.state == State::Dead);
+            }
+            all
+        },
+    )
+    .await;
+    let now = seen();
+    for lang in &langs {
+        let n = lang.name();
+        assert_eq!(now[&format!("{n}-own-timeout")]["timeout_ms"], 45000);
+        assert_eq!(
+            now[&format!("{n}-in-time")]["timeout_ms"],
+            60000,
+            "the topic's"
+        );
+        assert!(
+            !now.contains_key(&format!("{n}-expired")),
+            "{n}: ran expired"
+        );
+        let dead = q
+            .get(topic, &format!("{n}-expired"))
+            .await
+            .unwrap()
+            .unwrap();
+        let err = dead.last_error.unwrap_or_default();
+        assert!(err.starts_with("expired"), "{n}: last error {err:?}");
+    }
 }
