@@ -356,7 +356,9 @@ end
 --   id ("" = generate), payload, when ("d<ms>" delay or "a<ms>" epoch ms),
 --   max attempts ("" = topic default), optionally followed by per-job
 --   options (";x<ms>" expiry after the due time, ";t<ms>" handler timeout,
---   ";g<group>"; stored with x turned into e<due + ms, base 36>; see
+--   ";g<group>"; stored with x turned into e<due + ms, base 36>, where the due time
+--   is the one asked for, also when an absolute time already past made the job
+--   due now; see
 --   PROTOCOL.md "Per-job options"), backoff ladder ("" = topic default,
 --   else ms values separated by commas).
 -- ARGV[4 + 5n], optional: the partition count the caller routed the jobs
@@ -466,7 +468,7 @@ local now, up = clock()
 local dues = {}
 -- Jobs whose options hold an expiry (index -> parsed options), and the
 -- parsed options of each distinct argument.
-local opts, opts_of_arg = {}, {}
+local opts, opts_of_arg, asks = {}, {}, {}
 local generate = 0
 -- A batch's jobs mostly share their "when" and backoff strings: each
 -- distinct one is parsed and checked once per call.
@@ -506,7 +508,15 @@ for i = 1, n do
       if not parsed then return invalid('job ' .. i .. ': ' .. why) end
       opts_of_arg[max] = parsed
     end
-    if parsed.x then opts[i] = parsed end
+    if parsed.x then
+      opts[i] = parsed
+      -- The window counts from the time asked for: an absolute time already
+      -- past ("a<ms>", due now) keeps its own, so a job enqueued late has
+      -- less of its window left, or none.
+      local asked = due
+      if string.sub(when, 1, 1) == 'a' then asked = math.min(due, tonumber(string.sub(when, 2))) end
+      asks[i] = asked
+    end
   elseif max ~= '' and (string.sub(max, 1, 1) == '0' or not int_arg(max, 1, MAX_ATTEMPTS)) then
     return invalid('job ' .. i .. ': max attempts must be an integer from 1 to ' .. MAX_ATTEMPTS)
   end
@@ -636,8 +646,9 @@ for i = 1, n do
     local o = opts[i]
     if o then
       -- Jobs of a batch mostly share their options and due time.
-      if o ~= last_o or due ~= last_due then
-        last_m, last_o, last_due = o.pre .. ';e' .. b36(due + o.x) .. o.post, o, due
+      local asked = asks[i]
+      if o ~= last_o or asked ~= last_due then
+        last_m, last_o, last_due = o.pre .. ';e' .. b36(asked + o.x) .. o.post, o, asked
       end
       m = last_m
     end
