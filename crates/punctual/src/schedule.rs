@@ -1162,8 +1162,13 @@ impl Queue {
             if s.paused {
                 continue;
             }
+            if budget == 0 {
+                // This pass enqueued its share: the next one continues.
+                wait = Duration::ZERO;
+                break;
+            }
             let wm = wms.get(name).copied().unwrap_or(s.created_ms);
-            let plan = match s.plan(wm, now, budget.max(1)) {
+            let plan = match s.plan(wm, now, budget) {
                 Ok(p) => p,
                 Err(e) => {
                     tracing::warn!(topic, schedule = %name, error = %e, "cannot compute the occurrences of a schedule");
