@@ -150,9 +150,11 @@ pub(crate) fn build(
     let mut s = s.payload(payload).options(options).catch_up(policy);
     match (policy, spread) {
         (CatchUp::Spread, Some(w)) => s = s.spread(w),
-        (CatchUp::Spread, None) => return Err(exit::invalid(format!(
+        (CatchUp::Spread, None) => {
+            return Err(exit::invalid(format!(
             "schedule {name:?}: catch-up spread needs a window (--spread 10m, or spread = \"10m\")"
-        ))),
+        )))
+        }
         (_, Some(_)) => {
             return Err(exit::invalid(format!(
                 "schedule {name:?}: a spread window needs catch-up spread"
