@@ -22,9 +22,9 @@
 --
 -- Record (never rewritten by claim, ack or extend): "M:D:G:B:E:" then E bytes
 -- of last error, then the payload. M max attempts (decimal, empty: topic
--- default), D due time (ms, base 36), G due - created (ms, base 36), B backoff
--- ladder (ms, comma separated, empty: topic default), E length of the last
--- error (decimal).
+-- default), then the per-job options if any (see opts_of), D due time (ms,
+-- base 36), G due - created (ms, base 36), B backoff ladder (ms, comma
+-- separated, empty: topic default), E length of the last error (decimal).
 
 -- Every call is checked once, before anything else: exactly these nine keys,
 -- in this order, all with the same prefix and hash tag. (Keys of two topics
@@ -156,31 +156,80 @@ local function b36_4(n)
   return string.char(DIGIT_BYTES[d], DIGIT_BYTES[c], DIGIT_BYTES[b], DIGIT_BYTES[a])
 end
 
-local HEADER = '^(%d*):(%w+):(%w+):([%d,]*):(%d+):()'
--- The same, without captures: whether a record is readable.
+-- M may carry per-job options after the max attempts (PROTOCOL.md "Per-job
+-- options"): ";" then a letter and a value, M = "<digits or empty>[;<opt>]*",
+-- with e<deadline, epoch ms, base 36>, t<timeout ms> and g<group>.
+local HEADER = '^([^:]*):(%w+):(%w+):([%d,]*):(%d+):()'
+-- A readable record without options, without captures. (A record with
+-- options fails it, and is read with decode.)
 local HEADER_CHECK = '^%d*:%w+:%w+:[%d,]*:%d+:'
 
+-- The options of an M field: max attempts (number or nil) and a table
+-- {deadline, timeout, group} (nil when M has no options), or false when M
+-- is not one (M must match ^%d*(;[etg][^;:]*)*$). Only a field with ';' pays
+-- for more than one string.find.
+local function opts_of(m)
+  if not string.find(m, ';', 1, true) then
+    if not string.find(m, '^%d*$') then return false end
+    return tonumber(m), nil
+  end
+  local d, rest = string.match(m, '^(%d*)(;.*)$')
+  if not d then return false end
+  local o = {}
+  for letter, v in string.gmatch(rest, ';([^;]?)([^;]*)') do
+    if letter == 'e' then o.deadline = tonumber(v, 36)
+    elseif letter == 't' then o.timeout = tonumber(v)
+    elseif letter == 'g' then o.group = v
+    else return false end
+  end
+  return tonumber(d), o
+end
+
+-- The group of a record's M field: its g option, or '' (no group, or an
+-- unreadable field).
+local function group_of_field(m)
+  if not string.find(m, ';', 1, true) then return '' end
+  local _, o = opts_of(m)
+  return o and o.group or ''
+end
+
+-- The options part of an M field: from its first ';' on ('' without).
+local function options_text(m)
+  local p = string.find(m, ';', 1, true)
+  if not p then return '' end
+  return string.sub(m, p)
+end
+
+-- A record as a table: max (number or nil: the topic default), mfield (M as
+-- stored, written back by encode), due, created, backoff, err, payload, and
+-- when M carries options: deadline, timeout, group (each nil when absent).
+-- nil when the record is missing or unreadable.
 local function decode(rec)
   if not rec then return nil end
   local m, d, g, b, e, p = string.match(rec, HEADER)
   if not m then return nil end
+  local max, o = opts_of(m)
+  if max == false then return nil end
   e = tonumber(e)
   local due = tonumber(d, 36)
-  return {
-    max = tonumber(m),
+  local r = {
+    max = max,
+    mfield = m,
     due = due,
     created = due - tonumber(g, 36),
     backoff = b,
     err = string.sub(rec, p, p + e - 1),
     payload = string.sub(rec, p + e),
   }
+  if o then r.deadline, r.timeout, r.group = o.deadline, o.timeout, o.group end
+  return r
 end
 
 local function encode(r)
   local gap = r.due - r.created
   if gap < 0 then gap = 0 end
   return table.concat({
-    r.max or '', ':', b36(r.due), ':', b36(gap), ':', r.backoff, ':', #r.err, ':', r.err, r.payload,
+    r.mfield or r.max or '', ':', b36(r.due), ':', b36(gap), ':', r.backoff, ':', #r.err, ':', r.err, r.payload,
   })
 end
 
@@ -290,7 +339,10 @@ end
 -- ARGV[1] max payload bytes, ARGV[2] replace live ids (1) or report them as
 -- duplicates (0), ARGV[3] n, then n groups of five:
 --   id ("" = generate), payload, when ("d<ms>" delay or "a<ms>" epoch ms),
---   max attempts ("" = topic default), backoff ladder ("" = topic default,
+--   max attempts ("" = topic default), optionally followed by per-job
+--   options (";x<ms>" expiry after the due time, ";t<ms>" handler timeout,
+--   ";g<group>"; stored with x turned into e<due + ms, base 36>; see
+--   PROTOCOL.md "Per-job options"), backoff ladder ("" = topic default,
 --   else ms values separated by commas).
 -- ARGV[4 + 5n], optional: the partition count the caller routed the jobs
 -- with (1 for a topic that is not partitioned). When given, and the topic's
@@ -350,8 +402,56 @@ if routed then
   end
 end
 
+-- Per-job options in the max attempts argument: "<max>;<letter><value>...".
+-- Returns {pre, x, post} (x: the expiry ms, to be stored as
+-- pre .. ";e" .. b36(due + x) .. post; nil without one), or nil and why.
+local function parse_opts(arg)
+  local d, rest = string.match(arg, '^([^;]*)(;.*)$')
+  if d ~= '' and (string.sub(d, 1, 1) == '0' or not int_arg(d, 1, MAX_ATTEMPTS)) then
+    return nil, 'max attempts must be an integer from 1 to ' .. MAX_ATTEMPTS .. ', before the options'
+  end
+  local seen_opt, parts, x, xat = {}, { d }, nil, nil
+  -- Every ';' starts an option: an empty one is found as such.
+  for opt in string.gmatch(rest, ';([^;]*)') do
+    local letter, v = string.sub(opt, 1, 1), string.sub(opt, 2)
+    if letter == '' then return nil, 'an empty option (";" followed by nothing)' end
+    if seen_opt[letter] then return nil, 'option ' .. letter .. ' given more than once' end
+    seen_opt[letter] = true
+    if letter == 'x' or letter == 't' then
+      local what = letter == 'x' and 'expiry' or 'timeout'
+      if string.sub(v, 1, 1) == '0' or not int_arg(v, 1, MAX_DELAY_MS) then
+        return nil, what .. ' (' .. letter .. ') must be 1 ms to ten years, in ms with no leading zero'
+      end
+      if letter == 'x' then
+        x, xat = tonumber(v), #parts + 1
+        parts[xat] = ''
+      else
+        parts[#parts + 1] = ';' .. opt
+      end
+    elseif letter == 'g' then
+      if #v < 1 or #v > 64 or string.find(v, '[^A-Za-z0-9_.@%-]') then
+        return nil, 'a group (g) is 1 to 64 bytes of letters, digits, _ . @ -'
+      end
+      parts[#parts + 1] = ';' .. opt
+    elseif letter == 'e' then
+      return nil, 'option e (a deadline) is written by enqueue; pass x<ms> for an expiry'
+    else
+      return nil, 'unknown option "' .. letter .. '": give x<ms>, t<ms> or g<group>'
+    end
+  end
+  if not x then return { pre = arg } end
+  return {
+    pre = table.concat(parts, '', 1, xat - 1),
+    x = x,
+    post = table.concat(parts, '', xat + 1),
+  }
+end
+
 local now, up = clock()
 local dues = {}
+-- Jobs whose options hold an expiry (index -> parsed options), and the
+-- parsed options of each distinct argument.
+local opts, opts_of_arg = {}, {}
 local generate = 0
 -- A batch's jobs mostly share their "when" and backoff strings: each
 -- distinct one is parsed and checked once per call.
@@ -382,7 +482,17 @@ for i = 1, n do
     if not due then return invalid('job ' .. i .. ': ' .. why) end
     due_of_when[when] = due
   end
-  if max ~= '' and (string.sub(max, 1, 1) == '0' or not int_arg(max, 1, MAX_ATTEMPTS)) then
+  if string.find(max, ';', 1, true) then
+    -- Per-job options: only an argument with ';' pays for this.
+    local parsed = opts_of_arg[max]
+    if not parsed then
+      local why
+      parsed, why = parse_opts(max)
+      if not parsed then return invalid('job ' .. i .. ': ' .. why) end
+      opts_of_arg[max] = parsed
+    end
+    if parsed.x then opts[i] = parsed end
+  elseif max ~= '' and (string.sub(max, 1, 1) == '0' or not int_arg(max, 1, MAX_ATTEMPTS)) then
     return invalid('job ' .. i .. ': max attempts must be an integer from 1 to ' .. MAX_ATTEMPTS)
   end
   if not backoff_ok[backoff] then
@@ -505,7 +615,10 @@ for i = 1, n do
       heads[due] = head
     end
     records[#records + 1] = id
-    records[#records + 1] = ARGV[b + 4] .. head .. ARGV[b + 5] .. ':0:' .. ARGV[b + 2]
+    local m = ARGV[b + 4]
+    local o = opts[i]
+    if o then m = o.pre .. ';e' .. b36(due + o.x) .. o.post end
+    records[#records + 1] = m .. head .. ARGV[b + 5] .. ':0:' .. ARGV[b + 2]
     if status == 2 then
       if due <= now then dest[id] = 'ready' else dest[id] = 'pool' end
     end

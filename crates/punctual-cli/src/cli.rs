@@ -74,8 +74,10 @@ pub(crate) enum Command {
     /// POOL, READY, RUNNING and DEAD are the jobs in each state now. NEXT-DUE
     /// is when the next waiting job is due; OLDEST-READY is how long the
     /// oldest due job has waited for a worker (it grows when workers fall
-    /// behind). DONE, RETRIED and DIED count since the topic began. --json
-    /// prints an array with every counter.
+    /// behind). DONE, RETRIED and DIED count since the topic began; EXPIRED
+    /// counts the jobs that died because they could not start within their
+    /// expiry window (push --expire; they are in DIED too). --json prints an
+    /// array with every counter.
     ///
     /// With --history DURATION, per-minute figures of one topic from the
     /// history in Redis (kept 7 days; every host's schedulers and workers

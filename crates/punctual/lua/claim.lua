@@ -10,7 +10,10 @@
 -- the record as stored (the client decodes it: max attempts, due, created,
 -- payload; the script only checks its header). An empty array when the topic is paused or ready is empty. A ready
 -- id whose record vanished (eviction, restore) is dropped and counted as
--- "orphans"; one whose record cannot be read is moved to dead.
+-- "orphans"; one whose record cannot be read is moved to dead. A job whose
+-- expiry deadline (option e, see lib.lua) has passed is moved to dead with
+-- the last error "expired: ...", counted in "expired" and "dead"; its
+-- attempts are unchanged (it never started).
 
 local k = int_arg(ARGV[1], 1, 1000)
 local lease = int_arg(ARGV[2], 1, MAX_DELAY_MS)
@@ -34,9 +37,20 @@ local topic_max = topic_defaults()
 local first = reserve_tokens(#ids, now_us)
 
 local out, counts, leases, parked, gone = { now_us, topic_max }, {}, {}, {}, {}
+local expired = {}
 for i, id in ipairs(ids) do
   local rec = recs[i]
-  if rec and string.find(rec, HEADER_CHECK) then
+  -- A record with options fails HEADER_CHECK and is decoded instead; one
+  -- whose expiry deadline has passed goes to dead, never handed out.
+  local r = rec and not string.find(rec, HEADER_CHECK) and decode(rec)
+  if r and r.deadline and r.deadline < now then
+    r.err = 'expired: could not start by its deadline, ' .. (now - r.deadline)
+      .. ' ms ago (' .. (now - r.due) .. ' ms after its due time)'
+    expired[#expired + 1] = id
+    expired[#expired + 1] = encode(r)
+    parked[#parked + 1] = now
+    parked[#parked + 1] = id
+  elseif rec and (r or string.find(rec, HEADER_CHECK)) then
     local attempts = att_of(atts[i]) + 1
     local token = first + i
     counts[#counts + 1] = id
@@ -64,6 +78,10 @@ end
 if #parked > 0 then
   variadic('ZADD', K_DEAD, parked)
   redis.call('HINCRBY', K_STATS, 'dead', #parked / 2)
+end
+if #expired > 0 then
+  variadic('HSET', K_JOBS, expired)
+  redis.call('HINCRBY', K_STATS, 'expired', #expired / 2)
 end
 variadic('ZREM', K_READY, ids)
 if #gone > 0 then

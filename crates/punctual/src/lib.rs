@@ -58,6 +58,7 @@ mod job;
 mod keys;
 pub mod nodes;
 mod once;
+mod options;
 mod partition;
 mod queue;
 pub mod raw;
@@ -82,6 +83,7 @@ pub use job::{
     ReplayPace, State, TopicDeleted, TopicStats, Violation, When, MAX_ATTEMPTS, MAX_DELAY,
 };
 pub use keys::{validate_id, validate_topic, TopicKeys, MAX_ID_LEN, MAX_TOPIC_LEN};
+pub use options::{validate_group, MAX_GROUP_LEN};
 pub use partition::{partition_name, partition_of, MAX_PARTITIONS};
 pub use queue::{
     Queue, QueueBuilder, SkippedTopic, Topics, DEFAULT_MAX_PAYLOAD, DEFAULT_PREFIX, MAX_BATCH,

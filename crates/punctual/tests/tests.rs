@@ -8,6 +8,7 @@ mod handler;
 mod history;
 mod integrity;
 mod nodes;
+mod options;
 mod queue;
 mod registry;
 mod runtime_regressions;

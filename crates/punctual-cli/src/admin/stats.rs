@@ -65,6 +65,7 @@ fn table(all: &[TopicStats]) -> String {
         "DONE",
         "RETRIED",
         "DIED",
+        "EXPIRED",
     ]);
     for s in all {
         let counter = |name: &str| s.counters.get(name).copied().unwrap_or(0).to_string();
@@ -84,6 +85,7 @@ fn table(all: &[TopicStats]) -> String {
             counter("done"),
             counter("retried"),
             counter("dead"),
+            counter("expired"),
         ]);
     }
     t.render()

@@ -389,6 +389,12 @@ struct JobBody {
     max_attempts: Option<u32>,
     #[serde(default, deserialize_with = "present")]
     backoff_ms: Option<Vec<u64>>,
+    #[serde(default, deserialize_with = "present")]
+    expire_ms: Option<u64>,
+    #[serde(default, deserialize_with = "present")]
+    timeout_ms: Option<u64>,
+    #[serde(default, deserialize_with = "present")]
+    group: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -440,6 +446,15 @@ fn to_job(b: JobBody) -> Result<Job, String> {
             return Err("backoff_ms may not be empty (use [0] for no wait)".into());
         }
         job = job.backoff(l.into_iter().map(Duration::from_millis).collect());
+    }
+    if let Some(ms) = b.expire_ms {
+        job = job.expire(Duration::from_millis(ms));
+    }
+    if let Some(ms) = b.timeout_ms {
+        job = job.timeout(Duration::from_millis(ms));
+    }
+    if let Some(g) = b.group {
+        job = job.group(g);
     }
     job.validate().map_err(|e| e.to_string())?;
     Ok(job)

@@ -255,7 +255,7 @@ impl Queue {
                     inv.arg(ids[i].as_deref().unwrap_or(""))
                         .arg(&job.payload[..])
                         .arg(&encoded[i])
-                        .arg(job.max_attempts.map(|m| m.to_string()).unwrap_or_default())
+                        .arg(job.max_arg())
                         .arg(job.backoff_arg());
                 }
                 inv.arg(k);
