@@ -225,6 +225,21 @@ local function decode(rec)
   return r
 end
 
+-- claim's check of a record: whether it reads, and for one whose expiry
+-- deadline is before `now`, the record decoded (true, r). Only a record with
+-- options pays for more than one string.find, and only an expired one is
+-- decoded whole.
+local HEADER_M = '^([^:]*):%w+:%w+:[%d,]*:%d+:'
+local function claimable(rec, now)
+  if string.find(rec, HEADER_CHECK) then return true, nil end
+  local m = string.match(rec, HEADER_M)
+  if not m then return false, nil end
+  local max, o = opts_of(m)
+  if max == false then return false, nil end
+  if o and o.deadline and o.deadline < now then return true, decode(rec) end
+  return true, nil
+end
+
 local function encode(r)
   local gap = r.due - r.created
   if gap < 0 then gap = 0 end
@@ -528,8 +543,10 @@ if generate > 0 then
   end
 end
 local first_seq = seq
--- Record headers, built once per distinct due time.
+-- Record headers, built once per distinct due time; the last first field
+-- with an expiry built, for its options and due time.
 local heads = {}
+local last_m, last_o, last_due = nil, nil, nil
 
 -- Given ids without a record are looked up in the four sets (one ZMSCORE
 -- each per call): an id left in a set without its record (a broken
@@ -617,7 +634,13 @@ for i = 1, n do
     records[#records + 1] = id
     local m = ARGV[b + 4]
     local o = opts[i]
-    if o then m = o.pre .. ';e' .. b36(due + o.x) .. o.post end
+    if o then
+      -- Jobs of a batch mostly share their options and due time.
+      if o ~= last_o or due ~= last_due then
+        last_m, last_o, last_due = o.pre .. ';e' .. b36(due + o.x) .. o.post, o, due
+      end
+      m = last_m
+    end
     records[#records + 1] = m .. head .. ARGV[b + 5] .. ':0:' .. ARGV[b + 2]
     if status == 2 then
       if due <= now then dest[id] = 'ready' else dest[id] = 'pool' end

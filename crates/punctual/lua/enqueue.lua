@@ -197,8 +197,10 @@ if generate > 0 then
   end
 end
 local first_seq = seq
--- Record headers, built once per distinct due time.
+-- Record headers, built once per distinct due time; the last first field
+-- with an expiry built, for its options and due time.
 local heads = {}
+local last_m, last_o, last_due = nil, nil, nil
 
 -- Given ids without a record are looked up in the four sets (one ZMSCORE
 -- each per call): an id left in a set without its record (a broken
@@ -286,7 +288,13 @@ for i = 1, n do
     records[#records + 1] = id
     local m = ARGV[b + 4]
     local o = opts[i]
-    if o then m = o.pre .. ';e' .. b36(due + o.x) .. o.post end
+    if o then
+      -- Jobs of a batch mostly share their options and due time.
+      if o ~= last_o or due ~= last_due then
+        last_m, last_o, last_due = o.pre .. ';e' .. b36(due + o.x) .. o.post, o, due
+      end
+      m = last_m
+    end
     records[#records + 1] = m .. head .. ARGV[b + 5] .. ':0:' .. ARGV[b + 2]
     if status == 2 then
       if due <= now then dest[id] = 'ready' else dest[id] = 'pool' end

@@ -711,3 +711,30 @@ async fn a_per_job_timeout_replaces_the_workers_for_that_job_only() {
     let err = short.last_error.unwrap();
     assert!(err.contains("timed out after 200ms"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claim_parks_a_record_whose_options_do_not_read() {
+    let f = Fixture::new().await;
+    let (q, t) = (&f.queue, "opts-unreadable");
+    let now = f.now_ms().await;
+    let due = b36(now - 1);
+    for (id, m) in [("bad-letter", "3;q1"), ("empty", "3;"), ("fine", "3;gx")] {
+        let rec = format!("{m}:{due}:0::0:p");
+        let _: () = f
+            .cmd(redis::cmd("HSET").arg(key(t, "jobs")).arg(id).arg(rec))
+            .await;
+        let _: () = f
+            .cmd(redis::cmd("ZADD").arg(key(t, "ready")).arg(now - 1).arg(id))
+            .await;
+    }
+    let got = raw::claim(q, &part(t), 10, LONG_LEASE).await.unwrap();
+    let ids: Vec<&str> = got.iter().map(|d| d.id.as_str()).collect();
+    assert_eq!(ids, ["fine"]);
+    assert_eq!(got[0].group.as_deref(), Some("x"));
+    for id in ["bad-letter", "empty"] {
+        let info = q.get(t, id).await.unwrap().unwrap();
+        assert_eq!(info.state, State::Dead, "{id}");
+    }
+    let s = q.stats(t).await.unwrap();
+    assert_eq!((counter(&s, "dead"), counter(&s, "expired")), (2, 0));
+}
