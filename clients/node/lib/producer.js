@@ -347,7 +347,7 @@ class Producer {
    * with seconds first; its syntax is checked by `punctual serve`, which
    * fires it) with `tz` (an IANA zone, default UTC) and `everyMs` (at
    * least 1000); `payload` (text, default ''); maxAttempts, expireMs,
-   * timeoutMs, group (as for enqueue); `catchUp` ('all', 'latest' (default),
+   * timeoutMs, group (as for enqueue); `catchUp` ('all' (default), 'latest',
    * 'skip', or 'spread' with `spreadMs`); `paused` (default false). Each
    * occurrence is a job with id `<name>@<occurrence ms>`. A schedule added
    * again keeps its creation time. This client fires nothing.

@@ -32,7 +32,7 @@ function build(name, spec, maxPayload) {
       throw new InvalidInput(`unknown schedule field '${k}'; the fields are: ${FIELDS.join(', ')}`);
     }
   }
-  const { cron = null, everyMs = null, payload = '', catchUp = 'latest', spreadMs = null, paused = false } = spec;
+  const { cron = null, everyMs = null, payload = '', catchUp = 'all', spreadMs = null, paused = false } = spec;
   let tz = spec.tz ?? null;
   const bad = (why) => new InvalidInput(`schedule ${quote(name)}: ${why}`);
   if ((cron === null) === (everyMs === null)) throw bad('give exactly one of a cron expression and an interval');

@@ -144,7 +144,7 @@ test('scheduleAdd writes the documented JSON and publishes', async () => {
   });
   await p.scheduleAdd('orders', 'nightly', { cron: '0 3 * * *' });
   const n = await stored(prefix, 'orders', 'nightly');
-  assert.deepEqual([n.tz, n.payload, n.options, n.catch_up, n.paused], ['UTC', '', '', 'latest', false]);
+  assert.deepEqual([n.tz, n.payload, n.options, n.catch_up, n.paused], ['UTC', '', '', 'all', false]);
   assert.deepEqual((await p.scheduleList('orders')).map((x) => x.name), ['close-unpaid', 'nightly', 'tick.5s']);
   // Only the topic's hash: nothing was enqueued, the clients fire nothing.
   assert.deepEqual(await redis.keys(`${prefix}:*`), [`${prefix}:{orders}:schedules`]);

@@ -422,7 +422,7 @@ final class Producer
      * fires it) with 'tz' (an IANA zone, default UTC) and 'every_ms' (at
      * least 1000); 'payload' (UTF-8 text, default ''); 'max_attempts',
      * 'expire_ms', 'timeout_ms', 'group' (as for enqueue); 'catch_up'
-     * ('all', 'latest' (default), 'skip', or 'spread' with 'spread_ms');
+     * ('all' (default), 'latest', 'skip', or 'spread' with 'spread_ms');
      * 'paused' (default false). Each occurrence is a job with id
      * `<name>@<occurrence ms>`. A schedule added again keeps its creation
      * time. This client fires nothing.

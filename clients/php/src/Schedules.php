@@ -84,7 +84,7 @@ final class Schedules
             }
             $s['every_ms'] = $ms;
         }
-        $catchUp = $spec['catch_up'] ?? 'latest';
+        $catchUp = $spec['catch_up'] ?? 'all';
         if (!in_array($catchUp, self::CATCH_UP, true)) {
             throw new InvalidInput(sprintf('invalid catch-up %s: give all, latest, skip or spread', Validate::quote(is_string($catchUp) ? $catchUp : var_export($catchUp, true))));
         }

@@ -167,7 +167,7 @@ $tests['scheduleAdd writes the documented JSON and publishes'] = function (Redis
     same(['name' => 'tick.5s', 'every_ms' => 5000, 'payload' => 't', 'options' => '2;x4000;gops', 'catch_up' => 'spread', 'spread_ms' => 600000, 'paused' => false], $tick);
     $p->scheduleAdd('orders', 'nightly', ['cron' => '0 3 * * *']);
     $n = stored($r, $prefix, 'orders', 'nightly');
-    same(['UTC', '', '', 'latest', false], [$n['tz'], $n['payload'], $n['options'], $n['catch_up'], $n['paused']]);
+    same(['UTC', '', '', 'all', false], [$n['tz'], $n['payload'], $n['options'], $n['catch_up'], $n['paused']]);
     same(['close-unpaid', 'nightly', 'tick.5s'], array_column($p->scheduleList('orders'), 'name'));
     // Only the topic's hash: nothing was enqueued, the clients fire nothing.
     same(["$prefix:{orders}:schedules"], $r->keys("$prefix:*"));

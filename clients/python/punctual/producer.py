@@ -652,7 +652,7 @@ class Producer:
                      every_ms: Optional[Duration] = None, tz: Optional[str] = None,
                      payload: Payload = "", max_attempts: Optional[int] = None,
                      expire_ms: Optional[Duration] = None, timeout_ms: Optional[Duration] = None,
-                     group: Optional[str] = None, catch_up: str = "latest",
+                     group: Optional[str] = None, catch_up: str = "all",
                      spread_ms: Optional[Duration] = None, paused: bool = False) -> dict:
         """Adds or replaces the schedule ``name`` of ``topic`` (not a
         partition) and returns it as stored. Exactly one of ``cron`` (5
@@ -661,8 +661,8 @@ class Producer:
         ``every_ms`` (ms or a ``timedelta``, at least 1 s). Each occurrence
         is a job with id ``<name>@<occurrence ms>``, ``payload`` (text) and
         the per-job options of :meth:`enqueue`. ``catch_up`` says what
-        happens to occurrences missed while no firer ran: ``all``,
-        ``latest`` (default), ``skip`` or ``spread`` (over ``spread_ms``).
+        happens to occurrences missed while no firer ran: ``all`` (default),
+        ``latest``, ``skip`` or ``spread`` (over ``spread_ms``).
         A schedule added again keeps its creation time. This client fires
         nothing: ``punctual serve`` does."""
         return self._schedules.add(

@@ -127,7 +127,7 @@ class Schedules:
         return s if isinstance(s, dict) else {"name": name, "unreadable": _text(raw)}
 
     def add(self, topic: str, name: str, *, cron=None, every_ms=None, tz=None, payload="",
-            max_attempts=None, expire_ms=None, timeout_ms=None, group=None, catch_up="latest",
+            max_attempts=None, expire_ms=None, timeout_ms=None, group=None, catch_up="all",
             spread_ms=None, paused=False) -> dict:
         validate_topic(topic)
         validate_name(name)

@@ -151,7 +151,7 @@ class OptionsTest(unittest.TestCase):
         self.p.schedule_add("orders", "nightly", cron="0 3 * * *")
         got = self.stored("orders", "nightly")
         self.assertEqual((got["tz"], got["payload"], got["options"], got["catch_up"], got["paused"]),
-                         ("UTC", "", "", "latest", False))
+                         ("UTC", "", "", "all", False))
         self.assertEqual(sorted(s["name"] for s in self.p.schedule_list("orders")),
                          ["close-unpaid", "nightly", "tick.5s"])
         # Only the topic's hash: no job was enqueued, the clients fire nothing.

@@ -783,7 +783,7 @@ fn schedules_from_the_clients_on_a_redis_cluster() {
         assert!(sub.get_message().is_err(), "{}", lang.name());
         let cron = &out[0];
         assert_eq!(cron["options"], ";t60000;gops", "{}", lang.name());
-        assert_eq!(cron["catch_up"], "latest");
+        assert_eq!(cron["catch_up"], "all");
         assert_eq!(out[1]["every_ms"], 5000);
         assert_eq!(out[1]["options"], "2");
         assert_eq!(out[2], json!(true));
