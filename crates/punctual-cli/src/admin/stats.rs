@@ -65,6 +65,7 @@ fn table(all: &[TopicStats]) -> String {
         "DONE",
         "RETRIED",
         "DIED",
+        "LIMITED",
     ]);
     for s in all {
         let counter = |name: &str| s.counters.get(name).copied().unwrap_or(0).to_string();
@@ -84,6 +85,9 @@ fn table(all: &[TopicStats]) -> String {
             counter("done"),
             counter("retried"),
             counter("dead"),
+            s.limited
+                .map(|l| l.to_string())
+                .unwrap_or_else(|| "-".into()),
         ]);
     }
     t.render()
