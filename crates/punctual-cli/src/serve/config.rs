@@ -679,6 +679,30 @@ http = { url = "http://127.0.0.1:8080/hooks/coupon", timeout = "10s" }
     }
 
     #[test]
+    fn topic_limits_parse_and_bad_ones_name_the_topic() {
+        let c = parse(
+            "[topics.a]\nexec = [\"true\"]\nrate = \"200/s\"\nburst = 20\nmax_running = 50\n[topics.b]\nexec = [\"true\"]\n",
+        )
+        .unwrap();
+        let l = c.limits("a").unwrap().unwrap();
+        assert_eq!(l.to_string(), "rate 200/s, burst 20, max running 50");
+        assert!(c.limits("b").unwrap().is_none());
+        for (bad, says) in [
+            ("rate = \"fast\"", "rate"),
+            ("rate = \"0/s\"", "rate"),
+            ("burst = 3", "burst needs a rate"),
+            ("max_running = 0", "max running"),
+        ] {
+            let e = parse(&format!("[topics.a]\nexec = [\"true\"]\n{bad}\n")).unwrap_err();
+            let msg = format!("{e:#}");
+            assert!(
+                msg.contains("[topics.a]") && msg.contains(says),
+                "{bad}: {msg}"
+            );
+        }
+    }
+
+    #[test]
     fn unknown_keys_and_bad_values_name_the_key_and_line() {
         let e = parse("workers = 2\nworkerz = 3\n[topics.a]\nexec = [\"true\"]\n").unwrap_err();
         let msg = format!("{e:#}");
