@@ -61,7 +61,7 @@ impl Rate {
         }
         if self.per < Duration::from_millis(1)
             || self.per > MAX_PERIOD
-            || self.per.subsec_nanos() % 1_000_000 != 0
+            || !self.per.subsec_nanos().is_multiple_of(1_000_000)
         {
             return Err(Error::invalid(format!(
                 "invalid rate period {:?}: give whole milliseconds from 1 ms to one day",
@@ -105,9 +105,9 @@ impl fmt::Display for Rate {
             1000 => write!(f, "{}/s", self.n),
             60_000 => write!(f, "{}/m", self.n),
             3_600_000 => write!(f, "{}/h", self.n),
-            _ if ms % 3_600_000 == 0 => write!(f, "{}/{}h", self.n, ms / 3_600_000),
-            _ if ms % 60_000 == 0 => write!(f, "{}/{}m", self.n, ms / 60_000),
-            _ if ms % 1000 == 0 => write!(f, "{}/{}s", self.n, ms / 1000),
+            _ if ms.is_multiple_of(3_600_000) => write!(f, "{}/{}h", self.n, ms / 3_600_000),
+            _ if ms.is_multiple_of(60_000) => write!(f, "{}/{}m", self.n, ms / 60_000),
+            _ if ms.is_multiple_of(1000) => write!(f, "{}/{}s", self.n, ms / 1000),
             _ => write!(f, "{}/{}ms", self.n, ms),
         }
     }

@@ -35,9 +35,9 @@ impl Queue {
             let keys = self.keys(p);
             let meta = keys.meta();
             let mut set = redis::cmd("HSET");
-            set.arg(&meta);
+            set.arg(meta);
             let mut del = redis::cmd("HDEL");
-            del.arg(&meta);
+            del.arg(meta);
             let (mut sets, mut dels) = (0, 0);
             let mut field = |name: &str, v: Option<String>| match v {
                 Some(v) => {
