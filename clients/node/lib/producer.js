@@ -10,6 +10,7 @@ const path = require('node:path');
 const zlib = require('node:zlib');
 const { RESP_TYPES } = require('redis');
 const { InvalidInput, encodeJob, encodeWhen, validateId, validatePrefix, validateTopic } = require('./validate');
+const { Schedules } = require('./schedules');
 
 const DEFAULT_PREFIX = 'punctual';
 const DEFAULT_MAX_PAYLOAD = 64 * 1024;
@@ -18,6 +19,8 @@ const MAX_PARTITIONS = 1024;
 // Rounds of routing anew after the script refuses a stale partition count.
 const STALE_ROUNDS = 5;
 const KEYS = ['pool', 'ready', 'running', 'dead', 'jobs', 'meta', 'stats', 'seq', 'attempts'];
+// Status 4 ("fired before") comes only with the fired key, which only
+// punctual's schedule firer passes: here it is unknown, hence an error.
 const STATUS = { 0: 'duplicate', 1: 'created', 2: 'replaced', 3: 'dead' };
 
 /** The name of an enqueue status; an unknown one is an error, never taken for "created". */
@@ -110,6 +113,22 @@ function groupJobs(topic, k, pending, encoded) {
 
 const text = (v) => (Buffer.isBuffer(v) ? v.toString() : String(v));
 
+/**
+ * The options part of a record's first field as `get` returns it
+ * (`;e<deadline base 36>;t<ms>;g<group>`, or ''; an older get script
+ * returns none): {expiresAtMs, timeoutMs, group}, null where not set.
+ */
+function parseOptions(s) {
+  const out = { expiresAtMs: null, timeoutMs: null, group: null };
+  for (const part of s.split(';').slice(1)) {
+    const [letter, value] = [part.slice(0, 1), part.slice(1)];
+    if (letter === 'e' && /^[0-9a-z]+$/.test(value)) out.expiresAtMs = parseInt(value, 36);
+    else if (letter === 't' && /^[0-9]+$/.test(value)) out.timeoutMs = Number(value);
+    else if (letter === 'g' && value !== '') out.group = value;
+  }
+  return out;
+}
+
 class Producer {
   /**
    * @param client a connected client of the `redis` package (createClient or
@@ -131,6 +150,7 @@ class Producer {
     }
     this.registered = new Set();
     this.partitionCache = new Map();
+    this.schedules = new Schedules(client, prefix, maxPayload);
   }
 
   /** The nine keys of one topic (or partition `T#i`), in script order. */
@@ -176,7 +196,12 @@ class Producer {
   /**
    * Enqueues one job: due now, `delayMs` after Redis gets it, or `at` (a
    * Date or epoch ms, Redis clock). Options: id (default: generated),
-   * delayMs, at, maxAttempts, backoffMs (array of ms), replace.
+   * delayMs, at, maxAttempts, backoffMs (array of ms), replace, and the
+   * per-job options (docs/PROTOCOL.md, "Per-job options"): expireMs (1 ms
+   * to ten years: the job may start only until its due time plus this,
+   * later it goes to dead unrun), timeoutMs (same range: the handler
+   * timeout for this job instead of the topic's), group (1 to 64 bytes of
+   * [A-Za-z0-9_.@-]: the group it is served fairly in).
    * @returns {Promise<{id: string, status: 'created'|'duplicate'|'replaced'|'dead'}>}
    */
   async enqueue(topic, payload, { replace = false, ...options } = {}) {
@@ -268,7 +293,8 @@ class Producer {
    * One job by id, or null when no such job is live: {id, state, attempts,
    * maxAttempts, dueMs, createdMs, stateSinceMs (lease deadline when running,
    * time of death when dead, else null), lastError (null if none), payload
-   * (Buffer), nowMs (Redis's clock)}.
+   * (Buffer), nowMs (Redis's clock), and the per-job options: expiresAtMs
+   * (the expiry deadline), timeoutMs, group (null when not set)}.
    */
   async get(topic, id) {
     validateTopic(topic);
@@ -288,6 +314,7 @@ class Producer {
       lastError: err === '' ? null : err,
       payload: Buffer.isBuffer(r[9]) ? r[9] : Buffer.from(String(r[9])),
       nowMs: Number(r[10]),
+      ...parseOptions(r.length > 11 && r[11] != null ? text(r[11]) : ''),
     };
   }
 
@@ -311,6 +338,46 @@ class Producer {
     const r = await this.call('reschedule', await this.route(topic, id), [id, w]);
     return r == null ? null : text(r[0]);
   }
+
+  // ---- schedules (docs/PROTOCOL.md, "Schedules") ----------------------
+
+  /**
+   * Adds or replaces the schedule `name` of `topic` (not a partition);
+   * resolves to it as stored. `spec`: exactly one of `cron` (5 fields, or 6
+   * with seconds first; its syntax is checked by `punctual serve`, which
+   * fires it) with `tz` (an IANA zone, default UTC) and `everyMs` (at
+   * least 1000); `payload` (text, default ''); maxAttempts, expireMs,
+   * timeoutMs, group (as for enqueue); `catchUp` ('all', 'latest' (default),
+   * 'skip', or 'spread' with `spreadMs`); `paused` (default false). Each
+   * occurrence is a job with id `<name>@<occurrence ms>`. A schedule added
+   * again keeps its creation time. This client fires nothing.
+   */
+  async scheduleAdd(topic, name, spec = {}) {
+    return this.schedules.add(topic, name, spec);
+  }
+
+  /** The schedules of `topic` as stored, by name ({name, unreadable} for an entry that is not JSON). */
+  async scheduleList(topic) {
+    return this.schedules.list(topic);
+  }
+
+  /**
+   * Removes a schedule (and its watermark); false when there was none.
+   * Occurrences already enqueued stay: cancel them by id (`<name>@<ms>`).
+   */
+  async scheduleRemove(topic, name) {
+    return this.schedules.remove(topic, name);
+  }
+
+  /** Pauses a schedule: it fires nothing until resumed. False when there is none. */
+  async schedulePause(topic, name) {
+    return this.schedules.setPaused(topic, name, true);
+  }
+
+  /** Resumes a schedule (the firer applies its catch-up policy to what was missed). False when there is none. */
+  async scheduleResume(topic, name) {
+    return this.schedules.setPaused(topic, name, false);
+  }
 }
 
-module.exports = { Producer, PartialBatch, crc32, partitionOf, generateId, DEFAULT_PREFIX, DEFAULT_MAX_PAYLOAD };
+module.exports = { Producer, PartialBatch, parseOptions, crc32, partitionOf, generateId, DEFAULT_PREFIX, DEFAULT_MAX_PAYLOAD };

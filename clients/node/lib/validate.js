@@ -6,6 +6,7 @@ const MAX_TOPIC_LEN = 100;
 const MAX_ID_LEN = 200;
 const MAX_DELAY_MS = 315360000000; // ten years
 const MAX_ATTEMPTS = 10000;
+const MAX_GROUP_LEN = 64;
 
 /** Bad input (topic, id, payload, delay, option): nothing was written. */
 class InvalidInput extends Error {
@@ -128,9 +129,55 @@ function encodeWhen({ delayMs, at } = {}) {
   return `d${delayMs}`;
 }
 
-const JOB_FIELDS = ['payload', 'id', 'delayMs', 'at', 'maxAttempts', 'backoffMs'];
+/** An expiry or a timeout: whole ms (rounded up), 1 ms to ten years. */
+function windowMs(what, article, given) {
+  const ms = wholeMs(given);
+  if (ms === null) throw new InvalidInput(`invalid ${what} ${String(given)}: give milliseconds as a number`);
+  if (ms < 1 || ms > MAX_DELAY_MS) {
+    throw new InvalidInput(`invalid ${what} ${ms}ms: ${article} ${what} is at least 1 ms and at most ten years`);
+  }
+  return ms;
+}
 
-/** Checks one job; returns [id or null, payload Buffer, when, max attempts, backoff]. */
+/** A group name: 1 to 64 bytes of [A-Za-z0-9_.@-]. */
+function validateGroup(group) {
+  if (typeof group !== 'string') throw new InvalidInput(`invalid group ${String(group)}: give a string`);
+  if (!/^[A-Za-z0-9_.@-]{1,64}$/.test(group)) {
+    throw new InvalidInput(
+      `invalid group ${quote(group)}: a group is 1 to ${MAX_GROUP_LEN} bytes of ASCII letters, digits, _ . @ -`,
+    );
+  }
+}
+
+/**
+ * The enqueue script's "max attempts" argument with the per-job options
+ * (docs/PROTOCOL.md, "Per-job options"): `<max>;x<ms>;t<ms>;g<group>`, each
+ * part only when given; '' for none.
+ */
+function encodeOptions({ maxAttempts, expireMs, timeoutMs, group } = {}) {
+  let out = '';
+  if (maxAttempts != null) {
+    const m = maxAttempts;
+    if (!Number.isSafeInteger(m)) {
+      throw new InvalidInput(`invalid max attempts ${String(m)}: give an integer from 1 to ${MAX_ATTEMPTS}`);
+    }
+    if (m < 1 || m > MAX_ATTEMPTS) {
+      throw new InvalidInput(`invalid max attempts ${m}: max attempts must be at least 1 and at most ${MAX_ATTEMPTS}`);
+    }
+    out = String(m);
+  }
+  if (expireMs != null) out += `;x${windowMs('expiry', 'an', expireMs)}`;
+  if (timeoutMs != null) out += `;t${windowMs('timeout', 'a', timeoutMs)}`;
+  if (group != null) {
+    validateGroup(group);
+    out += `;g${group}`;
+  }
+  return out;
+}
+
+const JOB_FIELDS = ['payload', 'id', 'delayMs', 'at', 'maxAttempts', 'backoffMs', 'expireMs', 'timeoutMs', 'group'];
+
+/** Checks one job; returns [id or null, payload Buffer, when, max attempts and options, backoff]. */
 function encodeJob(job, maxPayload) {
   for (const k of Object.keys(job)) {
     if (!JOB_FIELDS.includes(k)) {
@@ -139,17 +186,7 @@ function encodeJob(job, maxPayload) {
   }
   const id = job.id ?? null;
   if (id !== null) validateId(id);
-  let max = '';
-  if (job.maxAttempts != null) {
-    const m = job.maxAttempts;
-    if (!Number.isSafeInteger(m)) {
-      throw new InvalidInput(`invalid max attempts ${String(m)}: give an integer from 1 to ${MAX_ATTEMPTS}`);
-    }
-    if (m < 1 || m > MAX_ATTEMPTS) {
-      throw new InvalidInput(`invalid max attempts ${m}: max attempts must be at least 1 and at most ${MAX_ATTEMPTS}`);
-    }
-    max = String(m);
-  }
+  const max = encodeOptions(job);
   let backoff = '';
   if (job.backoffMs != null) {
     if (!Array.isArray(job.backoffMs)) throw new InvalidInput('backoff must be a list of delays in milliseconds');
@@ -189,6 +226,9 @@ module.exports = {
   validateTopic,
   validateId,
   validatePrefix,
+  validateGroup,
+  wholeMs,
   encodeWhen,
+  encodeOptions,
   encodeJob,
 };

@@ -1,7 +1,8 @@
 'use strict';
 // Enqueues jobs through the Node producer for the end-to-end tests.
 // Usage: node e2e_produce.js TOPIC < jobs, one JSON object per line
-// ({"payload"|"payload_hex", "id", "delay_ms", "max_attempts"}); prints one
+// ({"payload"|"payload_hex", "id", "delay_ms", "at_ms", "max_attempts",
+// "expire_ms", "timeout_ms", "group"}); prints one
 // JSON line per job: {"id", "status"}. With PUNCTUAL_TEST_CLUSTER_URLS
 // (comma-separated), it talks to a Redis Cluster.
 
@@ -24,6 +25,10 @@ async function main() {
     if (s.id != null) job.id = s.id;
     if (s.delay_ms != null) job.delayMs = s.delay_ms;
     if (s.max_attempts != null) job.maxAttempts = s.max_attempts;
+    if (s.at_ms != null) job.at = s.at_ms;
+    if (s.expire_ms != null) job.expireMs = s.expire_ms;
+    if (s.timeout_ms != null) job.timeoutMs = s.timeout_ms;
+    if (s.group != null) job.group = s.group;
     jobs.push(job);
   }
   let out;

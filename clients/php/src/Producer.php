@@ -25,6 +25,10 @@ final class Producer
     /** Rounds of routing anew after the script refuses a stale partition count. */
     private const STALE_ROUNDS = 5;
     private const KEYS = ['pool', 'ready', 'running', 'dead', 'jobs', 'meta', 'stats', 'seq', 'attempts'];
+    /**
+     * Status 4 ("fired before") comes only with the fired key, which only
+     * punctual's schedule firer passes: here it is unknown, hence an error.
+     */
     private const STATUS = [0 => 'duplicate', 1 => 'created', 2 => 'replaced', 3 => 'dead'];
     private const DIGITS = '0123456789abcdefghijklmnopqrstuvwxyz';
 
@@ -34,6 +38,7 @@ final class Producer
     private array $registered = [];
     /** @var array<string, array{0: int, 1: float}> */
     private array $partitions = [];
+    private ?Schedules $schedules = null;
 
     /**
      * @param \Redis|\RedisCluster $redis connected, with phpredis' default
@@ -204,7 +209,12 @@ final class Producer
      * 'at_ms' (epoch ms, Redis clock). Options: 'id' (default: generated),
      * 'delay_ms', 'at_ms', 'max_attempts', 'backoff_ms' (list of ms),
      * 'replace' (replace a live job of that id instead of reporting a
-     * duplicate).
+     * duplicate), and the per-job options (docs/PROTOCOL.md, "Per-job
+     * options"): 'expire_ms' (1 ms to ten years: the job may start only
+     * until its due time plus this, later it goes to dead unrun),
+     * 'timeout_ms' (same range: the handler timeout for this job instead of
+     * the topic's), 'group' (1 to 64 bytes of [A-Za-z0-9_.@-]: the group it
+     * is served fairly in).
      *
      * @param array<string, mixed> $options
      * @return array{id: string, status: string} status: created, duplicate, replaced
@@ -319,7 +329,9 @@ final class Producer
      * (pool, ready, running, dead; orphan: a broken invariant), attempts,
      * max_attempts, due_ms, created_ms, state_since_ms (lease deadline when
      * running, time of death when dead, else null), last_error (null if
-     * none), payload, now_ms (Redis's clock).
+     * none), payload, now_ms (Redis's clock), and the per-job options:
+     * expires_at_ms (the expiry deadline), timeout_ms, group (null when not
+     * set, or when the get script is older than options).
      *
      * @return array<string, mixed>|null
      */
@@ -344,7 +356,31 @@ final class Producer
             'last_error' => $err === '' ? null : $err,
             'payload' => (string) $r[9],
             'now_ms' => (int) $r[10],
-        ];
+        ] + self::parseOptions(isset($r[11]) && is_string($r[11]) ? $r[11] : '');
+    }
+
+    /**
+     * The options part of a record's first field as `get` returns it
+     * (`;e<deadline base 36>;t<ms>;g<group>`, or ''): expires_at_ms,
+     * timeout_ms, group, null where not set.
+     *
+     * @return array{expires_at_ms: ?int, timeout_ms: ?int, group: ?string}
+     */
+    public static function parseOptions(string $text): array
+    {
+        $out = ['expires_at_ms' => null, 'timeout_ms' => null, 'group' => null];
+        foreach (array_slice(explode(';', $text), 1) as $part) {
+            $letter = substr($part, 0, 1);
+            $value = substr($part, 1);
+            if ($letter === 'e' && preg_match('/^[0-9a-z]+$/D', $value) === 1) {
+                $out['expires_at_ms'] = intval($value, 36);
+            } elseif ($letter === 't' && ctype_digit($value)) {
+                $out['timeout_ms'] = (int) $value;
+            } elseif ($letter === 'g' && $value !== '') {
+                $out['group'] = $value;
+            }
+        }
+        return $out;
     }
 
     /** Cancels a job in any state: the state it was in, or null when it was not live. */
@@ -370,5 +406,64 @@ final class Producer
         $w = Validate::when($when['delay_ms'] ?? null, $when['at_ms'] ?? null);
         $r = $this->call('reschedule', $this->route($topic, $id), [$id, $w]);
         return is_array($r) ? (string) $r[0] : null;
+    }
+
+    // ---- schedules (docs/PROTOCOL.md, "Schedules") ----------------------
+
+    private function schedules(): Schedules
+    {
+        return $this->schedules ??= new Schedules($this->redis, $this->prefix, $this->maxPayload);
+    }
+
+    /**
+     * Adds or replaces the schedule $name of $topic (not a partition);
+     * returns it as stored. $spec: exactly one of 'cron' (5 fields, or 6
+     * with seconds first; its syntax is checked by `punctual serve`, which
+     * fires it) with 'tz' (an IANA zone, default UTC) and 'every_ms' (at
+     * least 1000); 'payload' (UTF-8 text, default ''); 'max_attempts',
+     * 'expire_ms', 'timeout_ms', 'group' (as for enqueue); 'catch_up'
+     * ('all', 'latest' (default), 'skip', or 'spread' with 'spread_ms');
+     * 'paused' (default false). Each occurrence is a job with id
+     * `<name>@<occurrence ms>`. A schedule added again keeps its creation
+     * time. This client fires nothing.
+     *
+     * @param array<string, mixed> $spec
+     * @return array<string, mixed>
+     */
+    public function scheduleAdd(string $topic, string $name, array $spec): array
+    {
+        return $this->schedules()->add($topic, $name, $spec);
+    }
+
+    /**
+     * The schedules of $topic as stored, by name (['name', 'unreadable'] for
+     * an entry that is not a JSON object).
+     *
+     * @return list<array<string, mixed>>
+     */
+    public function scheduleList(string $topic): array
+    {
+        return $this->schedules()->list($topic);
+    }
+
+    /**
+     * Removes a schedule (and its watermark); false when there was none.
+     * Occurrences already enqueued stay: cancel them by id (`<name>@<ms>`).
+     */
+    public function scheduleRemove(string $topic, string $name): bool
+    {
+        return $this->schedules()->remove($topic, $name);
+    }
+
+    /** Pauses a schedule: it fires nothing until resumed. False when there is none. */
+    public function schedulePause(string $topic, string $name): bool
+    {
+        return $this->schedules()->setPaused($topic, $name, true);
+    }
+
+    /** Resumes a schedule (the firer applies its catch-up policy to what was missed). False when there is none. */
+    public function scheduleResume(string $topic, string $name): bool
+    {
+        return $this->schedules()->setPaused($topic, $name, false);
     }
 }

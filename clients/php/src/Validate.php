@@ -16,6 +16,7 @@ final class Validate
     public const MAX_ID_LEN = 200;
     public const MAX_DELAY_MS = 315360000000; // ten years
     public const MAX_ATTEMPTS = 10000;
+    public const MAX_GROUP_LEN = 64;
 
     /**
      * Characters that show nothing or reorder text (bidi controls and
@@ -141,7 +142,7 @@ final class Validate
      * up (1.5 -> 2, so a job is never due early), else null. The scripts take
      * plain decimal digits only, so "1.5E+3" or "60000.0" never reach Redis.
      */
-    private static function wholeMs(mixed $v): ?int
+    public static function wholeMs(mixed $v): ?int
     {
         if (is_int($v)) {
             return $v;
@@ -186,15 +187,72 @@ final class Validate
         return 'd' . $delayMs;
     }
 
+    /** An expiry or a timeout: whole ms (rounded up), 1 ms to ten years. */
+    private static function windowMs(string $what, string $article, mixed $given): int
+    {
+        $ms = self::wholeMs($given);
+        if ($ms === null) {
+            throw new InvalidInput(sprintf('invalid %s %s: give milliseconds as a number', $what, var_export($given, true)));
+        }
+        if ($ms < 1 || $ms > self::MAX_DELAY_MS) {
+            throw new InvalidInput(sprintf('invalid %s %dms: %s %s is at least 1 ms and at most ten years', $what, $ms, $article, $what));
+        }
+        return $ms;
+    }
+
+    /** A group name: 1 to 64 bytes of [A-Za-z0-9_.@-]. */
+    public static function group(mixed $group): void
+    {
+        if (!is_string($group)) {
+            throw new InvalidInput(sprintf('invalid group %s: give a string', var_export($group, true)));
+        }
+        if (preg_match('/^[A-Za-z0-9_.@-]{1,64}$/D', $group) !== 1) {
+            throw new InvalidInput(sprintf('invalid group %s: a group is 1 to %d bytes of ASCII letters, digits, _ . @ -', self::quote($group), self::MAX_GROUP_LEN));
+        }
+    }
+
     /**
-     * Checks one job; returns [id or '', payload, when, max attempts, backoff].
+     * The enqueue script's "max attempts" argument with the per-job options
+     * (docs/PROTOCOL.md, "Per-job options"): `<max>;x<ms>;t<ms>;g<group>`,
+     * each part only when given; '' for none.
+     *
+     * @param array<string, mixed> $o max_attempts, expire_ms, timeout_ms, group
+     */
+    public static function options(array $o): string
+    {
+        $out = '';
+        $max = $o['max_attempts'] ?? null;
+        if ($max !== null) {
+            if (!is_int($max)) {
+                throw new InvalidInput(sprintf('invalid max attempts %s: give an integer from 1 to %d', var_export($max, true), self::MAX_ATTEMPTS));
+            }
+            if ($max < 1 || $max > self::MAX_ATTEMPTS) {
+                throw new InvalidInput(sprintf('invalid max attempts %d: max attempts must be at least 1 and at most %d', $max, self::MAX_ATTEMPTS));
+            }
+            $out = (string) $max;
+        }
+        if (($o['expire_ms'] ?? null) !== null) {
+            $out .= ';x' . self::windowMs('expiry', 'an', $o['expire_ms']);
+        }
+        if (($o['timeout_ms'] ?? null) !== null) {
+            $out .= ';t' . self::windowMs('timeout', 'a', $o['timeout_ms']);
+        }
+        if (($o['group'] ?? null) !== null) {
+            self::group($o['group']);
+            $out .= ';g' . $o['group'];
+        }
+        return $out;
+    }
+
+    /**
+     * Checks one job; returns [id or '', payload, when, max attempts and options, backoff].
      *
      * @param array<string, mixed> $job
      * @return array{0: ?string, 1: string, 2: string, 3: string, 4: string}
      */
     public static function job(array $job, int $maxPayload): array
     {
-        $known = ['payload', 'id', 'delay_ms', 'at_ms', 'max_attempts', 'backoff_ms'];
+        $known = ['payload', 'id', 'delay_ms', 'at_ms', 'max_attempts', 'backoff_ms', 'expire_ms', 'timeout_ms', 'group'];
         foreach (array_keys($job) as $k) {
             if (!in_array($k, $known, true)) {
                 throw new InvalidInput(sprintf('unknown job field %s; the fields are: %s', var_export($k, true), implode(', ', $known)));
@@ -207,15 +265,7 @@ final class Validate
             }
             self::id($id);
         }
-        $max = $job['max_attempts'] ?? null;
-        if ($max !== null) {
-            if (!is_int($max)) {
-                throw new InvalidInput(sprintf('invalid max attempts %s: give an integer from 1 to %d', var_export($max, true), self::MAX_ATTEMPTS));
-            }
-            if ($max < 1 || $max > self::MAX_ATTEMPTS) {
-                throw new InvalidInput(sprintf('invalid max attempts %d: max attempts must be at least 1 and at most %d', $max, self::MAX_ATTEMPTS));
-            }
-        }
+        $max = self::options($job);
         $backoff = '';
         if (isset($job['backoff_ms'])) {
             if (!is_array($job['backoff_ms'])) {
@@ -249,6 +299,6 @@ final class Validate
                 $maxPayload,
             ));
         }
-        return [$id, $payload, $when, $max === null ? '' : (string) $max, $backoff];
+        return [$id, $payload, $when, $max, $backoff];
     }
 }

@@ -2,7 +2,8 @@
 
 // Enqueues jobs through the PHP producer for the end-to-end tests.
 // Usage: php e2e_produce.php TOPIC < jobs, one JSON object per line
-// ({"payload"|"payload_hex", "id", "delay_ms", "max_attempts"}); prints one
+// ({"payload"|"payload_hex", "id", "delay_ms", "max_attempts", or any other
+// job field: at_ms, expire_ms, timeout_ms, group}); prints one
 // JSON line per job: {"id", "status"}. With PUNCTUAL_TEST_CLUSTER_URLS
 // (comma-separated), it talks to a Redis Cluster.
 

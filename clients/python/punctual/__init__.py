@@ -15,22 +15,26 @@ resident handler loop of ``punctual serve`` (docs/RESIDENT.md).
 from .producer import (
     DEFAULT_MAX_PAYLOAD,
     DEFAULT_PREFIX,
+    Duration,
     Enqueued,
     InvalidInput,
     JobInfo,
     NewJob,
     PartialBatch,
     Producer,
+    encode_options,
     generate_id,
     partition_of,
+    validate_group,
     validate_id,
     validate_topic,
 )
 from .worker import Dead, Job, Retry, Worker, once_key, run, run_async
 
 __all__ = [
-    "DEFAULT_MAX_PAYLOAD", "DEFAULT_PREFIX", "Dead", "Enqueued", "InvalidInput", "Job",
-    "JobInfo", "NewJob", "PartialBatch", "Producer", "Retry", "Worker", "generate_id",
-    "once_key", "partition_of", "run", "run_async", "validate_id", "validate_topic",
+    "DEFAULT_MAX_PAYLOAD", "DEFAULT_PREFIX", "Dead", "Duration", "Enqueued", "InvalidInput", "Job",
+    "JobInfo", "NewJob", "PartialBatch", "Producer", "Retry", "Worker", "encode_options",
+    "generate_id", "once_key", "partition_of", "run", "run_async", "validate_group", "validate_id",
+    "validate_topic",
 ]
 __version__ = "0.1.0"

@@ -16,6 +16,7 @@ import time
 import unicodedata
 import zlib
 from dataclasses import dataclass
+from datetime import timedelta
 from importlib import resources
 from typing import Any, Iterable, Optional, Union
 
@@ -29,9 +30,12 @@ MAX_BATCH = 1000
 MAX_DELAY_MS = 10 * 365 * 24 * 3600 * 1000
 MAX_ATTEMPTS = 10_000
 MAX_PARTITIONS = 1024
+MAX_GROUP_LEN = 64
 # Rounds of routing anew after the script refuses a stale partition count.
 STALE_ROUNDS = 5
 _KEYS = ("pool", "ready", "running", "dead", "jobs", "meta", "stats", "seq", "attempts")
+# Status 4 ("fired before") comes only with the fired key, which only
+# punctual's schedule firer passes: here it is unknown, hence an error.
 _STATUS = {0: "duplicate", 1: "created", 2: "replaced", 3: "dead"}
 
 
@@ -45,6 +49,7 @@ def _status(code) -> str:
 _DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
 
 Payload = Union[bytes, str]
+Duration = Union[int, float, timedelta]
 
 
 class InvalidInput(ValueError):
@@ -76,6 +81,9 @@ class NewJob:
     at_ms: Optional[int] = None
     max_attempts: Optional[int] = None
     backoff_ms: Optional[Iterable[int]] = None
+    expire_ms: Optional[Duration] = None
+    timeout_ms: Optional[Duration] = None
+    group: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -114,6 +122,27 @@ class JobInfo:
     last_error: Optional[str]
     payload: bytes
     now_ms: int
+    # Per-job options (docs/PROTOCOL.md, "Per-job options"); None when the
+    # job has none, or the get script is older than options.
+    expires_at_ms: Optional[int] = None  # the expiry deadline: may start only until then
+    timeout_ms: Optional[int] = None
+    group: Optional[str] = None
+
+
+def parse_options(text: str) -> dict:
+    """The options part of a record's first field as ``get`` returns it
+    (``;e<deadline base 36>;t<ms>;g<group>``, or ``""``): a dict of
+    ``expires_at_ms``, ``timeout_ms``, ``group`` (only those present)."""
+    out: dict = {}
+    for part in text.split(";")[1:]:
+        letter, value = part[:1], part[1:]
+        if letter == "e" and value.isalnum():
+            out["expires_at_ms"] = int(value, 36)
+        elif letter == "t" and value.isdigit():
+            out["timeout_ms"] = int(value)
+        elif letter == "g" and value:
+            out["group"] = value
+    return out
 
 
 def debug_quote(s: str) -> str:
@@ -258,18 +287,70 @@ def encode_when(delay_ms: Optional[int], at_ms: Optional[int]) -> str:
     return f"d{delay_ms}"
 
 
-def _encode_job(job: NewJob, max_payload: int) -> tuple:
-    """Checks one job; returns (payload bytes, when, max attempts, backoff)."""
-    if job.id is not None:
-        validate_id(job.id)
-    if job.max_attempts is not None:
-        m = job.max_attempts
+def _duration_ms(what: str, v: Any) -> int:
+    """A duration as whole ms: ms as a number (a float rounded up) or a
+    ``timedelta`` (rounded up to the ms)."""
+    if isinstance(v, timedelta):
+        return -(-v // timedelta(milliseconds=1))
+    ms = _ms(v)
+    if ms is None:
+        raise InvalidInput(f"invalid {what} {v!r}: give milliseconds as a number or a timedelta")
+    return ms
+
+
+def _window_ms(what: str, article: str, v: Any) -> int:
+    """An expiry or timeout: 1 ms to ten years."""
+    ms = _duration_ms(what, v)
+    if ms < 1 or ms > MAX_DELAY_MS:
+        raise InvalidInput(f"invalid {what} {ms}ms: {article} {what} is at least 1 ms and at most ten years")
+    return ms
+
+
+_GROUP_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.@-")
+
+
+def validate_group(group: str) -> None:
+    """1 to 64 bytes of ``[A-Za-z0-9_.@-]``."""
+    if not isinstance(group, str):
+        raise InvalidInput(f"invalid group {group!r}: give a string")
+    if not (1 <= len(group) <= MAX_GROUP_LEN) or not set(group) <= _GROUP_CHARS:
+        raise InvalidInput(
+            f"invalid group {debug_quote(group)}: a group is 1 to {MAX_GROUP_LEN} bytes of ASCII "
+            "letters, digits, _ . @ -"
+        )
+
+
+def encode_options(max_attempts: Optional[int] = None, expire_ms: Optional[Duration] = None,
+                   timeout_ms: Optional[Duration] = None, group: Optional[str] = None) -> str:
+    """The enqueue script's "max attempts" argument with the per-job options
+    (docs/PROTOCOL.md, "Per-job options"): ``<max>;x<ms>;t<ms>;g<group>``,
+    each part only when given; ``""`` for none."""
+    out = ""
+    if max_attempts is not None:
+        m = max_attempts
         if not _int(m):
             raise InvalidInput(f"invalid max attempts {m!r}: give an integer from 1 to {MAX_ATTEMPTS}")
         if m < 1 or m > MAX_ATTEMPTS:
             raise InvalidInput(
                 f"invalid max attempts {m}: max attempts must be at least 1 and at most {MAX_ATTEMPTS}"
             )
+        out = str(m)
+    if expire_ms is not None:
+        out += f";x{_window_ms('expiry', 'an', expire_ms)}"
+    if timeout_ms is not None:
+        out += f";t{_window_ms('timeout', 'a', timeout_ms)}"
+    if group is not None:
+        validate_group(group)
+        out += f";g{group}"
+    return out
+
+
+def _encode_job(job: NewJob, max_payload: int) -> tuple:
+    """Checks one job; returns (payload bytes, when, max attempts and
+    options, backoff)."""
+    if job.id is not None:
+        validate_id(job.id)
+    max_attempts = encode_options(job.max_attempts, job.expire_ms, job.timeout_ms, job.group)
     backoff = ""
     if job.backoff_ms is not None:
         if isinstance(job.backoff_ms, (str, bytes)) or not hasattr(job.backoff_ms, "__iter__"):
@@ -300,7 +381,6 @@ def _encode_job(job: NewJob, max_payload: int) -> tuple:
             f"payload is {len(payload)} bytes, over the {max_payload}-byte limit "
             "(raise max_payload or store the data elsewhere and enqueue a reference)"
         )
-    max_attempts = "" if job.max_attempts is None else str(job.max_attempts)
     return payload, when, max_attempts, backoff
 
 
@@ -363,6 +443,8 @@ class Producer:
         self._scripts = {n: _Script(n) for n in ("enqueue", "get", "cancel", "reschedule")}
         self._registered: set = set()
         self._partitions: dict = {}
+        from .schedules import Schedules
+        self._schedules = Schedules(self)
 
     # ---- plumbing -------------------------------------------------------
 
@@ -439,13 +521,23 @@ class Producer:
         at_ms: Optional[int] = None,
         max_attempts: Optional[int] = None,
         backoff_ms: Optional[Iterable[int]] = None,
+        expire_ms: Optional[Duration] = None,
+        timeout_ms: Optional[Duration] = None,
+        group: Optional[str] = None,
         replace: bool = False,
     ) -> Enqueued:
         """Enqueues one job, due now, ``delay_ms`` after Redis gets it, or
         at ``at_ms`` (epoch ms, Redis clock). Without ``id`` one is generated.
         ``replace`` replaces a live job of that id instead of reporting a
-        duplicate."""
-        job = NewJob(payload, id, delay_ms, at_ms, max_attempts, backoff_ms)
+        duplicate.
+
+        Per-job options (docs/PROTOCOL.md, "Per-job options"): ``expire_ms``
+        (ms or a ``timedelta``, 1 ms to ten years): the job may start only
+        until its due time plus this, later it goes to dead unrun;
+        ``timeout_ms`` (same range): the handler timeout for this job instead
+        of the topic's; ``group`` (1 to 64 bytes of ``[A-Za-z0-9_.@-]``): the
+        group the job is served fairly in."""
+        job = NewJob(payload, id, delay_ms, at_ms, max_attempts, backoff_ms, expire_ms, timeout_ms, group)
         return self.enqueue_batch(topic, [job], replace=replace)[0]
 
     def enqueue_batch(self, topic: str, jobs: Iterable, *, replace: bool = False) -> list:
@@ -532,6 +624,7 @@ class Producer:
             due_ms=int(r[5]), created_ms=int(r[6]),
             state_since_ms=int(r[1]) if state in ("running", "dead") else None,
             last_error=err or None, payload=_bytes(r[9]), now_ms=int(r[10]),
+            **(parse_options(_text(r[11])) if len(r) > 11 and r[11] else {}),
         )
 
     def cancel(self, topic: str, job_id: str) -> Optional[str]:
@@ -552,3 +645,47 @@ class Producer:
         when = encode_when(delay_ms, at_ms)
         r = self._call("reschedule", self._route(topic, job_id), job_id, when)
         return None if r is None else _text(r[0])
+
+    # ---- schedules (docs/PROTOCOL.md, "Schedules") ------------------------
+
+    def schedule_add(self, topic: str, name: str, *, cron: Optional[str] = None,
+                     every_ms: Optional[Duration] = None, tz: Optional[str] = None,
+                     payload: Payload = "", max_attempts: Optional[int] = None,
+                     expire_ms: Optional[Duration] = None, timeout_ms: Optional[Duration] = None,
+                     group: Optional[str] = None, catch_up: str = "latest",
+                     spread_ms: Optional[Duration] = None, paused: bool = False) -> dict:
+        """Adds or replaces the schedule ``name`` of ``topic`` (not a
+        partition) and returns it as stored. Exactly one of ``cron`` (5
+        fields, or 6 with seconds first; its syntax is checked by ``punctual
+        serve``, which fires it) in ``tz`` (an IANA zone, default UTC) and
+        ``every_ms`` (ms or a ``timedelta``, at least 1 s). Each occurrence
+        is a job with id ``<name>@<occurrence ms>``, ``payload`` (text) and
+        the per-job options of :meth:`enqueue`. ``catch_up`` says what
+        happens to occurrences missed while no firer ran: ``all``,
+        ``latest`` (default), ``skip`` or ``spread`` (over ``spread_ms``).
+        A schedule added again keeps its creation time. This client fires
+        nothing: ``punctual serve`` does."""
+        return self._schedules.add(
+            topic, name, cron=cron, every_ms=every_ms, tz=tz, payload=payload,
+            max_attempts=max_attempts, expire_ms=expire_ms, timeout_ms=timeout_ms, group=group,
+            catch_up=catch_up, spread_ms=spread_ms, paused=paused)
+
+    def schedule_list(self, topic: str) -> list:
+        """The schedules of ``topic`` as stored (dicts), by name. An entry
+        that is not a JSON object comes as ``{"name", "unreadable"}``."""
+        return self._schedules.list(topic)
+
+    def schedule_remove(self, topic: str, name: str) -> bool:
+        """Removes a schedule (and its watermark); False when there was none.
+        Occurrences already enqueued stay: cancel them by id
+        (``<name>@<ms>``) if they must not run."""
+        return self._schedules.remove(topic, name)
+
+    def schedule_pause(self, topic: str, name: str) -> bool:
+        """Pauses a schedule: it fires nothing until resumed. False when there is none."""
+        return self._schedules.set_paused(topic, name, True)
+
+    def schedule_resume(self, topic: str, name: str) -> bool:
+        """Resumes a schedule; the firer applies its catch-up policy to the
+        occurrences missed while paused. False when there is none."""
+        return self._schedules.set_paused(topic, name, False)

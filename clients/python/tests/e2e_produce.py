@@ -1,7 +1,8 @@
 """Enqueues jobs through the Python producer for the end-to-end tests.
 
 Usage: e2e_produce.py TOPIC < jobs, one JSON object per line:
-{"payload": "...", "payload_hex": "...", "id": ..., "delay_ms": ..., "max_attempts": ...}
+{"payload": "...", "payload_hex": "...", "id": ..., "delay_ms": ..., "max_attempts": ..., and
+any other field of NewJob (at_ms, expire_ms, timeout_ms, group)}
 Prints one JSON line per job: {"id": ..., "status": ...}. With
 PUNCTUAL_TEST_CLUSTER_URLS (comma-separated), it talks to a Redis Cluster. The payloads go
 in one enqueue_batch call (or enqueue, for a single line).
@@ -35,8 +36,9 @@ def main() -> None:
         jobs.append(punctual.NewJob(payload, **spec))
     if len(jobs) == 1:
         j = jobs[0]
-        out = [producer.enqueue(topic, j.payload, id=j.id, delay_ms=j.delay_ms,
-                                max_attempts=j.max_attempts, backoff_ms=j.backoff_ms)]
+        out = [producer.enqueue(topic, j.payload, id=j.id, delay_ms=j.delay_ms, at_ms=j.at_ms,
+                                max_attempts=j.max_attempts, backoff_ms=j.backoff_ms,
+                                expire_ms=j.expire_ms, timeout_ms=j.timeout_ms, group=j.group)]
     else:
         out = producer.enqueue_batch(topic, jobs)
     for e in out:

@@ -74,8 +74,10 @@ pub(crate) enum Command {
     /// POOL, READY, RUNNING and DEAD are the jobs in each state now. NEXT-DUE
     /// is when the next waiting job is due; OLDEST-READY is how long the
     /// oldest due job has waited for a worker (it grows when workers fall
-    /// behind). DONE, RETRIED and DIED count since the topic began. --json
-    /// prints an array with every counter.
+    /// behind). DONE, RETRIED and DIED count since the topic began; EXPIRED
+    /// counts the jobs that died because they could not start within their
+    /// expiry window (push --expire; they are in DIED too). --json prints an
+    /// array with every counter.
     ///
     /// With --history DURATION, per-minute figures of one topic from the
     /// history in Redis (kept 7 days; every host's schedulers and workers
@@ -123,6 +125,12 @@ pub(crate) enum Command {
     /// alike. Changing it is refused while the topic holds jobs; restart
     /// `punctual serve` after a change (or set `partitions` in its config).
     Partitions(crate::admin::partitions::PartitionsArgs),
+
+    /// Manage recurring schedules: cron (with optional seconds, in a time
+    /// zone) or a fixed interval, each occurrence enqueued as an ordinary
+    /// job by every running scheduler of the topic, exactly once.
+    #[command(subcommand, after_help = crate::admin::schedule::EXAMPLES)]
+    Schedule(crate::admin::schedule::ScheduleCommand),
 
     /// List the live punctual processes on every host: supervisors,
     /// workers, schedulers and resident programs, from the registry in
@@ -257,6 +265,7 @@ impl Command {
             | Command::Check(_)
             | Command::Script(_)
             | Command::Partitions(_)
+            | Command::Schedule(_)
             | Command::Audit(_)
             | Command::Import(_)
             | Command::Ps(_)

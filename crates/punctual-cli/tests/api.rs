@@ -1270,3 +1270,31 @@ async fn history_survives_a_restart_of_serve() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enqueue_with_expiry_timeout_and_group() {
+    let redis = redis();
+    let q = Queue::connect(redis.url()).await.unwrap();
+    let api = Server::api(&redis.url(), Some(TOKEN), &[]).await;
+    let jobs = "/api/v1/topics/orders/jobs";
+    // Per-job options: expiry, timeout, group, shown by get.
+    let opts = r#"{"payload": "o", "id": "opts", "delay_ms": 60000, "expire_ms": 5000, "timeout_ms": 250, "group": "acme"}"#;
+    let (status, _) = api.authed("POST", jobs, Some(opts)).await;
+    assert_eq!(status, 201);
+    let (_, v) = api
+        .authed("GET", "/api/v1/topics/orders/jobs/opts", None)
+        .await;
+    let opt_due = v["due_ms"].as_i64().unwrap();
+    assert_eq!(v["deadline_ms"].as_i64(), Some(opt_due + 5000));
+    assert_eq!(
+        (&v["timeout_ms"], &v["group"]),
+        (&json!(250), &json!("acme"))
+    );
+    let lib = q.get("orders", "opts").await.unwrap().unwrap();
+    assert_eq!(lib.group.as_deref(), Some("acme"));
+    let (status, v) = api
+        .authed("POST", jobs, Some(r#"{"payload": "o", "group": "a b"}"#))
+        .await;
+    assert_eq!(status, 400, "{v}");
+    assert!(v.to_string().contains("group"), "{v}");
+}

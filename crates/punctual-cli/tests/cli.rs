@@ -884,3 +884,69 @@ fn stats_history_prints_per_minute_figures_with_gaps() {
     let bad = env.run(&["stats", "orders", "--history", "8d"]);
     assert_ne!(bad.code, 0, "{bad:?}");
 }
+
+#[test]
+fn push_expire_timeout_and_group_are_stored_and_shown() {
+    let env = Env::new();
+    env.push(&[
+        "orders",
+        "x",
+        "--id",
+        "o",
+        "--delay",
+        "10m",
+        "--expire",
+        "1h",
+        "--timeout",
+        "30s",
+        "--group",
+        "acme",
+    ]);
+    let v = env.get("orders", "o");
+    let due = v["due_ms"].as_i64().unwrap();
+    assert_eq!(v["deadline_ms"].as_i64(), Some(due + 3_600_000));
+    assert_eq!(v["timeout_ms"], 30_000);
+    assert_eq!(v["group"], "acme");
+    let text = env.run(&["get", "orders", "o"]).ok().stdout;
+    assert!(text.contains("group:       acme"), "{text}");
+    assert!(text.contains("timeout:     30000 ms"), "{text}");
+    assert!(text.contains("expires:"), "{text}");
+    // A job without options shows none of them.
+    env.push(&["orders", "x", "--id", "plain"]);
+    let v = env.get("orders", "plain");
+    assert!(
+        v.get("group").is_none() && v.get("deadline_ms").is_none(),
+        "{v}"
+    );
+    // Batch lines carry them too; a bad one writes nothing.
+    env.run_stdin(
+        &["push", "orders", "--batch"],
+        "{\"payload\": 1, \"id\": \"b\", \"expire_ms\": 5000, \"timeout_ms\": 7, \"group\": \"g-1\"}\n",
+    )
+    .ok();
+    let v = env.get("orders", "b");
+    assert_eq!(
+        (
+            v["deadline_ms"].as_i64().unwrap() - v["due_ms"].as_i64().unwrap(),
+            &v["timeout_ms"],
+            &v["group"]
+        ),
+        (5000, &Value::from(7), &Value::from("g-1"))
+    );
+    let before = env.dbsize();
+    for args in [
+        &["push", "orders", "x", "--group", "no spaces"][..],
+        &["push", "orders", "x", "--expire", "0s"],
+        &["push", "orders", "x", "--timeout", "11years"],
+    ] {
+        let r = env.run(args);
+        assert_ne!(r.code, 0, "{args:?}: {r:?}");
+        assert!(
+            r.stderr.contains("group")
+                || r.stderr.contains("expiry")
+                || r.stderr.contains("timeout"),
+            "{args:?}: {r:?}"
+        );
+    }
+    assert_eq!(env.dbsize(), before, "refused pushes wrote nothing");
+}

@@ -11,6 +11,10 @@
 //!   replies landing in Redis, junk on stdout, kill -9 of a program mid-job,
 //!   SIGTERM draining;
 //! - the CLI refuses `clients/testdata/invalid.json` with the clients' messages.
+//! - schedules written by each client (`clients/*/tests/e2e_schedule.*`) on a
+//!   Redis Cluster, and fired by `punctual serve`; per-job options enqueued
+//!   through each client reaching serve (these two need the `sched` and
+//!   `opts` work merged).
 //!
 //! A missing interpreter or Redis client skips that language with a loud
 //! message, unless the environment variable `CI` is set: then it fails
@@ -97,7 +101,12 @@ impl Lang {
             Lang::Python | Lang::PythonAsync => cmd.args([
                 "-m", "unittest", "discover", "-v", "-s", "tests", "-t", "tests",
             ]),
-            Lang::Node => cmd.args(["--test", "test/producer.test.js", "test/worker.test.js"]),
+            Lang::Node => cmd.args([
+                "--test",
+                "test/producer.test.js",
+                "test/options.test.js",
+                "test/worker.test.js",
+            ]),
         };
         cmd.current_dir(self.dir());
         cmd
@@ -679,5 +688,293 @@ async fn producers_work_on_a_redis_cluster() {
         }
         assert!(q.check(&hot).await.unwrap().is_empty());
         assert!(q.check(&plain).await.unwrap().is_empty());
+    }
+}
+
+/// Runs schedule operations through the client (`e2e_schedule`: one JSON
+/// object per line on its stdin); returns each op's result.
+fn schedule_ops(lang: Lang, redis: &str, seeds: &str, topic: &str, ops: &[Value]) -> Vec<Value> {
+    let mut child = Command::new(lang.interpreter())
+        .arg(lang.test_file("e2e_schedule"))
+        .arg(topic)
+        .env("PUNCTUAL_TEST_REDIS_URL", redis)
+        .env("PUNCTUAL_TEST_CLUSTER_URLS", seeds)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        let mut stdin = child.stdin.take().unwrap();
+        for op in ops {
+            writeln!(stdin, "{op}").unwrap();
+        }
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{} schedules failed: {}",
+        lang.name(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let results: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["result"].clone())
+        .collect();
+    assert_eq!(results.len(), ops.len());
+    results
+}
+
+/// Each client's schedules on a Redis Cluster: the JSON lands in
+/// `P:{T}:schedules` in the topic's slot, as PROTOCOL.md writes it, every
+/// change is published where a firer on any node hears it, and the three
+/// clients write the same JSON for the same schedule.
+#[test]
+fn schedules_from_the_clients_on_a_redis_cluster() {
+    let langs: Vec<Lang> = [Lang::Php, Lang::Python, Lang::Node]
+        .into_iter()
+        .filter(|l| l.available())
+        .collect();
+    if langs.is_empty() {
+        return;
+    }
+    let cluster = RedisCluster::start();
+    let seeds = cluster.seed_urls();
+    let mut written = Vec::new();
+    for lang in langs {
+        let topic = format!("sched-{}", lang.name());
+        let channel = format!("punctual:{{{topic}}}:schedules");
+        // PUBLISH reaches every node of a cluster: listen on one.
+        let client = redis::Client::open(cluster.node(2).url()).unwrap();
+        let mut conn = client.get_connection().unwrap();
+        let mut sub = conn.as_pubsub();
+        sub.subscribe(&channel).unwrap();
+        sub.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let ops = [
+            json!({"op": "add", "name": "close-unpaid", "spec": {
+                "cron": "0 */5 * * * *", "tz": "Europe/Berlin", "payload": "{\"kind\":\"sweep\"}",
+                "timeout_ms": 60000, "group": "ops"}}),
+            json!({"op": "add", "name": "tick", "spec": {
+                "every_ms": 5000, "catch_up": "spread", "spread_ms": 600000, "max_attempts": 2}}),
+            json!({"op": "pause", "name": "tick"}),
+            json!({"op": "list"}),
+            json!({"op": "resume", "name": "tick"}),
+            json!({"op": "remove", "name": "close-unpaid"}),
+            json!({"op": "remove", "name": "close-unpaid"}),
+            json!({"op": "list"}),
+        ];
+        let out = schedule_ops(lang, &cluster.node(1).url(), &seeds, &topic, &ops);
+        // One message per change. Sorted: publishes sent through different
+        // nodes cross the cluster bus in no set order (a firer only re-reads).
+        let mut names: Vec<String> = (0..5)
+            .map(|_| sub.get_message().unwrap().get_payload().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            ["close-unpaid", "close-unpaid", "tick", "tick", "tick"],
+            "{}",
+            lang.name()
+        );
+        // The remove of a name that is gone published nothing.
+        sub.set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        assert!(sub.get_message().is_err(), "{}", lang.name());
+        let cron = &out[0];
+        assert_eq!(cron["options"], ";t60000;gops", "{}", lang.name());
+        assert_eq!(cron["catch_up"], "latest");
+        assert_eq!(out[1]["every_ms"], 5000);
+        assert_eq!(out[1]["options"], "2");
+        assert_eq!(out[2], json!(true));
+        let listed = out[3].as_array().unwrap();
+        assert_eq!(listed.len(), 2);
+        assert_eq!(&listed[0], cron, "list reads back what add wrote");
+        assert_eq!(listed[1]["paused"], json!(true));
+        assert_eq!(
+            (&out[4], &out[5], &out[6]),
+            (&json!(true), &json!(true), &json!(false))
+        );
+        let left = out[7].as_array().unwrap();
+        assert_eq!(left.len(), 1);
+        assert_eq!(left[0]["name"], "tick");
+        assert_eq!(left[0]["paused"], json!(false));
+        // Stored in the topic's slot, wherever that is (-c follows MOVED).
+        let raw = cluster
+            .node(0)
+            .cli(&["-c", "HGET", &channel, "tick"])
+            .unwrap();
+        let stored: Value = serde_json::from_str(raw.trim()).unwrap();
+        assert_eq!(stored, left[0]);
+        let mut same = cron.clone();
+        same["created_ms"] = json!(0);
+        written.push((lang.name(), same));
+    }
+    for (name, s) in &written[1..] {
+        assert_eq!(s, &written[0].1, "{name} and {} differ", written[0].0);
+    }
+}
+
+/// Schedules written by each client are fired by `punctual serve` (the
+/// Rust firer reads the clients' JSON): every second an occurrence
+/// `<name>@<o>` with `o` on the interval's grid from `created_ms`, due at
+/// `o` and handled no earlier, with the schedule's payload and its options
+/// (max attempts, and the per-job timeout in the job message). Needs the
+/// firer (branch `sched`) and the options in `enqueue` (branch `opts`).
+#[tokio::test(flavor = "multi_thread")]
+async fn schedules_written_by_the_clients_are_fired_by_serve() {
+    let langs: Vec<Lang> = [Lang::Python, Lang::Php, Lang::Node]
+        .into_iter()
+        .filter(|l| l.available())
+        .collect();
+    let Some(&handler) = langs.first() else {
+        return;
+    };
+    let server = RedisServer::start();
+    let url = server.url();
+    let rc = redis::Client::open(url.as_str()).unwrap();
+    let topic = "sched-fired";
+    let key = format!("e2e:{topic}");
+    let _serve = Serve::start(&url, handler, topic, &key);
+    let mut created = HashMap::new();
+    for lang in &langs {
+        let name = format!("every-{}", lang.name());
+        let out = schedule_ops(
+            *lang,
+            &url,
+            "",
+            topic,
+            &[json!({"op": "add", "name": name, "spec": {
+                "every_ms": 1000, "payload": format!("{{\"do\":\"ok\",\"from\":\"{name}\"}}"),
+                "max_attempts": 2, "timeout_ms": 45000}})],
+        );
+        created.insert(name, out[0]["created_ms"].as_i64().unwrap());
+    }
+    let seen_key = format!("{key}:seen");
+    let fired = |name: &str| -> Vec<Value> {
+        recorded(&rc, &seen_key)
+            .into_iter()
+            .filter(|s| s["id"].as_str().unwrap().starts_with(&format!("{name}@")))
+            .collect()
+    };
+    eventually(
+        Duration::from_secs(60),
+        "every client's schedule fired twice",
+        || async { created.keys().all(|name| fired(name).len() >= 2) },
+    )
+    .await;
+    for (name, created_ms) in &created {
+        let mut ids = HashSet::new();
+        for s in fired(name) {
+            let id = s["id"].as_str().unwrap();
+            let o: i64 = id[name.len() + 1..].parse().unwrap();
+            assert!(o >= *created_ms && (o - created_ms) % 1000 == 0, "{s}");
+            assert_eq!(s["due_ms"], o, "{s}: due at the occurrence");
+            assert!(s["now_ms"].as_i64().unwrap() >= o, "{s}: early");
+            assert_eq!(s["max_attempts"], 2, "{s}");
+            assert_eq!(s["timeout_ms"], 45000, "{s}: the job's own timeout");
+            let payload = hex_bytes(s["payload_hex"].as_str().unwrap());
+            let payload: Value = serde_json::from_slice(&payload).unwrap();
+            assert_eq!(payload["from"], name.as_str());
+            assert!(ids.insert(id.to_string()), "{id} fired twice");
+        }
+    }
+}
+
+fn hex_bytes(hex: &str) -> Vec<u8> {
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+/// Per-job options enqueued through each client reach `punctual serve`: a
+/// job's own timeout is the one its handler gets, a job whose expiry had
+/// passed when it was enqueued is never handled but dead with `expired:
+/// ...`, and one within its window runs. Needs the options in `enqueue`,
+/// `claim` and serve (branch `opts`).
+#[tokio::test(flavor = "multi_thread")]
+async fn options_from_the_clients_reach_serve() {
+    let langs: Vec<Lang> = [Lang::Python, Lang::Php, Lang::Node]
+        .into_iter()
+        .filter(|l| l.available())
+        .collect();
+    let Some(&handler) = langs.first() else {
+        return;
+    };
+    let server = RedisServer::start();
+    let url = server.url();
+    let rc = redis::Client::open(url.as_str()).unwrap();
+    let topic = "opts-e2e";
+    let key = format!("e2e:{topic}");
+    let _serve = Serve::start(&url, handler, topic, &key);
+    let q = Queue::connect(url.as_str()).await.unwrap();
+    let wait = Duration::from_secs(60);
+    eventually(wait, "serve partitions the topic", || async {
+        q.partitions(topic).await.unwrap() == 2
+    })
+    .await;
+    let now_ms = q.redis_now_ms().await.unwrap();
+    for lang in &langs {
+        let n = lang.name();
+        let made = produce(
+            *lang,
+            &url,
+            topic,
+            &[
+                json!({"payload": r#"{"do":"ok"}"#, "id": format!("{n}-own-timeout"),
+                       "timeout_ms": 45000, "group": "shop-1"}),
+                json!({"payload": r#"{"do":"ok"}"#, "id": format!("{n}-expired"),
+                       "at_ms": now_ms - 10_000, "expire_ms": 1000}),
+                json!({"payload": r#"{"do":"ok"}"#, "id": format!("{n}-in-time"),
+                       "expire_ms": 3_600_000}),
+            ],
+        );
+        assert!(made.iter().all(|(_, s)| s == "created"), "{n}: {made:?}");
+    }
+    let seen_key = format!("{key}:seen");
+    let seen = || -> HashMap<String, Value> {
+        recorded(&rc, &seen_key)
+            .into_iter()
+            .map(|s| (s["id"].as_str().unwrap().to_string(), s))
+            .collect()
+    };
+    eventually(
+        wait,
+        "the jobs in time are handled, the expired one dead",
+        || async {
+            let now = seen();
+            let mut all = true;
+            for lang in &langs {
+                let n = lang.name();
+                let dead = q.get(topic, &format!("{n}-expired")).await.unwrap();
+                all &= now.contains_key(&format!("{n}-own-timeout"))
+                    && now.contains_key(&format!("{n}-in-time"))
+                    && dead.is_some_and(|j| j.state == State::Dead);
+            }
+            all
+        },
+    )
+    .await;
+    let now = seen();
+    for lang in &langs {
+        let n = lang.name();
+        assert_eq!(now[&format!("{n}-own-timeout")]["timeout_ms"], 45000);
+        assert_eq!(
+            now[&format!("{n}-in-time")]["timeout_ms"],
+            60000,
+            "the topic's"
+        );
+        assert!(
+            !now.contains_key(&format!("{n}-expired")),
+            "{n}: ran expired"
+        );
+        let dead = q
+            .get(topic, &format!("{n}-expired"))
+            .await
+            .unwrap()
+            .unwrap();
+        let err = dead.last_error.unwrap_or_default();
+        assert!(err.starts_with("expired"), "{n}: last error {err:?}");
     }
 }

@@ -153,8 +153,9 @@ async fn every_reply_matches_the_openapi_document() {
     make_dead(&q, "dead", "d:2").await;
     let dir = tempfile::tempdir().unwrap();
     let handler = Server::script(dir.path(), "handler.sh", "cat > /dev/null");
+    // A schedule from the config, upserted by serve at start.
     let topics = format!(
-        "[topics.orders]\nexec = [{:?}]\n",
+        "[topics.orders]\nexec = [{:?}]\n[schedules.nightly]\ntopic = \"orders\"\ncron = \"0 3 * * *\"\ntz = \"Europe/Berlin\"\ncatch_up = \"latest\"\n",
         handler.display().to_string()
     );
     let settings = format!("workers = 1\nconcurrency = 2\napi_token = {TOKEN:?}");
@@ -327,6 +328,69 @@ async fn every_reply_matches_the_openapi_document() {
             "/api/v1/topics/{topic}/dead/purge",
             json!({"all": true}),
             200,
+        ),
+        call(
+            "get",
+            "/api/v1/topics/orders/schedules",
+            "/api/v1/topics/{topic}/schedules",
+            200,
+        ),
+        call(
+            "get",
+            "/api/v1/topics/orders/schedules/nightly",
+            "/api/v1/topics/{topic}/schedules/{name}",
+            200,
+        ),
+        call(
+            "get",
+            "/api/v1/topics/orders/schedules/none",
+            "/api/v1/topics/{topic}/schedules/{name}",
+            404,
+        ),
+        with_body(
+            "put",
+            "/api/v1/topics/orders/schedules/sweep",
+            "/api/v1/topics/{topic}/schedules/{name}",
+            json!({"every_ms": 3600000, "payload": {"kind": "sweep"}, "catch_up": "spread", "spread_ms": 60000}),
+            201,
+        ),
+        with_body(
+            "put",
+            "/api/v1/topics/orders/schedules/sweep",
+            "/api/v1/topics/{topic}/schedules/{name}",
+            json!({"cron": "*/5 * * * *", "options": "3"}),
+            200,
+        ),
+        with_body(
+            "put",
+            "/api/v1/topics/orders/schedules/sweep",
+            "/api/v1/topics/{topic}/schedules/{name}",
+            json!({"cron": "*/5 * * * *", "every_ms": 1000}),
+            400,
+        ),
+        call(
+            "post",
+            "/api/v1/topics/orders/schedules/sweep/pause",
+            "/api/v1/topics/{topic}/schedules/{name}/pause",
+            200,
+        ),
+        call(
+            "post",
+            "/api/v1/topics/orders/schedules/sweep/resume",
+            "/api/v1/topics/{topic}/schedules/{name}/resume",
+            200,
+        ),
+        call(
+            "delete",
+            "/api/v1/topics/orders/schedules/sweep",
+            "/api/v1/topics/{topic}/schedules/{name}",
+            200,
+        ),
+        call(
+            "delete",
+            "/api/v1/topics/orders/schedules/sweep",
+            "/api/v1/topics/{topic}/schedules/{name}",
+            404,
         ),
         call("get", "/api/v1/audit", "/api/v1/audit", 200),
         call("delete", "/api/v1/topics/nothing-here", t, 404),

@@ -656,3 +656,33 @@ async fn a_program_that_ignores_eof_and_sigterm_is_killed_at_shutdown() {
     );
     assert!(gone(pid), "and was killed");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_with_its_own_timeout_is_timed_by_it() {
+    let redis = RedisServer::start();
+    let mut svc = Resident::new();
+    svc.start(
+        &redis.url(),
+        "workers = 1",
+        "processes = 1\ntimeout = \"60s\"\nmax_attempts = 1",
+    );
+    let q = Queue::connect(redis.url()).await.unwrap();
+    q.enqueue(
+        "t",
+        Job::new("hang").id("h").timeout(Duration::from_millis(500)),
+    )
+    .await
+    .unwrap();
+    eventually(Duration::from_secs(30), "the job dead", || async {
+        q.stats("t").await.unwrap().dead == 1
+    })
+    .await;
+    let h = q.get("t", "h").await.unwrap().unwrap();
+    let err = h.last_error.unwrap();
+    assert!(err.contains("timed out after 500ms"), "{err}");
+    assert!(
+        svc.log().contains("overran its timeout (500ms)"),
+        "{}",
+        svc.log()
+    );
+}

@@ -1017,3 +1017,98 @@ async fn serve_registers_its_configured_topics_at_start() {
     svc.signal(Signal::SIGTERM);
     svc.wait(Duration::from_secs(10));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exec_job_with_its_own_timeout_is_stopped_at_that_timeout() {
+    let redis = RedisServer::start();
+    let mut svc = Service::new();
+    let hang = svc.script(
+        "hang.sh",
+        &format!(
+            "cat > /dev/null\n{RECORD}\nif [ \"$PUNCTUAL_JOB_ID\" = short ]; then sleep 60; fi"
+        ),
+    );
+    svc.config(
+        &redis.url(),
+        "workers = 1\nconcurrency = 2",
+        &format!(
+            "[topics.t]\nexec = [{:?}]\ntimeout = \"60s\"\nmax_attempts = 1",
+            hang.display().to_string()
+        ),
+    );
+    svc.start();
+    let q = Queue::connect(redis.url()).await.unwrap();
+    q.enqueue(
+        "t",
+        Job::new("x")
+            .id("short")
+            .timeout(Duration::from_millis(500)),
+    )
+    .await
+    .unwrap();
+    q.enqueue("t", Job::new("x").id("plain")).await.unwrap();
+    eventually(Duration::from_secs(30), "both settled", || async {
+        live(&q, "t").await == 1 && q.stats("t").await.unwrap().dead == 1
+    })
+    .await;
+    let short = q.get("t", "short").await.unwrap().unwrap();
+    let err = short.last_error.unwrap();
+    assert!(err.contains("timed out after 500ms"), "{err}");
+    assert!(
+        q.get("t", "plain").await.unwrap().is_none(),
+        "plain is done"
+    );
+    svc.signal(Signal::SIGTERM);
+    svc.wait(Duration::from_secs(10));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_job_with_its_own_timeout_is_a_request_with_that_timeout() {
+    use axum::routing::post;
+    // A hook that answers after 3 s.
+    let app = axum::Router::new().route(
+        "/slow",
+        post(|| async {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            "ok"
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    let redis = RedisServer::start();
+    let mut svc = Service::new();
+    svc.config(
+        &redis.url(),
+        "workers = 1\nconcurrency = 2",
+        &format!("[topics.t]\nhttp = {{ url = \"http://127.0.0.1:{port}/slow\", timeout = \"1s\" }}\nmax_attempts = 1\n"),
+    );
+    svc.start();
+    let q = Queue::connect(redis.url()).await.unwrap();
+    // Longer than the topic's 1 s: waits for the answer. Shorter: cut off.
+    q.enqueue(
+        "t",
+        Job::new("x").id("long").timeout(Duration::from_secs(20)),
+    )
+    .await
+    .unwrap();
+    q.enqueue(
+        "t",
+        Job::new("x")
+            .id("short")
+            .timeout(Duration::from_millis(300)),
+    )
+    .await
+    .unwrap();
+    eventually(Duration::from_secs(30), "both settled", || async {
+        live(&q, "t").await == 1
+    })
+    .await;
+    assert!(q.get("t", "long").await.unwrap().is_none(), "long is done");
+    let short = q.get("t", "short").await.unwrap().unwrap();
+    let err = short.last_error.unwrap();
+    assert!(err.contains("timed out after 300ms"), "{err}");
+    svc.signal(Signal::SIGTERM);
+    svc.wait(Duration::from_secs(10));
+}

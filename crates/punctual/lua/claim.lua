@@ -11,7 +11,10 @@
 -- due, created, payload; the script only checks its header). An empty array
 -- when the topic is paused or ready is empty. A ready id whose record
 -- vanished (eviction, restore) is dropped and counted as "orphans"; one whose
--- record cannot be read is moved to dead.
+-- record cannot be read is moved to dead. A job whose expiry deadline
+-- (option e, see lib.lua) has passed is moved to dead with the last error
+-- "expired: ...", counted in "expired" and "dead"; its attempts are
+-- unchanged (it never started).
 -- Limits (meta rate, burst, max_running; PROTOCOL.md "Limits"): at most
 -- min(k, max_running - running, whole tokens) jobs are handed out. wait_ms is
 -- 0, or, when a limit held ready jobs back, the ms until the next token (-1:
@@ -74,9 +77,20 @@ local atts = redis.call('HMGET', K_ATT, unpack(ids))
 local first = reserve_tokens(#ids, now_us)
 
 local out, counts, leases, parked, gone = { now_us, topic_max, wait }, {}, {}, {}, {}
+local expired = {}
 for i, id in ipairs(ids) do
   local rec = recs[i]
-  if rec and string.find(rec, HEADER_CHECK) then
+  -- A record with options fails HEADER_CHECK and is decoded instead; one
+  -- whose expiry deadline has passed goes to dead, never handed out.
+  local r = rec and not string.find(rec, HEADER_CHECK) and decode(rec)
+  if r and r.deadline and r.deadline < now then
+    r.err = 'expired: could not start by its deadline, ' .. (now - r.deadline)
+      .. ' ms ago (' .. (now - r.due) .. ' ms after its due time)'
+    expired[#expired + 1] = id
+    expired[#expired + 1] = encode(r)
+    parked[#parked + 1] = now
+    parked[#parked + 1] = id
+  elseif rec and (r or string.find(rec, HEADER_CHECK)) then
     local attempts = att_of(atts[i]) + 1
     local token = first + i
     counts[#counts + 1] = id
@@ -107,6 +121,10 @@ end
 if #parked > 0 then
   variadic('ZADD', K_DEAD, parked)
   redis.call('HINCRBY', K_STATS, 'dead', #parked / 2)
+end
+if #expired > 0 then
+  variadic('HSET', K_JOBS, expired)
+  redis.call('HINCRBY', K_STATS, 'expired', #expired / 2)
 end
 variadic('ZREM', K_READY, ids)
 if #gone > 0 then

@@ -1,9 +1,10 @@
 #!lua flags=no-writes
 -- dead_list: a page of dead jobs, most recent death first.
 -- KEYS: the nine topic keys. ARGV[1] offset, ARGV[2] count (1..1000).
--- Returns a flat array, eight entries per job (attempts from the attempts hash):
+-- Returns a flat array, nine entries per job (attempts from the attempts hash):
 --   id, died ms, attempts, max attempts, due ms (of the last attempt),
---   created ms, last error, payload
+--   created ms, last error, payload, options (the record's first field from
+--   its first ';' on; empty without options)
 
 local offset, count = int_arg(ARGV[1], 0, MAX_SAFE), int_arg(ARGV[2], 1, 1000)
 if not offset or not count or #ARGV ~= 2 then
@@ -19,7 +20,7 @@ local topic_max = topic_defaults()
 local out = {}
 for i, id in ipairs(ids) do
   local r = decode(recs[i])
-    or { due = 0, created = 0, err = 'record missing or unreadable', payload = '' }
+    or { due = 0, created = 0, err = 'record missing or unreadable', payload = '', mfield = '' }
   local n = #out
   out[n + 1] = id
   out[n + 2] = page[2 * i]
@@ -29,5 +30,6 @@ for i, id in ipairs(ids) do
   out[n + 6] = r.created
   out[n + 7] = r.err
   out[n + 8] = r.payload
+  out[n + 9] = options_text(r.mfield)
 end
 return out

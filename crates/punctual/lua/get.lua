@@ -3,8 +3,10 @@
 -- KEYS: the nine topic keys. ARGV[1] id.
 -- Returns nil when no such job is live, else
 --   {state, score, attempts, max attempts, token, due ms, created ms,
---    backoff, last error, payload, now ms}
--- where state is pool, ready, running, dead (or "orphan": a record in no set,
+--    backoff, last error, payload, now ms, options}
+-- where options is the record's first field from its first ';' on (see
+-- PROTOCOL.md "Per-job options"; empty without options)
+-- State is pool, ready, running, dead (or "orphan": a record in no set,
 -- which punctual check reports) and score is the due time (pool, ready), the
 -- lease deadline (running) or the time of death (dead).
 
@@ -15,11 +17,11 @@ local st, score = state_of(id)
 if not rec and not st then return false end
 local r = decode(rec)
 if not r then
-  return { st or 'orphan', score or 0, 0, 0, 0, 0, 0, '', 'record missing or unreadable', rec or '', now_ms() }
+  return { st or 'orphan', score or 0, 0, 0, 0, 0, 0, '', 'record missing or unreadable', rec or '', now_ms(), '' }
 end
 local topic_max = topic_defaults()
 local attempts, token = att_of(redis.call('HGET', K_ATT, id))
 return {
   st or 'orphan', score or 0, attempts, max_attempts(r, topic_max), token, r.due,
-  r.created, r.backoff, r.err, r.payload, now_ms(),
+  r.created, r.backoff, r.err, r.payload, now_ms(), options_text(r.mfield),
 }

@@ -16,6 +16,10 @@ if not st then return false end
 if st == 'running' or st == 'dead' then return { st, 0 } end
 local r = decode(redis.call('HGET', K_JOBS, id))
 if not r then return invalid('the record of "' .. id .. '" cannot be read; run punctual check') end
+-- The expiry deadline moves with the due time: the window is kept.
+if r.deadline then
+  r.mfield = string.gsub(r.mfield, ';e[^;]*', ';e' .. b36(r.deadline + due - r.due), 1)
+end
 r.due = due
 redis.call('HSET', K_JOBS, id, encode(r))
 if due <= now then

@@ -102,6 +102,9 @@ pub struct Job {
     pub(crate) id: Option<String>,
     pub(crate) max_attempts: Option<u32>,
     pub(crate) backoff: Option<Vec<Duration>>,
+    pub(crate) expire: Option<Duration>,
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) group: Option<String>,
 }
 
 impl Job {
@@ -120,6 +123,9 @@ impl Job {
             id: None,
             max_attempts: None,
             backoff: None,
+            expire: None,
+            timeout: None,
+            group: None,
         }
     }
 
@@ -218,6 +224,52 @@ impl Job {
         self
     }
 
+    /// Expiry: the job may start only within `window` after its due time
+    /// (1 ms to ten years; fractions of a ms round up). Past that, a claim
+    /// moves it to dead with the last error `expired: ...` instead of
+    /// handing it out. The deadline is fixed at enqueue (due time +
+    /// window): retries do not extend it; a reschedule moves it with the due
+    /// time.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// // A reminder that is pointless an hour after it was due.
+    /// let job = punctual::Job::new("remind").delay(Duration::from_secs(600)).expire(Duration::from_secs(3600));
+    /// assert!(job.validate().is_ok());
+    /// assert!(punctual::Job::new("x").expire(Duration::ZERO).validate().is_err());
+    /// ```
+    pub fn expire(mut self, window: Duration) -> Self {
+        self.expire = Some(window);
+        self
+    }
+
+    /// The handler timeout for this job (1 ms to ten years; fractions of a
+    /// ms round up), used by the worker instead of its configured one.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let job = punctual::Job::new("resize").timeout(Duration::from_secs(30));
+    /// assert!(job.validate().is_ok());
+    /// assert!(punctual::Job::new("x").timeout(Duration::ZERO).validate().is_err());
+    /// ```
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// The job's group (a tenant, customer or shop): 1 to
+    /// [`crate::MAX_GROUP_LEN`] bytes of ASCII letters, digits, `_`, `.`,
+    /// `@` and `-` ([`crate::validate_group`]).
+    ///
+    /// ```
+    /// assert!(punctual::Job::new("x").group("shop-17").validate().is_ok());
+    /// assert!(punctual::Job::new("x").group("shop 17").validate().is_err());
+    /// ```
+    pub fn group(mut self, group: impl Into<String>) -> Self {
+        self.group = Some(group.into());
+        self
+    }
+
     /// The payload.
     ///
     /// ```
@@ -250,7 +302,36 @@ impl Job {
                 )));
             }
         }
+        for (what, letter, d) in [("expiry", 'x', self.expire), ("timeout", 't', self.timeout)] {
+            if let Some(d) = d {
+                if d.is_zero() || d > MAX_DELAY {
+                    return Err(Error::invalid(format!(
+                        "invalid {what} ({letter}) of {d:?}: give 1 ms to ten years"
+                    )));
+                }
+            }
+        }
+        if let Some(g) = &self.group {
+            crate::options::validate_group(g)?;
+        }
         self.when.encode().map(drop)
+    }
+
+    /// The enqueue script's "max attempts" argument: the max attempts (empty
+    /// for the topic's default), then the options, `;x<ms>;t<ms>;g<group>`.
+    pub(crate) fn max_arg(&self) -> String {
+        let mut s = self.max_attempts.map(|m| m.to_string()).unwrap_or_default();
+        if let Some(d) = self.expire {
+            s.push_str(&format!(";x{}", ceil_ms(d)));
+        }
+        if let Some(d) = self.timeout {
+            s.push_str(&format!(";t{}", ceil_ms(d)));
+        }
+        if let Some(g) = &self.group {
+            s.push_str(";g");
+            s.push_str(g);
+        }
+        s
     }
 
     pub(crate) fn backoff_arg(&self) -> String {
@@ -333,6 +414,12 @@ pub enum EnqueueStatus {
     /// this job will not run: replay the dead one
     /// ([`crate::Queue::dead_replay`]) or enqueue with replace.
     Dead,
+    /// This occurrence of a schedule was fired before (it is in
+    /// `P:{T}:fired`, which keeps the last 7 days); nothing changed. Only
+    /// the firer of [`crate::schedule`] enqueues with the fired key, so
+    /// only it sees this status.
+    #[serde(rename = "fired_before")]
+    FiredBefore,
 }
 
 impl EnqueueStatus {
@@ -347,6 +434,7 @@ impl EnqueueStatus {
             EnqueueStatus::Duplicate => "duplicate",
             EnqueueStatus::Replaced => "replaced",
             EnqueueStatus::Dead => "dead",
+            EnqueueStatus::FiredBefore => "fired_before",
         }
     }
 }
@@ -385,7 +473,10 @@ impl Enqueued {
     /// assert!(!e.is_duplicate());
     /// ```
     pub fn is_duplicate(&self) -> bool {
-        matches!(self.status, EnqueueStatus::Duplicate | EnqueueStatus::Dead)
+        matches!(
+            self.status,
+            EnqueueStatus::Duplicate | EnqueueStatus::Dead | EnqueueStatus::FiredBefore
+        )
     }
 
     /// Whether the id is in the dead-letter set, so nothing was enqueued and
@@ -518,6 +609,13 @@ pub struct JobInfo {
     pub payload: Vec<u8>,
     /// Redis's clock when this was read, epoch ms.
     pub now_ms: i64,
+    /// The expiry deadline ([`Job::expire`]): the job may start only until
+    /// then, epoch ms.
+    pub deadline_ms: Option<i64>,
+    /// The handler timeout of this job ([`Job::timeout`]), ms.
+    pub timeout_ms: Option<u64>,
+    /// The job's group ([`Job::group`]).
+    pub group: Option<String>,
 }
 
 fn ser_payload<S: serde::Serializer>(p: &[u8], s: S) -> std::result::Result<S::Ok, S::Error> {
@@ -565,7 +663,8 @@ pub struct TopicStats {
     /// if any is overdue.
     pub overdue_ms: Option<i64>,
     /// Counters since the topic began: enqueued, duplicates, claimed, done,
-    /// retried, dead, reclaimed, promoted, cancelled, replayed, purged, orphans.
+    /// retried, dead, expired (also counted in dead), reclaimed, promoted,
+    /// cancelled, replayed, purged, orphans.
     pub counters: std::collections::BTreeMap<String, u64>,
     /// The topic's limits ([`crate::Queue::set_limits`]); on a partitioned
     /// topic, the partitions' shares added up.

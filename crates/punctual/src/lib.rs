@@ -4,7 +4,8 @@
 //! - [`Queue`] enqueues, inspects and administers jobs.
 //! - [`Worker`] runs handlers for claimed jobs, extending their leases; a
 //!   [`Handler`] gets a [`CancellationToken`] per delivery.
-//! - [`Scheduler`] promotes due jobs and reclaims expired leases.
+//! - [`Scheduler`] promotes due jobs and reclaims expired leases, and fires
+//!   the topic's recurring [`schedule`]s.
 //! - [`raw`] holds the runtime's low-level calls (claim, ack, fail, extend,
 //!   tick) for runtimes of one's own.
 //! - [`audit`] records who changed what (replay, purge, cancel, ...).
@@ -58,12 +59,14 @@ mod keys;
 mod limits;
 pub mod nodes;
 mod once;
+mod options;
 mod partition;
 mod queue;
 pub mod raw;
 mod redact;
 pub mod registry;
 mod reply;
+pub mod schedule;
 mod scheduler;
 mod scripts;
 mod topology;
@@ -82,6 +85,7 @@ pub use job::{
 };
 pub use keys::{validate_id, validate_topic, TopicKeys, MAX_ID_LEN, MAX_TOPIC_LEN};
 pub use limits::{Limited, Limits, Rate};
+pub use options::{validate_group, MAX_GROUP_LEN};
 pub use partition::{partition_name, partition_of, MAX_PARTITIONS};
 pub use queue::{
     Queue, QueueBuilder, SkippedTopic, Topics, DEFAULT_MAX_PAYLOAD, DEFAULT_PREFIX, MAX_BATCH,

@@ -269,11 +269,24 @@ fn lease_ms(lease: Duration) -> u64 {
     lease.min(crate::job::MAX_DELAY).as_millis().max(1) as u64
 }
 
+/// A record as `claim` returns it, decoded.
+#[derive(Debug)]
+struct ClaimedRecord {
+    /// Max attempts (`topic_max` when M gives none).
+    max: i64,
+    due: i64,
+    created: i64,
+    /// The per-job options of M.
+    opts: crate::options::RecordField,
+    payload: Vec<u8>,
+}
+
 /// Decodes a record as `claim` returns it (`M:D:G:B:E:` + E bytes of last
-/// error + payload, see lib.lua): max attempts (`topic_max` when M is
-/// empty), due ms, created ms, payload. None when the header is not one
-/// (the script has checked it with the same pattern).
-fn decode_claimed(rec: &[u8], topic_max: i64) -> Option<(i64, i64, i64, Vec<u8>)> {
+/// error + payload, see lib.lua; M may carry options, see
+/// [`crate::options::parse_field`]): max attempts (`topic_max` when M has
+/// none), due ms, created ms, options, payload. None when the header is not
+/// one (the script has checked it with the same rules).
+fn decode_claimed(rec: &[u8], topic_max: i64) -> Option<ClaimedRecord> {
     let mut fields = [&rec[..0]; 5];
     let mut at = 0;
     for f in &mut fields {
@@ -283,8 +296,7 @@ fn decode_claimed(rec: &[u8], topic_max: i64) -> Option<(i64, i64, i64, Vec<u8>)
     }
     let [m, d, g, b, e] = fields;
     let all = |s: &[u8], ok: fn(&u8) -> bool| s.iter().all(ok);
-    if !all(m, u8::is_ascii_digit)
-        || d.is_empty()
+    if d.is_empty()
         || !all(d, u8::is_ascii_alphanumeric)
         || g.is_empty()
         || !all(g, u8::is_ascii_alphanumeric)
@@ -294,17 +306,24 @@ fn decode_claimed(rec: &[u8], topic_max: i64) -> Option<(i64, i64, i64, Vec<u8>)
     {
         return None;
     }
+    let opts = crate::options::parse_field(m)?;
     // Digits past i64 saturate, as Lua's numbers would not matter there.
     let num = |s: &[u8], radix: u32| {
         let s = std::str::from_utf8(s).ok()?;
         Some(i64::from_str_radix(s, radix).unwrap_or(i64::MAX))
     };
-    let max = if m.is_empty() { topic_max } else { num(m, 10)? };
+    let max = opts.max.unwrap_or(topic_max);
     let due = num(d, 36)?;
     let created = due.saturating_sub(num(g, 36)?);
     let err_len = usize::try_from(num(e, 10)?).unwrap_or(usize::MAX);
     let start = at.saturating_add(err_len).min(rec.len());
-    Some((max, due, created, rec[start..].to_vec()))
+    Some(ClaimedRecord {
+        max,
+        due,
+        created,
+        opts,
+        payload: rec[start..].to_vec(),
+    })
 }
 
 /// A job handed out by [`claim`]: leased to the caller until its lease
@@ -345,6 +364,14 @@ pub struct Delivery {
     pub created_ms: i64,
     /// The payload.
     pub payload: Vec<u8>,
+    /// The expiry deadline ([`crate::Job::expire`]), epoch ms: the claim
+    /// handed the job out no later than this.
+    pub deadline_ms: Option<i64>,
+    /// The handler timeout of this job ([`crate::Job::timeout`]); the
+    /// worker uses it instead of its configured one.
+    pub timeout: Option<Duration>,
+    /// The job's group ([`crate::Job::group`]).
+    pub group: Option<String>,
     /// Redis's clock at the claim, epoch microseconds: the job started no
     /// earlier than this, and this is never before `due_ms`.
     pub claimed_us: i64,
@@ -610,11 +637,10 @@ pub async fn claim_with_wait(
         let token = r.int()?;
         let attempt = r.int()?.clamp(0, u32::MAX as i64) as u32;
         let record = r.bytes()?;
-        let (max_attempts, due_ms, created_ms, payload) = decode_claimed(&record, topic_max)
-            .ok_or_else(|| {
-                Error::protocol("claim", "a record the script passed cannot be decoded")
-            })?;
-        let max_attempts = max_attempts.clamp(0, u32::MAX as i64) as u32;
+        let c = decode_claimed(&record, topic_max).ok_or_else(|| {
+            Error::protocol("claim", "a record the script passed cannot be decoded")
+        })?;
+        let max_attempts = c.max.clamp(0, u32::MAX as i64) as u32;
         let id = match String::from_utf8(raw) {
             Ok(id) => id,
             Err(e) => {
@@ -628,9 +654,12 @@ pub async fn claim_with_wait(
             token,
             attempt,
             max_attempts,
-            due_ms,
-            created_ms,
-            payload,
+            due_ms: c.due,
+            created_ms: c.created,
+            payload: c.payload,
+            deadline_ms: c.opts.deadline_ms,
+            timeout: c.opts.timeout_ms.map(Duration::from_millis),
+            group: c.opts.group,
             claimed_us,
             received,
         });
@@ -828,25 +857,38 @@ mod tests {
 
     #[test]
     fn claimed_records_decode_as_the_lua_did() {
+        let dec = |r: &[u8]| {
+            let c = decode_claimed(r, 6)?;
+            Some((c.max, c.due, c.created, c.payload))
+        };
         // The example of docs/PROTOCOL.md ("A record decoded by hand").
         let r = b"5:mx34zkpw:0:60000,300000:0:{\"order\":10086}";
-        let (max, due, created, payload) = decode_claimed(r, 6).unwrap();
+        let (max, due, created, payload) = dec(r).unwrap();
         assert_eq!(max, 5);
         assert_eq!(due, i64::from_str_radix("mx34zkpw", 36).unwrap());
         assert_eq!(created, due);
         assert_eq!(payload, b"{\"order\":10086}");
         // Topic default, a gap, a last error, colons in the payload.
-        let (max, due, created, payload) = decode_claimed(b":1z:a::4:boom:x:y", 6).unwrap();
+        let (max, due, created, payload) = dec(b":1z:a::4:boom:x:y").unwrap();
         assert_eq!((max, due, created), (6, 71, 61));
         assert_eq!(payload, b":x:y");
         // An error length past the end leaves an empty payload.
-        assert_eq!(decode_claimed(b":1:1::9:ab", 6).unwrap().3, b"");
+        assert_eq!(dec(b":1:1::9:ab").unwrap().3, b"");
+        // Options after the max attempts.
+        let c = decode_claimed(b"3;e10;t500;gacme:1z:a::0:p", 6).unwrap();
+        assert_eq!((c.max, c.due, c.payload.as_slice()), (3, 71, &b"p"[..]));
+        assert_eq!(c.opts.deadline_ms, Some(36));
+        assert_eq!(c.opts.timeout_ms, Some(500));
+        assert_eq!(c.opts.group.as_deref(), Some("acme"));
+        assert_eq!(decode_claimed(b";gx:1z:a::0:p", 6).unwrap().max, 6);
         for bad in [
             &b"1:2:3:4"[..],
             b"x:1:1::0:",
             b":1::a:0:",
             b":1:1:a:0:",
             b":1:1::-1:",
+            b"3;q1:1:1::0:",
+            b"3;:1:1::0:",
         ] {
             assert!(
                 decode_claimed(bad, 6).is_none(),

@@ -3,7 +3,8 @@
 //! earlier job arrives. Any number may run at once: each tick is one atomic
 //! script, so two schedulers never move a job twice. Once a minute each
 //! scheduler also offers a snapshot of the counters for the history
-//! (`history.rs`).
+//! (`history.rs`). Per topic it also runs the firer of the topic's recurring
+//! schedules (`schedule.rs`).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -229,6 +230,19 @@ impl Scheduler {
             crate::history::snapshot_loop(self.queue.clone(), physical.clone(), stop.clone())
                 .in_current_span(),
         ));
+        // One schedule firer per topic (it routes occurrences to the
+        // partitions itself), woken by changes to the topic's schedules.
+        for topic in &logical {
+            let notify = Arc::new(Notify::new());
+            channels.insert(
+                crate::schedule::channel(self.queue.prefix(), topic),
+                notify.clone(),
+            );
+            tasks.push(tokio::spawn(
+                crate::schedule::fire_loop(self.queue.clone(), topic.clone(), notify, stop.clone())
+                    .in_current_span(),
+            ));
+        }
         for topic in physical {
             let notify = Arc::new(Notify::new());
             channels.insert(self.queue.keys(&topic).pool().to_string(), notify.clone());

@@ -28,6 +28,7 @@ const SOURCES: &[(&str, &str)] = &[
     ("check", include_str!("../lua/check.lua")),
     ("layout", include_str!("../lua/layout.lua")),
     ("topic_delete", include_str!("../lua/topic_delete.lua")),
+    ("unfire", include_str!("../lua/unfire.lua")),
 ];
 
 /// Puts the shared helpers after the shebang line of `body`.
@@ -53,6 +54,7 @@ pub(crate) struct Scripts {
     pub check: Script,
     pub layout: Script,
     pub topic_delete: Script,
+    pub unfire: Script,
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
@@ -74,6 +76,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
         check: s("check"),
         layout: s("layout"),
         topic_delete: s("topic_delete"),
+        unfire: s("unfire"),
     }
 });
 

@@ -196,7 +196,13 @@ struct TopicEntry {
     logical: String,
     handler: BoxedHandler,
     timeout: Duration,
+    /// When the handler enforces the job's timeout itself: how long the
+    /// worker lets a job run (instead of `timeout` or the job's own).
+    backstop: Option<Backstop>,
 }
+
+/// See [`Worker::handler_with_backstop`].
+type Backstop = Arc<dyn Fn(&Delivery) -> Duration + Send + Sync>;
 
 /// Runs handlers for jobs of some topics.
 ///
@@ -423,6 +429,39 @@ impl Worker {
             logical: topic,
             handler: BoxedHandler::new(handler),
             timeout,
+            backstop: None,
+        });
+        self
+    }
+
+    /// [`Worker::handler`] for a handler that enforces each job's timeout
+    /// itself (a pool of programs, an HTTP call): the worker stops a run
+    /// only after `backstop(job)`, a safety net behind the handler's own
+    /// limit, instead of the job's timeout ([`crate::Job::timeout`]) or the
+    /// default.
+    ///
+    /// ```no_run
+    /// # fn demo(queue: punctual::Queue, h: punctual::BoxedHandler) {
+    /// use std::time::Duration;
+    /// // The handler gives up after the job's timeout (default 10 s); the
+    /// // worker steps in a second later.
+    /// let worker = punctual::Worker::new(queue, Default::default())
+    ///     .handler_with_backstop("hooks", |d| d.timeout.unwrap_or(Duration::from_secs(10)) + Duration::from_secs(1), h);
+    /// # let _ = worker; }
+    /// ```
+    pub fn handler_with_backstop(
+        mut self,
+        topic: impl Into<String>,
+        backstop: impl Fn(&Delivery) -> Duration + Send + Sync + 'static,
+        handler: impl Handler,
+    ) -> Self {
+        let topic = topic.into();
+        self.topics.push(TopicEntry {
+            name: topic.clone(),
+            logical: topic,
+            handler: BoxedHandler::new(handler),
+            timeout: Duration::ZERO,
+            backstop: Some(Arc::new(backstop)),
         });
         self
     }
@@ -522,6 +561,7 @@ impl Worker {
                     logical: t.logical.clone(),
                     handler: t.handler.clone(),
                     timeout: t.timeout,
+                    backstop: t.backstop.clone(),
                 });
             }
         }
@@ -748,7 +788,12 @@ fn spawn_slot(
         .lateness
         .record(&topic.name, job.claimed_us, job.lateness_us());
     let (id, token) = (job.id.clone(), job.token);
-    let timeout = topic.timeout;
+    // The job's own timeout (Job::timeout) replaces the topic's, unless the
+    // handler enforces it (then the backstop says how long to wait).
+    let timeout = match &topic.backstop {
+        Some(backstop) => backstop(&job),
+        None => job.timeout.unwrap_or(topic.timeout),
+    };
     let grace = shared.config.cancel_grace;
     // Fires at shutdown (a child of `stopping`), at the timeout and when the
     // lease is lost (both below).

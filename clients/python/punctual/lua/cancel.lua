@@ -18,32 +18,38 @@
 --   KEYS[8] P:{T}:seq      STRING counter for generated ids and lease tokens
 --   KEYS[9] P:{T}:attempts HASH id -> "A:T": deliveries so far and the token
 --                          of the latest claim; absent until the first claim
+--   KEYS[10] P:{T}:fired   ZSET id -> ms fired: occurrences of schedules
+--                          (optional; enqueue and unfire only)
 --
 -- Record (never rewritten by claim, ack or extend): "M:D:G:B:E:" then E bytes
 -- of last error, then the payload. M max attempts (decimal, empty: topic
--- default), D due time (ms, base 36), G due - created (ms, base 36), B backoff
--- ladder (ms, comma separated, empty: topic default), E length of the last
--- error (decimal).
+-- default), then the per-job options if any (see opts_of), D due time (ms,
+-- base 36), G due - created (ms, base 36), B backoff ladder (ms, comma
+-- separated, empty: topic default), E length of the last error (decimal).
 
 -- Every call is checked once, before anything else: exactly these nine keys,
 -- in this order, all with the same prefix and hash tag. (Keys of two topics
 -- mixed in one call would write inconsistent state on a single Redis.)
 local KEY_NAMES = { 'pool', 'ready', 'running', 'dead', 'jobs', 'meta', 'stats', 'seq', 'attempts' }
-local KEY_BASE = #KEYS == 9 and string.match(KEYS[1], '^([^{}]+:{[^{}]+}:)pool$')
+-- A tenth key, P:{T}:fired (ZSET id -> ms fired, see the enqueue script), is
+-- allowed after them; only the scripts that use it read K_FIRED.
+local KEY_BASE = (#KEYS == 9 or #KEYS == 10) and string.match(KEYS[1], '^([^{}]+:{[^{}]+}:)pool$')
 if KEY_BASE then
   for i = 2, 9 do
     if KEYS[i] ~= KEY_BASE .. KEY_NAMES[i] then KEY_BASE = nil break end
   end
+  if KEY_BASE and #KEYS == 10 and KEYS[10] ~= KEY_BASE .. 'fired' then KEY_BASE = nil end
 end
 if not KEY_BASE then
   return redis.error_reply('PUNCTUAL_INVALID expected the nine keys of one topic, P:{T}:pool, P:{T}:ready, '
-    .. 'P:{T}:running, P:{T}:dead, P:{T}:jobs, P:{T}:meta, P:{T}:stats, P:{T}:seq, P:{T}:attempts '
-    .. '(got ' .. #KEYS .. ' keys that are not)')
+    .. 'P:{T}:running, P:{T}:dead, P:{T}:jobs, P:{T}:meta, P:{T}:stats, P:{T}:seq, P:{T}:attempts, '
+    .. 'optionally followed by P:{T}:fired (got ' .. #KEYS .. ' keys that are not)')
 end
 
 local K_POOL, K_READY, K_RUNNING, K_DEAD = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_JOBS, K_META, K_STATS, K_SEQ = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local K_ATT = KEYS[9]
+local K_FIRED = KEYS[10]
 
 local DEFAULT_MAX_ATTEMPTS = 6
 -- Most deliveries a job may have (its own setting or the topic's).
@@ -151,31 +157,80 @@ local function b36_4(n)
   return string.char(DIGIT_BYTES[d], DIGIT_BYTES[c], DIGIT_BYTES[b], DIGIT_BYTES[a])
 end
 
-local HEADER = '^(%d*):(%w+):(%w+):([%d,]*):(%d+):()'
--- The same, without captures: whether a record is readable.
+-- M may carry per-job options after the max attempts (PROTOCOL.md "Per-job
+-- options"): ";" then a letter and a value, M = "<digits or empty>[;<opt>]*",
+-- with e<deadline, epoch ms, base 36>, t<timeout ms> and g<group>.
+local HEADER = '^([^:]*):(%w+):(%w+):([%d,]*):(%d+):()'
+-- A readable record without options, without captures. (A record with
+-- options fails it, and is read with decode.)
 local HEADER_CHECK = '^%d*:%w+:%w+:[%d,]*:%d+:'
 
+-- The options of an M field: max attempts (number or nil) and a table
+-- {deadline, timeout, group} (nil when M has no options), or false when M
+-- is not one (M must match ^%d*(;[etg][^;:]*)*$). Only a field with ';' pays
+-- for more than one string.find.
+local function opts_of(m)
+  if not string.find(m, ';', 1, true) then
+    if not string.find(m, '^%d*$') then return false end
+    return tonumber(m), nil
+  end
+  local d, rest = string.match(m, '^(%d*)(;.*)$')
+  if not d then return false end
+  local o = {}
+  for letter, v in string.gmatch(rest, ';([^;]?)([^;]*)') do
+    if letter == 'e' then o.deadline = tonumber(v, 36)
+    elseif letter == 't' then o.timeout = tonumber(v)
+    elseif letter == 'g' then o.group = v
+    else return false end
+  end
+  return tonumber(d), o
+end
+
+-- The group of a record's M field: its g option, or '' (no group, or an
+-- unreadable field).
+local function group_of_field(m)
+  if not string.find(m, ';', 1, true) then return '' end
+  local _, o = opts_of(m)
+  return o and o.group or ''
+end
+
+-- The options part of an M field: from its first ';' on ('' without).
+local function options_text(m)
+  local p = string.find(m, ';', 1, true)
+  if not p then return '' end
+  return string.sub(m, p)
+end
+
+-- A record as a table: max (number or nil: the topic default), mfield (M as
+-- stored, written back by encode), due, created, backoff, err, payload, and
+-- when M carries options: deadline, timeout, group (each nil when absent).
+-- nil when the record is missing or unreadable.
 local function decode(rec)
   if not rec then return nil end
   local m, d, g, b, e, p = string.match(rec, HEADER)
   if not m then return nil end
+  local max, o = opts_of(m)
+  if max == false then return nil end
   e = tonumber(e)
   local due = tonumber(d, 36)
-  return {
-    max = tonumber(m),
+  local r = {
+    max = max,
+    mfield = m,
     due = due,
     created = due - tonumber(g, 36),
     backoff = b,
     err = string.sub(rec, p, p + e - 1),
     payload = string.sub(rec, p + e),
   }
+  if o then r.deadline, r.timeout, r.group = o.deadline, o.timeout, o.group end
+  return r
 end
 
 local function encode(r)
   local gap = r.due - r.created
   if gap < 0 then gap = 0 end
   return table.concat({
-    r.max or '', ':', b36(r.due), ':', b36(gap), ':', r.backoff, ':', #r.err, ':', r.err, r.payload,
+    r.mfield or r.max or '', ':', b36(r.due), ':', b36(gap), ':', r.backoff, ':', #r.err, ':', r.err, r.payload,
   })
 end
 

@@ -18,32 +18,38 @@
 --   KEYS[8] P:{T}:seq      STRING counter for generated ids and lease tokens
 --   KEYS[9] P:{T}:attempts HASH id -> "A:T": deliveries so far and the token
 --                          of the latest claim; absent until the first claim
+--   KEYS[10] P:{T}:fired   ZSET id -> ms fired: occurrences of schedules
+--                          (optional; enqueue and unfire only)
 --
 -- Record (never rewritten by claim, ack or extend): "M:D:G:B:E:" then E bytes
 -- of last error, then the payload. M max attempts (decimal, empty: topic
--- default), D due time (ms, base 36), G due - created (ms, base 36), B backoff
--- ladder (ms, comma separated, empty: topic default), E length of the last
--- error (decimal).
+-- default), then the per-job options if any (see opts_of), D due time (ms,
+-- base 36), G due - created (ms, base 36), B backoff ladder (ms, comma
+-- separated, empty: topic default), E length of the last error (decimal).
 
 -- Every call is checked once, before anything else: exactly these nine keys,
 -- in this order, all with the same prefix and hash tag. (Keys of two topics
 -- mixed in one call would write inconsistent state on a single Redis.)
 local KEY_NAMES = { 'pool', 'ready', 'running', 'dead', 'jobs', 'meta', 'stats', 'seq', 'attempts' }
-local KEY_BASE = #KEYS == 9 and string.match(KEYS[1], '^([^{}]+:{[^{}]+}:)pool$')
+-- A tenth key, P:{T}:fired (ZSET id -> ms fired, see the enqueue script), is
+-- allowed after them; only the scripts that use it read K_FIRED.
+local KEY_BASE = (#KEYS == 9 or #KEYS == 10) and string.match(KEYS[1], '^([^{}]+:{[^{}]+}:)pool$')
 if KEY_BASE then
   for i = 2, 9 do
     if KEYS[i] ~= KEY_BASE .. KEY_NAMES[i] then KEY_BASE = nil break end
   end
+  if KEY_BASE and #KEYS == 10 and KEYS[10] ~= KEY_BASE .. 'fired' then KEY_BASE = nil end
 end
 if not KEY_BASE then
   return redis.error_reply('PUNCTUAL_INVALID expected the nine keys of one topic, P:{T}:pool, P:{T}:ready, '
-    .. 'P:{T}:running, P:{T}:dead, P:{T}:jobs, P:{T}:meta, P:{T}:stats, P:{T}:seq, P:{T}:attempts '
-    .. '(got ' .. #KEYS .. ' keys that are not)')
+    .. 'P:{T}:running, P:{T}:dead, P:{T}:jobs, P:{T}:meta, P:{T}:stats, P:{T}:seq, P:{T}:attempts, '
+    .. 'optionally followed by P:{T}:fired (got ' .. #KEYS .. ' keys that are not)')
 end
 
 local K_POOL, K_READY, K_RUNNING, K_DEAD = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_JOBS, K_META, K_STATS, K_SEQ = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local K_ATT = KEYS[9]
+local K_FIRED = KEYS[10]
 
 local DEFAULT_MAX_ATTEMPTS = 6
 -- Most deliveries a job may have (its own setting or the topic's).
@@ -151,31 +157,80 @@ local function b36_4(n)
   return string.char(DIGIT_BYTES[d], DIGIT_BYTES[c], DIGIT_BYTES[b], DIGIT_BYTES[a])
 end
 
-local HEADER = '^(%d*):(%w+):(%w+):([%d,]*):(%d+):()'
--- The same, without captures: whether a record is readable.
+-- M may carry per-job options after the max attempts (PROTOCOL.md "Per-job
+-- options"): ";" then a letter and a value, M = "<digits or empty>[;<opt>]*",
+-- with e<deadline, epoch ms, base 36>, t<timeout ms> and g<group>.
+local HEADER = '^([^:]*):(%w+):(%w+):([%d,]*):(%d+):()'
+-- A readable record without options, without captures. (A record with
+-- options fails it, and is read with decode.)
 local HEADER_CHECK = '^%d*:%w+:%w+:[%d,]*:%d+:'
 
+-- The options of an M field: max attempts (number or nil) and a table
+-- {deadline, timeout, group} (nil when M has no options), or false when M
+-- is not one (M must match ^%d*(;[etg][^;:]*)*$). Only a field with ';' pays
+-- for more than one string.find.
+local function opts_of(m)
+  if not string.find(m, ';', 1, true) then
+    if not string.find(m, '^%d*$') then return false end
+    return tonumber(m), nil
+  end
+  local d, rest = string.match(m, '^(%d*)(;.*)$')
+  if not d then return false end
+  local o = {}
+  for letter, v in string.gmatch(rest, ';([^;]?)([^;]*)') do
+    if letter == 'e' then o.deadline = tonumber(v, 36)
+    elseif letter == 't' then o.timeout = tonumber(v)
+    elseif letter == 'g' then o.group = v
+    else return false end
+  end
+  return tonumber(d), o
+end
+
+-- The group of a record's M field: its g option, or '' (no group, or an
+-- unreadable field).
+local function group_of_field(m)
+  if not string.find(m, ';', 1, true) then return '' end
+  local _, o = opts_of(m)
+  return o and o.group or ''
+end
+
+-- The options part of an M field: from its first ';' on ('' without).
+local function options_text(m)
+  local p = string.find(m, ';', 1, true)
+  if not p then return '' end
+  return string.sub(m, p)
+end
+
+-- A record as a table: max (number or nil: the topic default), mfield (M as
+-- stored, written back by encode), due, created, backoff, err, payload, and
+-- when M carries options: deadline, timeout, group (each nil when absent).
+-- nil when the record is missing or unreadable.
 local function decode(rec)
   if not rec then return nil end
   local m, d, g, b, e, p = string.match(rec, HEADER)
   if not m then return nil end
+  local max, o = opts_of(m)
+  if max == false then return nil end
   e = tonumber(e)
   local due = tonumber(d, 36)
-  return {
-    max = tonumber(m),
+  local r = {
+    max = max,
+    mfield = m,
     due = due,
     created = due - tonumber(g, 36),
     backoff = b,
     err = string.sub(rec, p, p + e - 1),
     payload = string.sub(rec, p + e),
   }
+  if o then r.deadline, r.timeout, r.group = o.deadline, o.timeout, o.group end
+  return r
 end
 
 local function encode(r)
   local gap = r.due - r.created
   if gap < 0 then gap = 0 end
   return table.concat({
-    r.max or '', ':', b36(r.due), ':', b36(gap), ':', r.backoff, ':', #r.err, ':', r.err, r.payload,
+    r.mfield or r.max or '', ':', b36(r.due), ':', b36(gap), ':', r.backoff, ':', #r.err, ':', r.err, r.payload,
   })
 end
 
@@ -313,11 +368,18 @@ local function invalid(msg)
 end
 
 -- enqueue: add jobs to a topic, one or a batch, atomically.
--- KEYS: the nine topic keys (see lib.lua).
+-- KEYS: the nine topic keys (see lib.lua), and optionally a tenth,
+-- P:{T}:fired (ZSET id -> ms): the occurrences of schedules fired in the
+-- last 7 days. With it, a given id that is in it gets status 4 and nothing
+-- is written; every id created is added to it; entries older than 7 days
+-- are removed (at most 100 per call).
 -- ARGV[1] max payload bytes, ARGV[2] replace live ids (1) or report them as
 -- duplicates (0), ARGV[3] n, then n groups of five:
 --   id ("" = generate), payload, when ("d<ms>" delay or "a<ms>" epoch ms),
---   max attempts ("" = topic default), backoff ladder ("" = topic default,
+--   max attempts ("" = topic default), optionally followed by per-job
+--   options (";x<ms>" expiry after the due time, ";t<ms>" handler timeout,
+--   ";g<group>"; stored with x turned into e<due + ms, base 36>; see
+--   PROTOCOL.md "Per-job options"), backoff ladder ("" = topic default,
 --   else ms values separated by commas).
 -- ARGV[4 + 5n], optional: the partition count the caller routed the jobs
 -- with (1 for a topic that is not partitioned). When given, and the topic's
@@ -327,7 +389,8 @@ end
 -- Returns: a flat array id1, status1, id2, status2 ... where status is
 -- 1 created, 0 duplicate (nothing changed), 2 replaced, 3 dead (the id is in
 -- the dead-letter set; nothing changed, so this job will not run: replay the
--- dead one or enqueue with replace).
+-- dead one or enqueue with replace), 4 fired before (only with the tenth key:
+-- the id is in P:{T}:fired; nothing changed).
 -- Errors: "PUNCTUAL_INVALID <reason>" and nothing is written, when any job of
 -- the batch is invalid.
 
@@ -376,8 +439,56 @@ if routed then
   end
 end
 
+-- Per-job options in the max attempts argument: "<max>;<letter><value>...".
+-- Returns {pre, x, post} (x: the expiry ms, to be stored as
+-- pre .. ";e" .. b36(due + x) .. post; nil without one), or nil and why.
+local function parse_opts(arg)
+  local d, rest = string.match(arg, '^([^;]*)(;.*)$')
+  if d ~= '' and (string.sub(d, 1, 1) == '0' or not int_arg(d, 1, MAX_ATTEMPTS)) then
+    return nil, 'max attempts must be an integer from 1 to ' .. MAX_ATTEMPTS .. ', before the options'
+  end
+  local seen_opt, parts, x, xat = {}, { d }, nil, nil
+  -- Every ';' starts an option: an empty one is found as such.
+  for opt in string.gmatch(rest, ';([^;]*)') do
+    local letter, v = string.sub(opt, 1, 1), string.sub(opt, 2)
+    if letter == '' then return nil, 'an empty option (";" followed by nothing)' end
+    if seen_opt[letter] then return nil, 'option ' .. letter .. ' given more than once' end
+    seen_opt[letter] = true
+    if letter == 'x' or letter == 't' then
+      local what = letter == 'x' and 'expiry' or 'timeout'
+      if string.sub(v, 1, 1) == '0' or not int_arg(v, 1, MAX_DELAY_MS) then
+        return nil, what .. ' (' .. letter .. ') must be 1 ms to ten years, in ms with no leading zero'
+      end
+      if letter == 'x' then
+        x, xat = tonumber(v), #parts + 1
+        parts[xat] = ''
+      else
+        parts[#parts + 1] = ';' .. opt
+      end
+    elseif letter == 'g' then
+      if #v < 1 or #v > 64 or string.find(v, '[^A-Za-z0-9_.@%-]') then
+        return nil, 'a group (g) is 1 to 64 bytes of letters, digits, _ . @ -'
+      end
+      parts[#parts + 1] = ';' .. opt
+    elseif letter == 'e' then
+      return nil, 'option e (a deadline) is written by enqueue; pass x<ms> for an expiry'
+    else
+      return nil, 'unknown option "' .. letter .. '": give x<ms>, t<ms> or g<group>'
+    end
+  end
+  if not x then return { pre = arg } end
+  return {
+    pre = table.concat(parts, '', 1, xat - 1),
+    x = x,
+    post = table.concat(parts, '', xat + 1),
+  }
+end
+
 local now, up = clock()
 local dues = {}
+-- Jobs whose options hold an expiry (index -> parsed options), and the
+-- parsed options of each distinct argument.
+local opts, opts_of_arg = {}, {}
 local generate = 0
 -- A batch's jobs mostly share their "when" and backoff strings: each
 -- distinct one is parsed and checked once per call.
@@ -408,7 +519,17 @@ for i = 1, n do
     if not due then return invalid('job ' .. i .. ': ' .. why) end
     due_of_when[when] = due
   end
-  if max ~= '' and (string.sub(max, 1, 1) == '0' or not int_arg(max, 1, MAX_ATTEMPTS)) then
+  if string.find(max, ';', 1, true) then
+    -- Per-job options: only an argument with ';' pays for this.
+    local parsed = opts_of_arg[max]
+    if not parsed then
+      local why
+      parsed, why = parse_opts(max)
+      if not parsed then return invalid('job ' .. i .. ': ' .. why) end
+      opts_of_arg[max] = parsed
+    end
+    if parsed.x then opts[i] = parsed end
+  elseif max ~= '' and (string.sub(max, 1, 1) == '0' or not int_arg(max, 1, MAX_ATTEMPTS)) then
     return invalid('job ' .. i .. ': max attempts must be an integer from 1 to ' .. MAX_ATTEMPTS)
   end
   if not backoff_ok[backoff] then
@@ -468,6 +589,22 @@ if #absent > 0 then
   end
 end
 
+-- Schedules: ids fired within 7 days (one ZMSCORE per call).
+local fired_before = {}
+if K_FIRED then
+  local given = {}
+  for i = 1, n do
+    local id = ARGV[3 + 5 * (i - 1) + 1]
+    if id ~= '' then given[#given + 1] = id end
+  end
+  if #given > 0 then
+    local scores = redis.call('ZMSCORE', K_FIRED, unpack(given))
+    for j, id in ipairs(given) do
+      if scores[j] then fired_before[id] = true end
+    end
+  end
+end
+
 local out, records, to_pool, to_ready = {}, {}, {}, {}
 local seen = {}
 -- Replaced ids and the set they were in: left only after the new entry is written.
@@ -494,6 +631,8 @@ for i = 1, n do
   elseif seen[id] then
     -- The same id twice in one batch: the first one wins, even with replace.
     status = 0
+  elseif fired_before[id] then
+    status = 4
   elseif has_rec[id] or stray[id] then
     if replace then
       status = 2
@@ -513,7 +652,10 @@ for i = 1, n do
       heads[due] = head
     end
     records[#records + 1] = id
-    records[#records + 1] = ARGV[b + 4] .. head .. ARGV[b + 5] .. ':0:' .. ARGV[b + 2]
+    local m = ARGV[b + 4]
+    local o = opts[i]
+    if o then m = o.pre .. ';e' .. b36(due + o.x) .. o.post end
+    records[#records + 1] = m .. head .. ARGV[b + 5] .. ':0:' .. ARGV[b + 2]
     if status == 2 then
       if due <= now then dest[id] = 'ready' else dest[id] = 'pool' end
     end
@@ -526,7 +668,7 @@ for i = 1, n do
       if not pool_min or due < pool_min then pool_min = due end
     end
     created = created + 1
-  else
+  elseif status ~= 4 then
     dup = dup + 1
   end
   out[#out + 1] = id
@@ -554,6 +696,17 @@ if created > 0 then
   for id in pairs(old_state) do replaced[#replaced + 1] = id end
   if #replaced > 0 then variadic('HDEL', K_ATT, replaced) end
   redis.call('HINCRBY', K_STATS, 'enqueued', created)
+  if K_FIRED then
+    local marks = {}
+    for i = 1, #records, 2 do
+      marks[#marks + 1] = now
+      marks[#marks + 1] = records[i]
+    end
+    variadic('ZADD', K_FIRED, marks)
+    -- Entries older than 7 days go, a bounded number per call.
+    local old = redis.call('ZRANGE', K_FIRED, '-inf', now - 604800000, 'BYSCORE', 'LIMIT', 0, 100)
+    if #old > 0 then variadic('ZREM', K_FIRED, old) end
+  end
 end
 if dup > 0 then redis.call('HINCRBY', K_STATS, 'duplicates', dup) end
 return out

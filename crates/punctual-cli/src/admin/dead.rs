@@ -140,6 +140,7 @@ fn dead_json(topic: &str, j: &JobInfo) -> Value {
     o.insert("created".into(), time(j.created_ms).into());
     o.insert("created_ms".into(), j.created_ms.into());
     o.insert("last_error".into(), j.last_error.clone().into());
+    super::job::options_json(j, &mut o);
     payload_json(&j.payload, &mut o);
     Value::Object(o)
 }

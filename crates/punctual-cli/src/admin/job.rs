@@ -96,9 +96,25 @@ pub(crate) fn job_json(topic: &str, info: &JobInfo) -> Value {
         o.insert(format!("{since_name}_ms"), ms.into());
     }
     o.insert("last_error".into(), info.last_error.clone().into());
+    options_json(info, &mut o);
     payload_json(&info.payload, &mut o);
     o.insert("now_ms".into(), info.now_ms.into());
     Value::Object(o)
+}
+
+/// The job's options (PROTOCOL.md "Per-job options"), those it has:
+/// `deadline` and `deadline_ms` (expiry), `timeout_ms`, `group`.
+pub(crate) fn options_json(info: &JobInfo, o: &mut Map<String, Value>) {
+    if let Some(ms) = info.deadline_ms {
+        o.insert("deadline".into(), time(ms).into());
+        o.insert("deadline_ms".into(), ms.into());
+    }
+    if let Some(ms) = info.timeout_ms {
+        o.insert("timeout_ms".into(), ms.into());
+    }
+    if let Some(g) = &info.group {
+        o.insert("group".into(), g.as_str().into());
+    }
 }
 
 /// Runs `get`.
@@ -137,6 +153,19 @@ pub(crate) async fn get(ctx: &Ctx, job: JobRef) -> Result<()> {
         "created:     {}",
         time_and_relative(info.created_ms, now)
     )?;
+    if let Some(ms) = info.deadline_ms {
+        writeln!(
+            out,
+            "expires:     {} (may start until then)",
+            time_and_relative(ms, now)
+        )?;
+    }
+    if let Some(ms) = info.timeout_ms {
+        writeln!(out, "timeout:     {ms} ms")?;
+    }
+    if let Some(g) = &info.group {
+        writeln!(out, "group:       {g}")?;
+    }
     let err = info.last_error.as_deref().unwrap_or("-");
     writeln!(out, "last error:  {}", one_line(err, PAYLOAD_PREVIEW))?;
     let text = payload_text(&info.payload);

@@ -12,6 +12,7 @@ pub(crate) mod list;
 pub(crate) mod partitions;
 pub(crate) mod ps;
 pub(crate) mod push;
+pub(crate) mod schedule;
 pub(crate) mod script;
 pub(crate) mod stats;
 pub(crate) mod topic;

@@ -25,6 +25,9 @@ Examples:
   # payload from stdin, due at a fixed time
   echo 'remind 42' | punctual push reminders --at 2030-01-01T09:00:00Z
 
+  # a reminder that is pointless an hour late, for tenant acme
+  punctual push reminders 'call 42' --delay 10m --expire 1h --timeout 30s --group acme
+
   # many jobs, one JSON object per line
   punctual push orders --batch < jobs.jsonl
   where each line looks like
@@ -66,6 +69,23 @@ pub(crate) struct PushArgs {
     )]
     pub backoff: Option<Vec<Duration>>,
 
+    /// Expiry: the job may start only within this window after its due time
+    /// (1ms to ten years: 30s, 1h). Past it, a claim moves it to dead with
+    /// the last error "expired: ..." instead of running it; retries do not
+    /// extend the window.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub expire: Option<Duration>,
+
+    /// The handler timeout for this job (1ms to ten years), used by the
+    /// worker instead of the topic's timeout.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub timeout: Option<Duration>,
+
+    /// The job's group (a tenant, customer or shop): 1 to 64 bytes of
+    /// letters, digits, _ . @ -. Groups of a topic are served fairly.
+    #[arg(long, value_name = "NAME")]
+    pub group: Option<String>,
+
     /// Replace a live job with the same id (payload, due time, attempts)
     /// instead of reporting a duplicate.
     #[arg(long)]
@@ -73,10 +93,11 @@ pub(crate) struct PushArgs {
 
     /// Read many jobs from stdin, one JSON object per line:
     /// {"payload": ..., "delay_ms": N, "at": "RFC3339", "id": "...",
-    /// "max_attempts": N}. Only payload is required; a string payload is sent
-    /// as its text, any other JSON value as its JSON text. --delay/--at,
-    /// --max-attempts and --backoff apply to lines that do not say
-    /// otherwise. Every line is validated before anything is written.
+    /// "max_attempts": N, "expire_ms": N, "timeout_ms": N, "group": "..."}.
+    /// Only payload is required; a string payload is sent as its text, any
+    /// other JSON value as its JSON text. --delay/--at, --max-attempts,
+    /// --backoff, --expire, --timeout and --group apply to lines that do not
+    /// say otherwise. Every line is validated before anything is written.
     #[arg(long)]
     pub batch: bool,
 }
@@ -162,6 +183,15 @@ fn with_defaults(mut job: Job, args: &PushArgs) -> Job {
     if let Some(ladder) = &args.backoff {
         job = job.backoff(ladder.clone());
     }
+    if let Some(d) = args.expire {
+        job = job.expire(d);
+    }
+    if let Some(d) = args.timeout {
+        job = job.timeout(d);
+    }
+    if let Some(g) = &args.group {
+        job = job.group(g);
+    }
     job
 }
 
@@ -201,6 +231,9 @@ struct Line {
     at: Option<String>,
     id: Option<String>,
     max_attempts: Option<u32>,
+    expire_ms: Option<u64>,
+    timeout_ms: Option<u64>,
+    group: Option<String>,
 }
 
 /// serde_json's message without its "at line 1 column N" (every line is
@@ -248,6 +281,15 @@ fn parse_line(text: &str, defaults: &PushArgs, max: usize) -> Result<Job, String
     }
     if let Some(n) = line.max_attempts {
         job = job.max_attempts(n);
+    }
+    if let Some(ms) = line.expire_ms {
+        job = job.expire(std::time::Duration::from_millis(ms));
+    }
+    if let Some(ms) = line.timeout_ms {
+        job = job.timeout(std::time::Duration::from_millis(ms));
+    }
+    if let Some(g) = line.group {
+        job = job.group(g);
     }
     job.validate().map_err(|e| e.to_string())?;
     Ok(job)

@@ -65,6 +65,7 @@ fn table(all: &[TopicStats]) -> String {
         "DONE",
         "RETRIED",
         "DIED",
+        "EXPIRED",
         "LIMITED",
     ]);
     for s in all {
@@ -85,6 +86,7 @@ fn table(all: &[TopicStats]) -> String {
             counter("done"),
             counter("retried"),
             counter("dead"),
+            counter("expired"),
             s.limited
                 .map(|l| l.to_string())
                 .unwrap_or_else(|| "-".into()),

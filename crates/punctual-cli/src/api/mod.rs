@@ -23,6 +23,7 @@ mod error;
 mod reply;
 mod routes;
 pub(crate) mod sampler;
+mod schedules;
 pub(crate) mod server;
 
 use std::sync::Arc;

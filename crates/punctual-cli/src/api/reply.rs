@@ -28,6 +28,13 @@ pub(super) struct JobReply {
     /// The payload as text, invalid UTF-8 replaced.
     payload: String,
     now_ms: i64,
+    /// Per-job options, absent when the job has none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    deadline_ms: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    timeout_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    group: Option<String>,
 }
 
 impl From<&JobInfo> for JobReply {
@@ -43,6 +50,9 @@ impl From<&JobInfo> for JobReply {
             last_error: j.last_error.clone(),
             payload: String::from_utf8_lossy(&j.payload).into_owned(),
             now_ms: j.now_ms,
+            deadline_ms: j.deadline_ms,
+            timeout_ms: j.timeout_ms,
+            group: j.group.clone(),
         }
     }
 }

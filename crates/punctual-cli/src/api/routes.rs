@@ -59,6 +59,7 @@ pub(super) fn routes() -> Router<Arc<ApiState>> {
         .route("/audit", get(super::audit::list))
         .route("/topics/{topic}/history", get(history))
         .merge(limits::routes())
+        .merge(super::schedules::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
 }
@@ -100,7 +101,7 @@ fn query<T>(q: Result<Query<T>, QueryRejection>) -> ApiResult<T> {
 /// 400 for bad JSON or fields. Any Content-Type is read as JSON (some
 /// clients, such as PHP's curl, send form types by default); a body that
 /// is not JSON gets an error that says so.
-fn body<T: DeserializeOwned>(
+pub(super) fn body<T: DeserializeOwned>(
     headers: &HeaderMap,
     bytes: Result<Bytes, BytesRejection>,
 ) -> ApiResult<T> {
@@ -391,6 +392,12 @@ struct JobBody {
     max_attempts: Option<u32>,
     #[serde(default, deserialize_with = "present")]
     backoff_ms: Option<Vec<u64>>,
+    #[serde(default, deserialize_with = "present")]
+    expire_ms: Option<u64>,
+    #[serde(default, deserialize_with = "present")]
+    timeout_ms: Option<u64>,
+    #[serde(default, deserialize_with = "present")]
+    group: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -442,6 +449,15 @@ fn to_job(b: JobBody) -> Result<Job, String> {
             return Err("backoff_ms may not be empty (use [0] for no wait)".into());
         }
         job = job.backoff(l.into_iter().map(Duration::from_millis).collect());
+    }
+    if let Some(ms) = b.expire_ms {
+        job = job.expire(Duration::from_millis(ms));
+    }
+    if let Some(ms) = b.timeout_ms {
+        job = job.timeout(Duration::from_millis(ms));
+    }
+    if let Some(g) = b.group {
+        job = job.group(g);
     }
     job.validate().map_err(|e| e.to_string())?;
     Ok(job)

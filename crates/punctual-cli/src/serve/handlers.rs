@@ -236,6 +236,12 @@ impl Http {
         })
     }
 
+    /// The request timeout of a job: its own (`Job::timeout`), else the
+    /// topic's.
+    pub(crate) fn timeout_of(&self, d: &Delivery) -> Duration {
+        d.timeout.unwrap_or(self.timeout)
+    }
+
     /// POSTs the payload. 2xx: done. 4xx other than 408 and 429: permanent.
     /// 408, 429, 5xx, timeouts, connection errors: retry, after `Retry-After`
     /// when the server sends one.
@@ -248,6 +254,7 @@ impl Http {
             .header("punctual-attempt", d.attempt.to_string())
             .header("punctual-max-attempts", d.max_attempts.to_string())
             .header("punctual-due-ms", d.due_ms.to_string())
+            .timeout(self.timeout_of(d))
             .body(d.payload.clone());
         // Configured headers replace the defaults (content-type included).
         let mut headers = reqwest::header::HeaderMap::new();
@@ -271,7 +278,8 @@ impl Http {
             Err(e) if e.is_timeout() => {
                 return Outcome::retry(format!(
                     "POST {} timed out after {:?}",
-                    self.config.url, self.timeout
+                    self.config.url,
+                    self.timeout_of(d)
                 ))
             }
             Err(e) => {

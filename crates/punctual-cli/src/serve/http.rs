@@ -159,6 +159,7 @@ async fn metrics(State(s): State<Arc<AppState>>) -> Response {
                             | "done"
                             | "retried"
                             | "dead"
+                            | "expired"
                             | "reclaimed"
                             | "promoted"
                             | "claimed"

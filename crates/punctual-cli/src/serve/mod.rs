@@ -9,4 +9,5 @@ pub(crate) mod metrics;
 pub(crate) mod resident;
 pub(crate) mod roles;
 pub(crate) mod rust;
+mod schedules;
 pub(crate) mod supervisor;

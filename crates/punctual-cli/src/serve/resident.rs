@@ -201,8 +201,15 @@ impl Pool {
     /// claimed and `capacity` taken at once by the pool's programs, a job
     /// waits for at most `concurrency / capacity` rounds, each of which ends
     /// within a job's timeout plus a restart.
-    pub(crate) fn backstop(&self, concurrency: usize, capacity: usize) -> Duration {
-        backstop(&self.cfg, concurrency, capacity)
+    /// A job with a timeout of its own (`Job::timeout`) longer than the
+    /// topic's is given rounds of that length.
+    pub(crate) fn backstop(
+        &self,
+        concurrency: usize,
+        capacity: usize,
+        job_timeout: Option<Duration>,
+    ) -> Duration {
+        backstop(&self.cfg, concurrency, capacity, job_timeout)
     }
 
     /// Runs one job on a program of the pool.
@@ -292,6 +299,8 @@ struct InFlight {
     reply: oneshot::Sender<Outcome>,
     cancel: CancellationToken,
     deadline: Instant,
+    /// The job's timeout: its own (`Job::timeout`), else the topic's.
+    timeout: Duration,
 }
 
 #[derive(Serialize)]
@@ -840,10 +849,11 @@ impl Manager {
                 _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
                     let now = Instant::now();
                     let late: Vec<String> = inflight.iter().filter(|(_, f)| f.deadline <= now).map(|(id, _)| id.clone()).collect();
-                    let t = humantime::format_duration(self.cfg.timeout);
+                    let mut t = humantime::format_duration(self.cfg.timeout);
                     for id in &late {
                         if let Some(f) = inflight.remove(id) {
                             f.cancel.cancel();
+                            t = humantime::format_duration(f.timeout);
                             let _ = f.reply.send(Outcome::retry(format!("handler timed out after {t}")));
                         }
                     }
@@ -886,7 +896,8 @@ impl Manager {
         seq: &mut u64,
         sent: &mut u64,
     ) {
-        let line = job_line(&req.d, self.cfg.timeout);
+        let timeout = req.d.timeout.unwrap_or(self.cfg.timeout);
+        let line = job_line(&req.d, timeout);
         *seq += 1;
         *sent += 1;
         let s = *seq;
@@ -908,7 +919,8 @@ impl Manager {
                 seq: s,
                 reply: req.reply,
                 cancel: req.cancel,
-                deadline: Instant::now() + self.cfg.timeout,
+                deadline: Instant::now() + timeout,
+                timeout,
             },
         );
         set_current(p, inflight);
@@ -1014,9 +1026,15 @@ async fn retire(mut p: Proc, times: StopTimes) {
 }
 
 /// See [`Pool::backstop`].
-fn backstop(cfg: &ResidentConfig, concurrency: usize, capacity: usize) -> Duration {
+fn backstop(
+    cfg: &ResidentConfig,
+    concurrency: usize,
+    capacity: usize,
+    job_timeout: Option<Duration>,
+) -> Duration {
     let rounds = concurrency.div_ceil(capacity.max(1)).max(1) as u32;
-    (cfg.timeout + cfg.start_timeout + RESTART_MAX) * rounds + Duration::from_secs(5)
+    let timeout = job_timeout.map_or(cfg.timeout, |t| t.max(cfg.timeout));
+    (timeout + cfg.start_timeout + RESTART_MAX) * rounds + Duration::from_secs(5)
 }
 
 #[cfg(test)]
@@ -1039,11 +1057,19 @@ mod tests {
         // waits behind 63 others, each ending within its timeout (a
         // restart included), so its backstop covers 64 rounds.
         let one_round = cfg.timeout + cfg.start_timeout + RESTART_MAX;
-        assert!(backstop(&cfg, 64, 1) >= one_round * 64);
-        assert!(backstop(&cfg, 64, 64) >= one_round);
-        assert!(backstop(&cfg, 64, 64) < one_round * 2);
+        assert!(backstop(&cfg, 64, 1, None) >= one_round * 64);
+        assert!(backstop(&cfg, 64, 64, None) >= one_round);
+        assert!(backstop(&cfg, 64, 64, None) < one_round * 2);
         // Capacity 0 (unknown) is taken as one.
-        assert!(backstop(&cfg, 4, 0) >= one_round * 4);
+        assert!(backstop(&cfg, 4, 0, None) >= one_round * 4);
+        // A job's own longer timeout makes its rounds longer; a shorter one
+        // does not shorten them (the jobs ahead may have the topic's).
+        let long = Duration::from_secs(100);
+        assert!(backstop(&cfg, 1, 1, Some(long)) >= long + cfg.start_timeout);
+        assert_eq!(
+            backstop(&cfg, 8, 1, Some(Duration::from_millis(1))),
+            backstop(&cfg, 8, 1, None)
+        );
     }
 
     #[test]

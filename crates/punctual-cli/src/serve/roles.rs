@@ -190,11 +190,18 @@ pub(crate) async fn run_worker(
         let metrics = metrics.clone();
         if let Some(pool) = pools.get(name) {
             let pool = pool.clone();
-            let backstop = pool.backstop(cfg.concurrency, capacity[name]);
-            worker = worker.handle_with_timeout(name.clone(), backstop, move |d| {
+            let (concurrency, cap) = (cfg.concurrency, capacity[name]);
+            let backstop = {
+                let pool = pool.clone();
+                move |d: &punctual::Delivery| pool.backstop(concurrency, cap, d.timeout)
+            };
+            // The pool enforces each job's timeout (its own, else the
+            // topic's) from when a program gets it.
+            let run = move |d: punctual::Delivery| {
                 let (pool, metrics) = (pool.clone(), metrics.clone());
                 async move { measured(&d, metrics.as_deref(), pool.run(d.clone())).await }
-            });
+            };
+            worker = worker.handler_with_backstop(name.clone(), backstop, run);
         } else if let Some(argv) = &t.exec {
             let exec = Arc::new(Exec {
                 argv: argv.clone(),
@@ -216,12 +223,17 @@ pub(crate) async fn run_worker(
             worker = worker.handler_with_timeout(name.clone(), t.timeout, cancellable(run));
         } else if let Some(h) = &t.http {
             let http = Arc::new(Http::new(h.clone(), t.timeout)?);
-            // The worker's timeout is a backstop behind the request timeout.
-            let timeout = http.timeout + Duration::from_secs(1);
-            worker = worker.handle_with_timeout(name.clone(), timeout, move |d| {
+            // The worker's timeout is a backstop behind the request timeout
+            // (the job's own, else the topic's).
+            let backstop = {
+                let http = http.clone();
+                move |d: &punctual::Delivery| http.timeout_of(d) + Duration::from_secs(1)
+            };
+            let run = move |d: punctual::Delivery| {
                 let (http, metrics) = (http.clone(), metrics.clone());
                 async move { measured(&d, metrics.as_deref(), http.run(&d)).await }
-            });
+            };
+            worker = worker.handler_with_backstop(name.clone(), backstop, run);
         }
     }
     tracing::info!(

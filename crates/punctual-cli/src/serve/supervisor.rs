@@ -157,6 +157,7 @@ pub(crate) async fn supervise(cfg: Config) -> Result<i32> {
                 .with_context(|| format!("cannot store the limits of topic {name}"))?;
         }
     }
+    super::schedules::upsert(&queue, &cfg).await?;
     if let Some(p) = &cfg.pidfile {
         write_pidfile(p)?;
     }

@@ -255,7 +255,7 @@ impl Queue {
                     inv.arg(ids[i].as_deref().unwrap_or(""))
                         .arg(&job.payload[..])
                         .arg(&encoded[i])
-                        .arg(job.max_attempts.map(|m| m.to_string()).unwrap_or_default())
+                        .arg(job.max_arg())
                         .arg(job.backoff_arg());
                 }
                 inv.arg(k);
@@ -269,6 +269,7 @@ impl Queue {
                 0 => EnqueueStatus::Duplicate,
                 2 => EnqueueStatus::Replaced,
                 3 => EnqueueStatus::Dead,
+                4 => EnqueueStatus::FiredBefore,
                 1 => EnqueueStatus::Created,
                 other => {
                     return Err(Error::protocol(

@@ -89,6 +89,7 @@ impl Queue {
         let err = r.string()?;
         let payload = r.bytes()?;
         let now_ms = r.int()?;
+        let opts = crate::options::parse_field(&r.bytes()?).unwrap_or_default();
         Ok(Some(JobInfo {
             id: id.to_string(),
             state,
@@ -100,6 +101,9 @@ impl Queue {
             last_error: (!err.is_empty()).then_some(err),
             payload,
             now_ms,
+            deadline_ms: opts.deadline_ms,
+            timeout_ms: opts.timeout_ms,
+            group: opts.group,
         }))
     }
 
@@ -432,6 +436,7 @@ impl Queue {
             let created_ms = r.int()?;
             let err = r.string()?;
             let payload = r.bytes()?;
+            let opts = crate::options::parse_field(&r.bytes()?).unwrap_or_default();
             out.push(JobInfo {
                 id,
                 state: State::Dead,
@@ -443,6 +448,9 @@ impl Queue {
                 last_error: (!err.is_empty()).then_some(err),
                 payload,
                 now_ms: 0,
+                deadline_ms: opts.deadline_ms,
+                timeout_ms: opts.timeout_ms,
+                group: opts.group,
             });
         }
         Ok(out)

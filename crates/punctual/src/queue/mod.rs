@@ -350,6 +350,11 @@ impl Queue {
     }
 
     /// Adds the topic to the set of known topics, once per process.
+    pub(crate) async fn register_topic(&self, topic: &str) -> Result<()> {
+        self.register(topic).await
+    }
+
+    /// Adds the topic to the set of known topics, once per process.
     async fn register(&self, topic: &str) -> Result<()> {
         if self.inner.registered.lock().unwrap().contains(topic) {
             return Ok(());

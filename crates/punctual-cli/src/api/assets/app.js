@@ -252,7 +252,7 @@ function renderProcesses(reply) {
 
 // ---- one topic --------------------------------------------------------------
 
-function renderDetail(topic, stats, history, pool, ready, dead) {
+function renderDetail(topic, stats, history, pool, ready, dead, schedules) {
   $('#detail').hidden = false;
   $('#detail-topic').textContent = topic;
   $('#detail-status').replaceWith(Object.assign(badge(stats), { id: 'detail-status' }));
@@ -264,6 +264,32 @@ function renderDetail(topic, stats, history, pool, ready, dead) {
   if (changed('pool', pool)) renderPeek('#next-due', pool, 'Nothing waiting for its due time.');
   if (changed('ready', ready)) renderPeek('#ready', ready, 'No due job is waiting for a worker.');
   if (changed('dead', dead)) renderDead(topic, dead);
+  if (changed('schedules', schedules)) renderSchedules(topic, schedules);
+}
+
+function renderSchedules(topic, reply) {
+  const now = Date.now();
+  const rows = reply.schedules.map((s) => el('tr', { dataset: { name: s.name } },
+    el('td', { class: 'id' }, s.name),
+    el('td', {}, s.cron ? s.cron + (s.tz !== 'UTC' ? ' (' + s.tz + ')' : '') : 'every ' + span(s.every_ms)),
+    el('td', {}, s.catch_up + (s.spread_ms ? ' over ' + span(s.spread_ms) : '')),
+    el('td', { title: s.next_ms ? clock(s.next_ms) : '' },
+      s.paused ? 'paused' : (s.next_ms ? clock(s.next_ms) + ' (' + when(s.next_ms, now) + ')' : '–')),
+    el('td', {},
+      el('button', { type: 'button', onclick: () => toggleSchedule(topic, s.name, s.paused) },
+        s.paused ? 'Resume' : 'Pause')),
+  ));
+  $('#schedules tbody').replaceChildren(...(rows.length ? rows
+    : [el('tr', { class: 'empty' }, el('td', { colspan: 5 },
+      'No schedules (add one with `punctual schedule add` or [schedules.NAME] in the config).'))]));
+}
+
+function toggleSchedule(topic, name, paused) {
+  const verb = paused ? 'resume' : 'pause';
+  return act(paused ? 'Resume' : 'Pause', async () => {
+    await api('POST', topicPath(topic) + '/schedules/' + enc(name) + '/' + verb);
+    return (paused ? 'Resumed' : 'Paused') + ' schedule ' + name + ' of ' + topic + '.';
+  });
 }
 
 function renderPeek(table, page, emptyText) {
@@ -583,13 +609,14 @@ async function refresh() {
     const t = state.selected;
     if (t) {
       const p = topicPath(t);
-      const [history, pool, ready, dead] = await Promise.all([
+      const [history, pool, ready, dead, schedules] = await Promise.all([
         api('GET', p + '/history?minutes=60'),
         api('GET', p + '/jobs?state=pool&limit=10'),
         api('GET', p + '/jobs?state=ready&limit=10'),
         api('GET', p + '/dead?limit=20'),
+        api('GET', p + '/schedules'),
       ]);
-      renderDetail(t, topics.find((x) => x.topic === t), history, pool, ready, dead);
+      renderDetail(t, topics.find((x) => x.topic === t), history, pool, ready, dead, schedules);
     } else {
       $('#detail').hidden = true;
     }

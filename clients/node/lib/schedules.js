@@ -1,0 +1,171 @@
+'use strict';
+// Schedules: recurring jobs that `punctual serve` fires (docs/PROTOCOL.md,
+// "Schedules"; docs/ARCHITECTURE.md, "Recurring schedules").
+//
+// A client only writes and reads the definitions: a JSON object per name in
+// the HASH P:{T}:schedules, each change followed by
+// PUBLISH P:{T}:schedules <name> so the firers look at once. It fires
+// nothing: every `punctual serve` runs a firer that enqueues the
+// occurrences, exactly once across hosts.
+
+const { InvalidInput, MAX_DELAY_MS, encodeOptions, quote, validateTopic, wholeMs } = require('./validate');
+
+const MAX_NAME_LEN = 100;
+const MIN_EVERY_MS = 1000;
+const CATCH_UP = ['all', 'latest', 'skip', 'spread'];
+const FIELDS = ['cron', 'everyMs', 'tz', 'payload', 'maxAttempts', 'expireMs', 'timeoutMs', 'group', 'catchUp', 'spreadMs', 'paused'];
+
+/** A schedule name: 1 to 100 bytes of [A-Za-z0-9_.-]. */
+function validateName(name) {
+  if (typeof name !== 'string') throw new InvalidInput(`invalid schedule name ${String(name)}: give a string`);
+  if (!/^[A-Za-z0-9_.-]{1,100}$/.test(name)) {
+    throw new InvalidInput(
+      `invalid schedule name ${quote(name)}: schedule names are 1 to ${MAX_NAME_LEN} bytes of letters, digits and _ . -`,
+    );
+  }
+}
+
+/** Checks a schedule; returns it as stored (PROTOCOL.md's key order), created_ms still 0. */
+function build(name, spec, maxPayload) {
+  for (const k of Object.keys(spec)) {
+    if (!FIELDS.includes(k)) {
+      throw new InvalidInput(`unknown schedule field '${k}'; the fields are: ${FIELDS.join(', ')}`);
+    }
+  }
+  const { cron = null, everyMs = null, payload = '', catchUp = 'latest', spreadMs = null, paused = false } = spec;
+  let tz = spec.tz ?? null;
+  const bad = (why) => new InvalidInput(`schedule ${quote(name)}: ${why}`);
+  if ((cron === null) === (everyMs === null)) throw bad('give exactly one of a cron expression and an interval');
+  const s = { name };
+  if (cron !== null) {
+    if (typeof cron !== 'string' || ![5, 6].includes(cron.trim().split(/\s+/).length)) {
+      throw new InvalidInput(`invalid cron ${quote(String(cron))}: a cron expression has 5 fields, or 6 with seconds first`);
+    }
+    tz ??= 'UTC';
+    if (typeof tz !== 'string' || tz.trim() === '' || /\s/.test(tz)) {
+      throw new InvalidInput(`invalid time zone ${quote(String(tz))}: give an IANA zone name such as Europe/Berlin`);
+    }
+    s.cron = cron;
+    s.tz = tz;
+  } else {
+    const every = wholeMs(everyMs);
+    if (every === null) throw new InvalidInput(`invalid interval ${String(everyMs)}: give milliseconds as a number`);
+    if (every < MIN_EVERY_MS || every > MAX_DELAY_MS) {
+      throw new InvalidInput(`invalid interval ${every}ms: an interval is at least ${MIN_EVERY_MS} ms and at most ten years`);
+    }
+    if (tz !== null) throw bad('a time zone is only for cron schedules');
+    s.every_ms = every;
+  }
+  if (!CATCH_UP.includes(catchUp)) {
+    throw new InvalidInput(`invalid catch-up ${quote(String(catchUp))}: give all, latest, skip or spread`);
+  }
+  let spread = null;
+  if (catchUp === 'spread') {
+    if (spreadMs === null) throw bad('catch-up spread needs a spread window (ms)');
+    spread = wholeMs(spreadMs);
+    if (spread === null) throw new InvalidInput(`invalid spread window ${String(spreadMs)}: give milliseconds as a number`);
+    if (spread < 1 || spread > MAX_DELAY_MS) {
+      throw new InvalidInput(`invalid spread window ${spread}ms: a spread window is at least 1 ms and at most ten years`);
+    }
+  } else if (spreadMs !== null) {
+    throw bad('a spread window is only for catch-up spread');
+  }
+  if (typeof paused !== 'boolean') throw new InvalidInput(`invalid paused ${String(paused)}: give true or false`);
+  const options = encodeOptions(spec);
+  let text = payload;
+  if (Buffer.isBuffer(text)) {
+    text = text.toString();
+    if (!Buffer.from(text).equals(payload)) throw new InvalidInput("a schedule's payload must be UTF-8 text (it is stored in JSON)");
+  } else if (typeof text !== 'string') {
+    throw new InvalidInput('payload must be a string or a Buffer (use JSON.stringify for JSON)');
+  }
+  const size = Buffer.byteLength(text);
+  if (size > maxPayload) {
+    throw new InvalidInput(
+      `payload is ${size} bytes, over the ${maxPayload}-byte limit ` +
+        '(raise max_payload or store the data elsewhere and enqueue a reference)',
+    );
+  }
+  Object.assign(s, { payload: text, options, catch_up: catchUp, spread_ms: spread, paused, created_ms: 0 });
+  return s;
+}
+
+const parse = (name, raw) => {
+  try {
+    const s = JSON.parse(raw);
+    if (s !== null && typeof s === 'object' && !Array.isArray(s)) return s;
+  } catch {
+    // below
+  }
+  return { name, unreadable: String(raw) };
+};
+
+/** The schedule operations of a Producer (its schedule* methods). */
+class Schedules {
+  constructor(client, prefix, maxPayload) {
+    this.client = client; // replies as strings
+    this.prefix = prefix;
+    this.maxPayload = maxPayload;
+  }
+
+  key(topic, suffix = '') {
+    return `${this.prefix}:{${topic}}:schedules${suffix}`;
+  }
+
+  async nowMs() {
+    const t = await this.client.time();
+    return Array.isArray(t) ? Number(t[0]) * 1000 + Math.floor(Number(t[1]) / 1000) : t.getTime();
+  }
+
+  async read(topic, name) {
+    const raw = await this.client.hGet(this.key(topic), name);
+    return raw == null ? null : parse(name, raw);
+  }
+
+  async write(topic, s) {
+    await this.client.hSet(this.key(topic), s.name, JSON.stringify(s));
+    await this.client.publish(this.key(topic), s.name);
+  }
+
+  async add(topic, name, spec = {}) {
+    validateTopic(topic);
+    validateName(name);
+    const s = build(name, spec, this.maxPayload);
+    const old = await this.read(topic, name);
+    // A schedule written again keeps its creation time: the phase of an
+    // interval, and the start of its watermark.
+    s.created_ms = Number.isSafeInteger(old?.created_ms) ? old.created_ms : await this.nowMs();
+    await this.write(topic, s);
+    return s;
+  }
+
+  async list(topic) {
+    validateTopic(topic);
+    const all = await this.client.hGetAll(this.key(topic));
+    return Object.entries(all)
+      .map(([name, raw]) => parse(name, raw))
+      .sort((a, b) => (String(a.name) < String(b.name) ? -1 : String(a.name) > String(b.name) ? 1 : 0));
+  }
+
+  async setPaused(topic, name, paused) {
+    validateTopic(topic);
+    validateName(name);
+    const s = await this.read(topic, name);
+    if (s === null) return false;
+    if ('unreadable' in s) throw new InvalidInput(`schedule ${quote(name)} is not readable JSON; add it again`);
+    s.paused = paused;
+    await this.write(topic, s);
+    return true;
+  }
+
+  async remove(topic, name) {
+    validateTopic(topic);
+    validateName(name);
+    if (Number(await this.client.hDel(this.key(topic), name)) === 0) return false;
+    await this.client.hDel(this.key(topic, ':last'), name);
+    await this.client.publish(this.key(topic), name);
+    return true;
+  }
+}
+
+module.exports = { Schedules, validateName };

@@ -1,0 +1,209 @@
+"""Per-job options (expiry, timeout, group) and schedules
+(docs/PROTOCOL.md, "Per-job options" and "Schedules")."""
+
+import json
+import os
+import time
+import unittest
+from datetime import timedelta
+
+from common import TESTDATA, client, fresh_prefix
+
+import punctual
+
+
+def b36(n: int) -> str:
+    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+    out = ""
+    while True:
+        n, r = divmod(n, 36)
+        out = digits[r] + out
+        if n == 0:
+            return out
+
+
+class OptionsTest(unittest.TestCase):
+    def setUp(self):
+        self.r = client()
+        self.prefix = fresh_prefix()
+        self.p = punctual.Producer(self.r, prefix=self.prefix)
+
+    def redis_now_ms(self) -> int:
+        sec, usec = self.r.time()
+        return int(sec) * 1000 + int(usec) // 1000
+
+    def test_the_shared_invalid_options_are_refused_before_redis(self):
+        with open(os.path.join(TESTDATA, "invalid_options.json")) as f:
+            cases = json.load(f)
+        self.assertGreaterEqual(len(cases), 20)
+        for case in cases:
+            args = dict(case["args"])
+            with self.subTest(case=case["message"][:50]):
+                with self.assertRaises(punctual.InvalidInput) as cm:
+                    if case["kind"] == "enqueue":
+                        self.p.enqueue("t", b"x", **args)
+                    else:
+                        name = args.pop("name")
+                        size = args.pop("payload_bytes", 1)
+                        self.p.schedule_add("t", name, payload="x" * size, **args)
+                self.assertEqual(str(cm.exception), case["message"])
+        self.assertEqual(self.r.keys(self.prefix + ":*"), [], "nothing reached Redis")
+
+    def test_options_are_passed_in_the_max_attempts_argument(self):
+        # What the script gets: <max>;x<ms>;t<ms>;g<group>, in that order.
+        from punctual.producer import _encode_job
+        enc = lambda **kw: _encode_job(punctual.NewJob(b"x", **kw), 100)[2]  # noqa: E731
+        self.assertEqual(enc(max_attempts=3, expire_ms=3_600_000, timeout_ms=5000, group="shop-17"),
+                         "3;x3600000;t5000;gshop-17")
+        self.assertEqual(enc(expire_ms=3_600_000), ";x3600000")
+        self.assertEqual(enc(group="a.b_c@d-9"), ";ga.b_c@d-9")
+        self.assertEqual(enc(max_attempts=2), "2")
+        self.assertEqual(enc(), "")
+        # The natural duration, and floats in whole ms rounded up.
+        self.assertEqual(enc(expire_ms=timedelta(hours=1), timeout_ms=timedelta(seconds=1.5)),
+                         ";x3600000;t1500")
+        self.assertEqual(enc(expire_ms=1.2, timeout_ms=timedelta(microseconds=1)), ";x2;t1")
+
+    def test_options_read_back_from_what_get_returns(self):
+        from punctual.producer import parse_options
+        self.assertEqual(parse_options(";ezz;t5000;gshop-17"),
+                         {"expires_at_ms": 36 * 36 - 1, "timeout_ms": 5000, "group": "shop-17"})
+        self.assertEqual(parse_options(";gops"), {"group": "ops"})
+        self.assertEqual(parse_options(""), {})
+
+    # ---- needs the enqueue script of the `opts` branch ----------------------
+
+    def test_options_round_trip_into_the_record(self):
+        at = self.redis_now_ms() + 60_000
+        e = self.p.enqueue("orders", b"pay", id="o1", at_ms=at, max_attempts=3,
+                           expire_ms=3_600_000, timeout_ms=5000, group="shop-17")
+        self.assertEqual(e.status, "created")
+        rec = self.r.hget(self.prefix + ":{orders}:jobs", "o1").decode()
+        # x is stored as e<deadline in base 36>: the due time plus the window.
+        self.assertEqual(rec.split(":")[0], f"3;e{b36(at + 3_600_000)};t5000;gshop-17")
+        info = self.p.get("orders", "o1")
+        self.assertEqual((info.state, info.max_attempts, info.due_ms, info.payload), ("pool", 3, at, b"pay"))
+        self.assertEqual((info.expires_at_ms, info.timeout_ms, info.group), (at + 3_600_000, 5000, "shop-17"))
+        # The topic default attempts, an expiry alone.
+        self.p.enqueue("orders", b"pay", id="o2", at_ms=at, expire_ms=timedelta(minutes=1))
+        rec = self.r.hget(self.prefix + ":{orders}:jobs", "o2").decode()
+        self.assertEqual(rec.split(":")[0], f";e{b36(at + 60_000)}")
+        # Without options the record is what it always was.
+        self.p.enqueue("orders", b"pay", id="o3", at_ms=at, max_attempts=4)
+        rec = self.r.hget(self.prefix + ":{orders}:jobs", "o3").decode()
+        self.assertEqual(rec.split(":")[0], "4")
+        info = self.p.get("orders", "o3")
+        self.assertEqual((info.expires_at_ms, info.timeout_ms, info.group), (None, None, None))
+
+    # ---- schedules -----------------------------------------------------------
+
+    def listen(self, topic):
+        ps = self.r.pubsub(ignore_subscribe_messages=True)
+        ps.subscribe(f"{self.prefix}:{{{topic}}}:schedules")
+        deadline = time.monotonic() + 5
+        while ps.get_message(timeout=0.1) is None and time.monotonic() < deadline:
+            pass  # the subscribe confirmation is swallowed; nothing else is sent yet
+        return ps
+
+    def published(self, ps):
+        """The names published on the topic's schedules channel since the last look."""
+        names = []
+        while True:
+            m = ps.get_message(timeout=0.5)
+            if m is None:
+                return names
+            names.append(m["data"].decode())
+
+    def stored(self, topic, name):
+        raw = self.r.hget(f"{self.prefix}:{{{topic}}}:schedules", name)
+        return None if raw is None else json.loads(raw)
+
+    def test_schedule_add_writes_the_documented_json_and_publishes(self):
+        ps = self.listen("orders")
+        before = self.redis_now_ms()
+        s = self.p.schedule_add("orders", "close-unpaid", cron="0 */5 * * * *", tz="Europe/Berlin",
+                                payload='{"kind":"sweep"}', timeout_ms=60_000, catch_up="latest")
+        after = self.redis_now_ms()
+        self.assertEqual(self.published(ps), ["close-unpaid"])
+        got = self.stored("orders", "close-unpaid")
+        self.assertEqual(got, s)
+        self.assertTrue(before <= got["created_ms"] <= after, got)
+        self.assertEqual(got, {
+            "name": "close-unpaid", "cron": "0 */5 * * * *", "tz": "Europe/Berlin",
+            "payload": '{"kind":"sweep"}', "options": ";t60000", "catch_up": "latest",
+            "spread_ms": None, "paused": False, "created_ms": got["created_ms"],
+        })
+        # The key order of PROTOCOL.md's example.
+        raw = self.r.hget(f"{self.prefix}:{{orders}}:schedules", "close-unpaid").decode()
+        self.assertEqual(list(json.loads(raw)), ["name", "cron", "tz", "payload", "options", "catch_up",
+                                                 "spread_ms", "paused", "created_ms"])
+        # An interval, with options and catch-up spread; no time zone.
+        self.p.schedule_add("orders", "tick.5s", every_ms=timedelta(seconds=5), payload="t",
+                            max_attempts=2, expire_ms=4000, group="ops", catch_up="spread",
+                            spread_ms=600_000)
+        self.assertEqual(self.published(ps), ["tick.5s"])
+        got = self.stored("orders", "tick.5s")
+        self.assertEqual({k: v for k, v in got.items() if k != "created_ms"}, {
+            "name": "tick.5s", "every_ms": 5000, "payload": "t", "options": "2;x4000;gops",
+            "catch_up": "spread", "spread_ms": 600_000, "paused": False,
+        })
+        # Defaults: UTC, empty payload and options, catch-up latest.
+        self.p.schedule_add("orders", "nightly", cron="0 3 * * *")
+        got = self.stored("orders", "nightly")
+        self.assertEqual((got["tz"], got["payload"], got["options"], got["catch_up"], got["paused"]),
+                         ("UTC", "", "", "latest", False))
+        self.assertEqual(sorted(s["name"] for s in self.p.schedule_list("orders")),
+                         ["close-unpaid", "nightly", "tick.5s"])
+        # Only the topic's hash: no job was enqueued, the clients fire nothing.
+        self.assertEqual(sorted(k.decode() for k in self.r.keys(self.prefix + ":*")),
+                         [f"{self.prefix}:{{orders}}:schedules"])
+
+    def test_schedule_add_again_replaces_it_and_keeps_its_creation_time(self):
+        first = self.p.schedule_add("t", "s", every_ms=60_000, payload="a")
+        time.sleep(0.01)
+        second = self.p.schedule_add("t", "s", every_ms=30_000, payload="b", paused=True)
+        self.assertEqual(second["created_ms"], first["created_ms"])
+        self.assertEqual(self.stored("t", "s"), second)
+        self.assertEqual((second["every_ms"], second["payload"], second["paused"]), (30_000, "b", True))
+
+    def test_schedule_list_pause_resume_remove(self):
+        ps = self.listen("t")
+        self.assertEqual(self.p.schedule_list("t"), [])
+        self.p.schedule_add("t", "b", every_ms=1000)
+        self.p.schedule_add("t", "a", cron="*/10 * * * * *")
+        self.assertEqual(self.published(ps), ["b", "a"])
+        listed = self.p.schedule_list("t")
+        self.assertEqual([s["name"] for s in listed], ["a", "b"])
+        self.assertEqual(listed[0], self.stored("t", "a"))
+        self.assertTrue(self.p.schedule_pause("t", "a"))
+        self.assertEqual(self.published(ps), ["a"])
+        self.assertIs(self.stored("t", "a")["paused"], True)
+        self.assertIs(self.stored("t", "b")["paused"], False)
+        self.assertTrue(self.p.schedule_resume("t", "a"))
+        self.assertEqual(self.published(ps), ["a"])
+        self.assertIs(self.stored("t", "a")["paused"], False)
+        self.assertTrue(self.p.schedule_remove("t", "a"))
+        self.assertEqual(self.published(ps), ["a"])
+        self.assertIsNone(self.stored("t", "a"))
+        self.assertEqual([s["name"] for s in self.p.schedule_list("t")], ["b"])
+        # Unknown names: False, nothing written or published.
+        self.assertFalse(self.p.schedule_remove("t", "a"))
+        self.assertFalse(self.p.schedule_pause("t", "nope"))
+        self.assertFalse(self.p.schedule_resume("t", "nope"))
+        self.assertEqual(self.published(ps), [])
+        # The watermark of a removed schedule goes with it.
+        self.r.hset(f"{self.prefix}:{{t}}:schedules:last", "b", "1000")
+        self.assertTrue(self.p.schedule_remove("t", "b"))
+        self.assertFalse(self.r.hexists(f"{self.prefix}:{{t}}:schedules:last", "b"))
+        with self.assertRaises(punctual.InvalidInput):
+            self.p.schedule_pause("t{x}", "a")
+
+    def test_a_partitioned_topic_keeps_its_schedules_under_the_topic(self):
+        self.r.hset(self.prefix + ":partitions", "hot", "3")
+        self.p.schedule_add("hot", "s", every_ms=60_000)
+        self.assertIsNotNone(self.stored("hot", "s"))
+        self.assertEqual([s["name"] for s in self.p.schedule_list("hot")], ["s"])
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,713 @@
+//! Per-job options in the record's first field (PROTOCOL.md "Per-job
+//! options"): expiry, timeout and group, through enqueue, get, claim, fail,
+//! tick and the dead list.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use punctual::raw::{self, FailKind, Failed};
+use punctual::{ErrorKind, Job, Outcome, Queue, State, When, Worker, WorkerConfig, MAX_DELAY};
+use punctual_testkit::{eventually, RedisCluster};
+use tokio_util::sync::CancellationToken;
+
+use crate::util::{key, part, topic_keys, Fixture, LONG_LEASE, TICK_ALL};
+
+/// Base 36, as the scripts write numbers in records.
+fn b36(mut n: i64) -> String {
+    const DIGITS: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    if n == 0 {
+        return "0".into();
+    }
+    let mut out = Vec::new();
+    while n > 0 {
+        out.push(DIGITS[(n % 36) as usize]);
+        n /= 36;
+    }
+    out.reverse();
+    String::from_utf8(out).unwrap()
+}
+
+/// The record of `id` as stored.
+async fn record(f: &Fixture, t: &str, id: &str) -> String {
+    f.cmd(redis::cmd("HGET").arg(key(t, "jobs")).arg(id)).await
+}
+
+/// The record's first field (M).
+async fn m_field(f: &Fixture, t: &str, id: &str) -> String {
+    let rec = record(f, t, id).await;
+    rec.split(':').next().unwrap().to_string()
+}
+
+/// EVAL of the enqueue script for `jobs` (id, payload, when, max, backoff).
+fn enqueue_cmd(t: &str, jobs: &[[&str; 5]]) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(punctual::script_source("enqueue").unwrap()).arg(9);
+    for k in topic_keys(t) {
+        cmd.arg(k);
+    }
+    cmd.arg(1 << 20).arg(0).arg(jobs.len());
+    for j in jobs {
+        for a in j {
+            cmd.arg(*a);
+        }
+    }
+    cmd
+}
+
+/// Runs `cmd`, which must be refused; returns "CODE detail".
+async fn refused(f: &Fixture, cmd: &redis::Cmd) -> String {
+    let mut c = f.conn.clone();
+    let err = cmd
+        .query_async::<redis::Value>(&mut c)
+        .await
+        .expect_err("refused");
+    format!(
+        "{} {}",
+        err.code().unwrap_or("?"),
+        err.detail().unwrap_or("")
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_option_round_trips_through_enqueue_get_and_claim() {
+    let f = Fixture::new().await;
+    let (q, t) = (&f.queue, "opts-round-trip");
+    let job = Job::new("p")
+        .id("all")
+        .max_attempts(3)
+        .expire(Duration::from_secs(3600))
+        .timeout(Duration::from_millis(5000))
+        .group("acme");
+    q.enqueue(t, job).await.unwrap();
+    let info = q.get(t, "all").await.unwrap().expect("the job");
+    let deadline = info.due_ms + 3_600_000;
+    assert_eq!(info.max_attempts, 3);
+    assert_eq!(info.deadline_ms, Some(deadline));
+    assert_eq!(info.timeout_ms, Some(5000));
+    assert_eq!(info.group.as_deref(), Some("acme"));
+    assert_eq!(
+        m_field(&f, t, "all").await,
+        format!("3;e{};t5000;gacme", b36(deadline)),
+        "x is stored as e<due + ms, base 36>, the rest as given"
+    );
+    let json = serde_json::to_value(&info).unwrap();
+    assert_eq!(json["deadline_ms"], deadline);
+    assert_eq!(json["timeout_ms"], 5000);
+    assert_eq!(json["group"], "acme");
+
+    // Each option alone, with the topic's default max attempts, and a delay.
+    q.enqueue(
+        t,
+        Job::new("p")
+            .id("x")
+            .delay(Duration::from_secs(60))
+            .expire(Duration::from_millis(1500)),
+    )
+    .await
+    .unwrap();
+    q.enqueue(
+        t,
+        Job::new("p").id("t").timeout(Duration::from_micros(1500)),
+    )
+    .await
+    .unwrap();
+    q.enqueue(t, Job::new("p").id("g").group("Shop_17.eu@x-y"))
+        .await
+        .unwrap();
+    let x = q.get(t, "x").await.unwrap().unwrap();
+    assert_eq!(x.max_attempts, 6);
+    assert_eq!(x.deadline_ms, Some(x.due_ms + 1500));
+    assert_eq!((x.timeout_ms, x.group.as_deref()), (None, None));
+    assert_eq!(
+        m_field(&f, t, "x").await,
+        format!(";e{}", b36(x.due_ms + 1500))
+    );
+    let tj = q.get(t, "t").await.unwrap().unwrap();
+    assert_eq!(
+        (tj.deadline_ms, tj.timeout_ms, tj.group.as_deref()),
+        (None, Some(2), None),
+        "a timeout of 1.5 ms is sent as 2 ms (never shorter)"
+    );
+    assert_eq!(m_field(&f, t, "t").await, ";t2");
+    let g = q.get(t, "g").await.unwrap().unwrap();
+    assert_eq!((g.deadline_ms, g.timeout_ms), (None, None));
+    assert_eq!(g.group.as_deref(), Some("Shop_17.eu@x-y"));
+
+    // Claim hands the options out with the job.
+    let got = raw::claim(q, &part(t), 10, LONG_LEASE).await.unwrap();
+    let all = got.iter().find(|d| d.id == "all").expect("claimed");
+    assert_eq!(all.max_attempts, 3);
+    assert_eq!(all.deadline_ms, Some(deadline));
+    assert_eq!(all.timeout, Some(Duration::from_millis(5000)));
+    assert_eq!(all.group.as_deref(), Some("acme"));
+    assert_eq!(all.payload, b"p");
+    let g = got.iter().find(|d| d.id == "g").expect("claimed");
+    assert_eq!((g.deadline_ms, g.timeout, g.max_attempts), (None, None, 6));
+    assert_eq!(g.group.as_deref(), Some("Shop_17.eu@x-y"));
+    let tj = got.iter().find(|d| d.id == "t").expect("claimed");
+    assert_eq!(tj.timeout, Some(Duration::from_millis(2)));
+    assert_eq!(tj.group, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_script_stores_options_as_a_producer_passes_them() {
+    let f = Fixture::new().await;
+    let t = "opts-script";
+    let at = f.now_ms().await + 60_000;
+    let when = format!("a{at}");
+    // One batch, one due time, different options: the per-due header
+    // cache must not mix them up.
+    let out: Vec<redis::Value> = f
+        .cmd(&enqueue_cmd(
+            t,
+            &[
+                ["a", "pa", &when, ";gshop-17;x1000", ""],
+                ["b", "pb", &when, "", "10,20"],
+                ["c", "pc", &when, "4;t60000", ""],
+                ["d", "pd", &when, "2", ""],
+                ["e", "pe", &when, ";x315360000000;t315360000000", "5"],
+            ],
+        ))
+        .await;
+    assert_eq!(out.len(), 10);
+    let due = b36(at);
+    let gap = |rec: &str| rec.split(':').nth(2).unwrap().to_string();
+    let a = record(&f, t, "a").await;
+    assert_eq!(
+        a,
+        format!(";gshop-17;e{}:{due}:{}::0:pa", b36(at + 1000), gap(&a)),
+        "order kept, x turned into e"
+    );
+    let b = record(&f, t, "b").await;
+    assert_eq!(b, format!(":{due}:{}:10,20:0:pb", gap(&b)));
+    let c = record(&f, t, "c").await;
+    assert_eq!(c, format!("4;t60000:{due}:{}::0:pc", gap(&c)));
+    let d = record(&f, t, "d").await;
+    assert_eq!(d, format!("2:{due}:{}::0:pd", gap(&d)));
+    let e = record(&f, t, "e").await;
+    assert_eq!(
+        e,
+        format!(
+            ";e{};t315360000000:{due}:{}:5:0:pe",
+            b36(at + 315_360_000_000),
+            gap(&e)
+        )
+    );
+    let info = f.queue.get(t, "a").await.unwrap().unwrap();
+    assert_eq!(info.deadline_ms, Some(at + 1000));
+    assert_eq!(info.group.as_deref(), Some("shop-17"));
+    assert_eq!(info.due_ms, at);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_options_leave_nothing_written() {
+    let f = Fixture::new().await;
+    let t = "opts-refused";
+    // Something in the topic already, so the snapshot is not empty.
+    f.queue
+        .enqueue(t, Job::new("seed").id("seed"))
+        .await
+        .unwrap();
+    let before = f.snapshot().await;
+    let long_group = format!(";g{}", "a".repeat(65));
+    for (bad, why) in [
+        (";", "an empty option"),
+        ("3;", "an empty option"),
+        (";t1;", "an empty option"),
+        (";;t1", "an empty option"),
+        (";x", "expiry"),
+        (";x0", "expiry"),
+        (";x01", "expiry"),
+        (";x315360000001", "expiry"),
+        (";x1e3", "expiry"),
+        (";x-1", "expiry"),
+        (";t0", "timeout"),
+        (";t007", "timeout"),
+        (";t99999999999999999", "timeout"),
+        (";g", "group"),
+        (long_group.as_str(), "group"),
+        (";gbad name", "group"),
+        (";gshop/1", "group"),
+        (";gcafé", "group"),
+        (";e100", "written by enqueue"),
+        (";q1", "unknown option"),
+        (";X1", "unknown option"),
+        (";x1;x2", "more than once"),
+        (";gA;t5;gB", "more than once"),
+        ("0;x1", "max attempts"),
+        ("10001;t1", "max attempts"),
+        ("03;t1", "max attempts"),
+        ("3x;t1", "max attempts"),
+        ("a", "max attempts"),
+    ] {
+        let err = refused(
+            &f,
+            &enqueue_cmd(
+                t,
+                &[["ok", "p", "d0", ";t5", ""], ["bad", "p", "d0", bad, ""]],
+            ),
+        )
+        .await;
+        assert!(
+            err.starts_with("PUNCTUAL_INVALID job 2: "),
+            "{bad:?} refused as job 2: {err}"
+        );
+        assert!(err.contains(why), "{bad:?}: {err} should say {why:?}");
+        assert_eq!(f.snapshot().await, before, "{bad:?} wrote something");
+    }
+
+    // The library refuses the same before sending anything.
+    let q = &f.queue;
+    for (job, why) in [
+        (Job::new("p").expire(Duration::ZERO), "expiry"),
+        (
+            Job::new("p").expire(MAX_DELAY + Duration::from_millis(1)),
+            "expiry",
+        ),
+        (Job::new("p").timeout(Duration::ZERO), "timeout"),
+        (
+            Job::new("p").timeout(MAX_DELAY + Duration::from_secs(1)),
+            "timeout",
+        ),
+        (Job::new("p").group(""), "group"),
+        (Job::new("p").group("a".repeat(65)), "group"),
+        (Job::new("p").group("bad name"), "group"),
+        (Job::new("p").group("x;t1"), "group"),
+    ] {
+        let err = job.validate().unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidInput);
+        assert!(err.to_string().contains(why), "{err} should say {why:?}");
+        let err = q.enqueue(t, job).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidInput);
+    }
+    assert_eq!(f.snapshot().await, before);
+    // The limits themselves are accepted.
+    for job in [
+        Job::new("p").expire(Duration::from_millis(1)),
+        Job::new("p").expire(MAX_DELAY),
+        Job::new("p").timeout(MAX_DELAY),
+        Job::new("p").group("a".repeat(64)),
+    ] {
+        q.enqueue(t, job).await.expect("within the limits");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fail_tick_and_dead_keep_the_options_as_written() {
+    let f = Fixture::new().await;
+    let (q, t) = (&f.queue, "opts-keep");
+    q.enqueue(
+        t,
+        Job::new("p")
+            .id("j")
+            .max_attempts(3)
+            .backoff(vec![Duration::ZERO])
+            .expire(MAX_DELAY)
+            .timeout(Duration::from_secs(30))
+            .group("acme"),
+    )
+    .await
+    .unwrap();
+    let m = m_field(&f, t, "j").await;
+    assert!(m.starts_with("3;e"), "{m}");
+    let info = q.get(t, "j").await.unwrap().unwrap();
+
+    // fail: retried at once (backoff 0), record rewritten with the error.
+    let d = raw::claim(q, &part(t), 1, LONG_LEASE)
+        .await
+        .unwrap()
+        .remove(0);
+    let failed = raw::fail(
+        q,
+        &part(t),
+        &d.lease(),
+        "boom",
+        FailKind::Retry { after: None },
+    )
+    .await
+    .unwrap();
+    assert_eq!(failed, Failed::Retry);
+    let rec = record(&f, t, "j").await;
+    assert!(rec.contains("boom"), "the record was rewritten: {rec}");
+    assert_eq!(m_field(&f, t, "j").await, m, "fail keeps the field");
+
+    // tick: a lease that runs out is reclaimed, the record rewritten.
+    raw::tick(q, &part(t), &TICK_ALL).await.unwrap();
+    let d = raw::claim(q, &part(t), 1, Duration::from_millis(1))
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(
+        d.deadline_ms, info.deadline_ms,
+        "a retry does not move the deadline"
+    );
+    f.wait_past(d.claimed_us / 1000 + 2).await;
+    let tick = raw::tick(q, &part(t), &TICK_ALL).await.unwrap();
+    assert_eq!(tick.reclaimed, 1);
+    let rec = record(&f, t, "j").await;
+    assert!(
+        rec.contains("lease expired"),
+        "the record was rewritten: {rec}"
+    );
+    assert_eq!(m_field(&f, t, "j").await, m, "tick keeps the field");
+
+    // dead: the dead list shows the options.
+    let d = raw::claim(q, &part(t), 1, LONG_LEASE)
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(d.attempt, 3);
+    raw::fail(q, &part(t), &d.lease(), "last", FailKind::Permanent)
+        .await
+        .unwrap();
+    assert_eq!(m_field(&f, t, "j").await, m);
+    let dead = q.dead_list(t, 0, 10).await.unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].deadline_ms, info.deadline_ms);
+    assert_eq!(dead[0].timeout_ms, Some(30_000));
+    assert_eq!(dead[0].group.as_deref(), Some("acme"));
+    assert_eq!(dead[0].max_attempts, 3);
+    let got = q.get(t, "j").await.unwrap().unwrap();
+    assert_eq!(got.group.as_deref(), Some("acme"));
+    assert_eq!(got.deadline_ms, info.deadline_ms);
+
+    // Replayed from dead, it keeps them too.
+    q.dead_replay(t, punctual::DeadSelector::Ids(vec!["j".into()]))
+        .await
+        .unwrap();
+    assert_eq!(m_field(&f, t, "j").await, m, "dead replay keeps the field");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_without_options_is_unchanged_byte_for_byte() {
+    let f = Fixture::new().await;
+    let (q, t) = (&f.queue, "opts-none");
+    q.enqueue(
+        t,
+        Job::new("x:y")
+            .id("plain")
+            .max_attempts(2)
+            .backoff(vec![Duration::ZERO]),
+    )
+    .await
+    .unwrap();
+    q.enqueue(t, Job::new("z").id("bare")).await.unwrap();
+    let info = q.get(t, "plain").await.unwrap().unwrap();
+    let due = b36(info.due_ms);
+    let gap = b36(info.due_ms - info.created_ms);
+    assert_eq!(
+        record(&f, t, "plain").await,
+        format!("2:{due}:{gap}:0:0:x:y")
+    );
+    assert_eq!(
+        (info.deadline_ms, info.timeout_ms, info.group),
+        (None, None, None)
+    );
+    let bare = q.get(t, "bare").await.unwrap().unwrap();
+    assert_eq!(
+        record(&f, t, "bare").await,
+        format!(
+            ":{}:{}::0:z",
+            b36(bare.due_ms),
+            b36(bare.due_ms - bare.created_ms)
+        )
+    );
+    // Through a fail: only the due time and the last error change.
+    let mut got = raw::claim(q, &part(t), 10, LONG_LEASE).await.unwrap();
+    got.sort_by(|a, b| b.id.cmp(&a.id));
+    let d = &got[0];
+    assert_eq!(d.id, "plain");
+    assert_eq!(
+        (d.deadline_ms, d.timeout, d.group.as_deref()),
+        (None, None, None)
+    );
+    raw::fail(
+        q,
+        &part(t),
+        &d.lease(),
+        "err",
+        FailKind::Retry { after: None },
+    )
+    .await
+    .unwrap();
+    let after = q.get(t, "plain").await.unwrap().unwrap();
+    assert_eq!(
+        record(&f, t, "plain").await,
+        format!(
+            "2:{}:{}:0:3:errx:y",
+            b36(after.due_ms),
+            b36(after.due_ms - info.created_ms)
+        )
+    );
+}
+
+// ---- Phase 2: expiry at claim, reschedule, per-job timeout -------------
+
+/// Waits until Redis's clock (read through `get`) is past `ms`.
+async fn wait_redis_past(q: &Queue, t: &str, id: &str, ms: i64) {
+    eventually(
+        Duration::from_secs(10),
+        "the Redis clock to pass",
+        || async { q.get(t, id).await.unwrap().unwrap().now_ms > ms },
+    )
+    .await;
+}
+
+fn counter(s: &punctual::TopicStats, name: &str) -> u64 {
+    s.counters.get(name).copied().unwrap_or(0)
+}
+
+/// An expired job is never handed out: it goes to dead with reason
+/// expired, counted; one within its window is claimed; a retry does not
+/// extend the deadline. Runs on a single Redis and on a cluster.
+async fn expiry_at_claim(q: &Queue, t: &str) {
+    q.enqueue(
+        t,
+        Job::new("s").id("stale").expire(Duration::from_millis(1)),
+    )
+    .await
+    .unwrap();
+    q.enqueue(
+        t,
+        Job::new("f").id("fresh").expire(Duration::from_secs(3600)),
+    )
+    .await
+    .unwrap();
+    let stale = q.get(t, "stale").await.unwrap().unwrap();
+    let deadline = stale.deadline_ms.unwrap();
+    wait_redis_past(q, t, "stale", deadline).await;
+    let got = raw::claim(q, &part(t), 10, LONG_LEASE).await.unwrap();
+    let ids: Vec<&str> = got.iter().map(|d| d.id.as_str()).collect();
+    assert_eq!(ids, ["fresh"], "the expired job is not handed out");
+    raw::ack(q, &part(t), &[got[0].lease()]).await.unwrap();
+    let dead = q.get(t, "stale").await.unwrap().unwrap();
+    assert_eq!(dead.state, State::Dead);
+    assert_eq!(dead.attempts, 0, "it never started");
+    let err = dead.last_error.unwrap();
+    assert!(err.starts_with("expired: "), "{err}");
+    let s = q.stats(t).await.unwrap();
+    assert_eq!(
+        (counter(&s, "expired"), counter(&s, "dead"), s.dead),
+        (1, 1, 1)
+    );
+    assert_eq!(counter(&s, "claimed"), 1);
+
+    // A retry due after the deadline dies at its claim: the deadline stays
+    // where the first due time put it.
+    q.enqueue(
+        t,
+        Job::new("r")
+            .id("retry")
+            .max_attempts(5)
+            .expire(Duration::from_millis(1500)),
+    )
+    .await
+    .unwrap();
+    let first = q.get(t, "retry").await.unwrap().unwrap();
+    let d = raw::claim(q, &part(t), 10, LONG_LEASE)
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!((d.id.as_str(), d.deadline_ms), ("retry", first.deadline_ms));
+    let failed = raw::fail(
+        q,
+        &part(t),
+        &d.lease(),
+        "busy",
+        FailKind::Retry {
+            after: Some(Duration::from_millis(2000)),
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(failed, Failed::Retry);
+    let retry = q.get(t, "retry").await.unwrap().unwrap();
+    assert!(retry.due_ms > first.deadline_ms.unwrap());
+    assert_eq!(
+        retry.deadline_ms, first.deadline_ms,
+        "the retry keeps the deadline"
+    );
+    wait_redis_past(q, t, "retry", retry.due_ms).await;
+    raw::tick(q, &part(t), &TICK_ALL).await.unwrap();
+    assert_eq!(
+        q.get(t, "retry").await.unwrap().unwrap().state,
+        State::Ready
+    );
+    assert!(raw::claim(q, &part(t), 10, LONG_LEASE)
+        .await
+        .unwrap()
+        .is_empty());
+    let retry = q.get(t, "retry").await.unwrap().unwrap();
+    assert_eq!((retry.state, retry.attempts), (State::Dead, 1));
+    assert!(retry.last_error.unwrap().starts_with("expired: "));
+    let s = q.stats(t).await.unwrap();
+    assert_eq!((counter(&s, "expired"), counter(&s, "dead")), (2, 2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_jobs_go_to_dead_at_claim_single_node() {
+    let f = Fixture::new().await;
+    expiry_at_claim(&f.queue, "opts-expiry").await;
+    // The record keeps its options and its payload; only the error changed.
+    let m = m_field(&f, "opts-expiry", "stale").await;
+    assert!(m.starts_with(";e"), "{m}");
+    assert!(record(&f, "opts-expiry", "stale").await.ends_with("s"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_jobs_go_to_dead_at_claim_on_a_cluster() {
+    let c = RedisCluster::start();
+    let q = Queue::connect(c.seed_urls()).await.unwrap();
+    assert!(q.is_cluster());
+    for t in ["a", "b", "c"] {
+        expiry_at_claim(&q, t).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_never_runs_an_expired_job() {
+    let f = Fixture::new().await;
+    let (q, t) = (&f.queue, "opts-worker-expiry");
+    // Paused, so that no claim happens before the deadline passes.
+    q.pause(t).await.unwrap();
+    q.enqueue(
+        t,
+        Job::new("s").id("stale").expire(Duration::from_millis(1)),
+    )
+    .await
+    .unwrap();
+    q.enqueue(
+        t,
+        Job::new("f").id("fresh").expire(Duration::from_secs(3600)),
+    )
+    .await
+    .unwrap();
+    let deadline = q
+        .get(t, "stale")
+        .await
+        .unwrap()
+        .unwrap()
+        .deadline_ms
+        .unwrap();
+    f.wait_past(deadline).await;
+    let ran: Arc<Mutex<Vec<String>>> = Arc::default();
+    let stop = CancellationToken::new();
+    let ran2 = ran.clone();
+    let worker = Worker::new(q.clone(), WorkerConfig::default()).handle(t, move |d| {
+        let ran = ran2.clone();
+        async move {
+            ran.lock().unwrap().push(d.id.clone());
+            Outcome::Done
+        }
+    });
+    let w = tokio::spawn(worker.run(stop.clone().cancelled_owned()));
+    q.resume(t).await.unwrap();
+    eventually(Duration::from_secs(20), "both jobs settled", || async {
+        let s = q.stats(t).await.unwrap();
+        s.dead == 1 && s.pool + s.ready + s.running == 0 && counter(&s, "done") == 1
+    })
+    .await;
+    stop.cancel();
+    w.await.unwrap().unwrap();
+    assert_eq!(*ran.lock().unwrap(), ["fresh"]);
+    let s = q.stats(t).await.unwrap();
+    assert_eq!(counter(&s, "expired"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reschedule_moves_the_deadline_with_the_due_time() {
+    let f = Fixture::new().await;
+    let (q, t) = (&f.queue, "opts-reschedule");
+    q.enqueue(
+        t,
+        Job::new("p")
+            .id("j")
+            .delay(Duration::from_secs(60))
+            .expire(Duration::from_secs(10))
+            .group("acme"),
+    )
+    .await
+    .unwrap();
+    q.enqueue(t, Job::new("p").id("plain").delay(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let before = q.get(t, "j").await.unwrap().unwrap();
+    assert_eq!(before.deadline_ms.unwrap() - before.due_ms, 10_000);
+    for when in [
+        When::Delay(Duration::from_secs(3600)),
+        When::Delay(Duration::from_secs(5)),
+        When::Now,
+    ] {
+        q.reschedule(t, "j", when).await.unwrap().unwrap();
+        let after = q.get(t, "j").await.unwrap().unwrap();
+        assert_ne!(after.due_ms, before.due_ms);
+        assert_eq!(
+            after.deadline_ms.unwrap() - after.due_ms,
+            10_000,
+            "{when:?}: the window is kept"
+        );
+        assert_eq!(after.group.as_deref(), Some("acme"));
+        let m = m_field(&f, t, "j").await;
+        assert_eq!(m, format!(";e{};gacme", b36(after.deadline_ms.unwrap())));
+    }
+    // A job without options is rescheduled as before.
+    q.reschedule(t, "plain", When::Now).await.unwrap().unwrap();
+    assert_eq!(m_field(&f, t, "plain").await, "");
+    let d = raw::claim(q, &part(t), 10, LONG_LEASE).await.unwrap();
+    assert_eq!(d.len(), 2, "both are due and within their window");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_per_job_timeout_replaces_the_workers_for_that_job_only() {
+    let f = Fixture::new().await;
+    let (q, t) = (&f.queue, "opts-timeout");
+    q.enqueue(
+        t,
+        Job::new("hang")
+            .id("short")
+            .max_attempts(2)
+            .backoff(vec![Duration::ZERO])
+            .timeout(Duration::from_millis(200)),
+    )
+    .await
+    .unwrap();
+    q.enqueue(t, Job::new("slow").id("slow").max_attempts(2))
+        .await
+        .unwrap();
+    let calls: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+    let stop = CancellationToken::new();
+    let calls2 = calls.clone();
+    let worker = Worker::new(
+        q.clone(),
+        WorkerConfig::default()
+            .concurrency(4)
+            .timeout(Duration::from_secs(30)),
+    )
+    .handle(t, move |d| {
+        let calls = calls2.clone();
+        async move {
+            *calls.lock().unwrap().entry(d.id.clone()).or_default() += 1;
+            let nap = if d.id == "short" { 3600 } else { 1 };
+            tokio::time::sleep(Duration::from_millis(nap * 1000)).await;
+            Outcome::Done
+        }
+    });
+    let w = tokio::spawn(worker.run(stop.clone().cancelled_owned()));
+    eventually(Duration::from_secs(20), "both jobs settled", || async {
+        let s = q.stats(t).await.unwrap();
+        s.dead == 1 && counter(&s, "done") == 1 && s.pool + s.ready + s.running == 0
+    })
+    .await;
+    stop.cancel();
+    w.await.unwrap().unwrap();
+    let calls = calls.lock().unwrap().clone();
+    assert_eq!(
+        calls["short"], 2,
+        "timed out at 200 ms and retried, then dead"
+    );
+    assert_eq!(calls["slow"], 1, "the 1 s job ran under the worker's 30 s");
+    let short = q.get(t, "short").await.unwrap().unwrap();
+    let err = short.last_error.unwrap();
+    assert!(err.contains("timed out after 200ms"), "{err}");
+}
