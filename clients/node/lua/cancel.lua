@@ -12,7 +12,8 @@
 --   KEYS[4] P:{T}:dead     ZSET id -> time of death ms
 --   KEYS[5] P:{T}:jobs     HASH id -> record
 --   KEYS[6] P:{T}:meta     HASH topic settings: max_attempts, backoff, paused,
---                          partitions (the count set_partitions last wrote)
+--                          partitions (the count set_partitions last wrote),
+--                          limits: rate, burst, max_running, bucket
 --   KEYS[7] P:{T}:stats    HASH counters
 --   KEYS[8] P:{T}:seq      STRING counter for generated ids and lease tokens
 --   KEYS[9] P:{T}:attempts HASH id -> "A:T": deliveries so far and the token
@@ -271,6 +272,42 @@ local function topic_defaults()
   return int_arg(m[1], 1, MAX_ATTEMPTS) or DEFAULT_MAX_ATTEMPTS, m[2] or DEFAULT_BACKOFF
 end
 
+-- A topic's rate (meta `rate`, "n/period ms"): n and the period, or nil
+-- when unset or unreadable (then no rate applies).
+local function rate_of(v)
+  if not v then return nil end
+  local n, p = string.match(v, '^(%d+)/(%d+)$')
+  n, p = tonumber(n), tonumber(p)
+  if not n or n < 1 or not p or p < 1 or n > 1000000 or p > 86400000 then return nil end
+  return n, p
+end
+
+-- The bucket size: meta `burst`, else a tenth of a second's worth, at least 1.
+local function burst_of(v, n, p)
+  return int_arg(v, 1, 1000000) or math.max(1, math.floor(n * 100 / p))
+end
+
+-- The tokens in the bucket at `now` (meta `bucket` = "tokens:last refill
+-- ms"; a missing or unreadable bucket is full).
+local function bucket_tokens(v, burst, n, p, now)
+  local tk, last
+  if v then tk, last = string.match(v, '^(%d+%.?%d*):(%d+)$') end
+  tk, last = tonumber(tk), tonumber(last)
+  if not tk or not last then return burst end
+  local elapsed = now - last
+  if elapsed < 0 then elapsed = 0 end
+  return math.min(burst, tk + elapsed * n / p)
+end
+
+-- Whether the topic is at its max_running (meta), read before a script
+-- takes jobs out of running: then it publishes on the ready channel after,
+-- so a worker waiting for a free slot claims at once. False (and no
+-- ZCARD) when the topic has no max_running.
+local function at_max_running()
+  local mr = int_arg(redis.call('HGET', K_META, 'max_running'), 1, MAX_SAFE)
+  return mr ~= nil and redis.call('ZCARD', K_RUNNING) >= mr
+end
+
 local function max_attempts(r, topic_max)
   return r.max or topic_max
 end
@@ -355,9 +392,11 @@ end
 if #ARGV ~= 1 then return invalid('cancel expects one id') end
 local id = ARGV[1]
 local st = state_of(id)
+local full = st == 'running' and at_max_running()
 local had = redis.call('HDEL', K_JOBS, id)
 redis.call('HDEL', K_ATT, id)
 if st then redis.call('ZREM', STATE_KEY[st], id) end
 if not st and had == 0 then return false end
 redis.call('HINCRBY', K_STATS, 'cancelled', 1)
+if full then redis.call('PUBLISH', K_READY, '') end
 return st or 'orphan'

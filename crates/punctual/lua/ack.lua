@@ -5,6 +5,8 @@
 -- KEYS: the nine topic keys. ARGV: pairs id, token (1..1000 pairs).
 -- Returns one integer per pair: 1 acked, 0 refused (the job is no longer
 -- running under that token: reclaimed, re-delivered, cancelled or replaced).
+-- Publishes on the ready channel when it frees a slot of a topic at its
+-- max_running.
 
 local n = #ARGV / 2
 if n < 1 or n > 1000 or #ARGV % 2 ~= 0 then
@@ -30,9 +32,11 @@ for i = 1, n do
   end
 end
 if #done > 0 then
+  local full = at_max_running()
   variadic('ZREM', K_RUNNING, done)
   variadic('HDEL', K_JOBS, done)
   variadic('HDEL', K_ATT, done)
   redis.call('HINCRBY', K_STATS, 'done', #done)
+  if full then redis.call('PUBLISH', K_READY, '') end
 end
 return out

@@ -9,9 +9,11 @@
 if #ARGV ~= 1 then return invalid('cancel expects one id') end
 local id = ARGV[1]
 local st = state_of(id)
+local full = st == 'running' and at_max_running()
 local had = redis.call('HDEL', K_JOBS, id)
 redis.call('HDEL', K_ATT, id)
 if st then redis.call('ZREM', STATE_KEY[st], id) end
 if not st and had == 0 then return false end
 redis.call('HINCRBY', K_STATS, 'cancelled', 1)
+if full then redis.call('PUBLISH', K_READY, '') end
 return st or 'orphan'

@@ -6,37 +6,77 @@
 -- repeat, even after a restart that lost writes (see reserve_tokens).
 -- KEYS: the nine topic keys. ARGV[1] k (1..1000), ARGV[2] lease in ms.
 -- Returns a flat array: the server time of the claim in microseconds, the
--- topic's max attempts, then four entries per job: id, token, attempt, and
--- the record as stored (the client decodes it: max attempts, due, created,
--- payload; the script only checks its header). An empty array when the topic is paused or ready is empty. A ready
--- id whose record vanished (eviction, restore) is dropped and counted as
--- "orphans"; one whose record cannot be read is moved to dead. A job whose
--- expiry deadline (option e, see lib.lua) has passed is moved to dead with
--- the last error "expired: ...", counted in "expired" and "dead"; its
--- attempts are unchanged (it never started).
+-- topic's max attempts, wait_ms, then four entries per job: id, token,
+-- attempt, and the record as stored (the client decodes it: max attempts,
+-- due, created, payload; the script only checks its header). An empty array
+-- when the topic is paused or ready is empty. A ready id whose record
+-- vanished (eviction, restore) is dropped and counted as "orphans"; one whose
+-- record cannot be read is moved to dead. A job whose expiry deadline
+-- (option e, see lib.lua) has passed is moved to dead with the last error
+-- "expired: ...", counted in "expired" and "dead"; its attempts are
+-- unchanged (it never started).
+-- Limits (meta rate, burst, max_running; PROTOCOL.md "Limits"): at most
+-- min(k, max_running - running, whole tokens) jobs are handed out. wait_ms is
+-- 0, or, when a limit held ready jobs back, the ms until the next token (-1:
+-- until a running job ends).
 
 local k = int_arg(ARGV[1], 1, 1000)
 local lease = int_arg(ARGV[2], 1, MAX_DELAY_MS)
 if not k or not lease or #ARGV ~= 2 then
   return invalid('claim expects 1 to 1000 jobs and a lease of 1 ms to ten years')
 end
-if redis.call('HGET', K_META, 'paused') == '1' then return {} end
+local meta = redis.call('HMGET', K_META, 'paused', 'max_attempts', 'rate', 'burst', 'max_running', 'bucket')
+if meta[1] == '1' then return {} end
+local topic_max = int_arg(meta[2], 1, MAX_ATTEMPTS) or DEFAULT_MAX_ATTEMPTS
+
+-- Redis's clock, read once: before the ids when a rate needs it, else after.
+local now_us, now
+local function read_clock()
+  if not now_us then
+    local t = redis.call('TIME')
+    now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    now = math.floor(now_us / 1000)
+  end
+end
+
+-- Limits: n jobs at most, and the wait to report when they hold jobs back.
+local n, wait = k, 0
+local max_running = int_arg(meta[5], 1, MAX_SAFE)
+if max_running then
+  local free = max_running - redis.call('ZCARD', K_RUNNING)
+  if free < n then n, wait = free, -1 end
+end
+local rate_n, rate_p = rate_of(meta[3])
+local tokens
+if rate_n then
+  read_clock()
+  tokens = bucket_tokens(meta[6], burst_of(meta[4], rate_n, rate_p), rate_n, rate_p, now)
+  local whole = math.floor(tokens)
+  if whole < n then
+    n = whole
+    wait = math.max(1, math.ceil((1 - (tokens - whole)) * rate_p / rate_n))
+  end
+end
+if n <= 0 then
+  if redis.call('ZCARD', K_READY) == 0 then return {} end
+  read_clock()
+  return { now_us, topic_max, wait }
+end
 
 -- Read the earliest ready ids; they leave ready only after their leases
 -- are written (destination before source).
-local ids = redis.call('ZRANGE', K_READY, 0, k - 1)
+local ids = redis.call('ZRANGE', K_READY, 0, n - 1)
 if #ids == 0 then return {} end
+-- A limit held jobs back only when ready holds more than were taken.
+if wait ~= 0 and (#ids < n or redis.call('ZCARD', K_READY) == #ids) then wait = 0 end
 
-local t = redis.call('TIME')
-local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local now = math.floor(now_us / 1000)
+read_clock()
 local deadline = now + lease
 local recs = redis.call('HMGET', K_JOBS, unpack(ids))
 local atts = redis.call('HMGET', K_ATT, unpack(ids))
-local topic_max = topic_defaults()
 local first = reserve_tokens(#ids, now_us)
 
-local out, counts, leases, parked, gone = { now_us, topic_max }, {}, {}, {}, {}
+local out, counts, leases, parked, gone = { now_us, topic_max, wait }, {}, {}, {}, {}
 local expired = {}
 for i, id in ipairs(ids) do
   local rec = recs[i]
@@ -74,6 +114,9 @@ if #leases > 0 then
   variadic('ZADD', K_RUNNING, leases)
   variadic('HSET', K_ATT, counts)
   redis.call('HINCRBY', K_STATS, 'claimed', #leases / 2)
+  if rate_n then
+    redis.call('HSET', K_META, 'bucket', string.format('%.6f:%d', tokens - #leases / 2, now))
+  end
 end
 if #parked > 0 then
   variadic('ZADD', K_DEAD, parked)

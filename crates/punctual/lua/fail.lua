@@ -5,6 +5,8 @@
 -- ARGV[1] id, ARGV[2] token, ARGV[3] error text (kept as the last error),
 -- ARGV[4] retry delay in ms ("" = the backoff ladder), ARGV[5] "1" permanent.
 -- Returns {"retry", due ms} | {"dead", time ms} | {"stale", 0}.
+-- Publishes on the ready channel when it frees a slot of a topic at its
+-- max_running.
 
 local id, token, err = ARGV[1], int_arg(ARGV[2], 0, MAX_SAFE), ARGV[3]
 local delay = ARGV[4]
@@ -20,6 +22,9 @@ local att = redis.call('HGET', K_ATT, id)
 if token_str(att) ~= ARGV[2] then return { 'stale', 0 } end
 local attempts = att_of(att)
 local now, up = clock()
+-- This job leaves running on every path below: wake a worker waiting for
+-- a slot when the topic is at its max_running.
+if at_max_running() then redis.call('PUBLISH', K_READY, '') end
 local rec = redis.call('HGET', K_JOBS, id)
 local r = decode(rec)
 if not r then

@@ -6,7 +6,10 @@
 --          ms the oldest ready job has waited (-1: ready empty),
 --          counters as a flat array name, value, ...,
 --          jobs in pool whose due time has passed,
---          ms the oldest of them is past due (-1: none)}.
+--          ms the oldest of them is past due (-1: none),
+--          the limits: rate ("n/period ms" or ""), burst (0: the
+--          default), max running (0: none), and which limit holds ready jobs back now
+--          ("rate", "max_running" or "")}.
 -- On a healthy topic the last two are 0 and -1 within a tick: a growing
 -- figure means no scheduler runs, or it cannot keep up.
 
@@ -19,11 +22,27 @@ local overdue = 0
 if overdue_age >= 0 then overdue = redis.call('ZCOUNT', K_POOL, '-inf', '(' .. now) end
 e = earliest(K_READY)
 if e then oldest = math.max(0, now - e) end
+local m = redis.call('HMGET', K_META, 'paused', 'rate', 'burst', 'max_running', 'bucket')
 local paused = 0
-if redis.call('HGET', K_META, 'paused') == '1' then paused = 1 end
+if m[1] == '1' then paused = 1 end
+local ready = redis.call('ZCARD', K_READY)
+local running = redis.call('ZCARD', K_RUNNING)
+local mr = int_arg(m[4], 1, MAX_SAFE)
+local rn, rp = rate_of(m[2])
+local burst = 0
+if rn then burst = burst_of(m[3], rn, rp) end
+local limited = ''
+if ready > 0 then
+  if mr and running >= mr then
+    limited = 'max_running'
+  elseif rn and bucket_tokens(m[5], burst, rn, rp, now) < 1 then
+    limited = 'rate'
+  end
+end
+local rate = ''
+if rn then rate = m[2] end
 return {
-  redis.call('ZCARD', K_POOL), redis.call('ZCARD', K_READY),
-  redis.call('ZCARD', K_RUNNING), redis.call('ZCARD', K_DEAD),
+  redis.call('ZCARD', K_POOL), ready, running, redis.call('ZCARD', K_DEAD),
   paused, next_due, oldest, redis.call('HGETALL', K_STATS),
-  overdue, overdue_age,
+  overdue, overdue_age, rate, int_arg(m[3], 1, 1000000) or 0, mr or 0, limited,
 }

@@ -27,6 +27,7 @@ if #expired > 0 then
   local recs = redis.call('HMGET', K_JOBS, unpack(expired))
   local atts = redis.call('HMGET', K_ATT, unpack(expired))
   local topic_max, topic_backoff = topic_defaults()
+  local full = at_max_running()
   local records, to_pool, to_ready, to_dead, gone = {}, {}, {}, {}, {}
   for i, id in ipairs(expired) do
     local r = decode(recs[i])
@@ -70,7 +71,7 @@ if #expired > 0 then
   if reclaimed > 0 then redis.call('HINCRBY', K_STATS, 'reclaimed', reclaimed) end
   if died > 0 then redis.call('HINCRBY', K_STATS, 'dead', died) end
   if orphans > 0 then redis.call('HINCRBY', K_STATS, 'orphans', orphans) end
-  if #to_ready > 0 then redis.call('PUBLISH', K_READY, '') end
+  if #to_ready > 0 or full then redis.call('PUBLISH', K_READY, '') end
 end
 
 -- Promote: pool -> ready for due jobs, bounded by batch and max ready.

@@ -666,6 +666,13 @@ pub struct TopicStats {
     /// retried, dead, expired (also counted in dead), reclaimed, promoted,
     /// cancelled, replayed, purged, orphans.
     pub counters: std::collections::BTreeMap<String, u64>,
+    /// The topic's limits ([`crate::Queue::set_limits`]); on a partitioned
+    /// topic, the partitions' shares added up.
+    pub limits: crate::Limits,
+    /// Which limit holds ready jobs back right now (None: none does, or
+    /// ready is empty). On a partitioned topic, that of any partition
+    /// (`max_running` first).
+    pub limited: Option<crate::Limited>,
 }
 
 /// One broken invariant found by [`crate::Queue::check`].

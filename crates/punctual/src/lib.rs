@@ -56,6 +56,7 @@ mod handler;
 mod history;
 mod job;
 mod keys;
+mod limits;
 pub mod nodes;
 mod once;
 mod options;
@@ -83,6 +84,7 @@ pub use job::{
     ReplayPace, State, TopicDeleted, TopicStats, Violation, When, MAX_ATTEMPTS, MAX_DELAY,
 };
 pub use keys::{validate_id, validate_topic, TopicKeys, MAX_ID_LEN, MAX_TOPIC_LEN};
+pub use limits::{Limited, Limits, Rate};
 pub use options::{validate_group, MAX_GROUP_LEN};
 pub use partition::{partition_name, partition_of, MAX_PARTITIONS};
 pub use queue::{

@@ -271,7 +271,7 @@ fn lease_ms(lease: Duration) -> u64 {
 
 /// A record as `claim` returns it, decoded.
 #[derive(Debug)]
-struct Claimed {
+struct ClaimedRecord {
     /// Max attempts (`topic_max` when M gives none).
     max: i64,
     due: i64,
@@ -286,7 +286,7 @@ struct Claimed {
 /// [`crate::options::parse_field`]): max attempts (`topic_max` when M has
 /// none), due ms, created ms, options, payload. None when the header is not
 /// one (the script has checked it with the same rules).
-fn decode_claimed(rec: &[u8], topic_max: i64) -> Option<Claimed> {
+fn decode_claimed(rec: &[u8], topic_max: i64) -> Option<ClaimedRecord> {
     let mut fields = [&rec[..0]; 5];
     let mut at = 0;
     for f in &mut fields {
@@ -317,7 +317,7 @@ fn decode_claimed(rec: &[u8], topic_max: i64) -> Option<Claimed> {
     let created = due.saturating_sub(num(g, 36)?);
     let err_len = usize::try_from(num(e, 10)?).unwrap_or(usize::MAX);
     let start = at.saturating_add(err_len).min(rec.len());
-    Some(Claimed {
+    Some(ClaimedRecord {
         max,
         due,
         created,
@@ -515,8 +515,55 @@ impl Delivery {
     }
 }
 
+/// How long a caller should wait before claiming again, when a topic's
+/// limit held ready jobs back ([`claim_with_wait`]).
+///
+/// ```no_run
+/// # async fn demo(queue: punctual::Queue, part: punctual::raw::Partition) -> punctual::Result<()> {
+/// use std::time::Duration;
+/// use punctual::raw::{self, Wait};
+/// let got = raw::claim_with_wait(&queue, &part, 10, Duration::from_secs(30)).await?;
+/// match got.wait {
+///     Some(Wait::For(d)) => tokio::time::sleep(d).await,
+///     Some(Wait::UntilRunningEnds) => { /* wait for a wake-up on the ready channel */ }
+///     None => {}
+///     Some(_) => {}
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Wait {
+    /// The rate limit: the next token comes after this long.
+    For(Duration),
+    /// `max_running` jobs run: wait until one ends (its ack or fail
+    /// publishes on the ready channel).
+    UntilRunningEnds,
+}
+
+/// What [`claim_with_wait`] got: the jobs, and whether a limit held ready
+/// jobs back (then how long to wait before claiming again).
+///
+/// ```no_run
+/// # async fn demo(queue: punctual::Queue, part: punctual::raw::Partition) -> punctual::Result<()> {
+/// use std::time::Duration;
+/// let got = punctual::raw::claim_with_wait(&queue, &part, 10, Duration::from_secs(30)).await?;
+/// println!("{} jobs, limited: {:?}", got.jobs.len(), got.wait);
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Claimed {
+    /// The jobs handed out.
+    pub jobs: Vec<Delivery>,
+    /// Set when a limit (rate or max running) held ready jobs back.
+    pub wait: Option<Wait>,
+}
+
 /// Pops up to `k` ready jobs of `part` and leases them for `lease`,
 /// counting the attempt. Each [`Delivery`] names `part` as its topic.
+/// A topic's limits may hand out fewer; [`claim_with_wait`] also says how
+/// long to wait then.
 ///
 /// ```no_run
 /// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
@@ -531,6 +578,37 @@ pub async fn claim(
     k: usize,
     lease: Duration,
 ) -> Result<Vec<Delivery>> {
+    Ok(claim_with_wait(queue, part, k, lease).await?.jobs)
+}
+
+/// [`claim`], also saying whether the topic's limits held ready jobs back
+/// and how long to wait before claiming again (the library's [`crate::Worker`]
+/// sleeps that long, or until woken, instead of its idle check).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> punctual::Result<()> {
+/// # let redis = punctual_testkit::RedisServer::start();
+/// # let queue = punctual::Queue::connect(redis.url()).await?;
+/// use std::time::Duration;
+/// use punctual::{raw::{self, Wait}, Job, Limits};
+/// queue.set_limits("mail", &Limits::default().max_running(1)).await?;
+/// queue.enqueue("mail", Job::new("a")).await?;
+/// queue.enqueue("mail", Job::new("b")).await?;
+/// let part: raw::Partition = "mail".parse()?;
+/// let first = raw::claim_with_wait(&queue, &part, 10, Duration::from_secs(30)).await?;
+/// assert_eq!(first.jobs.len(), 1);
+/// let second = raw::claim_with_wait(&queue, &part, 10, Duration::from_secs(30)).await?;
+/// assert!(second.jobs.is_empty());
+/// assert_eq!(second.wait, Some(Wait::UntilRunningEnds));
+/// # Ok(()) }
+/// ```
+pub async fn claim_with_wait(
+    queue: &Queue,
+    part: &Partition,
+    k: usize,
+    lease: Duration,
+) -> Result<Claimed> {
     let topic = part.as_str();
     let v = queue
         .run(&SCRIPTS.claim, topic, |inv| {
@@ -540,10 +618,18 @@ pub async fn claim(
     let received = std::time::Instant::now();
     let mut r = Reply::new("claim", v)?;
     if r.is_empty() {
-        return Ok(Vec::new());
+        return Ok(Claimed {
+            jobs: Vec::new(),
+            wait: None,
+        });
     }
     let claimed_us = r.int()?;
     let topic_max = r.int()?;
+    let wait = match r.int()? {
+        0 => None,
+        ms if ms < 0 => Some(Wait::UntilRunningEnds),
+        ms => Some(Wait::For(Duration::from_millis(ms as u64))),
+    };
     let mut out = Vec::with_capacity(r.len() / 4);
     let mut not_text = Vec::new();
     while !r.is_empty() {
@@ -596,7 +682,7 @@ pub async fn claim(
             tracing::warn!(topic, id = %raw.escape_ascii(), error = %e, "could not move a job whose id is not UTF-8 to dead");
         }
     }
-    Ok(out)
+    Ok(Claimed { jobs: out, wait })
 }
 
 /// Acks jobs: they are done and deleted. Returns one flag per lease: acked,

@@ -720,6 +720,8 @@ async fn fetch_loop(
             }
         }
         let mut failed = false;
+        // The shortest wait a topic's rate asked for: the next token.
+        let mut limited: Option<Duration> = None;
         let n_topics = shared.topics.len();
         for i in 0..n_topics {
             if permits.is_empty() || stop.is_cancelled() {
@@ -728,9 +730,16 @@ async fn fetch_loop(
             let ti = (next_topic + i) % n_topics;
             let topic = &shared.topics[ti];
             let part = Partition::known(&topic.name);
-            match raw::claim(&shared.queue, &part, permits.len(), shared.config.lease).await {
-                Ok(jobs) => {
-                    for mut job in jobs {
+            match raw::claim_with_wait(&shared.queue, &part, permits.len(), shared.config.lease)
+                .await
+            {
+                Ok(got) => {
+                    if let Some(raw::Wait::For(d)) = got.wait {
+                        limited = Some(limited.map_or(d, |l| l.min(d)));
+                    }
+                    // (Wait::UntilRunningEnds: the ack or fail that frees a
+                    // slot publishes on the ready channel, which wakes us.)
+                    for mut job in got.jobs {
                         job.topic.clone_from(&topic.logical);
                         let permit = permits.pop().expect("claimed no more than the free slots");
                         spawn_slot(&shared, ti, job, permit, settle.clone());
@@ -756,11 +765,15 @@ async fn fetch_loop(
         }
         backoff = Duration::from_millis(50);
         if starved {
-            // Nothing more to claim: sleep until a wake-up (or the safety net).
+            // Nothing more to claim: sleep until a wake-up (or the safety
+            // net), or until the next token of a rate-limited topic.
+            let nap = limited.map_or(shared.config.idle_check, |d| {
+                d.min(shared.config.idle_check)
+            });
             tokio::select! {
                 _ = stop.cancelled() => return,
                 _ = notify.notified() => {}
-                _ = tokio::time::sleep(shared.config.idle_check) => {}
+                _ = tokio::time::sleep(nap) => {}
             }
         }
     }

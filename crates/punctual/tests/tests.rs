@@ -7,6 +7,7 @@ mod faults;
 mod handler;
 mod history;
 mod integrity;
+mod limits;
 mod nodes;
 mod options;
 mod queue;

@@ -7,6 +7,7 @@ pub(crate) mod check;
 pub(crate) mod dead;
 pub(crate) mod import;
 pub(crate) mod job;
+pub(crate) mod limits;
 pub(crate) mod list;
 pub(crate) mod partitions;
 pub(crate) mod ps;

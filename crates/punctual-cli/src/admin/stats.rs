@@ -66,6 +66,7 @@ fn table(all: &[TopicStats]) -> String {
         "RETRIED",
         "DIED",
         "EXPIRED",
+        "LIMITED",
     ]);
     for s in all {
         let counter = |name: &str| s.counters.get(name).copied().unwrap_or(0).to_string();
@@ -86,6 +87,9 @@ fn table(all: &[TopicStats]) -> String {
             counter("retried"),
             counter("dead"),
             counter("expired"),
+            s.limited
+                .map(|l| l.to_string())
+                .unwrap_or_else(|| "-".into()),
         ]);
     }
     t.render()

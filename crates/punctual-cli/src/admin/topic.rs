@@ -1,4 +1,5 @@
-//! `punctual topic delete TOPIC`: remove a topic that holds no job.
+//! `punctual topic delete TOPIC`: remove a topic that holds no job;
+//! `punctual topic limits TOPIC` (in `limits.rs`).
 
 use anyhow::Result;
 use clap::{Args, Subcommand};
@@ -24,6 +25,19 @@ pub(crate) enum TopicCommand {
         after_help = "Example:\n  punctual dead purge old-topic --all && punctual topic delete old-topic"
     )]
     Delete(TopicDeleteArgs),
+    /// Show or set a topic's limits: a rate (claims per period) and a most
+    /// running count, for the whole topic over every worker on every host.
+    ///
+    /// Enforced by the claim script: jobs over a limit wait in ready
+    /// (`punctual stats` shows which limit holds them: LIMITED). Without
+    /// options, shows the limits; the options given change only those
+    /// limits. A partitioned topic gives each partition its share, rounded
+    /// up. `[topics.NAME]` keys `rate`, `burst` and `max_running` in the
+    /// config set the same at `punctual serve` start.
+    #[command(
+        after_help = "Examples:\n  punctual topic limits webhooks --rate 200/s --burst 20 --max-running 50\n  punctual topic limits webhooks --rate none\n  punctual topic limits webhooks --clear\n  punctual topic limits webhooks"
+    )]
+    Limits(super::limits::TopicLimitsArgs),
 }
 
 /// Arguments of `topic delete`.
@@ -37,6 +51,7 @@ pub(crate) struct TopicDeleteArgs {
 pub(crate) async fn run(ctx: &Ctx, cmd: TopicCommand) -> Result<()> {
     match cmd {
         TopicCommand::Delete(a) => delete(ctx, a).await,
+        TopicCommand::Limits(a) => super::limits::run(ctx, a).await,
     }
 }
 

@@ -33,6 +33,8 @@ const MAX_OFFSET: usize = 1_000_000_000;
 /// Most jobs in one batch request.
 pub(super) const MAX_BATCH_JOBS: usize = 10_000;
 
+mod limits;
+
 type St = State<Arc<ApiState>>;
 
 /// The `/api/v1` routes.
@@ -56,6 +58,7 @@ pub(super) fn routes() -> Router<Arc<ApiState>> {
         .route("/topics/{topic}/series", get(series))
         .route("/audit", get(super::audit::list))
         .route("/topics/{topic}/history", get(history))
+        .merge(limits::routes())
         .merge(super::schedules::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -837,6 +840,7 @@ mod tests {
             "/topics/{topic}/resume",
             "/topics/{topic}/series",
             "/topics/{topic}/history",
+            "/topics/{topic}/limits",
             "/audit",
         ] {
             assert!(

@@ -215,6 +215,18 @@ pub(crate) struct TopicConfig {
     /// shards). Stored in Redis at start; refused while the topic holds jobs.
     #[serde(default = "default_partitions")]
     pub partitions: u32,
+    /// Most claims per period over every worker ("200/s", "30/m", "5/h").
+    /// The limits are stored in Redis at start when any of `rate`, `burst`,
+    /// `max_running` is given (replacing the topic's limits); a table
+    /// without them leaves the limits set with `punctual topic limits`.
+    #[serde(default)]
+    pub rate: Option<String>,
+    /// Token bucket size for `rate` (default a tenth of a second's worth).
+    #[serde(default)]
+    pub burst: Option<u32>,
+    /// Most jobs running at once over every worker.
+    #[serde(default)]
+    pub max_running: Option<u32>,
 }
 
 /// A resident topic's effective settings (see docs/RESIDENT.md).
@@ -578,6 +590,7 @@ impl Config {
             if t.max_attempts == 0 {
                 bail!("[topics.{name}]: max_attempts must be at least 1");
             }
+            self.limits(name)?;
             if t.timeout.is_zero() {
                 bail!("[topics.{name}]: timeout must be more than 0s");
             }
@@ -593,6 +606,31 @@ impl Config {
             sc.schedule(name)?;
         }
         Ok(())
+    }
+
+    /// A topic's limits from its table, checked; None when the table sets
+    /// none (then serve leaves the limits stored in Redis alone).
+    pub(crate) fn limits(&self, topic: &str) -> Result<Option<punctual::Limits>> {
+        let t = &self.topics[topic];
+        if t.rate.is_none() && t.burst.is_none() && t.max_running.is_none() {
+            return Ok(None);
+        }
+        let mut l = punctual::Limits::default();
+        if let Some(r) = &t.rate {
+            l = l.rate(
+                r.parse()
+                    .map_err(|e| anyhow::anyhow!("[topics.{topic}]: rate = {r:?}: {e}"))?,
+            );
+        }
+        if let Some(b) = t.burst {
+            l = l.burst(b);
+        }
+        if let Some(m) = t.max_running {
+            l = l.max_running(m);
+        }
+        l.validate()
+            .map_err(|e| anyhow::anyhow!("[topics.{topic}]: {e}"))?;
+        Ok(Some(l))
     }
 
     /// A resident topic's settings, defaults filled in (None for other
@@ -707,6 +745,30 @@ http = { url = "http://127.0.0.1:8080/hooks/coupon", timeout = "10s" }
             Some(Duration::from_secs(10))
         );
         assert_eq!(c.ladder("orders").unwrap()[3], Duration::from_secs(120));
+    }
+
+    #[test]
+    fn topic_limits_parse_and_bad_ones_name_the_topic() {
+        let c = parse(
+            "[topics.a]\nexec = [\"true\"]\nrate = \"200/s\"\nburst = 20\nmax_running = 50\n[topics.b]\nexec = [\"true\"]\n",
+        )
+        .unwrap();
+        let l = c.limits("a").unwrap().unwrap();
+        assert_eq!(l.to_string(), "rate 200/s, burst 20, max running 50");
+        assert!(c.limits("b").unwrap().is_none());
+        for (bad, says) in [
+            ("rate = \"fast\"", "rate"),
+            ("rate = \"0/s\"", "rate"),
+            ("burst = 3", "burst needs a rate"),
+            ("max_running = 0", "max running"),
+        ] {
+            let e = parse(&format!("[topics.a]\nexec = [\"true\"]\n{bad}\n")).unwrap_err();
+            let msg = format!("{e:#}");
+            assert!(
+                msg.contains("[topics.a]") && msg.contains(says),
+                "{bad}: {msg}"
+            );
+        }
     }
 
     #[test]

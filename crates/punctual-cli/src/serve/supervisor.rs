@@ -150,6 +150,12 @@ pub(crate) async fn supervise(cfg: Config) -> Result<i32> {
             .set_topic_defaults(name, Some(t.max_attempts), Some(&ladder))
             .await
             .with_context(|| format!("cannot store the settings of topic {name}"))?;
+        if let Some(l) = cfg.limits(name)? {
+            queue
+                .set_limits(name, &l)
+                .await
+                .with_context(|| format!("cannot store the limits of topic {name}"))?;
+        }
     }
     super::schedules::upsert(&queue, &cfg).await?;
     if let Some(p) = &cfg.pidfile {

@@ -263,6 +263,11 @@ impl Queue {
             for (k, v) in s.counters {
                 *total.counters.entry(k).or_default() += v;
             }
+            total.limits = super::limits::add(total.limits, s.limits);
+            total.limited = match (total.limited, s.limited) {
+                (Some(crate::Limited::MaxRunning), _) => Some(crate::Limited::MaxRunning),
+                (a, b) => b.or(a),
+            };
         }
         Ok(total)
     }
@@ -283,6 +288,15 @@ impl Queue {
         }
         let overdue = r.int()?;
         let overdue_ms = r.int()?;
+        let rate = r.string()?;
+        let burst = r.int()?;
+        let max_running = r.int()?;
+        let limited = r.string()?;
+        let limits = super::limits::from_fields(
+            Some(rate.as_str()).filter(|r| !r.is_empty()),
+            u32::try_from(burst).ok(),
+            u32::try_from(max_running).ok(),
+        );
         Ok(TopicStats {
             topic: topic.to_string(),
             partitions: 1,
@@ -296,6 +310,8 @@ impl Queue {
             overdue: overdue.max(0) as u64,
             overdue_ms: (overdue_ms >= 0).then_some(overdue_ms),
             counters,
+            limits,
+            limited: crate::Limited::from_wire(&limited),
         })
     }
 

@@ -7,6 +7,7 @@
 mod admin;
 mod enqueue;
 mod inspect;
+mod limits;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};

@@ -149,7 +149,7 @@ function renderTopics(topics) {
       el('td', { class: 'topic mono' }, t.topic),
       el('td', { class: 'status' }, badge(t)),
       el('td', { class: 'num pool' }, count(t.pool)),
-      el('td', { class: 'num ready' }, count(t.ready)),
+      el('td', { class: 'num ready' }, count(t.ready), limitedMark(t)),
       el('td', { class: 'num running' }, count(t.running)),
       el('td', { class: 'num dead' + (t.dead > 0 ? ' dead-count' : '') }, count(t.dead)),
       el('td', { class: 'num done' }, count(c.done)),
@@ -199,6 +199,17 @@ function renderResident(figures) {
 }
 
 // ---- processes and the overdue signal ----------------------------------------
+
+// Which limit holds a topic's ready jobs back (rate or max_running), with
+// its limits as the tooltip; nothing when none does.
+function limitedMark(t) {
+  if (!t.limited) return null;
+  const l = t.limits || {};
+  const parts = [];
+  if (l.rate) parts.push('rate ' + l.rate + (l.burst ? ', burst ' + l.burst : ''));
+  if (l.max_running) parts.push('max running ' + l.max_running);
+  return el('span', { class: 'limited', title: 'held back by its limits: ' + parts.join(', ') }, ' (' + t.limited + ')');
+}
 
 // A topic's status badge: active only with a live worker (the API says).
 function badge(t) {
