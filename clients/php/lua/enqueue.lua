@@ -226,6 +226,21 @@ local function decode(rec)
   return r
 end
 
+-- claim's check of a record: whether it reads, and for one whose expiry
+-- deadline is before `now`, the record decoded (true, r). Only a record with
+-- options pays for more than one string.find, and only an expired one is
+-- decoded whole.
+local HEADER_M = '^([^:]*):%w+:%w+:[%d,]*:%d+:'
+local function claimable(rec, now)
+  if string.find(rec, HEADER_CHECK) then return true, nil end
+  local m = string.match(rec, HEADER_M)
+  if not m then return false, nil end
+  local max, o = opts_of(m)
+  if max == false then return false, nil end
+  if o and o.deadline and o.deadline < now then return true, decode(rec) end
+  return true, nil
+end
+
 local function encode(r)
   local gap = r.due - r.created
   if gap < 0 then gap = 0 end
@@ -378,7 +393,9 @@ end
 --   id ("" = generate), payload, when ("d<ms>" delay or "a<ms>" epoch ms),
 --   max attempts ("" = topic default), optionally followed by per-job
 --   options (";x<ms>" expiry after the due time, ";t<ms>" handler timeout,
---   ";g<group>"; stored with x turned into e<due + ms, base 36>; see
+--   ";g<group>"; stored with x turned into e<due + ms, base 36>, where the due time
+--   is the one asked for, also when an absolute time already past made the job
+--   due now; see
 --   PROTOCOL.md "Per-job options"), backoff ladder ("" = topic default,
 --   else ms values separated by commas).
 -- ARGV[4 + 5n], optional: the partition count the caller routed the jobs
@@ -488,7 +505,7 @@ local now, up = clock()
 local dues = {}
 -- Jobs whose options hold an expiry (index -> parsed options), and the
 -- parsed options of each distinct argument.
-local opts, opts_of_arg = {}, {}
+local opts, opts_of_arg, asks = {}, {}, {}
 local generate = 0
 -- A batch's jobs mostly share their "when" and backoff strings: each
 -- distinct one is parsed and checked once per call.
@@ -528,7 +545,15 @@ for i = 1, n do
       if not parsed then return invalid('job ' .. i .. ': ' .. why) end
       opts_of_arg[max] = parsed
     end
-    if parsed.x then opts[i] = parsed end
+    if parsed.x then
+      opts[i] = parsed
+      -- The window counts from the time asked for: an absolute time already
+      -- past ("a<ms>", due now) keeps its own, so a job enqueued late has
+      -- less of its window left, or none.
+      local asked = due
+      if string.sub(when, 1, 1) == 'a' then asked = math.min(due, tonumber(string.sub(when, 2))) end
+      asks[i] = asked
+    end
   elseif max ~= '' and (string.sub(max, 1, 1) == '0' or not int_arg(max, 1, MAX_ATTEMPTS)) then
     return invalid('job ' .. i .. ': max attempts must be an integer from 1 to ' .. MAX_ATTEMPTS)
   end
@@ -565,8 +590,10 @@ if generate > 0 then
   end
 end
 local first_seq = seq
--- Record headers, built once per distinct due time.
+-- Record headers, built once per distinct due time; the last first field
+-- with an expiry built, for its options and due time.
 local heads = {}
+local last_m, last_o, last_due = nil, nil, nil
 
 -- Given ids without a record are looked up in the four sets (one ZMSCORE
 -- each per call): an id left in a set without its record (a broken
@@ -654,7 +681,14 @@ for i = 1, n do
     records[#records + 1] = id
     local m = ARGV[b + 4]
     local o = opts[i]
-    if o then m = o.pre .. ';e' .. b36(due + o.x) .. o.post end
+    if o then
+      -- Jobs of a batch mostly share their options and due time.
+      local asked = asks[i]
+      if o ~= last_o or asked ~= last_due then
+        last_m, last_o, last_due = o.pre .. ';e' .. b36(asked + o.x) .. o.post, o, asked
+      end
+      m = last_m
+    end
     records[#records + 1] = m .. head .. ARGV[b + 5] .. ':0:' .. ARGV[b + 2]
     if status == 2 then
       if due <= now then dest[id] = 'ready' else dest[id] = 'pool' end

@@ -80,17 +80,17 @@ local out, counts, leases, parked, gone = { now_us, topic_max, wait }, {}, {}, {
 local expired = {}
 for i, id in ipairs(ids) do
   local rec = recs[i]
-  -- A record with options fails HEADER_CHECK and is decoded instead; one
-  -- whose expiry deadline has passed goes to dead, never handed out.
-  local r = rec and not string.find(rec, HEADER_CHECK) and decode(rec)
-  if r and r.deadline and r.deadline < now then
+  -- A job whose expiry deadline has passed goes to dead, never handed out.
+  local ok, r = false, nil
+  if rec then ok, r = claimable(rec, now) end
+  if r then
     r.err = 'expired: could not start by its deadline, ' .. (now - r.deadline)
       .. ' ms ago (' .. (now - r.due) .. ' ms after its due time)'
     expired[#expired + 1] = id
     expired[#expired + 1] = encode(r)
     parked[#parked + 1] = now
     parked[#parked + 1] = id
-  elseif rec and (r or string.find(rec, HEADER_CHECK)) then
+  elseif ok then
     local attempts = att_of(atts[i]) + 1
     local token = first + i
     counts[#counts + 1] = id

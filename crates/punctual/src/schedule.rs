@@ -562,7 +562,8 @@ pub(crate) struct Plan {
 /// queue.schedule_put("mails", Schedule::every("digest", Duration::from_secs(3600))).await?;
 /// let info = queue.schedule("mails", "digest").await?.unwrap();
 /// assert_eq!(info.next_ms, Some(info.schedule.created_ms + 3_600_000));
-/// assert_eq!(info.last_ms, None); // no firer ran yet
+/// // Nothing before its creation is missed: the watermark starts there.
+/// assert_eq!(info.last_ms, Some(info.schedule.created_ms));
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -572,7 +573,9 @@ pub struct ScheduleInfo {
     #[serde(flatten)]
     pub schedule: Schedule,
     /// The watermark: every occurrence up to it was handled (fired, or
-    /// passed over by the catch-up policy); `None` before the first pass.
+    /// passed over by the catch-up policy). It starts at the creation
+    /// time; `None` only for a schedule written into Redis by hand (its
+    /// creation time serves then).
     pub last_ms: Option<i64>,
     /// The next occurrence after now (`None` when paused or when there is
     /// none).
@@ -1162,8 +1165,13 @@ impl Queue {
             if s.paused {
                 continue;
             }
+            if budget == 0 {
+                // This pass enqueued its share: the next one continues.
+                wait = Duration::ZERO;
+                break;
+            }
             let wm = wms.get(name).copied().unwrap_or(s.created_ms);
-            let plan = match s.plan(wm, now, budget.max(1)) {
+            let plan = match s.plan(wm, now, budget) {
                 Ok(p) => p,
                 Err(e) => {
                     tracing::warn!(topic, schedule = %name, error = %e, "cannot compute the occurrences of a schedule");

@@ -48,6 +48,8 @@ pub struct WorkerConfig {
     /// (default 30 s). Wake-ups make this matter only after lost messages.
     pub idle_check: Duration,
     /// Handler timeout for topics registered without one (default 30 s).
+    /// A job pushed with a timeout of its own ([`crate::Job::timeout`]) is
+    /// given that instead, as it is with a topic's own timeout.
     pub timeout: Duration,
     /// After shutdown starts, how long to wait for running handlers and
     /// their acks before giving up on them (their leases will expire and the
@@ -360,7 +362,8 @@ impl Worker {
     }
 
     /// Runs the closure `handler` for jobs of `topic`; a run longer than
-    /// `timeout` is stopped and retried.
+    /// `timeout` (or the job's own, [`crate::Job::timeout`]) is stopped and
+    /// retried.
     ///
     /// ```no_run
     /// # fn demo(queue: punctual::Queue) {

@@ -711,3 +711,73 @@ async fn a_per_job_timeout_replaces_the_workers_for_that_job_only() {
     let err = short.last_error.unwrap();
     assert!(err.contains("timed out after 200ms"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claim_parks_a_record_whose_options_do_not_read() {
+    let f = Fixture::new().await;
+    let (q, t) = (&f.queue, "opts-unreadable");
+    let now = f.now_ms().await;
+    let due = b36(now - 1);
+    for (id, m) in [("bad-letter", "3;q1"), ("empty", "3;"), ("fine", "3;gx")] {
+        let rec = format!("{m}:{due}:0::0:p");
+        let _: () = f
+            .cmd(redis::cmd("HSET").arg(key(t, "jobs")).arg(id).arg(rec))
+            .await;
+        let _: () = f
+            .cmd(redis::cmd("ZADD").arg(key(t, "ready")).arg(now - 1).arg(id))
+            .await;
+    }
+    let got = raw::claim(q, &part(t), 10, LONG_LEASE).await.unwrap();
+    let ids: Vec<&str> = got.iter().map(|d| d.id.as_str()).collect();
+    assert_eq!(ids, ["fine"]);
+    assert_eq!(got[0].group.as_deref(), Some("x"));
+    for id in ["bad-letter", "empty"] {
+        let info = q.get(t, id).await.unwrap().unwrap();
+        assert_eq!(info.state, State::Dead, "{id}");
+    }
+    let s = q.stats(t).await.unwrap();
+    assert_eq!((counter(&s, "dead"), counter(&s, "expired")), (2, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_window_counts_from_the_time_asked_for_even_when_already_past() {
+    let f = Fixture::new().await;
+    let (q, t) = (&f.queue, "opts-late-push");
+    let now = q.redis_now_ms().await.unwrap();
+    let asked = now - 10_000;
+    let at = std::time::UNIX_EPOCH + Duration::from_millis(asked as u64);
+    // Asked for 10 s ago with a 1 s window: due now, but already expired.
+    q.enqueue(
+        t,
+        Job::new("late")
+            .id("late")
+            .at(at)
+            .expire(Duration::from_secs(1)),
+    )
+    .await
+    .unwrap();
+    // Asked for 10 s ago with a 1 h window: most of it is left.
+    q.enqueue(
+        t,
+        Job::new("ok")
+            .id("ok")
+            .at(at)
+            .expire(Duration::from_secs(3600)),
+    )
+    .await
+    .unwrap();
+    let late = q.get(t, "late").await.unwrap().unwrap();
+    assert_eq!(late.deadline_ms, Some(asked + 1_000));
+    let ok = q.get(t, "ok").await.unwrap().unwrap();
+    assert_eq!(ok.deadline_ms, Some(asked + 3_600_000));
+    let got = raw::claim(q, &part(t), 10, LONG_LEASE).await.unwrap();
+    let ids: Vec<&str> = got.iter().map(|d| d.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        ["ok"],
+        "only the job still within its window is handed out"
+    );
+    let late = q.get(t, "late").await.unwrap().unwrap();
+    assert_eq!(late.state, State::Dead);
+    assert!(late.last_error.unwrap_or_default().starts_with("expired"));
+}

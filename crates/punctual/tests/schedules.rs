@@ -500,3 +500,35 @@ async fn the_enqueue_script_checks_the_tenth_key() {
         .unwrap();
     assert_eq!(out.status, punctual::EnqueueStatus::Created);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_occurrence_carries_the_schedules_payload_and_job_options() {
+    let server = RedisServer::start();
+    let q = Queue::connect(server.url()).await.unwrap();
+    let stored = q
+        .schedule_put(
+            "t",
+            Schedule::every("opt", Duration::from_secs(30))
+                .payload("tick")
+                .options("2;t5000;x60000"),
+        )
+        .await
+        .unwrap();
+    let stop = CancellationToken::new();
+    spawn_schedulers(&q, "t", 1, &stop);
+    let id = occurrence_id("opt", stored.created_ms + 30_000);
+    eventually(
+        Duration::from_secs(10),
+        "the first occurrence fired ahead",
+        async || q.get("t", &id).await.unwrap().is_some(),
+    )
+    .await;
+    stop.cancel();
+    let job = q.get("t", &id).await.unwrap().unwrap();
+    assert_eq!(job.state, State::Pool);
+    assert_eq!(job.payload, b"tick");
+    assert_eq!(job.due_ms, stored.created_ms + 30_000);
+    assert_eq!(job.max_attempts, 2);
+    assert_eq!(job.timeout_ms, Some(5000));
+    assert_eq!(job.deadline_ms, Some(job.due_ms + 60_000));
+}
