@@ -49,7 +49,12 @@ async fn drain(q: &Queue, p: &Partition, k: usize) -> Vec<String> {
 fn assert_once(order: &[String], expected: usize) {
     let set: HashSet<&String> = order.iter().collect();
     assert_eq!(set.len(), order.len(), "an id was claimed twice");
-    assert_eq!(order.len(), expected, "claimed {} of {expected}", order.len());
+    assert_eq!(
+        order.len(),
+        expected,
+        "claimed {} of {expected}",
+        order.len()
+    );
 }
 
 async fn small_group_is_not_starved(q: &Queue, topic: &str, big: usize) {
@@ -85,7 +90,9 @@ async fn due_order_within_a_group_and_stale_entries_are_dropped() {
     let t = "ord";
     // One call each, so the due times rise with the ids.
     for i in 0..20 {
-        q.enqueue(t, Job::new("x").id(format!("a{i:02}")).group("a")).await.unwrap();
+        q.enqueue(t, Job::new("x").id(format!("a{i:02}")).group("a"))
+            .await
+            .unwrap();
     }
     // Cancelled: their index entries go stale.
     for i in [3, 7, 11] {
@@ -93,19 +100,28 @@ async fn due_order_within_a_group_and_stale_entries_are_dropped() {
     }
     // Rescheduled to now (re-indexed in place) and to later (stale until promoted).
     q.reschedule(t, "a05", When::Now).await.unwrap();
-    q.reschedule(t, "a09", When::Delay(Duration::from_millis(300))).await.unwrap();
+    q.reschedule(t, "a09", When::Delay(Duration::from_millis(300)))
+        .await
+        .unwrap();
     // Cancelled and enqueued again in another group: the stale entry in
     // "a" and the live one in "b" must not hand it out twice.
     q.cancel(t, "a13").await.unwrap();
-    q.enqueue(t, Job::new("x").id("a13").group("b")).await.unwrap();
+    q.enqueue(t, Job::new("x").id("a13").group("b"))
+        .await
+        .unwrap();
     let p = part(t);
     let order = drain(&q, &p, 3).await;
     assert_once(&order, 16);
-    let in_a: Vec<&String> = order.iter().filter(|id| *id != "a13" && *id != "a05").collect();
+    let in_a: Vec<&String> = order
+        .iter()
+        .filter(|id| *id != "a13" && *id != "a05")
+        .collect();
     let mut sorted = in_a.clone();
     sorted.sort();
     assert_eq!(in_a, sorted, "group a's jobs in due order");
-    assert!(!order.iter().any(|id| ["a03", "a07", "a09", "a11"].contains(&id.as_str())));
+    assert!(!order
+        .iter()
+        .any(|id| ["a03", "a07", "a09", "a11"].contains(&id.as_str())));
     // The rescheduled one comes once it is due and promoted.
     tokio::time::sleep(Duration::from_millis(350)).await;
     raw::tick(&q, &p, &TICK_ALL).await.unwrap();
@@ -129,7 +145,11 @@ async fn a_ready_backlog_switching_to_groups_loses_nothing() {
     let last_g = order.iter().rposition(|id| id.starts_with('g')).unwrap();
     assert!(last_g < 200, "last grouped job at #{last_g}");
     let leases: Vec<_> = running.iter().map(|d| d.lease()).collect();
-    assert!(raw::ack(&q, &p, &leases).await.unwrap().iter().all(|ok| *ok));
+    assert!(raw::ack(&q, &p, &leases)
+        .await
+        .unwrap()
+        .iter()
+        .all(|ok| *ok));
 }
 
 #[tokio::test]
@@ -147,7 +167,9 @@ async fn retries_and_reclaimed_leases_are_indexed_again() {
     let retry = FailKind::Retry {
         after: Some(Duration::ZERO),
     };
-    let failed = raw::fail(&q, &p, &got[0].lease(), "boom", retry).await.unwrap();
+    let failed = raw::fail(&q, &p, &got[0].lease(), "boom", retry)
+        .await
+        .unwrap();
     assert!(matches!(failed, raw::Failed::Retry));
     let again = raw::claim(&q, &p, 3, LONG_LEASE).await.unwrap();
     assert!(
@@ -157,21 +179,31 @@ async fn retries_and_reclaimed_leases_are_indexed_again() {
     );
     let short = raw::claim(&q, &p, 200, LONG_LEASE).await.unwrap();
     assert!(!short.iter().any(|d| d.id.starts_with('s')));
-    let leases: Vec<_> = short.iter().chain(again.iter()).map(|d| d.lease()).collect();
+    let leases: Vec<_> = short
+        .iter()
+        .chain(again.iter())
+        .map(|d| d.lease())
+        .collect();
     raw::ack(&q, &p, &leases).await.unwrap();
     enqueue_group(&q, t, Some("big"), "c", 200).await;
     let lease = raw::claim(&q, &p, 1, LONG_LEASE).await.unwrap();
     assert_eq!(lease.len(), 1);
     // The other small job, claimed with a short lease, is reclaimed by a tick.
-    q.enqueue(t, Job::new("x").id("s9").group("small")).await.unwrap();
+    q.enqueue(t, Job::new("x").id("s9").group("small"))
+        .await
+        .unwrap();
     let mut s9 = Vec::new();
     for _ in 0..3 {
-        let got = raw::claim(&q, &p, 1, Duration::from_millis(50)).await.unwrap();
+        let got = raw::claim(&q, &p, 1, Duration::from_millis(50))
+            .await
+            .unwrap();
         if got.iter().any(|d| d.id == "s9") {
             s9 = got;
             break;
         }
-        raw::ack(&q, &p, &got.iter().map(|d| d.lease()).collect::<Vec<_>>()).await.unwrap();
+        raw::ack(&q, &p, &got.iter().map(|d| d.lease()).collect::<Vec<_>>())
+            .await
+            .unwrap();
     }
     assert_eq!(s9.len(), 1, "s9 served within 3 claims");
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -198,7 +230,10 @@ async fn partitions_are_fair_each_and_delete_cleans_up() {
         let order = drain(&q, &p, 10).await;
         let small = order.iter().filter(|id| id.starts_with('s')).count();
         if let Some(last) = order.iter().rposition(|id| id.starts_with('s')) {
-            assert!(last < 2 * small + 10, "{p:?}: last of {small} small jobs at #{last}");
+            assert!(
+                last < 2 * small + 10,
+                "{p:?}: last of {small} small jobs at #{last}"
+            );
         }
         per.insert(p.as_str().to_string(), order.len());
         all.extend(order);
@@ -209,4 +244,24 @@ async fn partitions_are_fair_each_and_delete_cleans_up() {
     for p in raw::partitions(&q, t).await.unwrap() {
         assert!(drain(&q, &p, 10).await.is_empty());
     }
+}
+
+#[tokio::test]
+async fn queue_groups_lists_the_active_groups() {
+    let redis = RedisServer::start();
+    let q = Queue::connect(redis.url()).await.unwrap();
+    let t = "list";
+    enqueue_group(&q, t, None, "u", 3).await;
+    assert!(
+        q.groups(t).await.unwrap().is_empty(),
+        "no groups before a grouped job"
+    );
+    enqueue_group(&q, t, Some("a"), "a", 5).await;
+    let g = q.groups(t).await.unwrap();
+    let names: Vec<(&str, u64)> = g.iter().map(|g| (g.group.as_str(), g.indexed)).collect();
+    assert_eq!(names, vec![("", 3), ("a", 5)]);
+    raw::claim(&q, &part(t), 2, LONG_LEASE).await.unwrap();
+    let g = q.groups(t).await.unwrap();
+    assert_eq!(g.iter().map(|g| g.indexed).sum::<u64>(), 6);
+    assert!(g.iter().all(|g| g.vtime == 1.0), "{g:?}");
 }
