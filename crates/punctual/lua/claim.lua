@@ -19,6 +19,9 @@
 -- min(k, max_running - running, whole tokens) jobs are handed out. wait_ms is
 -- 0, or, when a limit held ready jobs back, the ms until the next token (-1:
 -- until a running job ends).
+-- Groups (meta groups = 1, PROTOCOL.md "Groups"): the jobs are picked group
+-- by group, the group with the lowest virtual time first, from the group
+-- indexes P:{T}:g:<group>, dropping index entries whose job left ready.
 
 local k = int_arg(ARGV[1], 1, 1000)
 local lease = int_arg(ARGV[2], 1, MAX_DELAY_MS)

@@ -14,6 +14,7 @@
 --   KEYS[6] P:{T}:meta     HASH topic settings: max_attempts, backoff, paused,
 --                          partitions (the count set_partitions last wrote),
 --                          limits: rate, burst, max_running, bucket
+--                          groups: groups (1: indexed), vtime
 --   KEYS[7] P:{T}:stats    HASH counters
 --   KEYS[8] P:{T}:seq      STRING counter for generated ids and lease tokens
 --   KEYS[9] P:{T}:attempts HASH id -> "A:T": deliveries so far and the token
