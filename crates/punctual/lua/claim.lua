@@ -98,9 +98,11 @@ if meta[7] == '1' then
     end
   end
   if vt then redis.call('HSET', K_META, 'vtime', vt) end
-  -- A safety net: ready jobs that no index holds (none should) are still
-  -- served, in due order, once every index is used up.
-  if #ids == 0 and steps > 0 then ids = redis.call('ZRANGE', K_READY, 0, n - 1) end
+  -- Never an empty answer while ready holds jobs: when the steps went to
+  -- stale entries only (or ready holds jobs no index has, which should not
+  -- happen), serve ready in due order this once; their index entries go
+  -- stale and are dropped later.
+  if #ids == 0 then ids = redis.call('ZRANGE', K_READY, 0, n - 1) end
 else
   ids = redis.call('ZRANGE', K_READY, 0, n - 1)
 end

@@ -265,3 +265,21 @@ async fn queue_groups_lists_the_active_groups() {
     assert_eq!(g.iter().map(|g| g.indexed).sum::<u64>(), 6);
     assert!(g.iter().all(|g| g.vtime == 1.0), "{g:?}");
 }
+
+#[tokio::test]
+async fn a_claim_after_many_stale_entries_still_returns_the_live_job() {
+    let redis = RedisServer::start();
+    let q = Queue::connect(redis.url()).await.unwrap();
+    let t = "stale";
+    enqueue_group(&q, t, Some("a"), "a", 300).await;
+    for i in 0..299 {
+        q.cancel(t, &format!("a{i:06}")).await.unwrap();
+    }
+    // 299 stale entries before the live one: more than one claim's steps.
+    let got = raw::claim(&q, &part(t), 1, LONG_LEASE).await.unwrap();
+    assert_eq!(
+        got.iter().map(|d| d.id.as_str()).collect::<Vec<_>>(),
+        ["a000299"]
+    );
+    assert!(drain(&q, &part(t), 10).await.is_empty());
+}
