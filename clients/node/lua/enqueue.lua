@@ -14,6 +14,7 @@
 --   KEYS[6] P:{T}:meta     HASH topic settings: max_attempts, backoff, paused,
 --                          partitions (the count set_partitions last wrote),
 --                          limits: rate, burst, max_running, bucket
+--                          groups: groups (1: indexed), vtime
 --   KEYS[7] P:{T}:stats    HASH counters
 --   KEYS[8] P:{T}:seq      STRING counter for generated ids and lease tokens
 --   KEYS[9] P:{T}:attempts HASH id -> "A:T": deliveries so far and the token
@@ -382,6 +383,45 @@ local function invalid(msg)
   return redis.error_reply('PUNCTUAL_INVALID ' .. msg)
 end
 
+-- Groups (PROTOCOL.md "Groups"): once a topic has grouped jobs (meta
+-- `groups` = 1), every job put into ready is also indexed in its group's
+-- ZSET P:{T}:g:<group> (ungrouped: P:{T}:g:), and its group is activated
+-- in P:{T}:groups at the topic's virtual time (meta `vtime`) unless already
+-- active. `pairs` is the flat score, id list given to ZADD ready; the
+-- records must already be written. Costs one HGET on a topic without groups.
+local function index_ready(pairs)
+  if #pairs == 0 then return end
+  local g = redis.call('HMGET', K_META, 'groups', 'vtime')
+  if g[1] ~= '1' then return end
+  local vt = g[2] or '0'
+  local ids = {}
+  for i = 2, #pairs, 2 do ids[#ids + 1] = pairs[i] end
+  local by, names = {}, {}
+  local i = 1
+  while i <= #ids do
+    local j = math.min(i + 999, #ids)
+    local recs = redis.call('HMGET', K_JOBS, unpack(ids, i, j))
+    for x = i, j do
+      local rec = recs[x - i + 1]
+      local m = rec and string.match(rec, '^([^:]*):')
+      local grp = m and group_of_field(m) or ''
+      local l = by[grp]
+      if not l then
+        l = {}
+        by[grp] = l
+        names[#names + 1] = grp
+      end
+      l[#l + 1] = pairs[2 * x - 1]
+      l[#l + 1] = ids[x]
+    end
+    i = j + 1
+  end
+  for _, grp in ipairs(names) do
+    variadic('ZADD', KEY_BASE .. 'g:' .. grp, by[grp])
+    redis.call('ZADD', KEY_BASE .. 'groups', 'NX', vt, grp)
+  end
+end
+
 -- enqueue: add jobs to a topic, one or a batch, atomically.
 -- KEYS: the nine topic keys (see lib.lua), and optionally a tenth,
 -- P:{T}:fired (ZSET id -> ms): the occurrences of schedules fired in the
@@ -633,6 +673,7 @@ if K_FIRED then
 end
 
 local out, records, to_pool, to_ready = {}, {}, {}, {}
+local grouped = false
 local seen = {}
 -- Replaced ids and the set they were in: left only after the new entry is written.
 local old_state, dest = {}, {}
@@ -690,6 +731,7 @@ for i = 1, n do
       m = last_m
     end
     records[#records + 1] = m .. head .. ARGV[b + 5] .. ':0:' .. ARGV[b + 2]
+    if not grouped and string.find(m, ';g', 1, true) then grouped = true end
     if status == 2 then
       if due <= now then dest[id] = 'ready' else dest[id] = 'pool' end
     end
@@ -717,8 +759,18 @@ if created > 0 then
     variadic('ZADD', K_POOL, to_pool)
     if not old_min or pool_min < old_min then redis.call('PUBLISH', K_POOL, pool_min) end
   end
+  -- The first grouped job switches the topic to groups: every job already
+  -- ready is ungrouped (no job had a group before), so ready is copied into
+  -- the empty group's index, once (O(ready log ready)).
+  if grouped and redis.call('HGET', K_META, 'groups') ~= '1' then
+    redis.call('HSET', K_META, 'groups', '1')
+    if redis.call('ZUNIONSTORE', KEY_BASE .. 'g:', 2, KEY_BASE .. 'g:', K_READY, 'AGGREGATE', 'MIN') > 0 then
+      redis.call('ZADD', KEY_BASE .. 'groups', 'NX', redis.call('HGET', K_META, 'vtime') or '0', '')
+    end
+  end
   if #to_ready > 0 then
     variadic('ZADD', K_READY, to_ready)
+    index_ready(to_ready)
     redis.call('PUBLISH', K_READY, '')
   end
   for id, st in pairs(old_state) do

@@ -126,6 +126,16 @@ pub(crate) enum Command {
     /// `punctual serve` after a change (or set `partitions` in its config).
     Partitions(crate::admin::partitions::PartitionsArgs),
 
+    /// Show the active groups of a topic (fair sharing between tenants).
+    ///
+    /// Jobs pushed with `--group` are served group by group: each claim
+    /// takes from the group served least so far (its virtual time), so one
+    /// group's backlog does not starve another's few jobs. Lists each group
+    /// with ready jobs: its indexed jobs (ready ones, plus entries of
+    /// cancelled or rescheduled jobs until a claim drops them) and its
+    /// virtual time. `(none)` holds the jobs without a group.
+    Groups(crate::admin::groups::GroupsArgs),
+
     /// Manage recurring schedules: cron (with optional seconds, in a time
     /// zone) or a fixed interval, each occurrence enqueued as an ordinary
     /// job by every running scheduler of the topic, exactly once.
@@ -265,6 +275,7 @@ impl Command {
             | Command::Check(_)
             | Command::Script(_)
             | Command::Partitions(_)
+            | Command::Groups(_)
             | Command::Schedule(_)
             | Command::Audit(_)
             | Command::Import(_)

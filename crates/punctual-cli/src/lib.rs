@@ -158,6 +158,7 @@ async fn dispatch(
         Command::Check(a) => admin::check::run(ctx, a).await,
         Command::Script(a) => admin::script::run(ctx, a),
         Command::Partitions(a) => admin::partitions::run(ctx, a).await,
+        Command::Groups(a) => admin::groups::run(ctx, a).await,
         Command::Schedule(c) => admin::schedule::run(ctx, c).await,
         Command::Audit(a) => admin::audit::run(ctx, a).await,
         Command::Import(c) => admin::import::run(ctx, c).await,

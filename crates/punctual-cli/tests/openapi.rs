@@ -294,6 +294,12 @@ async fn every_reply_matches_the_openapi_document() {
             "/api/v1/topics/{topic}/limits",
             200,
         ),
+        call(
+            "get",
+            "/api/v1/topics/orders/groups",
+            "/api/v1/topics/{topic}/groups",
+            200,
+        ),
         call("get", "/api/v1/topics/orders", t, 200),
         with_body(
             "put",

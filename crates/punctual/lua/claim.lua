@@ -19,13 +19,17 @@
 -- min(k, max_running - running, whole tokens) jobs are handed out. wait_ms is
 -- 0, or, when a limit held ready jobs back, the ms until the next token (-1:
 -- until a running job ends).
+-- Groups (meta groups = 1, PROTOCOL.md "Groups"): the jobs are picked group
+-- by group, the group with the lowest virtual time first, from the group
+-- indexes P:{T}:g:<group>, dropping index entries whose job left ready.
 
 local k = int_arg(ARGV[1], 1, 1000)
 local lease = int_arg(ARGV[2], 1, MAX_DELAY_MS)
 if not k or not lease or #ARGV ~= 2 then
   return invalid('claim expects 1 to 1000 jobs and a lease of 1 ms to ten years')
 end
-local meta = redis.call('HMGET', K_META, 'paused', 'max_attempts', 'rate', 'burst', 'max_running', 'bucket')
+local meta = redis.call('HMGET', K_META, 'paused', 'max_attempts', 'rate', 'burst', 'max_running', 'bucket',
+  'groups', 'vtime')
 if meta[1] == '1' then return {} end
 local topic_max = int_arg(meta[2], 1, MAX_ATTEMPTS) or DEFAULT_MAX_ATTEMPTS
 
@@ -65,7 +69,43 @@ end
 
 -- Read the earliest ready ids; they leave ready only after their leases
 -- are written (destination before source).
-local ids = redis.call('ZRANGE', K_READY, 0, n - 1)
+local ids
+if meta[7] == '1' then
+  -- Groups (PROTOCOL.md "Groups"): serve the group with the lowest virtual
+  -- time, its earliest indexed job; drop index entries whose job left ready
+  -- (or was already picked through another group's stale entry).
+  local K_GROUPS = KEY_BASE .. 'groups'
+  local vt, picked, steps = nil, {}, 4 * n + 16
+  ids = {}
+  while #ids < n and steps > 0 do
+    steps = steps - 1
+    local top = redis.call('ZRANGE', K_GROUPS, 0, 0, 'WITHSCORES')
+    if #top == 0 then break end
+    local gk = KEY_BASE .. 'g:' .. top[1]
+    local e = redis.call('ZRANGE', gk, 0, 0)
+    local id = e[1]
+    if id then redis.call('ZREM', gk, id) end
+    local live = id and not picked[id] and redis.call('ZSCORE', K_READY, id)
+    if live then
+      picked[id] = true
+      ids[#ids + 1] = id
+      vt = top[2]
+    end
+    if not id or redis.call('ZCARD', gk) == 0 then
+      redis.call('ZREM', K_GROUPS, top[1])
+    elseif live then
+      redis.call('ZINCRBY', K_GROUPS, 1, top[1])
+    end
+  end
+  if vt then redis.call('HSET', K_META, 'vtime', vt) end
+  -- Never an empty answer while ready holds jobs: when the steps went to
+  -- stale entries only (or ready holds jobs no index has, which should not
+  -- happen), serve ready in due order this once; their index entries go
+  -- stale and are dropped later.
+  if #ids == 0 then ids = redis.call('ZRANGE', K_READY, 0, n - 1) end
+else
+  ids = redis.call('ZRANGE', K_READY, 0, n - 1)
+end
 if #ids == 0 then return {} end
 -- A limit held jobs back only when ready holds more than were taken.
 if wait ~= 0 and (#ids < n or redis.call('ZCARD', K_READY) == #ids) then wait = 0 end

@@ -62,7 +62,10 @@ if #out > 0 then
   variadic('HSET', K_JOBS, records)
   local old_min
   if pool_min then old_min = earliest(K_POOL) end
-  if #to_ready > 0 then variadic('ZADD', K_READY, to_ready) end
+  if #to_ready > 0 then
+    variadic('ZADD', K_READY, to_ready)
+    index_ready(to_ready)
+  end
   if #to_pool > 0 then variadic('ZADD', K_POOL, to_pool) end
   variadic('ZREM', K_DEAD, out)
   -- Attempts start again from 0 (tokens never repeat, so none is kept).

@@ -250,6 +250,7 @@ if K_FIRED then
 end
 
 local out, records, to_pool, to_ready = {}, {}, {}, {}
+local grouped = false
 local seen = {}
 -- Replaced ids and the set they were in: left only after the new entry is written.
 local old_state, dest = {}, {}
@@ -307,6 +308,7 @@ for i = 1, n do
       m = last_m
     end
     records[#records + 1] = m .. head .. ARGV[b + 5] .. ':0:' .. ARGV[b + 2]
+    if not grouped and string.find(m, ';g', 1, true) then grouped = true end
     if status == 2 then
       if due <= now then dest[id] = 'ready' else dest[id] = 'pool' end
     end
@@ -334,8 +336,18 @@ if created > 0 then
     variadic('ZADD', K_POOL, to_pool)
     if not old_min or pool_min < old_min then redis.call('PUBLISH', K_POOL, pool_min) end
   end
+  -- The first grouped job switches the topic to groups: every job already
+  -- ready is ungrouped (no job had a group before), so ready is copied into
+  -- the empty group's index, once (O(ready log ready)).
+  if grouped and redis.call('HGET', K_META, 'groups') ~= '1' then
+    redis.call('HSET', K_META, 'groups', '1')
+    if redis.call('ZUNIONSTORE', KEY_BASE .. 'g:', 2, KEY_BASE .. 'g:', K_READY, 'AGGREGATE', 'MIN') > 0 then
+      redis.call('ZADD', KEY_BASE .. 'groups', 'NX', redis.call('HGET', K_META, 'vtime') or '0', '')
+    end
+  end
   if #to_ready > 0 then
     variadic('ZADD', K_READY, to_ready)
+    index_ready(to_ready)
     redis.call('PUBLISH', K_READY, '')
   end
   for id, st in pairs(old_state) do

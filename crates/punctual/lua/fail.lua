@@ -59,6 +59,7 @@ if wait == 0 then r.due = now else r.due = up + wait end
 redis.call('HSET', K_JOBS, id, encode(r))
 if wait == 0 then
   redis.call('ZADD', K_READY, r.due, id)
+  index_ready({ r.due, id })
   redis.call('PUBLISH', K_READY, '')
 else
   local old_min = earliest(K_POOL)

@@ -24,6 +24,7 @@ r.due = due
 redis.call('HSET', K_JOBS, id, encode(r))
 if due <= now then
   redis.call('ZADD', K_READY, due, id)
+  index_ready({ due, id })
   if st ~= 'ready' then redis.call('ZREM', K_POOL, id) end
   redis.call('PUBLISH', K_READY, '')
 else

@@ -65,6 +65,7 @@ if #expired > 0 then
   if #to_ready > 0 then variadic('ZADD', K_READY, to_ready) end
   if #to_dead > 0 then variadic('ZADD', K_DEAD, to_dead) end
   if #records > 0 then variadic('HSET', K_JOBS, records) end
+  index_ready(to_ready)
   variadic('ZREM', K_RUNNING, expired)
   if #gone > 0 then variadic('HDEL', K_ATT, gone) end
   local orphans = #gone
@@ -91,6 +92,7 @@ else
       moves[#moves + 1] = due[i]
     end
     variadic('ZADD', K_READY, moves)
+    index_ready(moves)
     variadic('ZREM', K_POOL, ids)
     promoted = #ids
     redis.call('HINCRBY', K_STATS, 'promoted', promoted)

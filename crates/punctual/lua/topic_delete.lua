@@ -14,5 +14,18 @@ local held = redis.call('ZCARD', K_POOL) + redis.call('ZCARD', K_READY)
 local records = redis.call('HLEN', K_JOBS)
 if held > 0 then return held end
 if records > 0 then return records end
+-- A topic with groups: its group indexes (only stale entries are left, and
+-- only groups in P:{T}:groups have a non-empty index) and the groups set.
+if redis.call('HGET', K_META, 'groups') == '1' then
+  local names = redis.call('ZRANGE', KEY_BASE .. 'groups', 0, -1)
+  local keys = { KEY_BASE .. 'g:', KEY_BASE .. 'groups' }
+  for _, grp in ipairs(names) do keys[#keys + 1] = KEY_BASE .. 'g:' .. grp end
+  local i = 1
+  while i <= #keys do
+    local j = math.min(i + 999, #keys)
+    redis.call('DEL', unpack(keys, i, j))
+    i = j + 1
+  end
+end
 redis.call('DEL', K_POOL, K_READY, K_RUNNING, K_DEAD, K_JOBS, K_META, K_STATS, K_SEQ, K_ATT)
 return 0

@@ -4,6 +4,7 @@ mod util;
 
 mod cluster;
 mod faults;
+mod groups;
 mod handler;
 mod history;
 mod integrity;

@@ -5,6 +5,7 @@ pub(crate) mod audit;
 pub(crate) mod cancel;
 pub(crate) mod check;
 pub(crate) mod dead;
+pub(crate) mod groups;
 pub(crate) mod import;
 pub(crate) mod job;
 pub(crate) mod limits;

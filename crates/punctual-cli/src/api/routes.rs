@@ -33,6 +33,7 @@ const MAX_OFFSET: usize = 1_000_000_000;
 /// Most jobs in one batch request.
 pub(super) const MAX_BATCH_JOBS: usize = 10_000;
 
+mod groups;
 mod limits;
 
 type St = State<Arc<ApiState>>;
@@ -59,6 +60,7 @@ pub(super) fn routes() -> Router<Arc<ApiState>> {
         .route("/audit", get(super::audit::list))
         .route("/topics/{topic}/history", get(history))
         .merge(limits::routes())
+        .merge(groups::routes())
         .merge(super::schedules::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -841,6 +843,7 @@ mod tests {
             "/topics/{topic}/series",
             "/topics/{topic}/history",
             "/topics/{topic}/limits",
+            "/topics/{topic}/groups",
             "/audit",
         ] {
             assert!(

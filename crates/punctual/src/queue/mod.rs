@@ -6,6 +6,7 @@
 
 mod admin;
 mod enqueue;
+mod groups;
 mod inspect;
 mod limits;
 
@@ -22,6 +23,7 @@ use crate::partition::{partition_name, partition_of};
 use crate::redact::redact;
 use crate::scripts::SCRIPTS;
 
+pub use groups::GroupInfo;
 pub use inspect::{SkippedTopic, Topics};
 
 /// Largest integer the scripts take (2^53: Lua numbers are doubles).
