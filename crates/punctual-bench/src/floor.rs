@@ -431,6 +431,30 @@ pub(crate) fn add_ratios(r: &mut Report, floor: &Report) {
         });
         return;
     }
+    if r.phase() == "groups" {
+        // Each case's claim (EVALSHA's time per job) over the floor's claim.
+        let Some(Value::Object(claim)) = r.get("claim_us_per_job").cloned() else {
+            return;
+        };
+        let f = get(&fscript, "claim");
+        let mut out = Map::new();
+        for (case, us) in &claim {
+            if let Some(x) = ratio(us.as_f64().unwrap_or(0.0), f) {
+                out.insert(case.clone(), json!(x));
+            }
+        }
+        let text: Vec<String> = out.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        r.text.push_str(&format!(
+            "\n           claim × the floor's claim ({f} µs per job): {}",
+            text.join(", ")
+        ));
+        #[derive(Serialize)]
+        struct Ratios {
+            claim_x_floor: Map<String, Value>,
+        }
+        r.extend(&Ratios { claim_x_floor: out });
+        return;
+    }
     // Throughput phases: Redis main-thread CPU per job against the floor's
     // for the same steps.
     let steps: &[&str] = match r.phase() {

@@ -73,6 +73,11 @@ pub enum Phase {
     Drain,
     /// Lateness (handler start - due) at --rate jobs/s for --secs.
     Precision,
+    /// Precision under load, two runs of --secs: at --load-rate jobs/s
+    /// (20,000), then at half the drain rate measured in the same run (the
+    /// drain phase runs first when not asked for). Target: p99 ≤ 10 ms,
+    /// max ≤ 50 ms, never early. Not part of `all`.
+    PrecisionLoad,
     /// Redis commands per second of idle consumers (concurrency 64).
     Idle,
     /// Segment: scheduler ticks moving N due jobs from pool to ready.
@@ -83,16 +88,39 @@ pub enum Phase {
     /// Each script on the job's path alone (enqueue, tick, claim, ack),
     /// called back to back with batches of 1,000: Redis time per job.
     Scripts,
+    /// The claim script's Redis µs per job with groups off, then on
+    /// (--groups counts, and two tenants 100,000 : 100 scaled to N), each
+    /// against groups off and the floor's claim.
+    Groups,
     /// `punctual serve` with an exec handler running `true` per job.
     Serve,
     /// `punctual serve` with a no-op exec handler (`php -r ''`) and a no-op
     /// resident handler (a PHP loop; Python without PHP), in one run.
     Resident,
-    /// Every phase above, in this order.
+    /// Every phase above but precision-load, in this order.
     All,
 }
 
-const ALL: [Phase; 11] = [
+/// The order phases run in, whatever the order asked.
+const ORDER: [Phase; 13] = [
+    Phase::Floor,
+    Phase::Enqueue,
+    Phase::Memory,
+    Phase::Drain,
+    Phase::Precision,
+    Phase::PrecisionLoad,
+    Phase::Idle,
+    Phase::Promote,
+    Phase::Consume,
+    Phase::Scripts,
+    Phase::Groups,
+    Phase::Serve,
+    Phase::Resident,
+];
+
+/// The phases of `all`: every one but precision-load (tens of seconds of
+/// load at 20,000 jobs/s and more).
+const ALL: [Phase; 12] = [
     Phase::Floor,
     Phase::Enqueue,
     Phase::Memory,
@@ -102,6 +130,7 @@ const ALL: [Phase; 11] = [
     Phase::Promote,
     Phase::Consume,
     Phase::Scripts,
+    Phase::Groups,
     Phase::Serve,
     Phase::Resident,
 ];
@@ -122,8 +151,9 @@ const ALL: [Phase; 11] = [
 #[derive(Debug, Args, Clone)]
 pub struct BenchArgs {
     /// Phases to run, comma-separated: floor, enqueue (alias produce),
-    /// memory, drain, precision, idle, promote, consume, scripts, serve,
-    /// resident, or all.
+    /// memory, drain, precision, precision-load, idle, promote, consume,
+    /// scripts, groups, serve, resident, or all (every one but
+    /// precision-load).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "all")]
     pub phase: Vec<Phase>,
 
@@ -137,10 +167,31 @@ pub struct BenchArgs {
           value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub rate: u64,
 
-    /// precision: seconds the producer runs.
+    /// precision and precision-load: seconds the producer runs.
     #[arg(long, value_name = "T", default_value_t = 10,
           value_parser = clap::value_parser!(u64).range(1..=600))]
     pub secs: u64,
+
+    /// precision-load: jobs/s of its first run (its second runs at half the
+    /// drain rate measured in the same run).
+    #[arg(long, value_name = "R", default_value_t = 20_000,
+          value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub load_rate: u64,
+
+    /// groups: the group counts measured, comma-separated (job i in group
+    /// i mod K), besides groups off and two tenants (100,000 : 100 jobs,
+    /// scaled to N).
+    #[arg(long, value_name = "K,...", value_delimiter = ',', default_value = "10,1000",
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub groups: Vec<u64>,
+
+    /// Jobs waiting in the pool while the measured jobs go through: loaded
+    /// (due in 1 to 31 days) after the cleaning of each of drain, consume,
+    /// precision, precision-load, promote and scripts, and left alone by
+    /// them. The other phases (the floor among them) run without it.
+    #[arg(long, value_name = "N", default_value_t = 0,
+          value_parser = clap::value_parser!(u64).range(0..=20_000_000))]
+    pub pool: u64,
 
     /// idle: seconds measured (the protocol says 5; the consumers' safety
     /// net polls every 10 s, so a longer window gives the long-run rate).
@@ -456,7 +507,7 @@ pub async fn run(redis_url: &str, redis_explicit: bool, json: bool, args: BenchA
             }
         }
     }
-    phases.sort_by_key(|p| ALL.iter().position(|a| a == p));
+    phases.sort_by_key(|p| ORDER.iter().position(|a| a == p));
 
     let target = target::open(redis_url, redis_explicit, args.partitions).await?;
     if let Some(what) = target.foreign_keys().await? {
@@ -550,6 +601,24 @@ pub async fn run(redis_url: &str, redis_explicit: bool, json: bool, args: BenchA
                 Phase::Drain => vec![phases::drain(&bench, true).await?],
                 Phase::Consume => vec![phases::drain(&bench, false).await?],
                 Phase::Precision => vec![phases::precision(&bench).await?],
+                Phase::PrecisionLoad => {
+                    // Half the drain rate of this run: the drain phase's,
+                    // or a drain of its own first (reported too).
+                    let mut out = Vec::new();
+                    let drain = match reports.iter().find(|r| r.phase() == "drain") {
+                        Some(d) => d.jobs_per_s().unwrap_or(0.0),
+                        None => {
+                            let d = phases::drain(&bench, true).await?;
+                            bench.clean().await?;
+                            let rate = d.jobs_per_s().unwrap_or(0.0);
+                            out.push(d);
+                            rate
+                        }
+                    };
+                    out.extend(phases::precision_load(&bench, drain).await?);
+                    out
+                }
+                Phase::Groups => vec![phases::groups(&bench).await?],
                 Phase::Idle => vec![phases::idle(&bench).await?],
                 Phase::Promote => vec![phases::promote(&bench).await?],
                 Phase::Scripts => vec![phases::scripts(&bench).await?],

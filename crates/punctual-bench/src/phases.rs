@@ -18,7 +18,7 @@ use punctual::{
 };
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
-use serde_json::json;
+use serde_json::{json, Map, Value};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -63,8 +63,9 @@ struct Recorder {
     seen: Vec<AtomicU32>,
     handled: AtomicU64,
     strays: AtomicU64,
-    /// (lateness, Redis clock at claim - due), microseconds.
-    lateness: Option<Mutex<Vec<(i64, i64)>>>,
+    /// (lateness, Redis clock at claim - due) in microseconds, and the due
+    /// time (epoch ms).
+    lateness: Option<Mutex<Vec<(i64, i64, i64)>>>,
     expected: u64,
     all_in: Notify,
 }
@@ -105,7 +106,7 @@ impl Recorder {
             let late = d.lateness_us();
             l.lock()
                 .unwrap()
-                .push((late, d.claimed_us - d.due_ms * 1000));
+                .push((late, d.claimed_us - d.due_ms * 1000, d.due_ms));
         }
         match order_id(&d.payload) {
             Some(i) if i < self.seen.len() => {
@@ -287,10 +288,11 @@ impl Bench {
         }
     }
 
-    /// Waits until every job record is gone (every ack landed); true when so.
-    async fn wait_acked(&self, deadline: Instant) -> Result<bool> {
+    /// Waits until the records left are the pool's (`pool`, see
+    /// [`fill_pool`]): every ack landed; true when so.
+    async fn wait_acked(&self, deadline: Instant, pool: u64) -> Result<bool> {
         loop {
-            if self.target.records().await? == 0 {
+            if self.target.records().await? == pool {
                 return Ok(true);
             }
             if Instant::now() >= deadline {
@@ -345,6 +347,60 @@ async fn load(
         bar.inc(k);
     }
     Ok((t0.elapsed(), created))
+}
+
+/// The first job number of the pool's jobs (--pool): their payloads carry
+/// numbers no phase expects, so a pool job handled by mistake is a stray.
+const POOL_BASE: u64 = 1_000_000_000;
+
+/// A pool job's delay: 1 day, plus up to 30 days spread over the jobs.
+fn pool_delay(i: u64) -> Duration {
+    Duration::from_secs(86_400 + (i * 7_919) % (30 * 86_400))
+}
+
+/// Delays at least this long are the pool's (--pool), not a phase's jobs.
+const POOL_HORIZON: Duration = Duration::from_secs(3_600 * 12);
+
+/// Loads --pool jobs due in 1 to 31 days (after the phase's cleaning,
+/// before its own jobs and its first snapshot), in calls of 1,000 with
+/// --inflight at once, built as they go. Returns how many: the phase
+/// expects that many jobs left in the pool, and records, at its end.
+pub(crate) async fn fill_pool(b: &Bench) -> Result<u64> {
+    let n = b.args.pool;
+    if n == 0 {
+        return Ok(0);
+    }
+    let queue = b.queue().await?;
+    let bar = b.bar(n, "pool");
+    let mut calls = futures::stream::iter((0..n).step_by(CHUNK as usize))
+        .map(|s| {
+            let q = queue.clone();
+            async move {
+                let jobs: Vec<Job> = (s..(s + CHUNK).min(n))
+                    .map(|i| Job::new(payload(POOL_BASE + i)).delay(pool_delay(i)))
+                    .collect();
+                let k = jobs.len() as u64;
+                q.enqueue_batch(TOPIC, jobs).await.map(|r| {
+                    let created = r
+                        .iter()
+                        .filter(|e| e.status == EnqueueStatus::Created)
+                        .count() as u64;
+                    (k, created)
+                })
+            }
+        })
+        .buffer_unordered(b.args.inflight as usize);
+    let mut created = 0;
+    while let Some(r) = calls.next().await {
+        let (k, c) = r.context("pool: enqueue failed")?;
+        created += c;
+        bar.inc(k);
+    }
+    bar.finish_and_clear();
+    if created != n {
+        bail!("pool: {created} of {n} jobs created");
+    }
+    Ok(n)
 }
 
 /// Min, p50, p99 and max of samples in microseconds, reported in ms.
@@ -460,6 +516,20 @@ fn counts(t: &Tally, left: [u64; 4], records: u64) -> Counts {
         doubled: t.doubled,
         strays: t.strays,
         left: Left::of(left, Some(records)),
+    }
+}
+
+/// For `skip_serializing_if`: a pool of 0 is not reported.
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// ", with N jobs waiting in the pool" (--pool), or nothing.
+fn with_pool(pool: u64) -> String {
+    if pool == 0 {
+        String::new()
+    } else {
+        format!(", with {pool} jobs waiting in the pool")
     }
 }
 
@@ -619,6 +689,7 @@ pub(crate) async fn enqueue(b: &Bench) -> Result<(Report, Report)> {
 pub(crate) async fn drain(b: &Bench, scheduler: bool) -> Result<Report> {
     let name = if scheduler { "drain" } else { "consume" };
     let n = b.args.n;
+    let pool = fill_pool(b).await?;
     let producer = b.queue().await?;
     let bar = b.bar(n, "load");
     let (_, created) = load(b, &producer, n, When::Now, &bar).await?;
@@ -631,7 +702,7 @@ pub(crate) async fn drain(b: &Bench, scheduler: bool) -> Result<Report> {
     let t0 = Instant::now();
     let consumer = Consumer::start(conns, rec.clone(), b.consumer_config());
     let all = rec.wait_all(&bar, deadline).await;
-    let acked = all && b.wait_acked(deadline).await?;
+    let acked = all && b.wait_acked(deadline, pool).await?;
     let elapsed = t0.elapsed();
     let after = Snapshot::take(&b.target).await?;
     bar.finish_and_clear();
@@ -639,7 +710,7 @@ pub(crate) async fn drain(b: &Bench, scheduler: bool) -> Result<Report> {
     let tally = rec.tally();
     let sets = b.target.sets().await?;
     let records = b.target.records().await?;
-    let ok = created == n && acked && tally.exact(n) && sets == [0; 4] && records == 0;
+    let ok = created == n && acked && tally.exact(n) && sets == [pool, 0, 0, 0] && records == pool;
     let profile = after.profile(&before, tally.handled, elapsed);
 
     #[derive(Serialize)]
@@ -652,6 +723,8 @@ pub(crate) async fn drain(b: &Bench, scheduler: bool) -> Result<Report> {
         scheduler: bool,
         consumers: u64,
         partitions: u32,
+        #[serde(skip_serializing_if = "is_zero")]
+        pool: u64,
         #[serde(flatten)]
         placement: Option<Placement>,
         ok: bool,
@@ -670,6 +743,7 @@ pub(crate) async fn drain(b: &Bench, scheduler: bool) -> Result<Report> {
             scheduler,
             consumers: b.args.consumers,
             partitions: b.args.partitions,
+            pool,
             placement: b.placement().await?,
             ok,
             counts: (!ok).then(|| counts(&tally, sets, records)),
@@ -682,7 +756,8 @@ pub(crate) async fn drain(b: &Bench, scheduler: bool) -> Result<Report> {
         format!("{} workers", b.args.consumers)
     };
     r.text = format!(
-        "{name:<10} {n} due jobs, {} (concurrency {}, claims of up to {}{}): last ack after {:.3} s: {:.0} jobs/s  {}\n{}",
+        "{name:<10} {n} due jobs{}, {} (concurrency {}, claims of up to {}{}): last ack after {:.3} s: {:.0} jobs/s  {}\n{}",
+        with_pool(pool),
         if scheduler { format!("{workers} + scheduler") } else { format!("{workers} alone") },
         b.args.concurrency,
         b.args.claim_batch,
@@ -698,17 +773,177 @@ pub(crate) async fn drain(b: &Bench, scheduler: bool) -> Result<Report> {
 /// `precision`: consumers running; --rate jobs/s for --secs, each due in
 /// [100, 2000] ms; lateness = handler start - due.
 pub(crate) async fn precision(b: &Bench) -> Result<Report> {
-    let (rate, secs) = (b.args.rate, b.args.secs);
+    precision_at(b, "precision", b.args.rate, None).await
+}
+
+/// Targets of precision under load (issue 12), ms.
+const LOAD_P99_MS: f64 = 10.0;
+const LOAD_MAX_MS: f64 = 50.0;
+
+/// `precision-load`: the precision phase at --load-rate jobs/s, then at
+/// half `drain_jobs_per_s` (the drain rate measured in the same run): one
+/// line each, with the target (p99 ≤ 10 ms, max ≤ 50 ms, never early).
+pub(crate) async fn precision_load(b: &Bench, drain_jobs_per_s: f64) -> Result<Vec<Report>> {
+    let fixed = precision_at(
+        b,
+        "precision-load",
+        b.args.load_rate,
+        Some(LoadRate {
+            rate_from: "fixed",
+            drain_jobs_per_s: None,
+        }),
+    )
+    .await?;
+    b.clean().await?;
+    let half = ((drain_jobs_per_s / 2.0).round() as u64).clamp(1, 100_000);
+    let half = precision_at(
+        b,
+        "precision-load",
+        half,
+        Some(LoadRate {
+            rate_from: "half-drain",
+            drain_jobs_per_s: Some(drain_jobs_per_s),
+        }),
+    )
+    .await?;
+    Ok(vec![fixed, half])
+}
+
+/// How a precision-load run got its rate.
+#[derive(Serialize)]
+struct LoadRate {
+    /// "fixed" (--load-rate) or "half-drain".
+    rate_from: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    drain_jobs_per_s: Option<f64>,
+}
+
+/// A probe sample: when it ended (local ms since the run's start) and how
+/// long it was stuck, µs.
+type Sample = (f64, i64);
+
+/// Two probes running through a precision run, to tell where lateness
+/// comes from. `lag`: how late a 1-ms timer of the bench's own runtime
+/// fires (the producer and the consumers run on it: a late timer is a
+/// process that had no core, or a runtime kept busy). `rtt`: the round
+/// trip of a PING every 5 ms (Redis busy with a script or waiting for a
+/// core, or the bench late to read the reply).
+struct Probes {
+    stop: CancellationToken,
+    lag: JoinHandle<Vec<Sample>>,
+    rtt: JoinHandle<Vec<Sample>>,
+}
+
+/// A probe sample longer than this is a stall.
+const STALL_US: i64 = 5_000;
+
+impl Probes {
+    fn start(b: &Bench, t0: Instant) -> Probes {
+        let stop = CancellationToken::new();
+        let s = stop.clone();
+        let lag = tokio::spawn(async move {
+            let mut out = Vec::new();
+            let tick = Duration::from_millis(1);
+            while !s.is_cancelled() {
+                let t = Instant::now();
+                tokio::time::sleep(tick).await;
+                let over = t.elapsed().saturating_sub(tick);
+                out.push((t0.elapsed().as_secs_f64() * 1e3, over.as_micros() as i64));
+            }
+            out
+        });
+        let s = stop.clone();
+        let mut conn = b.target.masters[0].node.conn();
+        let rtt = tokio::spawn(async move {
+            let mut out = Vec::new();
+            let mut every = tokio::time::interval(Duration::from_millis(5));
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            while !s.is_cancelled() {
+                every.tick().await;
+                let t = Instant::now();
+                let pong: redis::RedisResult<String> =
+                    redis::cmd("PING").query_async(&mut conn).await;
+                if pong.is_err() {
+                    break;
+                }
+                out.push((
+                    t0.elapsed().as_secs_f64() * 1e3,
+                    t.elapsed().as_micros() as i64,
+                ));
+            }
+            out
+        });
+        Probes { stop, lag, rtt }
+    }
+
+    async fn stop(self) -> Result<(Vec<Sample>, Vec<Sample>)> {
+        self.stop.cancel();
+        Ok((self.lag.await?, self.rtt.await?))
+    }
+}
+
+/// The stalls among `samples` as disjoint intervals of local ms, sorted.
+fn stalls(samples: &[Sample]) -> Vec<(f64, f64)> {
+    let mut v: Vec<(f64, f64)> = samples
+        .iter()
+        .filter(|s| s.1 > STALL_US)
+        .map(|&(end, us)| (end - us as f64 / 1e3, end))
+        .collect();
+    v.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut merged: Vec<(f64, f64)> = Vec::new();
+    for (a, z) in v {
+        match merged.last_mut() {
+            Some(last) if a <= last.1 => last.1 = last.1.max(z),
+            _ => merged.push((a, z)),
+        }
+    }
+    merged
+}
+
+/// Whether [from, to] (local ms) meets one of `stalls`.
+fn meets(stalls: &[(f64, f64)], from: f64, to: f64) -> bool {
+    let i = stalls.partition_point(|s| s.1 < from);
+    stalls.get(i).is_some_and(|s| s.0 <= to)
+}
+
+/// The jobs later than [`LOAD_P99_MS`], and what their wait met: a stall of
+/// the bench's runtime (`lag`), else a slow PING only (Redis's side), else
+/// neither (the path itself: scheduler, wake-up, claim).
+#[derive(Serialize)]
+struct Late {
+    over_ms: f64,
+    jobs: u64,
+    in_bench_stall: u64,
+    in_redis_stall_only: u64,
+    in_neither: u64,
+}
+
+/// The probes' spread, ms.
+#[derive(Serialize)]
+struct ProbesMs {
+    bench_lag: Percentiles,
+    bench_stalls: u64,
+    redis_rtt: Percentiles,
+    redis_stalls: u64,
+}
+
+/// The precision phase at `rate` jobs/s for --secs; `load`: a run of
+/// precision-load, with its target.
+async fn precision_at(b: &Bench, phase: &str, rate: u64, load: Option<LoadRate>) -> Result<Report> {
+    let secs = b.args.secs;
     let total = rate * secs;
+    let pool = fill_pool(b).await?;
     let rec = Recorder::new(total, true);
     let producer = b.queue().await?;
     let conns = Consumer::connect(b, b.args.consumers, true).await?;
     let consumer = Consumer::start(conns, rec.clone(), b.consumer_config());
-    b.wait_listening(b.args.consumers, true, "precision")
-        .await?;
-    let bar = b.bar(total, "precision");
+    b.wait_listening(b.args.consumers, true, phase).await?;
+    let bar = b.bar(total, phase);
     let before = Snapshot::take(&b.target).await?;
+    // Redis's clock at the start, to place due times on the local clock.
+    let redis_t0_ms = b.target.now_ms().await? as f64;
     let t0 = Instant::now();
+    let probes = Probes::start(b, t0);
     let mut rng = rand::rngs::StdRng::seed_from_u64(20_000);
     let mut tick = tokio::time::interval(Duration::from_millis(10));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -733,15 +968,16 @@ pub(crate) async fn precision(b: &Bench) -> Result<Report> {
     }
     let deadline = Instant::now() + Duration::from_secs(30);
     let all = rec.wait_all(&bar, deadline).await;
-    let acked = all && b.wait_acked(deadline).await?;
+    let acked = all && b.wait_acked(deadline, pool).await?;
     let elapsed = t0.elapsed();
     let after = Snapshot::take(&b.target).await?;
+    let (lag, rtt) = probes.stop().await?;
     bar.finish_and_clear();
     consumer.stop().await?;
     let tally = rec.tally();
     let sets = b.target.sets().await?;
     let records = b.target.records().await?;
-    let ok = acked && tally.exact(total) && sets == [0; 4] && records == 0;
+    let ok = acked && tally.exact(total) && sets == [pool, 0, 0, 0] && records == pool;
     let samples = rec
         .lateness
         .as_ref()
@@ -753,21 +989,66 @@ pub(crate) async fn precision(b: &Bench) -> Result<Report> {
     let early = samples.iter().filter(|s| s.0 < 0).count() as u64;
     let profile = after.profile(&before, tally.handled, elapsed);
 
+    // Where the late jobs' waits went.
+    let (bench_stalls, redis_stalls) = (stalls(&lag), stalls(&rtt));
+    let over_us = (LOAD_P99_MS * 1000.0) as i64;
+    let mut lates = Late {
+        over_ms: LOAD_P99_MS,
+        jobs: 0,
+        in_bench_stall: 0,
+        in_redis_stall_only: 0,
+        in_neither: 0,
+    };
+    for s in samples.iter().filter(|s| s.0 > over_us) {
+        lates.jobs += 1;
+        let due = s.2 as f64 - redis_t0_ms;
+        let started = due + s.0 as f64 / 1e3;
+        if meets(&bench_stalls, due, started) {
+            lates.in_bench_stall += 1;
+        } else if meets(&redis_stalls, due, started) {
+            lates.in_redis_stall_only += 1;
+        } else {
+            lates.in_neither += 1;
+        }
+    }
+    let probes_ms = ProbesMs {
+        bench_lag: Spread::of(lag.iter().map(|s| s.1).collect()).percentiles(),
+        bench_stalls: bench_stalls.len() as u64,
+        redis_rtt: Spread::of(rtt.iter().map(|s| s.1).collect()).percentiles(),
+        redis_stalls: redis_stalls.len() as u64,
+    };
+
     #[derive(Serialize)]
     struct Parts {
         due_to_claim: Percentiles,
         claim_to_start: Percentiles,
+    }
+    /// The target of precision under load, and whether the run met it.
+    #[derive(Serialize)]
+    struct Target {
+        p99_ms: f64,
+        max_ms: f64,
+        never_early: bool,
+        met: bool,
     }
     #[derive(Serialize)]
     struct Precision {
         rate: u64,
         secs: u64,
         n: u64,
+        #[serde(flatten)]
+        load: Option<LoadRate>,
         lateness_ms: Percentiles,
         early: u64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        target: Option<Target>,
         parts_ms: Parts,
+        late: Late,
+        probes_ms: ProbesMs,
         #[serde(skip_serializing_if = "Option::is_none")]
         consumers: Option<u64>,
+        #[serde(skip_serializing_if = "is_zero")]
+        pool: u64,
         #[serde(flatten)]
         layout: Layout,
         ok: bool,
@@ -775,19 +1056,44 @@ pub(crate) async fn precision(b: &Bench) -> Result<Report> {
         counts: Option<Counts>,
         profile: Profile,
     }
+    let pct = late.percentiles();
+    let target = load.is_some().then_some(Target {
+        p99_ms: LOAD_P99_MS,
+        max_ms: LOAD_MAX_MS,
+        never_early: true,
+        met: ok && early == 0 && pct.p99 <= LOAD_P99_MS && pct.max <= LOAD_MAX_MS,
+    });
+    let met = target.as_ref().map(|t| t.met);
+    let late_text = format!(
+        "{} jobs later than {LOAD_P99_MS} ms: {} met a stall of the bench's runtime, {} a slow PING only, {} neither; bench timer lag p99 {} ms ({} stalls > {} ms), PING p99 {} ms ({} stalls)",
+        lates.jobs,
+        lates.in_bench_stall,
+        lates.in_redis_stall_only,
+        lates.in_neither,
+        probes_ms.bench_lag.p99,
+        probes_ms.bench_stalls,
+        STALL_US / 1000,
+        probes_ms.redis_rtt.p99,
+        probes_ms.redis_stalls,
+    );
     let mut r = Report::of(
-        "precision",
+        phase,
         &Precision {
             rate,
             secs,
             n: total,
-            lateness_ms: late.percentiles(),
+            load,
+            lateness_ms: pct,
             early,
+            target,
             parts_ms: Parts {
                 due_to_claim: at_claim.percentiles(),
                 claim_to_start: to_start.percentiles(),
             },
+            late: lates,
+            probes_ms,
             consumers: (b.args.consumers > 1).then_some(b.args.consumers),
+            pool,
             layout: b.layout(),
             ok,
             counts: (!ok).then(|| counts(&tally, sets, records)),
@@ -795,9 +1101,15 @@ pub(crate) async fn precision(b: &Bench) -> Result<Report> {
         },
     );
     r.text = format!(
-        "{:<10} {total} jobs at {rate}/s for {secs} s, due in 100..2000 ms: lateness {}; {early} started early  {}\n           due -> claim (Redis clock) {}; claim -> handler start (local) {}\n{}",
-        "precision",
+        "{:<10} {total} jobs at {rate}/s for {secs} s, due in 100..2000 ms{}: lateness {}; {early} started early{}  {}\n           due -> claim (Redis clock) {}; claim -> handler start (local) {}\n           {late_text}\n{}",
+        phase,
+        with_pool(pool),
         late.text(),
+        match met {
+            Some(true) => format!("; target (p99 ≤ {LOAD_P99_MS} ms, max ≤ {LOAD_MAX_MS} ms, never early) met"),
+            Some(false) => format!("; target (p99 ≤ {LOAD_P99_MS} ms, max ≤ {LOAD_MAX_MS} ms, never early) NOT met"),
+            None => String::new(),
+        },
         status(ok),
         at_claim.text(),
         to_start.text(),
@@ -861,6 +1173,7 @@ pub(crate) async fn idle(b: &Bench) -> Result<Report> {
 /// of 1,000, one tick at a time, as the scheduler does) until pool is empty.
 pub(crate) async fn promote(b: &Bench) -> Result<Report> {
     let n = b.args.n;
+    let pool = fill_pool(b).await?;
     let producer = b.queue().await?;
     let bar = b.bar(n, "load");
     let (_, created) = load(
@@ -872,16 +1185,22 @@ pub(crate) async fn promote(b: &Bench) -> Result<Report> {
     )
     .await?;
     bar.finish_and_clear();
-    // Wait until the last job is due.
+    // Wait until the last job is due (the pool's jobs, --pool, are later).
     let mut last_due: Option<f64> = None;
+    let horizon = b.target.now_ms().await? + POOL_HORIZON.as_millis() as i64;
     for k in b.target.keys(TopicKeys::pool) {
         let last: Vec<(String, f64)> = b
             .target
             .query(
                 redis::cmd("ZRANGE")
                     .arg(k)
-                    .arg(-1)
-                    .arg(-1)
+                    .arg(horizon)
+                    .arg("-inf")
+                    .arg("BYSCORE")
+                    .arg("REV")
+                    .arg("LIMIT")
+                    .arg(0)
+                    .arg(1)
                     .arg("WITHSCORES"),
             )
             .await?;
@@ -919,6 +1238,7 @@ pub(crate) async fn promote(b: &Bench) -> Result<Report> {
                 }
                 match t.next_due {
                     None => break,
+                    Some(d) if d >= POOL_HORIZON => break,
                     Some(_) if Instant::now() > deadline => break,
                     Some(d) => tokio::time::sleep(d.max(Duration::from_millis(1))).await,
                 }
@@ -936,7 +1256,7 @@ pub(crate) async fn promote(b: &Bench) -> Result<Report> {
     let after = Snapshot::take(&b.target).await?;
     bar.finish_and_clear();
     let sets = b.target.sets().await?;
-    let ok = created == n && promoted == n && sets == [0, n, 0, 0];
+    let ok = created == n && promoted == n && sets == [pool, n, 0, 0];
     let profile = after.profile(&before, promoted, elapsed);
     #[derive(Serialize)]
     struct Promote {
@@ -945,6 +1265,8 @@ pub(crate) async fn promote(b: &Bench) -> Result<Report> {
         secs: f64,
         batch: u64,
         ticks: u64,
+        #[serde(skip_serializing_if = "is_zero")]
+        pool: u64,
         #[serde(flatten)]
         layout: Layout,
         ok: bool,
@@ -962,6 +1284,7 @@ pub(crate) async fn promote(b: &Bench) -> Result<Report> {
             secs: round(elapsed.as_secs_f64(), 3),
             batch: punctual::MAX_BATCH as u64,
             ticks,
+            pool,
             layout: b.layout(),
             ok,
             promoted: (!ok).then_some(promoted),
@@ -970,9 +1293,10 @@ pub(crate) async fn promote(b: &Bench) -> Result<Report> {
         },
     );
     r.text = format!(
-        "{:<10} {n} due jobs pool -> ready in {ticks} ticks of up to {}, {:.3} s: {:.0} jobs/s  {}\n{}",
+        "{:<10} {n} due jobs pool -> ready in {ticks} ticks of up to {}{}, {:.3} s: {:.0} jobs/s  {}\n{}",
         "promote",
         punctual::MAX_BATCH,
+        with_pool(pool),
         elapsed.as_secs_f64(),
         per_s(promoted, elapsed),
         status(ok),
@@ -987,6 +1311,7 @@ pub(crate) async fn promote(b: &Bench) -> Result<Report> {
 /// can drain.
 pub(crate) async fn scripts(b: &Bench) -> Result<Report> {
     let n = b.args.n;
+    let pool = fill_pool(b).await?;
     let q = b.queue().await?;
     let chunk = CHUNK as usize;
     let bar = b.bar(4 * n, "scripts");
@@ -1037,7 +1362,7 @@ pub(crate) async fn scripts(b: &Bench) -> Result<Report> {
             let t = raw::tick(&q, &physical.parse()?, &BENCH_TICK).await?;
             promoted += t.promoted;
             bar.inc(t.promoted);
-            if !t.more && t.next_due.is_none() {
+            if !t.more && t.next_due.is_none_or(|d| d >= POOL_HORIZON) {
                 break;
             }
             if !t.more {
@@ -1088,8 +1413,8 @@ pub(crate) async fn scripts(b: &Bench) -> Result<Report> {
         && promoted == n
         && n_claimed == n
         && acked == n
-        && sets == [0; 4]
-        && records == 0;
+        && sets == [pool, 0, 0, 0]
+        && records == pool;
     let ceiling = (1e6 / total_us.max(1e-9)).round();
     /// The counts of a `scripts` run that is not ok.
     #[derive(Serialize)]
@@ -1106,6 +1431,8 @@ pub(crate) async fn scripts(b: &Bench) -> Result<Report> {
         script_us_per_job: &'a serde_json::Map<String, serde_json::Value>,
         redis_cpu_us_per_job: &'a serde_json::Map<String, serde_json::Value>,
         drain_ceiling_jobs_per_s: f64,
+        #[serde(skip_serializing_if = "is_zero")]
+        pool: u64,
         #[serde(flatten)]
         layout: Layout,
         ok: bool,
@@ -1120,6 +1447,7 @@ pub(crate) async fn scripts(b: &Bench) -> Result<Report> {
             script_us_per_job: &cost,
             redis_cpu_us_per_job: &cpu,
             drain_ceiling_jobs_per_s: ceiling,
+            pool,
             layout: b.layout(),
             ok,
             steps: (!ok).then_some(Steps {
@@ -1132,13 +1460,280 @@ pub(crate) async fn scripts(b: &Bench) -> Result<Report> {
     );
     let part = |k: &str| cost.get(k).and_then(|v| v.as_f64()).unwrap_or(0.0);
     r.text = format!(
-        "{:<10} Redis µs per job inside each script (batches of {CHUNK}): enqueue {}, promote {}, claim {}, ack {}; promote + claim + ack = {:.2} µs: at most {ceiling:.0} jobs/s per Redis core  {}",
+        "{:<10} Redis µs per job inside each script (batches of {CHUNK}{}): enqueue {}, promote {}, claim {}, ack {}; promote + claim + ack = {:.2} µs: at most {ceiling:.0} jobs/s per Redis core  {}",
         "scripts",
+        with_pool(pool),
         part("enqueue"),
         part("promote"),
         part("claim"),
         part("ack"),
         total_us,
+        status(ok)
+    );
+    Ok(r)
+}
+
+/// A case of the groups phase: how its N jobs are spread over groups.
+#[derive(Debug, Clone, Copy)]
+enum GroupCase {
+    /// No group: the topic never switches groups on.
+    Off,
+    /// Job i in group `g<i mod K>`.
+    Even(u64),
+    /// Two tenants: jobs 0..big in group `big`, then the rest in `small`
+    /// (100,000 : 100 scaled to N): the flood first, the small one after.
+    Tenants { big: u64 },
+}
+
+impl GroupCase {
+    /// The case's name in the phase's line.
+    fn name(&self) -> String {
+        match self {
+            GroupCase::Off => "off".into(),
+            GroupCase::Even(k) => k.to_string(),
+            GroupCase::Tenants { .. } => "2_tenants".into(),
+        }
+    }
+
+    fn group_of(&self, i: u64) -> Option<String> {
+        match self {
+            GroupCase::Off => None,
+            GroupCase::Even(k) => Some(format!("g{}", i % k)),
+            GroupCase::Tenants { big } if i < *big => Some("big".into()),
+            GroupCase::Tenants { .. } => Some("small".into()),
+        }
+    }
+}
+
+/// What one case of the groups phase measured.
+struct GroupRun {
+    enqueue_us: f64,
+    claim_us: f64,
+    ack_us: f64,
+    /// 1-based position, in claim order, of the last job numbered at or
+    /// above `big` (the small tenant's jobs).
+    last_small: u64,
+    /// What went wrong (empty when every job was claimed once and acked).
+    problems: Vec<String>,
+}
+
+/// One case: N jobs due now enqueued (their groups indexed on the way to
+/// ready), all claimed, then all acked, one call of 1,000 at a time,
+/// nothing else running; Redis µs per job inside each script (EVALSHA's
+/// commandstats). Every job must be claimed once, in its own group, and
+/// acked.
+async fn groups_case(b: &Bench, q: &Queue, case: GroupCase, big: u64) -> Result<GroupRun> {
+    let n = b.args.n;
+    let us = |before: &Snapshot, after: &Snapshot, jobs: u64| {
+        round(after.scripts_since(before).1 as f64 / jobs.max(1) as f64, 2)
+    };
+    let mut problems = Vec::new();
+    let before = Snapshot::take(&b.target).await?;
+    let mut created = 0u64;
+    for s in (0..n).step_by(CHUNK as usize) {
+        let jobs: Vec<Job> = (s..(s + CHUNK).min(n))
+            .map(|i| match case.group_of(i) {
+                Some(g) => Job::new(payload(i)).group(g),
+                None => Job::new(payload(i)),
+            })
+            .collect();
+        created += q
+            .enqueue_batch(TOPIC, jobs)
+            .await
+            .context("groups: enqueue failed")?
+            .iter()
+            .filter(|e| e.status == EnqueueStatus::Created)
+            .count() as u64;
+    }
+    let after = Snapshot::take(&b.target).await?;
+    let enqueue_us = us(&before, &after, n);
+    if created != n {
+        problems.push(format!("{created} of {n} created"));
+    }
+
+    let mut seen = vec![0u32; n as usize];
+    let (mut strays, mut wrong_group, mut position, mut last_small) = (0u64, 0u64, 0u64, 0u64);
+    let mut held: Vec<Vec<raw::Lease>> = vec![Vec::new(); b.target.parts.len()];
+    let before = Snapshot::take(&b.target).await?;
+    for (physical, held) in b.target.parts.iter().zip(held.iter_mut()) {
+        let part = physical.parse()?;
+        loop {
+            let got = raw::claim(q, &part, CHUNK as usize, Duration::from_secs(60)).await?;
+            if got.is_empty() {
+                break;
+            }
+            for d in &got {
+                position += 1;
+                match order_id(&d.payload) {
+                    Some(i) if (i as u64) < n => {
+                        seen[i] += 1;
+                        if d.group != case.group_of(i as u64) {
+                            wrong_group += 1;
+                        }
+                        if i as u64 >= big {
+                            last_small = position;
+                        }
+                    }
+                    _ => strays += 1,
+                }
+                held.push(d.lease());
+            }
+        }
+    }
+    let after = Snapshot::take(&b.target).await?;
+    let claimed: u64 = held.iter().map(|h| h.len() as u64).sum();
+    let claim_us = us(&before, &after, claimed);
+    let lost = seen.iter().filter(|c| **c == 0).count();
+    let doubled = seen.iter().filter(|c| **c > 1).count();
+    if claimed != n || lost > 0 || doubled > 0 || strays > 0 {
+        problems.push(format!(
+            "claimed {claimed}: {lost} never, {doubled} twice, {strays} strays"
+        ));
+    }
+    if wrong_group > 0 {
+        problems.push(format!("{wrong_group} claimed with another group"));
+    }
+    let groups_left = b.target.queue.groups(TOPIC).await?.len();
+    if groups_left > 0 {
+        problems.push(format!("{groups_left} groups still indexed"));
+    }
+
+    let before = Snapshot::take(&b.target).await?;
+    let mut acked = 0u64;
+    for (physical, held) in b.target.parts.iter().zip(&held) {
+        let part = physical.parse()?;
+        for leases in held.chunks(CHUNK as usize) {
+            acked += raw::ack(q, &part, leases)
+                .await?
+                .iter()
+                .filter(|ok| **ok)
+                .count() as u64;
+        }
+    }
+    let after = Snapshot::take(&b.target).await?;
+    let ack_us = us(&before, &after, acked);
+    let sets = b.target.sets().await?;
+    let records = b.target.records().await?;
+    if acked != n || sets != [0; 4] || records != 0 {
+        problems.push(format!(
+            "acked {acked}; left pool/ready/running/dead {sets:?}, {records} records"
+        ));
+    }
+    Ok(GroupRun {
+        enqueue_us,
+        claim_us,
+        ack_us,
+        last_small,
+        problems,
+    })
+}
+
+/// `groups`: the claim's Redis µs per job with groups off, then with
+/// --groups counts of groups (jobs spread evenly), then two tenants
+/// (100,000 : 100 jobs, scaled to N; the small tenant's jobs enqueued after
+/// the flood), each against groups off (and against the floor's claim, when
+/// the floor ran). Also enqueue and ack per job, and where in the claim
+/// order the small tenant's last job came, groups off and on.
+pub(crate) async fn groups(b: &Bench) -> Result<Report> {
+    let n = b.args.n;
+    let small = ((n as f64 * 100.0 / 100_100.0).round() as u64).clamp(1, n);
+    let big = n - small;
+    let mut cases = vec![GroupCase::Off];
+    cases.extend(b.args.groups.iter().map(|k| GroupCase::Even(*k)));
+    cases.push(GroupCase::Tenants { big });
+    let q = b.queue().await?;
+    let bar = b.bar(cases.len() as u64, "groups");
+    let (mut enqueue, mut claim, mut ack, mut x_off) =
+        (Map::new(), Map::new(), Map::new(), Map::new());
+    let mut last_small = Map::new();
+    let mut problems = Map::new();
+    let mut off_us = 0.0;
+    let mut names = Vec::new();
+    for (c, case) in cases.iter().enumerate() {
+        if c > 0 {
+            b.clean().await?;
+        }
+        let name = case.name();
+        let run = groups_case(b, &q, *case, big).await?;
+        if matches!(case, GroupCase::Off) {
+            off_us = run.claim_us;
+        }
+        if matches!(case, GroupCase::Off | GroupCase::Tenants { .. }) {
+            last_small.insert(name.clone(), json!(run.last_small));
+        }
+        enqueue.insert(name.clone(), json!(run.enqueue_us));
+        claim.insert(name.clone(), json!(run.claim_us));
+        ack.insert(name.clone(), json!(run.ack_us));
+        if off_us > 0.0 {
+            x_off.insert(name.clone(), json!(round(run.claim_us / off_us, 2)));
+        }
+        if !run.problems.is_empty() {
+            problems.insert(name.clone(), json!(run.problems.join("; ")));
+        }
+        names.push(name);
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    let ok = problems.is_empty();
+    #[derive(Serialize)]
+    struct SmallTenant<'a> {
+        jobs: u64,
+        /// Its last job's place in the claim order, groups off and on.
+        last_claimed_at: &'a Map<String, Value>,
+    }
+    #[derive(Serialize)]
+    struct Groups<'a> {
+        n: u64,
+        batch: u64,
+        cases: &'a [String],
+        claim_us_per_job: &'a Map<String, Value>,
+        claim_x_off: &'a Map<String, Value>,
+        enqueue_us_per_job: &'a Map<String, Value>,
+        ack_us_per_job: &'a Map<String, Value>,
+        small_tenant: SmallTenant<'a>,
+        #[serde(flatten)]
+        layout: Layout,
+        ok: bool,
+        #[serde(skip_serializing_if = "Map::is_empty")]
+        problems: &'a Map<String, Value>,
+    }
+    let mut r = Report::of(
+        "groups",
+        &Groups {
+            n,
+            batch: CHUNK,
+            cases: &names,
+            claim_us_per_job: &claim,
+            claim_x_off: &x_off,
+            enqueue_us_per_job: &enqueue,
+            ack_us_per_job: &ack,
+            small_tenant: SmallTenant {
+                jobs: small,
+                last_claimed_at: &last_small,
+            },
+            layout: b.layout(),
+            ok,
+            problems: &problems,
+        },
+    );
+    let f = |m: &Map<String, Value>, k: &str| m.get(k).and_then(Value::as_f64).unwrap_or(0.0);
+    let each: Vec<String> = names
+        .iter()
+        .map(|k| {
+            let label = match k.as_str() {
+                "off" => "off".to_string(),
+                "2_tenants" => format!("2 tenants {big} : {small}"),
+                g => format!("{g} groups"),
+            };
+            format!("{label} {} ({}x)", f(&claim, k), f(&x_off, k))
+        })
+        .collect();
+    r.text = format!(
+        "{:<10} claim, Redis µs per job (batches of {CHUNK}, {n} jobs): {}; the small tenant's last job claimed {} of {n} with groups off, {} with groups on  {}",
+        "groups",
+        each.join(", "),
+        f(&last_small, "off"),
+        f(&last_small, "2_tenants"),
         status(ok)
     );
     Ok(r)
@@ -1497,5 +2092,47 @@ mod tests {
             assert_eq!(v["order_id"], n);
         }
         assert_eq!(order_id(b"{\"other\": 1}"), None);
+    }
+
+    #[test]
+    fn stalls_merge_and_a_wait_meets_one_only_when_they_overlap() {
+        // (end ms, stuck µs): 3 ms and 12 ms long are below and above 5 ms.
+        let samples = [(10.0, 3_000), (30.0, 12_000), (35.0, 8_000), (100.0, 6_000)];
+        let s = stalls(&samples);
+        // 18..30 and 27..35 merge; 94..100 stays apart; the 3-ms one is none.
+        assert_eq!(s, vec![(18.0, 35.0), (94.0, 100.0)]);
+        assert!(meets(&s, 0.0, 18.0));
+        assert!(meets(&s, 20.0, 21.0));
+        assert!(meets(&s, 35.0, 40.0));
+        assert!(!meets(&s, 36.0, 93.9));
+        assert!(meets(&s, 50.0, 200.0));
+        assert!(!meets(&s, 101.0, 300.0));
+        assert!(!meets(&[], 0.0, 1e9));
+    }
+
+    #[test]
+    fn group_cases_spread_the_jobs_as_named() {
+        assert_eq!(GroupCase::Off.group_of(7), None);
+        assert_eq!(GroupCase::Even(10).group_of(17).as_deref(), Some("g7"));
+        let t = GroupCase::Tenants { big: 3 };
+        assert_eq!(t.group_of(2).as_deref(), Some("big"));
+        assert_eq!(t.group_of(3).as_deref(), Some("small"));
+        assert_eq!(
+            [GroupCase::Off, GroupCase::Even(1000), t].map(|c| c.name()),
+            ["off", "1000", "2_tenants"]
+        );
+        for g in ["g7", "big", "small"] {
+            punctual::validate_group(g).unwrap();
+        }
+    }
+
+    #[test]
+    fn pool_jobs_are_due_in_1_to_31_days_and_past_the_horizon() {
+        for i in [0, 1, 999, 327_272, 9_999_999] {
+            let d = pool_delay(i);
+            assert!(d >= Duration::from_secs(86_400) && d < Duration::from_secs(31 * 86_400));
+            assert!(d >= POOL_HORIZON);
+        }
+        assert_eq!(payload(POOL_BASE + 9_999_999).len(), PAYLOAD_BYTES);
     }
 }

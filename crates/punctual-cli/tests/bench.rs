@@ -69,6 +69,7 @@ fn every_phase_prints_an_ok_json_line_and_leaves_nothing_behind() {
             "promote",
             "consume",
             "scripts",
+            "groups",
             "serve",
             "resident",
             "segments"
@@ -125,7 +126,112 @@ fn every_phase_prints_an_ok_json_line_and_leaves_nothing_behind() {
     for p in ["enqueue", "drain", "promote", "consume"] {
         assert!(by(p)["floor_ratio"].as_f64().unwrap() > 0.0, "{}", by(p));
     }
+    // groups: every case claimed each job once in its own group and acked
+    // it ("ok" above), with its claim cost against groups off and the floor.
+    let g = by("groups");
+    let cases = ["off", "10", "1000", "2_tenants"];
+    assert_eq!(g["cases"], serde_json::json!(cases), "{g}");
+    for c in cases {
+        for k in ["claim_us_per_job", "claim_x_off", "claim_x_floor"] {
+            assert!(g[k][c].as_f64().unwrap() > 0.0, "{k}.{c}: {g}");
+        }
+    }
+    assert_eq!(g["claim_x_off"]["off"], 1.0, "{g}");
+    // Two tenants, 100,000 : 100 scaled to 2,000 jobs: the small one has 2,
+    // enqueued after the flood. Without groups they come last; with groups
+    // among the first.
+    let small = &g["small_tenant"];
+    assert_eq!(small["jobs"], 2, "{g}");
+    let at = |c: &str| small["last_claimed_at"][c].as_u64().unwrap();
+    assert!(at("off") > 1000 && at("2_tenants") * 10 < at("off"), "{g}");
     // Nothing of the bench is left in Redis.
+    assert_eq!(redis.cli(&["DBSIZE"]).unwrap().trim(), "0");
+}
+
+#[test]
+fn precision_load_and_a_pool_handle_every_job_once_and_leave_nothing_behind() {
+    let redis = RedisServer::start();
+    let out = bench(
+        &redis.url(),
+        &[
+            "--phase",
+            "precision-load,promote,scripts",
+            "--json",
+            "--n",
+            "2000",
+            "--secs",
+            "1",
+            "--load-rate",
+            "300",
+            "--pool",
+            "3000",
+        ],
+    );
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "exit {:?}\n{stdout}\n{stderr}",
+        out.status
+    );
+    let lines: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let phases: Vec<&str> = lines.iter().map(|l| l["phase"].as_str().unwrap()).collect();
+    // precision-load measures the drain rate first when drain was not asked.
+    assert_eq!(
+        phases,
+        [
+            "drain",
+            "precision-load",
+            "precision-load",
+            "promote",
+            "scripts"
+        ]
+    );
+    for l in &lines {
+        assert_eq!(l["ok"], true, "{l}");
+        // The pool's jobs were there throughout, and left alone.
+        assert_eq!(l["pool"], 3000, "{l}");
+    }
+    let drain = lines[0]["jobs_per_s"].as_f64().unwrap();
+    let (fixed, half) = (&lines[1], &lines[2]);
+    assert_eq!(
+        (fixed["rate_from"].as_str(), fixed["rate"].as_u64()),
+        (Some("fixed"), Some(300)),
+        "{fixed}"
+    );
+    assert_eq!(half["rate_from"], "half-drain", "{half}");
+    assert_eq!(half["drain_jobs_per_s"], drain, "{half}");
+    assert_eq!(
+        half["rate"].as_u64(),
+        Some(((drain / 2.0).round() as u64).clamp(1, 100_000)),
+        "{half}"
+    );
+    for p in [fixed, half] {
+        // --secs 1: as many jobs as the rate.
+        assert_eq!(p["n"], p["rate"], "{p}");
+        // Never early, whatever the load; the speed target is reported.
+        assert_eq!(p["early"], 0, "{p}");
+        assert!(p["lateness_ms"]["min"].as_f64().unwrap() >= 0.0, "{p}");
+        assert_eq!(
+            (
+                p["target"]["p99_ms"].as_f64(),
+                p["target"]["max_ms"].as_f64()
+            ),
+            (Some(10.0), Some(50.0)),
+            "{p}"
+        );
+        assert!(p["target"]["met"].is_boolean(), "{p}");
+        let late = &p["late"];
+        let parts: u64 = ["in_bench_stall", "in_redis_stall_only", "in_neither"]
+            .iter()
+            .map(|k| late[k].as_u64().unwrap())
+            .sum();
+        assert_eq!(late["jobs"].as_u64(), Some(parts), "{p}");
+        assert!(p["probes_ms"]["bench_lag"]["max"].as_f64().is_some(), "{p}");
+    }
+    // Nothing of the bench is left in Redis, the pool included.
     assert_eq!(redis.cli(&["DBSIZE"]).unwrap().trim(), "0");
 }
 
