@@ -230,9 +230,12 @@ impl Consumer {
 
 impl Bench {
     /// A new connection (a `Queue` of its own) under the bench prefix.
+    /// Generous timeouts: a loaded machine, or Redis freeing millions of
+    /// jobs (--pool), can keep it from answering for seconds.
     pub(super) async fn queue(&self) -> Result<Queue> {
         Ok(Queue::builder(self.target.url.as_str())
             .prefix(PREFIX)
+            .connect_timeout(Duration::from_secs(30))
             .response_timeout(Duration::from_secs(30))
             .connect()
             .await?)
@@ -353,9 +356,11 @@ async fn load(
 /// numbers no phase expects, so a pool job handled by mistake is a stray.
 const POOL_BASE: u64 = 1_000_000_000;
 
-/// A pool job's delay: 1 day, plus up to 30 days spread over the jobs.
+/// A pool job's delay: 1 day, plus up to 30 days spread over the jobs;
+/// the jobs of one enqueue call (1,000) share theirs, so the script builds
+/// one record header per call and millions load quickly.
 fn pool_delay(i: u64) -> Duration {
-    Duration::from_secs(86_400 + (i * 7_919) % (30 * 86_400))
+    Duration::from_secs(86_400 + (i / CHUNK * 7_919) % (30 * 86_400))
 }
 
 /// Delays at least this long are the pool's (--pool), not a phase's jobs.

@@ -165,6 +165,7 @@ pub(crate) async fn open(url: &str, explicit: bool, partitions: u32) -> Result<T
     }
     let queue = Queue::builder(url.as_str())
         .prefix(PREFIX)
+        .connect_timeout(Duration::from_secs(30))
         .response_timeout(Duration::from_secs(30))
         .connect()
         .await?;
@@ -273,7 +274,16 @@ impl Target {
     }
 
     /// Deletes every key under `PREFIX:` (and only those), on every master.
+    /// The topic's pool and records go first with `UNLINK`: after a run
+    /// with millions of jobs (--pool), a `DEL` of them would hold Redis for
+    /// seconds, and the next connections time out; `UNLINK` frees them in
+    /// Redis's background thread.
     pub(crate) async fn clean(&self) -> Result<()> {
+        for key in [TopicKeys::pool, TopicKeys::jobs] {
+            for k in self.keys(key) {
+                self.query::<u64>(redis::cmd("UNLINK").arg(k)).await?;
+            }
+        }
         self.nodes.delete_matching(&format!("{PREFIX}:*")).await?;
         Ok(())
     }
