@@ -294,7 +294,9 @@ impl Queue {
     }
 
     /// Moves dead jobs back to ready, due now, attempts reset. Returns the
-    /// ids replayed.
+    /// ids replayed. A job with an expiry deadline has it moved by as much
+    /// as its due time moves (the window is kept), so a job that expired
+    /// gets a fresh window and runs.
     ///
     /// ```no_run
     /// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
