@@ -819,26 +819,23 @@ fn schedules_from_the_clients_on_a_redis_cluster() {
 /// Pause, resume and remove through each client against a real firer (a
 /// Rust `Scheduler`) on a partitioned topic: pause and remove take back
 /// every occurrence fired ahead and not yet due (the `unfire` script, as
-/// `punctual schedule pause|rm` does), resume fires them again.
-#[tokio::test(flavor = "multi_thread")]
-async fn schedule_pause_and_remove_from_the_clients_take_back_what_was_fired_ahead() {
+/// `punctual schedule pause|rm` does), resume fires them again. `seeds`:
+/// the cluster's seed URLs ("" for a single Redis at `url`).
+async fn take_back_through_the_clients(url: &str, seeds: &str) {
     let langs: Vec<Lang> = [Lang::Php, Lang::Python, Lang::Node]
         .into_iter()
         .filter(|l| l.available())
         .collect();
-    if langs.is_empty() {
-        return;
-    }
-    let server = RedisServer::start();
-    let url = server.url();
-    let q = Queue::connect(url.clone()).await.unwrap();
+    let q = Queue::connect(if seeds.is_empty() { url } else { seeds })
+        .await
+        .unwrap();
     for lang in langs {
         let topic = format!("takeback-{}", lang.name());
         q.set_partitions(&topic, 3).await.unwrap();
         let op = |kind: &str| json!({"op": kind, "name": "tick"});
         let add =
             json!({"op": "add", "name": "tick", "spec": {"every_ms": 1000, "catch_up": "skip"}});
-        schedule_ops(lang, &url, "", &topic, &[add]);
+        schedule_ops(lang, url, seeds, &topic, &[add]);
         let stop = tokio_util::sync::CancellationToken::new();
         let firer = punctual::Scheduler::new(q.clone(), punctual::SchedulerConfig::default())
             .topic(topic.clone());
@@ -858,7 +855,7 @@ async fn schedule_pause_and_remove_from_the_clients_take_back_what_was_fired_ahe
         })
         .await;
         assert_eq!(
-            schedule_ops(lang, &url, "", &topic, &[op("pause")]),
+            schedule_ops(lang, url, seeds, &topic, &[op("pause")]),
             [json!(true)]
         );
         assert_eq!(
@@ -868,7 +865,7 @@ async fn schedule_pause_and_remove_from_the_clients_take_back_what_was_fired_ahe
             lang.name()
         );
         assert_eq!(
-            schedule_ops(lang, &url, "", &topic, &[op("resume")]),
+            schedule_ops(lang, url, seeds, &topic, &[op("resume")]),
             [json!(true)]
         );
         eventually(Duration::from_secs(20), "fired ahead again", async || {
@@ -876,7 +873,7 @@ async fn schedule_pause_and_remove_from_the_clients_take_back_what_was_fired_ahe
         })
         .await;
         assert_eq!(
-            schedule_ops(lang, &url, "", &topic, &[op("remove")]),
+            schedule_ops(lang, url, seeds, &topic, &[op("remove")]),
             [json!(true)]
         );
         assert_eq!(
@@ -889,6 +886,18 @@ async fn schedule_pause_and_remove_from_the_clients_take_back_what_was_fired_ahe
         stop.cancel();
         firer.await.unwrap().unwrap();
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn schedule_pause_and_remove_from_the_clients_take_back_what_was_fired_ahead() {
+    let server = RedisServer::start();
+    take_back_through_the_clients(&server.url(), "").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn schedule_pause_and_remove_from_the_clients_take_back_on_a_redis_cluster() {
+    let cluster = RedisCluster::start();
+    take_back_through_the_clients(&cluster.node(1).url(), &cluster.seed_urls()).await;
 }
 
 /// Schedules written by each client are fired by `punctual serve` (the
