@@ -18,7 +18,9 @@
 --   KEYS[7] P:{T}:stats    HASH counters
 --   KEYS[8] P:{T}:seq      STRING counter for generated ids and lease tokens
 --   KEYS[9] P:{T}:attempts HASH id -> "A:T": deliveries so far and the token
---                          of the latest claim; absent until the first claim
+--                          of the latest claim; absent until the first claim;
+--                          "0A:T" (a leading zero) while that claim's lease
+--                          is live (see is_live_att)
 --   KEYS[10] P:{T}:fired   ZSET id -> ms fired: occurrences of schedules
 --                          (optional; enqueue and unfire only)
 --
@@ -250,7 +252,8 @@ local function encode(r)
   })
 end
 
--- Attempts and token from an attempts-hash value ("A:T"); 0, 0 when absent.
+-- Attempts and token from an attempts-hash value ("A:T", or "0A:T" while
+-- live); 0, 0 when absent.
 local function att_of(v)
   if not v then return 0, 0 end
   local a, t = string.match(v, '^(%d+):(%d+)$')
@@ -265,6 +268,23 @@ local function token_str(v)
   if not v then return nil end
   local p = string.find(v, ':', 1, true)
   return p and string.sub(v, p + 1)
+end
+
+-- The live mark: claim writes a job's attempts entry as "0A:T", a zero
+-- before the attempts, and every script that takes the job out of running
+-- drops the zero (fail, tick's reclaim) or deletes the entry (ack, cancel,
+-- enqueue's replace). So a marked entry whose token matches proves the
+-- lease without a look in running. An entry without the mark (a job that
+-- left running, or a lease taken by a version before the mark) is checked
+-- against running as well. att_of and token_str read both forms.
+local function is_live_att(v)
+  return string.byte(v, 1) == 48
+end
+
+-- The entry of a job leaving running: its attempts and token, unmarked.
+local function ended_att(v)
+  if v and string.byte(v, 1) == 48 then return string.sub(v, 2) end
+  return v
 end
 
 -- Topic settings: max attempts and backoff ladder, with built-in defaults.

@@ -134,7 +134,8 @@ for i, id in ipairs(ids) do
     local attempts = att_of(atts[i]) + 1
     local token = first + i
     counts[#counts + 1] = id
-    counts[#counts + 1] = string.format('%d:%d', attempts, token)
+    -- The attempts entry with the live mark (see is_live_att).
+    counts[#counts + 1] = string.format('0%d:%d', attempts, token)
     leases[#leases + 1] = deadline
     leases[#leases + 1] = id
     local n = #out
