@@ -287,10 +287,25 @@ local function ended_att(v)
   return v
 end
 
+-- The topic settings the helpers below read (topic_defaults,
+-- at_max_running, index_ready; enqueue's partitions), read with one HMGET
+-- per call, at the first use, and kept: a script that writes one of these
+-- fields afterwards updates the table too (enqueue's groups).
+local meta_read = nil
+local function meta()
+  if not meta_read then
+    local m = redis.call('HMGET', K_META, 'max_attempts', 'backoff', 'max_running', 'groups', 'vtime',
+      'partitions')
+    meta_read = { max_attempts = m[1], backoff = m[2], max_running = m[3], groups = m[4], vtime = m[5],
+      partitions = m[6] }
+  end
+  return meta_read
+end
+
 -- Topic settings: max attempts and backoff ladder, with built-in defaults.
 local function topic_defaults()
-  local m = redis.call('HMGET', K_META, 'max_attempts', 'backoff')
-  return int_arg(m[1], 1, MAX_ATTEMPTS) or DEFAULT_MAX_ATTEMPTS, m[2] or DEFAULT_BACKOFF
+  local m = meta()
+  return int_arg(m.max_attempts, 1, MAX_ATTEMPTS) or DEFAULT_MAX_ATTEMPTS, m.backoff or DEFAULT_BACKOFF
 end
 
 -- A topic's rate (meta `rate`, "n/period ms"): n and the period, or nil
@@ -325,7 +340,7 @@ end
 -- so a worker waiting for a free slot claims at once. False (and no
 -- ZCARD) when the topic has no max_running.
 local function at_max_running()
-  local mr = int_arg(redis.call('HGET', K_META, 'max_running'), 1, MAX_SAFE)
+  local mr = int_arg(meta().max_running, 1, MAX_SAFE)
   return mr ~= nil and redis.call('ZCARD', K_RUNNING) >= mr
 end
 
@@ -408,12 +423,13 @@ end
 -- ZSET P:{T}:g:<group> (ungrouped: P:{T}:g:), and its group is activated
 -- in P:{T}:groups at the topic's virtual time (meta `vtime`) unless already
 -- active. `pairs` is the flat score, id list given to ZADD ready; the
--- records must already be written. Costs one HGET on a topic without groups.
+-- records must already be written. Costs nothing more than the script's one
+-- read of meta (see meta()) on a topic without groups.
 local function index_ready(pairs)
   if #pairs == 0 then return end
-  local g = redis.call('HMGET', K_META, 'groups', 'vtime')
-  if g[1] ~= '1' then return end
-  local vt = g[2] or '0'
+  local g = meta()
+  if g.groups ~= '1' then return end
+  local vt = g.vtime or '0'
   local ids = {}
   for i = 2, #pairs, 2 do ids[#ids + 1] = pairs[i] end
   local by, names = {}, {}

@@ -66,7 +66,7 @@ if string.find(topic, '[%c%s\128-\255]') then
 end
 
 if routed then
-  local layout = redis.call('HGET', K_META, 'partitions')
+  local layout = meta().partitions
   if layout and tonumber(layout) ~= routed then
     return redis.error_reply('PUNCTUAL_STALE the topic has ' .. layout .. ' partition(s) now, not '
       .. routed .. ': read P:partitions again and route the jobs anew')
@@ -339,10 +339,11 @@ if created > 0 then
   -- The first grouped job switches the topic to groups: every job already
   -- ready is ungrouped (no job had a group before), so ready is copied into
   -- the empty group's index, once (O(ready log ready)).
-  if grouped and redis.call('HGET', K_META, 'groups') ~= '1' then
+  if grouped and meta().groups ~= '1' then
     redis.call('HSET', K_META, 'groups', '1')
+    meta().groups = '1'
     if redis.call('ZUNIONSTORE', KEY_BASE .. 'g:', 2, KEY_BASE .. 'g:', K_READY, 'AGGREGATE', 'MIN') > 0 then
-      redis.call('ZADD', KEY_BASE .. 'groups', 'NX', redis.call('HGET', K_META, 'vtime') or '0', '')
+      redis.call('ZADD', KEY_BASE .. 'groups', 'NX', meta().vtime or '0', '')
     end
   end
   if #to_ready > 0 then
