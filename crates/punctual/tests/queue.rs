@@ -2067,7 +2067,9 @@ async fn attempts_live_outside_the_record_and_leave_with_it() {
     let att: String = f
         .cmd(redis::cmd("HGET").arg(key("t", "attempts")).arg("a"))
         .await;
-    assert_eq!(att, format!("1:{}", d.token));
+    // "0A:T": the live mark while the lease is live (PROTOCOL.md "Attempts
+    // and tokens").
+    assert_eq!(att, format!("01:{}", d.token));
     assert_eq!(q.get("t", "a").await.unwrap().unwrap().attempts, 1);
     assert_eq!(
         raw::ack(q, &part("t"), &[d.lease()]).await.unwrap(),
