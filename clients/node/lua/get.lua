@@ -149,17 +149,6 @@ end
 local DIGIT_BYTES = {}
 for i = 0, 35 do DIGIT_BYTES[i] = string.byte(DIGITS, i + 1) end
 
--- Exactly four base-36 digits of 0 <= n < 36^4 (b36(n, 4) without tables).
-local function b36_4(n)
-  local a = n % 36
-  n = (n - a) / 36
-  local b = n % 36
-  n = (n - b) / 36
-  local c = n % 36
-  local d = (n - c) / 36
-  return string.char(DIGIT_BYTES[d], DIGIT_BYTES[c], DIGIT_BYTES[b], DIGIT_BYTES[a])
-end
-
 -- M may carry per-job options after the max attempts (PROTOCOL.md "Per-job
 -- options"): ";" then a letter and a value, M = "<digits or empty>[;<opt>]*",
 -- with e<deadline, epoch ms, base 36>, t<timeout ms> and g<group>.
