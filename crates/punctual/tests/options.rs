@@ -815,6 +815,43 @@ async fn claim_parks_a_record_whose_options_do_not_read() {
     assert_eq!((counter(&s, "dead"), counter(&s, "expired")), (2, 0));
 }
 
+// claim checks a record that starts with the header of the record before it
+// by comparing those bytes; every other record gets the whole pattern.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claim_checks_every_header_next_to_records_that_share_its_first_bytes() {
+    let f = Fixture::new().await;
+    let (q, t) = (&f.queue, "shared-head");
+    let now = f.now_ms().await;
+    let due = b36(now - 1);
+    // In due order: a good record, one whose error length is not a number,
+    // a good one, and one cut before the colon that ends the header.
+    let recs = [
+        ("a", format!(":{due}:0::0:pa")),
+        ("b", format!(":{due}:0::x:pb")),
+        ("c", format!(":{due}:0::0:pc")),
+        ("d", format!(":{due}:0::0")),
+    ];
+    for (i, (id, rec)) in recs.iter().enumerate() {
+        let _: () = f
+            .cmd(redis::cmd("HSET").arg(key(t, "jobs")).arg(id).arg(rec))
+            .await;
+        let score = now - 10 + i as i64;
+        let _: () = f
+            .cmd(redis::cmd("ZADD").arg(key(t, "ready")).arg(score).arg(id))
+            .await;
+    }
+    let got = raw::claim(q, &part(t), 10, LONG_LEASE).await.unwrap();
+    let ids: Vec<&str> = got.iter().map(|d| d.id.as_str()).collect();
+    assert_eq!(ids, ["a", "c"]);
+    assert_eq!(got[1].payload, b"pc");
+    for id in ["b", "d"] {
+        let info = q.get(t, id).await.unwrap().unwrap();
+        assert_eq!(info.state, State::Dead, "{id}");
+    }
+    let s = q.stats(t).await.unwrap();
+    assert_eq!(counter(&s, "dead"), 2);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_window_counts_from_the_time_asked_for_even_when_already_past() {
     let f = Fixture::new().await;
