@@ -18,7 +18,9 @@
 --   KEYS[7] P:{T}:stats    HASH counters
 --   KEYS[8] P:{T}:seq      STRING counter for generated ids and lease tokens
 --   KEYS[9] P:{T}:attempts HASH id -> "A:T": deliveries so far and the token
---                          of the latest claim; absent until the first claim
+--                          of the latest claim; absent until the first claim;
+--                          "0A:T" (a leading zero) while that claim's lease
+--                          is live (see is_live_att)
 --   KEYS[10] P:{T}:fired   ZSET id -> ms fired: occurrences of schedules
 --                          (optional; enqueue and unfire only)
 --
@@ -147,17 +149,6 @@ end
 local DIGIT_BYTES = {}
 for i = 0, 35 do DIGIT_BYTES[i] = string.byte(DIGITS, i + 1) end
 
--- Exactly four base-36 digits of 0 <= n < 36^4 (b36(n, 4) without tables).
-local function b36_4(n)
-  local a = n % 36
-  n = (n - a) / 36
-  local b = n % 36
-  n = (n - b) / 36
-  local c = n % 36
-  local d = (n - c) / 36
-  return string.char(DIGIT_BYTES[d], DIGIT_BYTES[c], DIGIT_BYTES[b], DIGIT_BYTES[a])
-end
-
 -- M may carry per-job options after the max attempts (PROTOCOL.md "Per-job
 -- options"): ";" then a letter and a value, M = "<digits or empty>[;<opt>]*",
 -- with e<deadline, epoch ms, base 36>, t<timeout ms> and g<group>.
@@ -250,7 +241,8 @@ local function encode(r)
   })
 end
 
--- Attempts and token from an attempts-hash value ("A:T"); 0, 0 when absent.
+-- Attempts and token from an attempts-hash value ("A:T", or "0A:T" while
+-- live); 0, 0 when absent.
 local function att_of(v)
   if not v then return 0, 0 end
   local a, t = string.match(v, '^(%d+):(%d+)$')
@@ -267,10 +259,42 @@ local function token_str(v)
   return p and string.sub(v, p + 1)
 end
 
+-- The live mark: claim writes a job's attempts entry as "0A:T", a zero
+-- before the attempts, and every script that takes the job out of running
+-- drops the zero (fail, tick's reclaim) or deletes the entry (ack, cancel,
+-- enqueue's replace). So a marked entry whose token matches proves the
+-- lease without a look in running. An entry without the mark (a job that
+-- left running, or a lease taken by a version before the mark) is checked
+-- against running as well. att_of and token_str read both forms.
+local function is_live_att(v)
+  return string.byte(v, 1) == 48
+end
+
+-- The entry of a job leaving running: its attempts and token, unmarked.
+local function ended_att(v)
+  if v and string.byte(v, 1) == 48 then return string.sub(v, 2) end
+  return v
+end
+
+-- The topic settings the helpers below read (topic_defaults,
+-- at_max_running, index_ready; enqueue's partitions), read with one HMGET
+-- per call, at the first use, and kept: a script that writes one of these
+-- fields afterwards updates the table too (enqueue's groups).
+local meta_read = nil
+local function meta()
+  if not meta_read then
+    local m = redis.call('HMGET', K_META, 'max_attempts', 'backoff', 'max_running', 'groups', 'vtime',
+      'partitions')
+    meta_read = { max_attempts = m[1], backoff = m[2], max_running = m[3], groups = m[4], vtime = m[5],
+      partitions = m[6] }
+  end
+  return meta_read
+end
+
 -- Topic settings: max attempts and backoff ladder, with built-in defaults.
 local function topic_defaults()
-  local m = redis.call('HMGET', K_META, 'max_attempts', 'backoff')
-  return int_arg(m[1], 1, MAX_ATTEMPTS) or DEFAULT_MAX_ATTEMPTS, m[2] or DEFAULT_BACKOFF
+  local m = meta()
+  return int_arg(m.max_attempts, 1, MAX_ATTEMPTS) or DEFAULT_MAX_ATTEMPTS, m.backoff or DEFAULT_BACKOFF
 end
 
 -- A topic's rate (meta `rate`, "n/period ms"): n and the period, or nil
@@ -305,7 +329,7 @@ end
 -- so a worker waiting for a free slot claims at once. False (and no
 -- ZCARD) when the topic has no max_running.
 local function at_max_running()
-  local mr = int_arg(redis.call('HGET', K_META, 'max_running'), 1, MAX_SAFE)
+  local mr = int_arg(meta().max_running, 1, MAX_SAFE)
   return mr ~= nil and redis.call('ZCARD', K_RUNNING) >= mr
 end
 
@@ -388,12 +412,13 @@ end
 -- ZSET P:{T}:g:<group> (ungrouped: P:{T}:g:), and its group is activated
 -- in P:{T}:groups at the topic's virtual time (meta `vtime`) unless already
 -- active. `pairs` is the flat score, id list given to ZADD ready; the
--- records must already be written. Costs one HGET on a topic without groups.
+-- records must already be written. Costs nothing more than the script's one
+-- read of meta (see meta()) on a topic without groups.
 local function index_ready(pairs)
   if #pairs == 0 then return end
-  local g = redis.call('HMGET', K_META, 'groups', 'vtime')
-  if g[1] ~= '1' then return end
-  local vt = g[2] or '0'
+  local g = meta()
+  if g.groups ~= '1' then return end
+  local vt = g.vtime or '0'
   local ids = {}
   for i = 2, #pairs, 2 do ids[#ids + 1] = pairs[i] end
   local by, names = {}, {}

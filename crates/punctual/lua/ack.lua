@@ -7,6 +7,9 @@
 -- running under that token: reclaimed, re-delivered, cancelled or replaced).
 -- Publishes on the ready channel when it frees a slot of a topic at its
 -- max_running.
+-- A lease is proven by its attempts entry alone when the entry carries the
+-- live mark ("0A:T", see is_live_att) and ends in ":" and the token; an
+-- unmarked entry with that token is also looked up in running.
 
 local n = #ARGV / 2
 if n < 1 or n > 1000 or #ARGV % 2 ~= 0 then
@@ -14,29 +17,57 @@ if n < 1 or n > 1000 or #ARGV % 2 ~= 0 then
 end
 local ids = {}
 for i = 1, n do ids[i] = ARGV[2 * i - 1] end
-local leased = redis.call('ZMSCORE', K_RUNNING, unpack(ids))
 local atts = redis.call('HMGET', K_ATT, unpack(ids))
-local out, done, seen = {}, {}, {}
+local out, done, nd = {}, ids, n
+local find, byte = string.find, string.byte
 for i = 1, n do
-  if leased[i] and not seen[ids[i]] and token_str(atts[i]) == ARGV[2 * i] then
-    seen[ids[i]] = true
-    done[#done + 1] = ids[i]
+  local v, tok = atts[i], ARGV[2 * i]
+  local ok = false
+  if v then
+    -- The entry ends in ":" and the token: compared in place, no new string.
+    local at = #v - #tok
+    if byte(v, at) == 58 and find(v, tok, at + 1, true) then
+      ok = is_live_att(v) or redis.call('ZSCORE', K_RUNNING, ids[i]) ~= false
+    end
+  end
+  if ok then
     out[i] = 1
   else
     -- Checked only when refused, so a good ack pays nothing: a token that
     -- is not an integer is an error, not a refusal.
-    if not int_arg(ARGV[2 * i], 0, MAX_SAFE) then
-      return invalid('ack expects tokens as decimal integers, got "' .. ARGV[2 * i] .. '"')
+    if not int_arg(tok, 0, MAX_SAFE) then
+      return invalid('ack expects tokens as decimal integers, got "' .. tok .. '"')
     end
     out[i] = 0
+    if done == ids then
+      -- The first refusal: from here on, only the accepted ids are deleted.
+      done, nd = {}, 0
+      for j = 1, i - 1 do
+        nd = nd + 1
+        done[nd] = ids[j]
+      end
+    end
+  end
+  if out[i] == 1 and done ~= ids then
+    nd = nd + 1
+    done[nd] = ids[i]
   end
 end
-if #done > 0 then
+if nd > 0 then
   local full = at_max_running()
-  variadic('ZREM', K_RUNNING, done)
-  variadic('HDEL', K_JOBS, done)
-  variadic('HDEL', K_ATT, done)
-  redis.call('HINCRBY', K_STATS, 'done', #done)
+  redis.call('ZREM', K_RUNNING, unpack(done, 1, nd))
+  redis.call('HDEL', K_JOBS, unpack(done, 1, nd))
+  local acked = redis.call('HDEL', K_ATT, unpack(done, 1, nd))
+  if acked < nd then
+    -- An id given twice: its first pair acked it, the others are refused.
+    local seen = {}
+    for i = 1, n do
+      if out[i] == 1 then
+        if seen[ids[i]] then out[i] = 0 else seen[ids[i]] = true end
+      end
+    end
+  end
+  redis.call('HINCRBY', K_STATS, 'done', acked)
   if full then redis.call('PUBLISH', K_READY, '') end
 end
 return out

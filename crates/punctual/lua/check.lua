@@ -5,7 +5,8 @@
 -- Returns a flat array id, problem for every id that breaks the invariant:
 --   "in pool,ready" (more than one set), "no record (in running)",
 --   "record in no set", "unreadable record", "attempts entry without a record",
---   "running without an attempts entry".
+--   "running without an attempts entry", "attempts entry marked live outside
+--   running".
 -- An id in no set and without a record is fine: it finished meanwhile.
 
 if #ARGV < 1 or #ARGV > 1000 then return invalid('check expects 1 to 1000 ids') end
@@ -31,6 +32,10 @@ for _, id in ipairs(ARGV) do
   elseif sets[1] == 'running' and redis.call('HEXISTS', K_ATT, id) == 0 then
     -- A lease needs its token: without one, nobody can ack the job.
     problem = 'running without an attempts entry'
+  elseif sets[1] ~= 'running' and rec then
+    -- The live mark outside running would let a stale token ack the job.
+    local att = redis.call('HGET', K_ATT, id)
+    if att and is_live_att(att) then problem = 'attempts entry marked live outside running' end
   end
   if problem then
     out[#out + 1] = id

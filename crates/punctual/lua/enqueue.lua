@@ -66,7 +66,7 @@ if string.find(topic, '[%c%s\128-\255]') then
 end
 
 if routed then
-  local layout = redis.call('HGET', K_META, 'partitions')
+  local layout = meta().partitions
   if layout and tonumber(layout) ~= routed then
     return redis.error_reply('PUNCTUAL_STALE the topic has ' .. layout .. ' partition(s) now, not '
       .. routed .. ': read P:partitions again and route the jobs anew')
@@ -153,7 +153,9 @@ for i = 1, n do
     if not due then return invalid('job ' .. i .. ': ' .. why) end
     due_of_when[when] = due
   end
-  if string.find(max, ';', 1, true) then
+  if max == '' then
+    -- The topic default: nothing to check.
+  elseif string.find(max, ';', 1, true) then
     -- Per-job options: only an argument with ';' pays for this.
     local parsed = opts_of_arg[max]
     if not parsed then
@@ -171,7 +173,7 @@ for i = 1, n do
       if string.sub(when, 1, 1) == 'a' then asked = math.min(due, tonumber(string.sub(when, 2))) end
       asks[i] = asked
     end
-  elseif max ~= '' and (string.sub(max, 1, 1) == '0' or not int_arg(max, 1, MAX_ATTEMPTS)) then
+  elseif string.sub(max, 1, 1) == '0' or not int_arg(max, 1, MAX_ATTEMPTS) then
     return invalid('job ' .. i .. ': max attempts must be an integer from 1 to ' .. MAX_ATTEMPTS)
   end
   if not backoff_ok[backoff] then
@@ -195,12 +197,31 @@ end
 local seq = 0
 if generate > 0 then seq = redis.call('INCRBY', K_SEQ, generate) - generate end
 local stamp = b36(now, 8)
+-- The id of sequence value x: stamp .. b36_4(x % 36^4), made as one string.
+local gen_id
+do
+  local s1, s2, s3, s4, s5, s6, s7, s8 = string.byte(stamp, 1, 8)
+  local char = string.char
+  -- (Past 2059 the stamp has a ninth digit.)
+  local long = #stamp ~= 8
+  gen_id = function(x)
+    x = x % 1679616
+    local a = x % 36
+    x = (x - a) / 36
+    local b = x % 36
+    x = (x - b) / 36
+    local c = x % 36
+    local d = (x - c) / 36
+    if long then return stamp .. char(DIGIT_BYTES[d], DIGIT_BYTES[c], DIGIT_BYTES[b], DIGIT_BYTES[a]) end
+    return char(s1, s2, s3, s4, s5, s6, s7, s8, DIGIT_BYTES[d], DIGIT_BYTES[c], DIGIT_BYTES[b], DIGIT_BYTES[a])
+  end
+end
 -- The ids the sequence gives next, looked up with one HMGET: those taken
 -- are skipped below, as the HEXISTS of each would (nothing is written
 -- before the loop ends). Past these (ids taken), one HEXISTS per id.
 local cand, taken = {}, {}
 if generate > 0 then
-  for j = 1, generate do cand[j] = stamp .. b36_4((seq + j) % 1679616) end
+  for j = 1, generate do cand[j] = gen_id(seq + j) end
   local recs = redis.call('HMGET', K_JOBS, unpack(cand))
   for j = 1, generate do
     if recs[j] then taken[cand[j]] = true end
@@ -250,6 +271,8 @@ if K_FIRED then
 end
 
 local out, records, to_pool, to_ready = {}, {}, {}, {}
+-- Their lengths, kept by hand: the loop appends without the # operator.
+local no, nr, np, nq = 0, 0, 0, 0
 local grouped = false
 local seen = {}
 -- Replaced ids and the set they were in: left only after the new entry is written.
@@ -269,7 +292,7 @@ for i = 1, n do
       if id then
         if seen[id] or taken[id] then id = nil end
       else
-        id = stamp .. b36_4(seq % 1679616)
+        id = gen_id(seq)
         if seen[id] or redis.call('HEXISTS', K_JOBS, id) == 1 then id = nil end
       end
     until id
@@ -289,14 +312,16 @@ for i = 1, n do
     end
   end
   if status == 1 or status == 2 then
-    seen[id] = true
+    -- Generated ids never repeat within a call (distinct sequence values
+    -- below 36^4): with no given id in the batch, nothing needs seen.
+    if generate < n then seen[id] = true end
     local due = dues[i]
     local head = heads[due]
     if not head then
       head = ':' .. b36(due) .. ':' .. b36(due - now) .. ':'
       heads[due] = head
     end
-    records[#records + 1] = id
+    records[nr + 1] = id
     local m = ARGV[b + 4]
     local o = opts[i]
     if o then
@@ -307,25 +332,29 @@ for i = 1, n do
       end
       m = last_m
     end
-    records[#records + 1] = m .. head .. ARGV[b + 5] .. ':0:' .. ARGV[b + 2]
-    if not grouped and string.find(m, ';g', 1, true) then grouped = true end
+    records[nr + 2] = m .. head .. ARGV[b + 5] .. ':0:' .. ARGV[b + 2]
+    nr = nr + 2
+    if not grouped and m ~= '' and string.find(m, ';g', 1, true) then grouped = true end
     if status == 2 then
       if due <= now then dest[id] = 'ready' else dest[id] = 'pool' end
     end
     if due <= now then
-      to_ready[#to_ready + 1] = due
-      to_ready[#to_ready + 1] = id
+      to_ready[nq + 1] = due
+      to_ready[nq + 2] = id
+      nq = nq + 2
     else
-      to_pool[#to_pool + 1] = due
-      to_pool[#to_pool + 1] = id
+      to_pool[np + 1] = due
+      to_pool[np + 2] = id
+      np = np + 2
       if not pool_min or due < pool_min then pool_min = due end
     end
     created = created + 1
   elseif status ~= 4 then
     dup = dup + 1
   end
-  out[#out + 1] = id
-  out[#out + 1] = status
+  out[no + 1] = id
+  out[no + 2] = status
+  no = no + 2
 end
 
 if created > 0 then
@@ -339,10 +368,11 @@ if created > 0 then
   -- The first grouped job switches the topic to groups: every job already
   -- ready is ungrouped (no job had a group before), so ready is copied into
   -- the empty group's index, once (O(ready log ready)).
-  if grouped and redis.call('HGET', K_META, 'groups') ~= '1' then
+  if grouped and meta().groups ~= '1' then
     redis.call('HSET', K_META, 'groups', '1')
+    meta().groups = '1'
     if redis.call('ZUNIONSTORE', KEY_BASE .. 'g:', 2, KEY_BASE .. 'g:', K_READY, 'AGGREGATE', 'MIN') > 0 then
-      redis.call('ZADD', KEY_BASE .. 'groups', 'NX', redis.call('HGET', K_META, 'vtime') or '0', '')
+      redis.call('ZADD', KEY_BASE .. 'groups', 'NX', meta().vtime or '0', '')
     end
   end
   if #to_ready > 0 then

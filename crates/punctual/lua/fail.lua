@@ -21,6 +21,9 @@ if not redis.call('ZSCORE', K_RUNNING, id) then return { 'stale', 0 } end
 local att = redis.call('HGET', K_ATT, id)
 if token_str(att) ~= ARGV[2] then return { 'stale', 0 } end
 local attempts = att_of(att)
+-- The job leaves running on every path below: its entry loses the live mark
+-- (see is_live_att), so this token can no longer ack it.
+if is_live_att(att) then redis.call('HSET', K_ATT, id, ended_att(att)) end
 local now, up = clock()
 -- This job leaves running on every path below: wake a worker waiting for
 -- a slot when the topic is at its max_running.

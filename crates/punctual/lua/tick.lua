@@ -29,9 +29,16 @@ if #expired > 0 then
   local topic_max, topic_backoff = topic_defaults()
   local full = at_max_running()
   local records, to_pool, to_ready, to_dead, gone = {}, {}, {}, {}, {}
+  -- Attempts entries that lose the live mark (see is_live_att): the reclaimed
+  -- lease's token can no longer ack the job.
+  local ended = {}
   for i, id in ipairs(expired) do
     local r = decode(recs[i])
     local attempts = att_of(atts[i])
+    if recs[i] and atts[i] and is_live_att(atts[i]) then
+      ended[#ended + 1] = id
+      ended[#ended + 1] = ended_att(atts[i])
+    end
     if r then
       r.err = 'lease expired during attempt ' .. attempts .. ' (the worker died, stalled or lost Redis)'
       records[#records + 1] = id
@@ -65,6 +72,7 @@ if #expired > 0 then
   if #to_ready > 0 then variadic('ZADD', K_READY, to_ready) end
   if #to_dead > 0 then variadic('ZADD', K_DEAD, to_dead) end
   if #records > 0 then variadic('HSET', K_JOBS, records) end
+  if #ended > 0 then variadic('HSET', K_ATT, ended) end
   index_ready(to_ready)
   variadic('ZREM', K_RUNNING, expired)
   if #gone > 0 then variadic('HDEL', K_ATT, gone) end

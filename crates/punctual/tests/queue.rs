@@ -225,6 +225,154 @@ async fn replacing_a_running_job_fences_out_the_old_delivery() {
     assert!(q.check(t).await.unwrap().is_empty());
 }
 
+/// A stale ack of `d` is refused and writes nothing; the job stays in
+/// `state`, its attempts counted (1).
+async fn assert_stale_ack_refused(f: &Fixture, t: &str, d: &Delivery, state: Option<State>) {
+    let snap = f.snapshot().await;
+    assert_eq!(
+        raw::ack(&f.queue, &part(t), &[d.lease()]).await.unwrap(),
+        vec![false],
+        "the stale token of {:?} acked it",
+        d.id
+    );
+    assert_eq!(
+        f.snapshot().await,
+        snap,
+        "a stale ack of {:?} changed the topic",
+        d.id
+    );
+    let info = f.queue.get(t, &d.id).await.unwrap();
+    assert_eq!(state_of(&info), state, "{:?}", d.id);
+    if let Some(info) = info {
+        assert_eq!(info.attempts, 1, "{:?}", d.id);
+    }
+}
+
+// ack proves a lease by the attempts entry alone when it carries the live
+// mark: every way out of running must drop the mark (or the entry).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_token_is_refused_after_every_way_out_of_running() {
+    let f = Fixture::new().await;
+    let (q, t) = (&f.queue, "left-running");
+    let hour = Duration::from_secs(3600);
+    let short = Duration::from_millis(300);
+
+    // fail, retried: back to pool.
+    q.enqueue(t, Job::new("p").id("retried").backoff(vec![hour]))
+        .await
+        .unwrap();
+    let d = claim_one(q, t, LONG_LEASE).await;
+    let retry = FailKind::Retry { after: None };
+    let failed = raw::fail(q, &part(t), &d.lease(), "boom", retry).await;
+    assert_eq!(failed.unwrap(), Failed::Retry);
+    assert_stale_ack_refused(&f, t, &d, Some(State::Pool)).await;
+
+    // fail, permanent: dead.
+    q.enqueue(t, Job::new("p").id("failed")).await.unwrap();
+    let d = claim_one(q, t, LONG_LEASE).await;
+    let failed = raw::fail(q, &part(t), &d.lease(), "boom", FailKind::Permanent).await;
+    assert_eq!(failed.unwrap(), Failed::Dead);
+    assert_stale_ack_refused(&f, t, &d, Some(State::Dead)).await;
+
+    // Reclaimed by tick: back to pool (backoff 1 h), or dead (attempts used up).
+    q.enqueue(t, Job::new("p").id("reclaimed").backoff(vec![hour]))
+        .await
+        .unwrap();
+    let d = claim_one(q, t, short).await;
+    eventually(
+        Duration::from_secs(5),
+        "the lease to be reclaimed",
+        async || tick(q, t).await.reclaimed == 1,
+    )
+    .await;
+    assert_stale_ack_refused(&f, t, &d, Some(State::Pool)).await;
+
+    q.enqueue(t, Job::new("p").id("expired").max_attempts(1))
+        .await
+        .unwrap();
+    let d = claim_one(q, t, short).await;
+    eventually(
+        Duration::from_secs(5),
+        "the lease to run out into dead",
+        async || tick(q, t).await.dead == 1,
+    )
+    .await;
+    assert_stale_ack_refused(&f, t, &d, Some(State::Dead)).await;
+
+    // Cancelled while running: gone, and its token acks nothing.
+    q.enqueue(t, Job::new("p").id("cancelled")).await.unwrap();
+    let d = claim_one(q, t, LONG_LEASE).await;
+    assert_eq!(
+        q.cancel(t, "cancelled").await.unwrap(),
+        Some(State::Running)
+    );
+    assert_stale_ack_refused(&f, t, &d, None).await;
+    assert!(q.check(t).await.unwrap().is_empty());
+}
+
+// An attempts entry without the live mark ("A:T", as versions before the mark
+// wrote it while the lease was live, and kept it after) acks only while its
+// job is in running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unmarked_attempts_entry_acks_only_while_its_job_is_running() {
+    let f = Fixture::new().await;
+    let (q, t) = (&f.queue, "unmarked");
+    let att = key(t, "attempts");
+    q.enqueue(t, Job::new("p").id("running")).await.unwrap();
+    let d = claim_one(q, t, LONG_LEASE).await;
+    let entry: String = f.cmd(redis::cmd("HGET").arg(&att).arg("running")).await;
+    assert_eq!(
+        entry,
+        format!("01:{}", d.token),
+        "claim writes the live mark"
+    );
+    let info = q.get(t, "running").await.unwrap().unwrap();
+    assert_eq!(info.attempts, 1, "get reads the marked entry");
+
+    // A job in ready whose entry holds a token, unmarked: refused.
+    q.enqueue(t, Job::new("p").id("waiting")).await.unwrap();
+    let stale = Lease::new("waiting", d.token + 1000);
+    let unmarked = format!("1:{}", stale.token);
+    let _: i64 = f
+        .cmd(redis::cmd("HSET").arg(&att).arg("waiting").arg(&unmarked))
+        .await;
+    let snap = f.snapshot().await;
+    assert_eq!(
+        raw::ack(q, &part(t), std::slice::from_ref(&stale))
+            .await
+            .unwrap(),
+        vec![false]
+    );
+    assert_eq!(f.snapshot().await, snap, "a stale ack changed the topic");
+    assert_eq!(
+        state_of(&q.get(t, "waiting").await.unwrap()),
+        Some(State::Ready)
+    );
+
+    // The live mark outside running is a broken invariant that check reports.
+    let marked = format!("0{unmarked}");
+    let _: i64 = f
+        .cmd(redis::cmd("HSET").arg(&att).arg("waiting").arg(&marked))
+        .await;
+    let found = q.check(t).await.unwrap();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(
+        (found[0].id.as_str(), found[0].problem.as_str()),
+        ("waiting", "attempts entry marked live outside running")
+    );
+
+    // A lease whose entry is unmarked (taken before the mark existed) acks.
+    let unmarked = format!("1:{}", d.token);
+    let _: i64 = f
+        .cmd(redis::cmd("HSET").arg(&att).arg("running").arg(&unmarked))
+        .await;
+    assert_eq!(
+        raw::ack(q, &part(t), &[d.lease()]).await.unwrap(),
+        vec![true]
+    );
+    assert!(q.get(t, "running").await.unwrap().is_none());
+}
+
 // ---- 2. never early ----------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1919,7 +2067,9 @@ async fn attempts_live_outside_the_record_and_leave_with_it() {
     let att: String = f
         .cmd(redis::cmd("HGET").arg(key("t", "attempts")).arg("a"))
         .await;
-    assert_eq!(att, format!("1:{}", d.token));
+    // "0A:T": the live mark while the lease is live (PROTOCOL.md "Attempts
+    // and tokens").
+    assert_eq!(att, format!("01:{}", d.token));
     assert_eq!(q.get("t", "a").await.unwrap().unwrap().attempts, 1);
     assert_eq!(
         raw::ack(q, &part("t"), &[d.lease()]).await.unwrap(),

@@ -18,7 +18,9 @@
 --   KEYS[7] P:{T}:stats    HASH counters
 --   KEYS[8] P:{T}:seq      STRING counter for generated ids and lease tokens
 --   KEYS[9] P:{T}:attempts HASH id -> "A:T": deliveries so far and the token
---                          of the latest claim; absent until the first claim
+--                          of the latest claim; absent until the first claim;
+--                          "0A:T" (a leading zero) while that claim's lease
+--                          is live (see is_live_att)
 --   KEYS[10] P:{T}:fired   ZSET id -> ms fired: occurrences of schedules
 --                          (optional; enqueue and unfire only)
 --
@@ -147,17 +149,6 @@ end
 local DIGIT_BYTES = {}
 for i = 0, 35 do DIGIT_BYTES[i] = string.byte(DIGITS, i + 1) end
 
--- Exactly four base-36 digits of 0 <= n < 36^4 (b36(n, 4) without tables).
-local function b36_4(n)
-  local a = n % 36
-  n = (n - a) / 36
-  local b = n % 36
-  n = (n - b) / 36
-  local c = n % 36
-  local d = (n - c) / 36
-  return string.char(DIGIT_BYTES[d], DIGIT_BYTES[c], DIGIT_BYTES[b], DIGIT_BYTES[a])
-end
-
 -- M may carry per-job options after the max attempts (PROTOCOL.md "Per-job
 -- options"): ";" then a letter and a value, M = "<digits or empty>[;<opt>]*",
 -- with e<deadline, epoch ms, base 36>, t<timeout ms> and g<group>.
@@ -250,7 +241,8 @@ local function encode(r)
   })
 end
 
--- Attempts and token from an attempts-hash value ("A:T"); 0, 0 when absent.
+-- Attempts and token from an attempts-hash value ("A:T", or "0A:T" while
+-- live); 0, 0 when absent.
 local function att_of(v)
   if not v then return 0, 0 end
   local a, t = string.match(v, '^(%d+):(%d+)$')
@@ -267,10 +259,42 @@ local function token_str(v)
   return p and string.sub(v, p + 1)
 end
 
+-- The live mark: claim writes a job's attempts entry as "0A:T", a zero
+-- before the attempts, and every script that takes the job out of running
+-- drops the zero (fail, tick's reclaim) or deletes the entry (ack, cancel,
+-- enqueue's replace). So a marked entry whose token matches proves the
+-- lease without a look in running. An entry without the mark (a job that
+-- left running, or a lease taken by a version before the mark) is checked
+-- against running as well. att_of and token_str read both forms.
+local function is_live_att(v)
+  return string.byte(v, 1) == 48
+end
+
+-- The entry of a job leaving running: its attempts and token, unmarked.
+local function ended_att(v)
+  if v and string.byte(v, 1) == 48 then return string.sub(v, 2) end
+  return v
+end
+
+-- The topic settings the helpers below read (topic_defaults,
+-- at_max_running, index_ready; enqueue's partitions), read with one HMGET
+-- per call, at the first use, and kept: a script that writes one of these
+-- fields afterwards updates the table too (enqueue's groups).
+local meta_read = nil
+local function meta()
+  if not meta_read then
+    local m = redis.call('HMGET', K_META, 'max_attempts', 'backoff', 'max_running', 'groups', 'vtime',
+      'partitions')
+    meta_read = { max_attempts = m[1], backoff = m[2], max_running = m[3], groups = m[4], vtime = m[5],
+      partitions = m[6] }
+  end
+  return meta_read
+end
+
 -- Topic settings: max attempts and backoff ladder, with built-in defaults.
 local function topic_defaults()
-  local m = redis.call('HMGET', K_META, 'max_attempts', 'backoff')
-  return int_arg(m[1], 1, MAX_ATTEMPTS) or DEFAULT_MAX_ATTEMPTS, m[2] or DEFAULT_BACKOFF
+  local m = meta()
+  return int_arg(m.max_attempts, 1, MAX_ATTEMPTS) or DEFAULT_MAX_ATTEMPTS, m.backoff or DEFAULT_BACKOFF
 end
 
 -- A topic's rate (meta `rate`, "n/period ms"): n and the period, or nil
@@ -305,7 +329,7 @@ end
 -- so a worker waiting for a free slot claims at once. False (and no
 -- ZCARD) when the topic has no max_running.
 local function at_max_running()
-  local mr = int_arg(redis.call('HGET', K_META, 'max_running'), 1, MAX_SAFE)
+  local mr = int_arg(meta().max_running, 1, MAX_SAFE)
   return mr ~= nil and redis.call('ZCARD', K_RUNNING) >= mr
 end
 
@@ -388,12 +412,13 @@ end
 -- ZSET P:{T}:g:<group> (ungrouped: P:{T}:g:), and its group is activated
 -- in P:{T}:groups at the topic's virtual time (meta `vtime`) unless already
 -- active. `pairs` is the flat score, id list given to ZADD ready; the
--- records must already be written. Costs one HGET on a topic without groups.
+-- records must already be written. Costs nothing more than the script's one
+-- read of meta (see meta()) on a topic without groups.
 local function index_ready(pairs)
   if #pairs == 0 then return end
-  local g = redis.call('HMGET', K_META, 'groups', 'vtime')
-  if g[1] ~= '1' then return end
-  local vt = g[2] or '0'
+  local g = meta()
+  if g.groups ~= '1' then return end
+  local vt = g.vtime or '0'
   local ids = {}
   for i = 2, #pairs, 2 do ids[#ids + 1] = pairs[i] end
   local by, names = {}, {}
@@ -489,7 +514,7 @@ if string.find(topic, '[%c%s\128-\255]') then
 end
 
 if routed then
-  local layout = redis.call('HGET', K_META, 'partitions')
+  local layout = meta().partitions
   if layout and tonumber(layout) ~= routed then
     return redis.error_reply('PUNCTUAL_STALE the topic has ' .. layout .. ' partition(s) now, not '
       .. routed .. ': read P:partitions again and route the jobs anew')
@@ -576,7 +601,9 @@ for i = 1, n do
     if not due then return invalid('job ' .. i .. ': ' .. why) end
     due_of_when[when] = due
   end
-  if string.find(max, ';', 1, true) then
+  if max == '' then
+    -- The topic default: nothing to check.
+  elseif string.find(max, ';', 1, true) then
     -- Per-job options: only an argument with ';' pays for this.
     local parsed = opts_of_arg[max]
     if not parsed then
@@ -594,7 +621,7 @@ for i = 1, n do
       if string.sub(when, 1, 1) == 'a' then asked = math.min(due, tonumber(string.sub(when, 2))) end
       asks[i] = asked
     end
-  elseif max ~= '' and (string.sub(max, 1, 1) == '0' or not int_arg(max, 1, MAX_ATTEMPTS)) then
+  elseif string.sub(max, 1, 1) == '0' or not int_arg(max, 1, MAX_ATTEMPTS) then
     return invalid('job ' .. i .. ': max attempts must be an integer from 1 to ' .. MAX_ATTEMPTS)
   end
   if not backoff_ok[backoff] then
@@ -618,12 +645,31 @@ end
 local seq = 0
 if generate > 0 then seq = redis.call('INCRBY', K_SEQ, generate) - generate end
 local stamp = b36(now, 8)
+-- The id of sequence value x: stamp .. b36_4(x % 36^4), made as one string.
+local gen_id
+do
+  local s1, s2, s3, s4, s5, s6, s7, s8 = string.byte(stamp, 1, 8)
+  local char = string.char
+  -- (Past 2059 the stamp has a ninth digit.)
+  local long = #stamp ~= 8
+  gen_id = function(x)
+    x = x % 1679616
+    local a = x % 36
+    x = (x - a) / 36
+    local b = x % 36
+    x = (x - b) / 36
+    local c = x % 36
+    local d = (x - c) / 36
+    if long then return stamp .. char(DIGIT_BYTES[d], DIGIT_BYTES[c], DIGIT_BYTES[b], DIGIT_BYTES[a]) end
+    return char(s1, s2, s3, s4, s5, s6, s7, s8, DIGIT_BYTES[d], DIGIT_BYTES[c], DIGIT_BYTES[b], DIGIT_BYTES[a])
+  end
+end
 -- The ids the sequence gives next, looked up with one HMGET: those taken
 -- are skipped below, as the HEXISTS of each would (nothing is written
 -- before the loop ends). Past these (ids taken), one HEXISTS per id.
 local cand, taken = {}, {}
 if generate > 0 then
-  for j = 1, generate do cand[j] = stamp .. b36_4((seq + j) % 1679616) end
+  for j = 1, generate do cand[j] = gen_id(seq + j) end
   local recs = redis.call('HMGET', K_JOBS, unpack(cand))
   for j = 1, generate do
     if recs[j] then taken[cand[j]] = true end
@@ -673,6 +719,8 @@ if K_FIRED then
 end
 
 local out, records, to_pool, to_ready = {}, {}, {}, {}
+-- Their lengths, kept by hand: the loop appends without the # operator.
+local no, nr, np, nq = 0, 0, 0, 0
 local grouped = false
 local seen = {}
 -- Replaced ids and the set they were in: left only after the new entry is written.
@@ -692,7 +740,7 @@ for i = 1, n do
       if id then
         if seen[id] or taken[id] then id = nil end
       else
-        id = stamp .. b36_4(seq % 1679616)
+        id = gen_id(seq)
         if seen[id] or redis.call('HEXISTS', K_JOBS, id) == 1 then id = nil end
       end
     until id
@@ -712,14 +760,16 @@ for i = 1, n do
     end
   end
   if status == 1 or status == 2 then
-    seen[id] = true
+    -- Generated ids never repeat within a call (distinct sequence values
+    -- below 36^4): with no given id in the batch, nothing needs seen.
+    if generate < n then seen[id] = true end
     local due = dues[i]
     local head = heads[due]
     if not head then
       head = ':' .. b36(due) .. ':' .. b36(due - now) .. ':'
       heads[due] = head
     end
-    records[#records + 1] = id
+    records[nr + 1] = id
     local m = ARGV[b + 4]
     local o = opts[i]
     if o then
@@ -730,25 +780,29 @@ for i = 1, n do
       end
       m = last_m
     end
-    records[#records + 1] = m .. head .. ARGV[b + 5] .. ':0:' .. ARGV[b + 2]
-    if not grouped and string.find(m, ';g', 1, true) then grouped = true end
+    records[nr + 2] = m .. head .. ARGV[b + 5] .. ':0:' .. ARGV[b + 2]
+    nr = nr + 2
+    if not grouped and m ~= '' and string.find(m, ';g', 1, true) then grouped = true end
     if status == 2 then
       if due <= now then dest[id] = 'ready' else dest[id] = 'pool' end
     end
     if due <= now then
-      to_ready[#to_ready + 1] = due
-      to_ready[#to_ready + 1] = id
+      to_ready[nq + 1] = due
+      to_ready[nq + 2] = id
+      nq = nq + 2
     else
-      to_pool[#to_pool + 1] = due
-      to_pool[#to_pool + 1] = id
+      to_pool[np + 1] = due
+      to_pool[np + 2] = id
+      np = np + 2
       if not pool_min or due < pool_min then pool_min = due end
     end
     created = created + 1
   elseif status ~= 4 then
     dup = dup + 1
   end
-  out[#out + 1] = id
-  out[#out + 1] = status
+  out[no + 1] = id
+  out[no + 2] = status
+  no = no + 2
 end
 
 if created > 0 then
@@ -762,10 +816,11 @@ if created > 0 then
   -- The first grouped job switches the topic to groups: every job already
   -- ready is ungrouped (no job had a group before), so ready is copied into
   -- the empty group's index, once (O(ready log ready)).
-  if grouped and redis.call('HGET', K_META, 'groups') ~= '1' then
+  if grouped and meta().groups ~= '1' then
     redis.call('HSET', K_META, 'groups', '1')
+    meta().groups = '1'
     if redis.call('ZUNIONSTORE', KEY_BASE .. 'g:', 2, KEY_BASE .. 'g:', K_READY, 'AGGREGATE', 'MIN') > 0 then
-      redis.call('ZADD', KEY_BASE .. 'groups', 'NX', redis.call('HGET', K_META, 'vtime') or '0', '')
+      redis.call('ZADD', KEY_BASE .. 'groups', 'NX', meta().vtime or '0', '')
     end
   end
   if #to_ready > 0 then
