@@ -25,6 +25,20 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// The JSON lines of a run that exited 0 (panics with its output otherwise).
+fn json_lines(out: &Output) -> Vec<Value> {
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "exit {:?}\n{stdout}\n{stderr}",
+        out.status
+    );
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
 #[test]
 fn every_phase_prints_an_ok_json_line_and_leaves_nothing_behind() {
     let redis = RedisServer::start();
@@ -46,16 +60,7 @@ fn every_phase_prints_an_ok_json_line_and_leaves_nothing_behind() {
             "500",
         ],
     );
-    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
-    assert!(
-        out.status.success(),
-        "exit {:?}\n{stdout}\n{stderr}",
-        out.status
-    );
-    let lines: Vec<Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
-        .collect();
+    let lines = json_lines(&out);
     let phases: Vec<&str> = lines.iter().map(|l| l["phase"].as_str().unwrap()).collect();
     assert_eq!(
         phases,
@@ -167,16 +172,7 @@ fn precision_load_and_a_pool_handle_every_job_once_and_leave_nothing_behind() {
             "3000",
         ],
     );
-    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
-    assert!(
-        out.status.success(),
-        "exit {:?}\n{stdout}\n{stderr}",
-        out.status
-    );
-    let lines: Vec<Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
-        .collect();
+    let lines = json_lines(&out);
     let phases: Vec<&str> = lines.iter().map(|l| l["phase"].as_str().unwrap()).collect();
     // precision-load measures the drain rate first when drain was not asked.
     assert_eq!(
