@@ -6,7 +6,7 @@
 -- Returns one integer per pair: 1 acked, 0 refused (the job is no longer
 -- running under that token: reclaimed, re-delivered, cancelled or replaced).
 -- Publishes on the ready channel when it frees a slot of a topic at its
--- max_running.
+-- max_running (or of a group at its own, see release_groups).
 
 local n = #ARGV / 2
 if n < 1 or n > 1000 or #ARGV % 2 ~= 0 then
@@ -32,7 +32,8 @@ for i = 1, n do
   end
 end
 if #done > 0 then
-  local full = at_max_running()
+  local full, glim = at_max_running()
+  release_groups(done, glim)
   variadic('ZREM', K_RUNNING, done)
   variadic('HDEL', K_JOBS, done)
   variadic('HDEL', K_ATT, done)
