@@ -281,6 +281,77 @@ async fn a_held_group_does_not_hold_others_back(q: Queue) {
     assert_eq!(got.wait, Some(Wait::UntilRunningEnds));
 }
 
+/// A group whose limit is lowered below its running jobs while it is the
+/// next to serve: the claim sets it aside and serves the others in full.
+async fn a_lowered_limit_does_not_hold_others_back(q: Queue) {
+    let (t, p) = ("glowered", part("glowered"));
+    q.set_group_limits(t, None, &Limits::default().max_running(100))
+        .await
+        .unwrap();
+    enqueue_group(&q, t, "a", "a", 5).await;
+    enqueue_group(&q, t, "b", "b", 20).await;
+    // "a" then "b" served once: both at virtual time 1, "a" next.
+    assert_eq!(
+        ids(&raw::claim(&q, &p, 1, LONG_LEASE).await.unwrap()),
+        ["a0000"]
+    );
+    assert_eq!(
+        ids(&raw::claim(&q, &p, 1, LONG_LEASE).await.unwrap()),
+        ["b0000"]
+    );
+    q.set_group_limits(t, Some("a"), &Limits::default().max_running(1))
+        .await
+        .unwrap();
+    let got = raw::claim_with_wait(&q, &p, 10, LONG_LEASE).await.unwrap();
+    assert_eq!(got.jobs.len(), 10, "{:?}", ids(&got.jobs));
+    assert!(
+        got.jobs.iter().all(|d| d.id.starts_with('b')),
+        "{:?}",
+        ids(&got.jobs)
+    );
+    assert_eq!(got.wait, None);
+}
+
+#[tokio::test]
+async fn a_group_over_a_lowered_limit_does_not_hold_the_others_back() {
+    let s = RedisServer::start();
+    a_lowered_limit_does_not_hold_others_back(Queue::connect(s.url()).await.unwrap()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_over_a_lowered_limit_does_not_hold_the_others_back_on_a_cluster() {
+    let c = RedisCluster::start();
+    a_lowered_limit_does_not_hold_others_back(Queue::connect(c.seed_urls()).await.unwrap()).await;
+}
+
+/// claim serves many groups in passes (the lowest 32 and a bound): the
+/// result is exactly one job per step, the lowest virtual time first, ties
+/// by name: after T jobs, group i (of 100, in name order) has had T / 100
+/// jobs, one more when i < T % 100.
+#[tokio::test]
+async fn many_groups_are_served_exactly_in_turn() {
+    let s = RedisServer::start();
+    let q = Queue::connect(s.url()).await.unwrap();
+    let (t, p) = ("gturns", part("gturns"));
+    for g in 0..100 {
+        enqueue_group(&q, t, &format!("g{g:03}"), &format!("g{g:03}-"), 5).await;
+    }
+    let mut served = [0usize; 100];
+    let mut total = 0;
+    for k in [50, 7, 100, 33, 64, 1, 200, 45] {
+        let got = raw::claim(&q, &p, k, LONG_LEASE).await.unwrap();
+        assert_eq!(got.len(), k);
+        for d in &got {
+            served[d.id[1..4].parse::<usize>().unwrap()] += 1;
+        }
+        total += k;
+        let want: Vec<usize> = (0..100)
+            .map(|i| total / 100 + usize::from(i < total % 100))
+            .collect();
+        assert_eq!(served.to_vec(), want, "after {total} jobs");
+    }
+}
+
 #[tokio::test]
 async fn a_group_at_its_max_running_does_not_hold_the_others_back() {
     let s = RedisServer::start();
