@@ -441,34 +441,36 @@ end
 --                  own limit, out of P:{T}:groups meanwhile
 local INF = 1 / 0
 
--- A group's limits: {rn, rp, burst, max} (rn nil: no rate, max nil: none).
-local function group_limits(grp, defaults)
-  local v = redis.call('HGET', KEY_BASE .. 'glimits', grp)
-  local rate, burst, max = defaults[1], defaults[2], defaults[3]
-  if v then rate, burst, max = string.match(v, '^([^;]*);([^;]*);([^;]*)$') end
-  local l = {}
-  l.rn, l.rp = rate_of(rate)
-  if l.rn then l.burst = burst_of(burst, l.rn, l.rp) end
-  l.max = int_arg(max, 1, MAX_SAFE)
-  return l
-end
-
--- A group's state for one claim call (gs: {g = {}} per call): its limits,
--- running count, tokens at `now`, and `taken` (picked by this call).
-local function group_state(gs, grp, now)
-  local s = gs.g[grp]
-  if s then return s end
+-- The state of the groups in `list` for one claim call (gs: {g = {}} per
+-- call; groups already there are kept): each group's limits (rn, rp,
+-- burst: its rate, rn nil for none; max: nil for none; its own in glimits,
+-- else the defaults), running count, tokens at `now`, and `taken` (picked
+-- by this call). One HMGET each of glimits, grunning and gbucket for all.
+local function load_groups(gs, list, now)
+  local new = {}
+  for _, grp in ipairs(list) do
+    if not gs.g[grp] then new[#new + 1] = grp end
+  end
+  if #new == 0 then return end
   if not gs.defaults then
     gs.defaults = redis.call('HMGET', K_META, 'group_rate', 'group_burst', 'group_max_running')
   end
-  s = group_limits(grp, gs.defaults)
-  s.taken, s.running = 0, 0
-  if s.max then s.running = tonumber(redis.call('HGET', KEY_BASE .. 'grunning', grp)) or 0 end
-  if s.rn then
-    s.tokens = bucket_tokens(redis.call('HGET', KEY_BASE .. 'gbucket', grp), s.burst, s.rn, s.rp, now)
+  local own = redis.call('HMGET', KEY_BASE .. 'glimits', unpack(new))
+  local running = redis.call('HMGET', KEY_BASE .. 'grunning', unpack(new))
+  local buckets = redis.call('HMGET', KEY_BASE .. 'gbucket', unpack(new))
+  local d = gs.defaults
+  for i, grp in ipairs(new) do
+    local rate, burst, max = d[1], d[2], d[3]
+    if own[i] then rate, burst, max = string.match(own[i], '^([^;]*);([^;]*);([^;]*)$') end
+    local s = { taken = 0, running = tonumber(running[i]) or 0 }
+    s.rn, s.rp = rate_of(rate)
+    if s.rn then
+      s.burst = burst_of(burst, s.rn, s.rp)
+      s.tokens = bucket_tokens(buckets[i], s.burst, s.rn, s.rp, now)
+    end
+    s.max = int_arg(max, 1, MAX_SAFE)
+    gs.g[grp] = s
   end
-  gs.g[grp] = s
-  return s
 end
 
 -- How many more jobs the group may take now (INF: no limit).
@@ -570,7 +572,7 @@ end
 -- virtual times and one ZREM of the emptied groups. So 10 groups in turn
 -- cost a few commands per pass, not per job, and 100,000 groups about two
 -- per job. At most 4n + 16 index entries are read per call.
--- With group limits (gs, see group_state; `now` ms): the groups of gwait
+-- With group limits (gs, see load_groups; `now` ms): the groups of gwait
 -- whose time has come return first (at the topic's virtual time); a group
 -- takes at most its room, and one left without room goes to gwait (so do
 -- groups met without room, at most 1000 per call: after a change of
@@ -611,9 +613,14 @@ local function claim_groups(n, gs, now)
     end
     -- The groups of this pass: name, virtual time, room, state.
     local names, score, room, st, a = {}, {}, {}, {}, 0
+    if gs then
+      local list = {}
+      for i = 1, fetched do list[i] = top[2 * i - 1] end
+      load_groups(gs, list, now)
+    end
     for i = 1, fetched do
       local grp = top[2 * i - 1]
-      local s = gs and group_state(gs, grp, now)
+      local s = gs and gs.g[grp]
       local r = s and group_room(s) or INF
       if r <= 0 then
         group_hold(s, grp, now)
@@ -706,14 +713,19 @@ local function groups_claimed(gs, ids, recs, leases, now)
     end
     count[grp] = count[grp] + 1
   end
+  load_groups(gs, names, now)
+  local running, buckets = {}, {}
   for _, grp in ipairs(names) do
-    local c = count[grp]
-    redis.call('HINCRBY', KEY_BASE .. 'grunning', grp, c)
-    local s = group_state(gs, grp, now)
+    local c, s = count[grp], gs.g[grp]
+    running[#running + 1] = grp
+    running[#running + 1] = s.running + c
     if s.rn then
-      redis.call('HSET', KEY_BASE .. 'gbucket', grp, string.format('%.6f:%d', math.max(0, s.tokens - c), now))
+      buckets[#buckets + 1] = grp
+      buckets[#buckets + 1] = string.format('%.6f:%d', math.max(0, s.tokens - c), now)
     end
   end
+  if #running > 0 then redis.call('HSET', KEY_BASE .. 'grunning', unpack(running)) end
+  if #buckets > 0 then redis.call('HSET', KEY_BASE .. 'gbucket', unpack(buckets)) end
 end
 
 -- Every path that takes jobs out of running (ack, fail, tick's reclaim,
