@@ -50,9 +50,8 @@ if on and not was then
     local ids = redis.call('ZRANGE', K_RUNNING, i, i + 999)
     local recs = redis.call('HMGET', K_JOBS, unpack(ids))
     for j = 1, #ids do
-      local m = recs[j] and string.match(recs[j], '^([^:]*):')
-      if m then
-        local g = group_of_field(m)
+      if recs[j] then
+        local g = group_of_rec(recs[j])
         if not count[g] then
           count[g] = 0
           names[#names + 1] = g

@@ -440,6 +440,15 @@ end
 --                  own limit, out of P:{T}:groups meanwhile
 local INF = 1 / 0
 
+-- The group a job counts in, from its record: its g option, '' without
+-- one. One pattern; the same in claim, in release_groups and in
+-- group_limits' count, so the counts add up. (claim leases only records
+-- whose options read, for which this is group_of_field's answer.)
+local function group_of_rec(rec)
+  local m = string.match(rec, '^([^:]*):')
+  return m and string.match(m, ';g([^;]*)') or ''
+end
+
 -- The state of the groups in `list` for one claim call (gs: {g = {}} per
 -- call; groups already there are kept): each group's limits (rn, rp,
 -- burst: its rate, rn nil for none; max: nil for none; its own in glimits,
@@ -705,7 +714,7 @@ local function groups_claimed(gs, ids, recs, leases, now)
   local rec_of, count, names = {}, {}, {}
   for i, id in ipairs(ids) do rec_of[id] = recs[i] end
   for i = 2, #leases, 2 do
-    local grp = group_of_field(string.match(rec_of[leases[i]], '^([^:]*):'))
+    local grp = group_of_rec(rec_of[leases[i]])
     if not count[grp] then
       count[grp] = 0
       names[#names + 1] = grp
@@ -741,9 +750,8 @@ local function release_groups(ids, glim, recs)
   recs = recs or redis.call('HMGET', K_JOBS, unpack(ids))
   local count, names = {}, {}
   for i = 1, #ids do
-    local m = recs[i] and string.match(recs[i], '^([^:]*):')
-    if m then
-      local grp = group_of_field(m)
+    if recs[i] then
+      local grp = group_of_rec(recs[i])
       if not count[grp] then
         count[grp] = 0
         names[#names + 1] = grp
