@@ -450,6 +450,21 @@ local function group_of_rec(rec)
   return m and string.match(m, ';g([^;]*)') or ''
 end
 
+-- Adds the jobs of `recs` (records, false for a missing one, skipped) to
+-- `count` (group -> jobs), listing each new group in `names`, in order.
+local function count_groups(recs, count, names)
+  for i = 1, #recs do
+    if recs[i] then
+      local grp = group_of_rec(recs[i])
+      if not count[grp] then
+        count[grp] = 0
+        names[#names + 1] = grp
+      end
+      count[grp] = count[grp] + 1
+    end
+  end
+end
+
 -- The state of the groups in `list` for one claim call (gs: {g = {}} per
 -- call; groups already there are kept): each group's limits (rn, rp,
 -- burst: its rate, rn nil for none; max: nil for none; its own in glimits,
@@ -712,16 +727,10 @@ end
 -- flat deadline, id list) counts in its group's running (by its record's
 -- group) and takes a token from its group's bucket when it has a rate.
 local function groups_claimed(gs, ids, recs, leases, now)
-  local rec_of, count, names = {}, {}, {}
+  local rec_of, leased, count, names = {}, {}, {}, {}
   for i, id in ipairs(ids) do rec_of[id] = recs[i] end
-  for i = 2, #leases, 2 do
-    local grp = group_of_rec(rec_of[leases[i]])
-    if not count[grp] then
-      count[grp] = 0
-      names[#names + 1] = grp
-    end
-    count[grp] = count[grp] + 1
-  end
+  for i = 2, #leases, 2 do leased[#leased + 1] = rec_of[leases[i]] end
+  count_groups(leased, count, names)
   load_groups(gs, names, now)
   local running, buckets = {}, {}
   for _, grp in ipairs(names) do
@@ -750,16 +759,7 @@ local function release_groups(ids, glim, recs)
   if not glim then return end
   recs = recs or redis.call('HMGET', K_JOBS, unpack(ids))
   local count, names = {}, {}
-  for i = 1, #ids do
-    if recs[i] then
-      local grp = group_of_rec(recs[i])
-      if not count[grp] then
-        count[grp] = 0
-        names[#names + 1] = grp
-      end
-      count[grp] = count[grp] + 1
-    end
-  end
+  count_groups(recs, count, names)
   local K_GRUNNING, K_GWAIT = KEY_BASE .. 'grunning', KEY_BASE .. 'gwait'
   local vt
   for _, grp in ipairs(names) do

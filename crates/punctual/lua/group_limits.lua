@@ -48,17 +48,7 @@ if on and not was then
   local count, names = {}, {}
   while i < total do
     local ids = redis.call('ZRANGE', K_RUNNING, i, i + 999)
-    local recs = redis.call('HMGET', K_JOBS, unpack(ids))
-    for j = 1, #ids do
-      if recs[j] then
-        local g = group_of_rec(recs[j])
-        if not count[g] then
-          count[g] = 0
-          names[#names + 1] = g
-        end
-        count[g] = count[g] + 1
-      end
-    end
+    count_groups(redis.call('HMGET', K_JOBS, unpack(ids)), count, names)
     i = i + 1000
   end
   for _, g in ipairs(names) do redis.call('HSET', K_GRUNNING, g, count[g]) end

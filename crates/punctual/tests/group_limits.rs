@@ -15,8 +15,9 @@ use punctual::{EnqueueOptions, GroupHold, Job, Limits, Outcome, Queue, Worker, W
 use punctual_testkit::{eventually, RedisCluster, RedisServer};
 use tokio_util::sync::CancellationToken;
 
+use crate::limits::{two_queues, two_workers};
 use crate::util::{part, LONG_LEASE, TICK_ALL};
-use crate::worker::{spawn_scheduler, total_live};
+use crate::worker::total_live;
 
 /// Enqueues `n` jobs due now in `group`, ids `<prefix><i>`.
 async fn enqueue_group(q: &Queue, topic: &str, group: &str, prefix: &str, n: usize) {
@@ -41,58 +42,6 @@ async fn running(q: &Queue, topic: &str) -> HashMap<String, u64> {
 
 fn ids(got: &[punctual::Delivery]) -> Vec<&str> {
     got.iter().map(|d| d.id.as_str()).collect()
-}
-
-async fn two_queues(url: &str) -> [Queue; 2] {
-    [
-        Queue::connect(url.to_string()).await.unwrap(),
-        Queue::connect(url.to_string()).await.unwrap(),
-    ]
-}
-
-/// Runs two workers (each with its own connection) on `topic` until `n`
-/// jobs are handled and the topic is empty; `each` runs inside the handler
-/// with the job's group.
-async fn two_workers<F, Fut>(queues: [Queue; 2], topic: &str, n: usize, each: F)
-where
-    F: Fn(punctual::Delivery) -> Fut + Send + Sync + Clone + 'static,
-    Fut: std::future::Future<Output = ()> + Send + 'static,
-{
-    let stop = CancellationToken::new();
-    let sched = spawn_scheduler(&queues[0], &[topic], &stop);
-    let handled = Arc::new(AtomicUsize::new(0));
-    let mut workers = Vec::new();
-    for q in &queues {
-        let (each, handled) = (each.clone(), handled.clone());
-        let w = Worker::new(q.clone(), WorkerConfig::default().concurrency(8)).handle(
-            topic,
-            move |d| {
-                let (each, handled) = (each.clone(), handled.clone());
-                async move {
-                    each(d).await;
-                    handled.fetch_add(1, Ordering::SeqCst);
-                    Outcome::Done
-                }
-            },
-        );
-        workers.push(tokio::spawn(w.run(stop.clone().cancelled_owned())));
-    }
-    let q = queues[0].clone();
-    eventually(
-        Duration::from_secs(25),
-        "every job handled and acked",
-        || {
-            let (q, handled) = (q.clone(), handled.clone());
-            async move { handled.load(Ordering::SeqCst) >= n && total_live(&q, topic).await == 0 }
-        },
-    )
-    .await;
-    stop.cancel();
-    for w in workers {
-        w.await.unwrap().unwrap();
-    }
-    sched.await.unwrap();
-    assert_eq!(handled.load(Ordering::SeqCst), n);
 }
 
 async fn group_max_running_holds_across_two_workers(queues: [Queue; 2]) {

@@ -25,7 +25,7 @@ async fn enqueue_now(q: &Queue, topic: &str, n: usize) {
 
 /// Runs two workers (each with its own connection, as on two hosts) on
 /// `topic` until every job is acked; `each` runs inside the handler.
-async fn two_workers<F, Fut>(queues: [Queue; 2], topic: &str, n: usize, each: F)
+pub(crate) async fn two_workers<F, Fut>(queues: [Queue; 2], topic: &str, n: usize, each: F)
 where
     F: Fn(punctual::Delivery) -> Fut + Send + Sync + Clone + 'static,
     Fut: std::future::Future<Output = ()> + Send + 'static,
@@ -248,7 +248,7 @@ async fn raw_cmd<T: redis::FromRedisValue>(url: &str, cmd: &redis::Cmd) -> T {
     }
 }
 
-async fn two_queues(url: &str) -> [Queue; 2] {
+pub(crate) async fn two_queues(url: &str) -> [Queue; 2] {
     [
         Queue::connect(url.to_string()).await.unwrap(),
         Queue::connect(url.to_string()).await.unwrap(),

@@ -11,10 +11,10 @@ use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::routing::{get, put};
 use axum::{Json, Router};
-use punctual::{GroupLimits, Limits, Rate};
-use serde::Deserialize;
+use punctual::GroupLimits;
 use serde_json::{json, Value};
 
+use super::limits::LimitsBody;
 use super::{body, topic_ok, St};
 use crate::admin::limits::limits_json;
 use crate::api::auth::Authorized;
@@ -29,35 +29,6 @@ pub(super) fn routes() -> Router<Arc<ApiState>> {
             "/topics/{topic}/group-limits/{group}",
             put(write_group).delete(clear_group),
         )
-}
-
-/// The body of a `PUT`: the limits to have (a field left out or null: none).
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct LimitsBody {
-    rate: Option<String>,
-    burst: Option<u32>,
-    max_running: Option<u32>,
-}
-
-impl LimitsBody {
-    fn limits(&self) -> ApiResult<Limits> {
-        let mut l = Limits::default();
-        if let Some(r) = &self.rate {
-            let r: Rate = r
-                .parse()
-                .map_err(|e: punctual::Error| ApiError::invalid(format!("rate: {e}")))?;
-            l = l.rate(r);
-        }
-        if let Some(n) = self.burst {
-            l = l.burst(n);
-        }
-        if let Some(n) = self.max_running {
-            l = l.max_running(n);
-        }
-        l.validate().map_err(|e| ApiError::invalid(e.to_string()))?;
-        Ok(l)
-    }
 }
 
 fn group_ok(group: &str) -> ApiResult<()> {
