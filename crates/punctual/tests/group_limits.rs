@@ -15,7 +15,7 @@ use punctual::{EnqueueOptions, GroupHold, Job, Limits, Outcome, Queue, Worker, W
 use punctual_testkit::{eventually, RedisCluster, RedisServer};
 use tokio_util::sync::CancellationToken;
 
-use crate::limits::{two_queues, two_workers};
+use crate::limits::{assert_bucket, two_queues, two_workers};
 use crate::util::{part, LONG_LEASE, TICK_ALL};
 use crate::worker::total_live;
 
@@ -133,18 +133,7 @@ async fn group_rate_holds_across_two_workers(queues: [Queue; 2]) {
     let mut t = starts["paced"].clone();
     t.sort();
     assert_eq!(t.len(), n);
-    // In every window [t_i, t_j], at most burst + rate * window claims.
-    for i in 0..t.len() {
-        for j in i..t.len() {
-            let window_s = (t[j] - t[i]) as f64 / 1000.0;
-            let allowed = burst as f64 + rate * window_s + 1e-6;
-            let claims = (j - i + 1) as f64;
-            assert!(
-                claims <= allowed,
-                "{claims} claims within {window_s} s: more than {allowed}"
-            );
-        }
-    }
+    assert_bucket(&t, burst as f64, rate);
     // 30 jobs at 20/s after a burst of 3 take about 1.35 s.
     assert!(t[n - 1] - t[0] >= 1300, "{} ms", t[n - 1] - t[0]);
     // The unlimited group went on meanwhile: all of it was claimed before
