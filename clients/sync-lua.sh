@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 
 # The scripts a producer needs. Keep in step with SCRIPTS in
 # crates/punctual-cli/tests/clients_lua.rs.
-SCRIPTS="enqueue get cancel reschedule"
+SCRIPTS="enqueue get cancel reschedule unfire"
 DIRS="clients/php/lua clients/python/punctual/lua clients/node/lua"
 
 cargo build --quiet --locked -p punctual-cli

@@ -144,13 +144,19 @@ class Producer {
     this.prefix = prefix;
     this.maxPayload = maxPayload;
     this.scripts = {};
-    for (const name of ['enqueue', 'get', 'cancel', 'reschedule']) {
+    for (const name of ['enqueue', 'get', 'cancel', 'reschedule', 'unfire']) {
       const source = fs.readFileSync(path.join(__dirname, '..', 'lua', `${name}.lua`));
       this.scripts[name] = { source, sha: crypto.createHash('sha1').update(source).digest('hex') };
     }
     this.registered = new Set();
     this.partitionCache = new Map();
-    this.schedules = new Schedules(client, prefix, maxPayload);
+    this.schedules = new Schedules(client, prefix, maxPayload, {
+      physicals: async (topic) => {
+        const k = await this.partitions(topic);
+        return Array.from({ length: k }, (_, i) => partitionName(topic, i, k));
+      },
+      unfire: async (physical, ids) => Number(await this.call('unfire', physical, ids, { fired: true })),
+    });
   }
 
   /** The nine keys of one topic (or partition `T#i`), in script order. */
@@ -158,9 +164,15 @@ class Producer {
     return KEYS.map((n) => `${this.prefix}:{${topic}}:${n}`);
   }
 
-  async call(name, topic, argv) {
+  /**
+   * EVALSHA of script `name` with the nine keys of `topic` (and, with
+   * `fired`, its tenth, P:{T}:fired).
+   */
+  async call(name, topic, argv, { fired = false } = {}) {
     const { source, sha } = this.scripts[name];
-    const options = { keys: this.keys(topic), arguments: argv.map((a) => (Buffer.isBuffer(a) ? a : String(a))) };
+    const keys = this.keys(topic);
+    if (fired) keys.push(`${this.prefix}:{${topic}}:fired`);
+    const options = { keys, arguments: argv.map((a) => (Buffer.isBuffer(a) ? a : String(a))) };
     try {
       try {
         return await this.client.evalSha(sha, options);

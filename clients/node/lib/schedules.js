@@ -6,11 +6,31 @@
 // the HASH P:{T}:schedules, each change followed by
 // PUBLISH P:{T}:schedules <name> so the firers look at once. It fires
 // nothing: every `punctual serve` runs a firer that enqueues the
-// occurrences, exactly once across hosts.
+// occurrences, exactly once across hosts, up to a minute ahead.
+//
+// A change takes the firers' lock (P:{T}:schedules:lock) as the Rust library
+// does, so no firer pass interleaves with it. Pause, remove and a change of
+// timing take back the occurrences fired ahead and not yet due with the
+// `unfire` script, and lower the watermark to now. The Rust library lists
+// them from the schedule's timing; a client has no cron parser, so it reads
+// them from P:{T}:fired (each partition's) instead: every occurrence fired
+// ahead was fired within the last minute, and its id `<name>@<ms>` names its
+// time.
 
 const { InvalidInput, MAX_DELAY_MS, encodeOptions, quote, validateTopic, wholeMs } = require('./validate');
 
+const crypto = require('node:crypto');
+
 const MAX_NAME_LEN = 100;
+const MAX_BATCH = 1000;
+// The firers' lock: held this long at most (SET NX PX), as the Rust library.
+const LOCK_MS = 10000;
+// How far back P:{T}:fired is read for occurrences fired ahead: a firer
+// enqueues an occurrence at most a minute (punctual::schedule::AHEAD) before
+// it; 5 minutes leave room for clocks of cluster nodes that differ.
+const FIRED_LOOKBACK_MS = 300000;
+const UNLOCK = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const MIN_EVERY_MS = 1000;
 const CATCH_UP = ['all', 'latest', 'skip', 'spread'];
 const FIELDS = ['cron', 'everyMs', 'tz', 'payload', 'maxAttempts', 'expireMs', 'timeoutMs', 'group', 'catchUp', 'spreadMs', 'paused'];
@@ -102,10 +122,70 @@ const parse = (name, raw) => {
 
 /** The schedule operations of a Producer (its schedule* methods). */
 class Schedules {
-  constructor(client, prefix, maxPayload) {
+  /**
+   * @param {{physicals: (topic: string) => Promise<string[]>,
+   *   unfire: (physical: string, ids: string[]) => Promise<number>}} producer
+   *   the partitions of a topic (or the topic), and the unfire script on one
+   */
+  constructor(client, prefix, maxPayload, producer) {
     this.client = client; // replies as strings
     this.prefix = prefix;
     this.maxPayload = maxPayload;
+    this.producer = producer;
+  }
+
+  /**
+   * Runs `change` holding the firers' lock of `topic` (waiting while a
+   * firer's pass or another change holds it), then releases it.
+   */
+  async locked(topic, change) {
+    const key = this.key(topic, ':lock');
+    const token = crypto.randomBytes(8).toString('hex');
+    const deadline = Date.now() + LOCK_MS + 2000;
+    while ((await this.client.set(key, token, { condition: 'NX', expiration: { type: 'PX', value: LOCK_MS } })) === null) {
+      if (Date.now() > deadline) {
+        throw new Error(`the schedules' lock ${key} stayed held for over ${LOCK_MS / 1000 + 2} s; try again`);
+      }
+      await sleep(20);
+    }
+    try {
+      return await change();
+    } finally {
+      await this.client.eval(UNLOCK, { keys: [key], arguments: [token] }).catch(() => {}); // else it expires
+    }
+  }
+
+  /**
+   * Under the lock: takes back the occurrences of `name` fired ahead (after
+   * now, up to its watermark) that are not due yet, with the unfire script,
+   * and lowers the watermark to now. Returns how many were taken back.
+   */
+  async takeBack(topic, name) {
+    const now = await this.nowMs();
+    const raw = await this.client.hGet(this.key(topic, ':last'), name);
+    if (raw == null || !/^[0-9]+$/.test(String(raw)) || Number(raw) <= now) return 0;
+    const wm = Number(raw);
+    const head = `${name}@`;
+    let removed = 0;
+    for (const physical of await this.producer.physicals(topic)) {
+      const fired = `${this.prefix}:{${physical}}:fired`;
+      const ids = [];
+      for (let offset = 0; ; offset += MAX_BATCH) {
+        const page = await this.client.zRangeByScore(fired, now - FIRED_LOOKBACK_MS, '+inf', {
+          LIMIT: { offset, count: MAX_BATCH },
+        });
+        for (const id of page.map(String)) {
+          const at = id.slice(head.length);
+          if (id.startsWith(head) && /^[0-9]+$/.test(at) && Number(at) > now && Number(at) <= wm) ids.push(id);
+        }
+        if (page.length < MAX_BATCH) break;
+      }
+      for (let i = 0; i < ids.length; i += MAX_BATCH) {
+        removed += await this.producer.unfire(physical, ids.slice(i, i + MAX_BATCH));
+      }
+    }
+    await this.client.hSet(this.key(topic, ':last'), name, String(now));
+    return removed;
   }
 
   key(topic, suffix = '') {
@@ -122,20 +202,26 @@ class Schedules {
     return raw == null ? null : parse(name, raw);
   }
 
-  async write(topic, s) {
+  async store(topic, s) {
     await this.client.hSet(this.key(topic), s.name, JSON.stringify(s));
-    await this.client.publish(this.key(topic), s.name);
   }
 
   async add(topic, name, spec = {}) {
     validateTopic(topic);
     validateName(name);
     const s = build(name, spec, this.maxPayload);
-    const old = await this.read(topic, name);
-    // A schedule written again keeps its creation time: the phase of an
-    // interval, and the start of its watermark.
-    s.created_ms = Number.isSafeInteger(old?.created_ms) ? old.created_ms : await this.nowMs();
-    await this.write(topic, s);
+    await this.locked(topic, async () => {
+      const old = await this.read(topic, name);
+      // A schedule written again keeps its creation time: the phase of an
+      // interval, and the start of its watermark. A new timing takes back
+      // what the old one fired ahead.
+      s.created_ms = Number.isSafeInteger(old?.created_ms) ? old.created_ms : await this.nowMs();
+      if (old !== null && ['cron', 'every_ms', 'tz'].some((f) => (old[f] ?? null) !== (s[f] ?? null))) {
+        await this.takeBack(topic, name);
+      }
+      await this.store(topic, s);
+    });
+    await this.client.publish(this.key(topic), name);
     return s;
   }
 
@@ -150,21 +236,31 @@ class Schedules {
   async setPaused(topic, name, paused) {
     validateTopic(topic);
     validateName(name);
-    const s = await this.read(topic, name);
-    if (s === null) return false;
-    if ('unreadable' in s) throw new InvalidInput(`schedule ${quote(name)} is not readable JSON; add it again`);
-    s.paused = paused;
-    await this.write(topic, s);
-    return true;
+    const found = await this.locked(topic, async () => {
+      const s = await this.read(topic, name);
+      if (s === null) return false;
+      if ('unreadable' in s) throw new InvalidInput(`schedule ${quote(name)} is not readable JSON; add it again`);
+      if (paused) await this.takeBack(topic, name);
+      s.paused = paused;
+      await this.store(topic, s);
+      return true;
+    });
+    if (found) await this.client.publish(this.key(topic), name);
+    return found;
   }
 
   async remove(topic, name) {
     validateTopic(topic);
     validateName(name);
-    if (Number(await this.client.hDel(this.key(topic), name)) === 0) return false;
-    await this.client.hDel(this.key(topic, ':last'), name);
-    await this.client.publish(this.key(topic), name);
-    return true;
+    const found = await this.locked(topic, async () => {
+      if (Number(await this.client.hExists(this.key(topic), name)) === 0) return false;
+      await this.takeBack(topic, name);
+      await this.client.hDel(this.key(topic), name);
+      await this.client.hDel(this.key(topic, ':last'), name);
+      return true;
+    });
+    if (found) await this.client.publish(this.key(topic), name);
+    return found;
   }
 }
 

@@ -197,6 +197,65 @@ test('scheduleList, schedulePause, scheduleResume, scheduleRemove', async () => 
   await l.close();
 });
 
+/**
+ * Enqueues occurrences as punctual's firer does: id `name@o`, due `a<o>`,
+ * through the enqueue script with the fired key; the watermark at the last.
+ */
+async function fire(p, prefix, topic, name, occurrences) {
+  const k = await p.partitions(topic);
+  for (const o of occurrences) {
+    const id = `${name}@${o}`;
+    const physical = k <= 1 ? topic : `${topic}#${punctual.partitionOf(id, k)}`;
+    await p.call('enqueue', physical, [65536, 0, 1, id, 'x', `a${o}`, '', ''], { fired: true });
+  }
+  await redis.hSet(`${prefix}:{${topic}}:schedules:last`, name, String(Math.max(...occurrences)));
+}
+
+/** The ids in every partition's P:{T}:fired. */
+async function firedIds(p, prefix, topic) {
+  const k = await p.partitions(topic);
+  const ids = [];
+  for (let i = 0; i < k; i++) {
+    ids.push(...(await redis.zRange(`${prefix}:{${k <= 1 ? topic : `${topic}#${i}`}}:fired`, 0, -1)));
+  }
+  return ids;
+}
+
+test('schedulePause and scheduleRemove take back the occurrences fired ahead', async () => {
+  const prefix = freshPrefix();
+  await redis.hSet(`${prefix}:partitions`, 'hot', '3');
+  const p = new punctual.Producer(redis, { prefix });
+  for (const topic of ['t', 'hot']) {
+    await p.scheduleAdd(topic, 's', { everyMs: 1000 });
+    await p.scheduleAdd(topic, 'other', { everyMs: 1000 });
+    const now = await redisNowMs();
+    const ahead = [0, 1, 2, 3, 4, 5].map((i) => now + 30000 + i * 1000);
+    await fire(p, prefix, topic, 's', [now - 5000, ...ahead]);
+    await fire(p, prefix, topic, 'other', ahead);
+    assert.equal(await p.schedulePause(topic, 's'), true);
+    for (const o of ahead) {
+      assert.equal(await p.get(topic, `s@${o}`), null, `${topic}: s@${o} taken back`);
+      assert.notEqual(await p.get(topic, `other@${o}`), null, `${topic}: other@${o} kept`);
+    }
+    assert.notEqual(await p.get(topic, `s@${now - 5000}`), null, 'already due: left alone');
+    const fired = await firedIds(p, prefix, topic);
+    assert.deepEqual(ahead.filter((o) => fired.includes(`s@${o}`)), [], 'taken back: may fire again');
+    assert.ok(fired.includes(`s@${now - 5000}`));
+    const wm = Number(await redis.hGet(`${prefix}:{${topic}}:schedules:last`, 's'));
+    assert.ok(wm >= now && wm < ahead[0], `watermark lowered to now: ${wm}`);
+    assert.equal(await p.scheduleResume(topic, 's'), true);
+    assert.equal(await p.scheduleRemove(topic, 'other'), true);
+    for (const o of ahead) assert.equal(await p.get(topic, `other@${o}`), null, `${topic}: other@${o} taken back`);
+    assert.equal(await redis.exists(`${prefix}:{${topic}}:schedules:lock`), 0);
+    // A new timing takes back what the old one fired ahead.
+    await fire(p, prefix, topic, 's', ahead.map((o) => o + 500));
+    await p.scheduleAdd(topic, 's', { everyMs: 1000 });
+    assert.notEqual(await p.get(topic, `s@${ahead[0] + 500}`), null, 'same timing: kept');
+    await p.scheduleAdd(topic, 's', { everyMs: 2000 });
+    assert.equal(await p.get(topic, `s@${ahead[0] + 500}`), null, 'new timing: taken back');
+  }
+});
+
 test('a partitioned topic keeps its schedules under the topic', async () => {
   const prefix = freshPrefix();
   await redis.hSet(`${prefix}:partitions`, 'hot', '3');

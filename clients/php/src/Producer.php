@@ -68,8 +68,13 @@ final class Producer
         return array_map(fn (string $n) => $this->prefix . ':{' . $topic . '}:' . $n, self::KEYS);
     }
 
-    /** @param list<string|int> $argv */
-    private function call(string $name, string $topic, array $argv): mixed
+    /**
+     * EVALSHA of script $name with the nine keys of $topic (and, with
+     * $fired, its tenth, P:{T}:fired).
+     *
+     * @param list<string|int> $argv
+     */
+    private function call(string $name, string $topic, array $argv, bool $fired = false): mixed
     {
         if (!isset($this->scripts[$name])) {
             $text = file_get_contents(__DIR__ . '/../lua/' . $name . '.lua');
@@ -79,12 +84,17 @@ final class Producer
             $this->scripts[$name] = [$text, sha1($text)];
         }
         [$text, $sha] = $this->scripts[$name];
-        $args = array_merge($this->keys($topic), array_map('strval', $argv));
-        $reply = $this->attempt(fn () => $this->redis->evalSha($sha, $args, 9));
+        $keys = $this->keys($topic);
+        if ($fired) {
+            $keys[] = $this->prefix . ':{' . $topic . '}:fired';
+        }
+        $args = array_merge($keys, array_map('strval', $argv));
+        $n = count($keys);
+        $reply = $this->attempt(fn () => $this->redis->evalSha($sha, $args, $n));
         if ($reply instanceof \Throwable && str_starts_with($reply->getMessage(), 'NOSCRIPT')) {
             // Empty script cache (restart, failover, SCRIPT FLUSH): EVAL runs
             // the text and caches it on the node that holds the keys.
-            $reply = $this->attempt(fn () => $this->redis->eval($text, $args, 9));
+            $reply = $this->attempt(fn () => $this->redis->eval($text, $args, $n));
         }
         if ($reply instanceof \Throwable) {
             if (str_starts_with($reply->getMessage(), 'PUNCTUAL_INVALID ')) {
@@ -412,7 +422,28 @@ final class Producer
 
     private function schedules(): Schedules
     {
-        return $this->schedules ??= new Schedules($this->redis, $this->prefix, $this->maxPayload);
+        return $this->schedules ??= new Schedules(
+            $this->redis,
+            $this->prefix,
+            $this->maxPayload,
+            fn (string $topic): array => array_map(
+                fn (int $i) => self::partitionName($topic, $i, $this->partitions($topic)),
+                range(0, $this->partitions($topic) - 1),
+            ),
+            fn (string $physical, array $ids): int => (int) $this->call('unfire', $physical, $ids, true),
+        );
+    }
+
+    /**
+     * For tests: runs script $name with the nine keys of $physical and its
+     * fired key, as punctual's schedule firer does.
+     *
+     * @internal
+     * @param list<string|int> $argv
+     */
+    public function callFired(string $name, string $physical, array $argv): mixed
+    {
+        return $this->call($name, $physical, $argv, true);
     }
 
     /**

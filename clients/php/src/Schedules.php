@@ -13,7 +13,16 @@ namespace Punctual;
  * the HASH P:{T}:schedules, each change followed by
  * PUBLISH P:{T}:schedules <name> so the firers look at once. It fires
  * nothing: every `punctual serve` runs a firer that enqueues the
- * occurrences, exactly once across hosts.
+ * occurrences, exactly once across hosts, up to a minute ahead.
+ *
+ * A change takes the firers' lock (P:{T}:schedules:lock) as the Rust library
+ * does, so no firer pass interleaves with it. Pause, remove and a change of
+ * timing take back the occurrences fired ahead and not yet due with the
+ * `unfire` script, and lower the watermark to now. The Rust library lists
+ * them from the schedule's timing; a client has no cron parser, so it reads
+ * them from P:{T}:fired (each partition's) instead: every occurrence fired
+ * ahead was fired within the last minute, and its id `<name>@<ms>` names
+ * its time.
  *
  * @internal
  */
@@ -24,11 +33,26 @@ final class Schedules
     private const CATCH_UP = ['all', 'latest', 'skip', 'spread'];
     private const FIELDS = ['cron', 'every_ms', 'tz', 'payload', 'max_attempts', 'expire_ms', 'timeout_ms', 'group', 'catch_up', 'spread_ms', 'paused'];
     private const JSON = JSON_UNESCAPED_SLASHES | JSON_UNESCAPED_UNICODE | JSON_THROW_ON_ERROR;
+    /** The firers' lock: held this long at most (SET NX PX), as the Rust library. */
+    private const LOCK_MS = 10000;
+    /**
+     * How far back P:{T}:fired is read for occurrences fired ahead: a firer
+     * enqueues an occurrence at most a minute (punctual::schedule::AHEAD)
+     * before it; 5 minutes leave room for clocks of cluster nodes that differ.
+     */
+    private const FIRED_LOOKBACK_MS = 300000;
+    private const UNLOCK = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
 
+    /**
+     * @param \Closure(string): list<string> $physicals the partitions of a topic (or the topic)
+     * @param \Closure(string, list<string>): int $unfire the unfire script on one of them
+     */
     public function __construct(
         private readonly \Redis|\RedisCluster $redis,
         private readonly string $prefix,
         private readonly int $maxPayload,
+        private readonly \Closure $physicals,
+        private readonly \Closure $unfire,
     ) {
     }
 
@@ -156,10 +180,73 @@ final class Schedules
     }
 
     /** @param array<string, mixed> $s */
-    private function write(string $topic, array $s): void
+    private function store(string $topic, array $s): void
     {
         $this->redis->hSet($this->key($topic), $s['name'], json_encode($s, self::JSON));
-        $this->redis->publish($this->key($topic), $s['name']);
+    }
+
+    /**
+     * Runs $change holding the firers' lock of $topic (waiting while a
+     * firer's pass or another change holds it), then releases it.
+     */
+    private function locked(string $topic, callable $change): mixed
+    {
+        $key = $this->key($topic, ':lock');
+        $token = bin2hex(random_bytes(8));
+        $deadline = microtime(true) + (self::LOCK_MS + 2000) / 1000;
+        while (!$this->redis->set($key, $token, ['nx', 'px' => self::LOCK_MS])) {
+            if (microtime(true) > $deadline) {
+                throw new \RuntimeException(sprintf("the schedules' lock %s stayed held for over %d s; try again", $key, intdiv(self::LOCK_MS, 1000) + 2));
+            }
+            usleep(20000);
+        }
+        try {
+            return $change();
+        } finally {
+            try {
+                $this->redis->eval(self::UNLOCK, [$key, $token], 1);
+            } catch (\RedisException) {
+                // it expires by itself
+            }
+        }
+    }
+
+    /**
+     * Under the lock: takes back the occurrences of $name fired ahead (after
+     * now, up to its watermark) that are not due yet, with the unfire script,
+     * and lowers the watermark to now. Returns how many were taken back.
+     */
+    private function takeBack(string $topic, string $name): int
+    {
+        $now = $this->nowMs($topic);
+        $wm = $this->redis->hGet($this->key($topic, ':last'), $name);
+        if (!is_string($wm) || !ctype_digit($wm) || (int) $wm <= $now) {
+            return 0;
+        }
+        $wm = (int) $wm;
+        $head = $name . '@';
+        $removed = 0;
+        foreach (($this->physicals)($topic) as $physical) {
+            $fired = $this->prefix . ':{' . $physical . '}:fired';
+            $ids = [];
+            for ($offset = 0; ; $offset += Producer::MAX_BATCH) {
+                $page = $this->redis->zRangeByScore($fired, (string) ($now - self::FIRED_LOOKBACK_MS), '+inf', ['limit' => [$offset, Producer::MAX_BATCH]]) ?: [];
+                foreach ($page as $id) {
+                    $at = substr((string) $id, strlen($head));
+                    if (str_starts_with((string) $id, $head) && ctype_digit($at) && (int) $at > $now && (int) $at <= $wm) {
+                        $ids[] = (string) $id;
+                    }
+                }
+                if (count($page) < Producer::MAX_BATCH) {
+                    break;
+                }
+            }
+            foreach (array_chunk($ids, Producer::MAX_BATCH) as $chunk) {
+                $removed += ($this->unfire)($physical, $chunk);
+            }
+        }
+        $this->redis->hSet($this->key($topic, ':last'), $name, (string) $now);
+        return $removed;
     }
 
     /**
@@ -171,11 +258,23 @@ final class Schedules
         Validate::topic($topic);
         self::name($name);
         $s = self::build($name, $spec, $this->maxPayload);
-        $old = $this->read($topic, $name);
-        // A schedule written again keeps its creation time: the phase of an
-        // interval, and the start of its watermark.
-        $s['created_ms'] = is_int($old['created_ms'] ?? null) ? $old['created_ms'] : $this->nowMs($topic);
-        $this->write($topic, $s);
+        $this->locked($topic, function () use ($topic, $name, &$s) {
+            $old = $this->read($topic, $name);
+            // A schedule written again keeps its creation time: the phase of
+            // an interval, and the start of its watermark. A new timing takes
+            // back what the old one fired ahead.
+            $s['created_ms'] = is_int($old['created_ms'] ?? null) ? $old['created_ms'] : $this->nowMs($topic);
+            if ($old !== null) {
+                foreach (['cron', 'every_ms', 'tz'] as $f) {
+                    if (($old[$f] ?? null) !== ($s[$f] ?? null)) {
+                        $this->takeBack($topic, $name);
+                        break;
+                    }
+                }
+            }
+            $this->store($topic, $s);
+        });
+        $this->redis->publish($this->key($topic), $name);
         return $s;
     }
 
@@ -195,27 +294,43 @@ final class Schedules
     {
         Validate::topic($topic);
         self::name($name);
-        $s = $this->read($topic, $name);
-        if ($s === null) {
-            return false;
+        $found = $this->locked($topic, function () use ($topic, $name, $paused): bool {
+            $s = $this->read($topic, $name);
+            if ($s === null) {
+                return false;
+            }
+            if (isset($s['unreadable'])) {
+                throw new InvalidInput(sprintf('schedule %s is not readable JSON; add it again', Validate::quote($name)));
+            }
+            if ($paused) {
+                $this->takeBack($topic, $name);
+            }
+            $s['paused'] = $paused;
+            $this->store($topic, $s);
+            return true;
+        });
+        if ($found) {
+            $this->redis->publish($this->key($topic), $name);
         }
-        if (isset($s['unreadable'])) {
-            throw new InvalidInput(sprintf('schedule %s is not readable JSON; add it again', Validate::quote($name)));
-        }
-        $s['paused'] = $paused;
-        $this->write($topic, $s);
-        return true;
+        return $found;
     }
 
     public function remove(string $topic, string $name): bool
     {
         Validate::topic($topic);
         self::name($name);
-        if ((int) $this->redis->hDel($this->key($topic), $name) === 0) {
-            return false;
+        $found = $this->locked($topic, function () use ($topic, $name): bool {
+            if (!$this->redis->hExists($this->key($topic), $name)) {
+                return false;
+            }
+            $this->takeBack($topic, $name);
+            $this->redis->hDel($this->key($topic), $name);
+            $this->redis->hDel($this->key($topic, ':last'), $name);
+            return true;
+        });
+        if ($found) {
+            $this->redis->publish($this->key($topic), $name);
         }
-        $this->redis->hDel($this->key($topic, ':last'), $name);
-        $this->redis->publish($this->key($topic), $name);
-        return true;
+        return $found;
     }
 }

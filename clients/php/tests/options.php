@@ -225,6 +225,74 @@ $tests['scheduleList, schedulePause, scheduleResume, scheduleRemove'] = function
     check($threw, 'a bad topic is refused');
 };
 
+/**
+ * Enqueues occurrences as punctual's firer does: id "name@o", due "a<o>",
+ * through the enqueue script with the fired key; the watermark at the last.
+ *
+ * @param list<int> $occurrences
+ */
+function fire(Redis $r, Producer $p, string $prefix, string $topic, string $name, array $occurrences): void
+{
+    $k = $p->partitions($topic);
+    foreach ($occurrences as $o) {
+        $id = "$name@$o";
+        $physical = $k <= 1 ? $topic : $topic . '#' . Producer::partitionOf($id, $k);
+        $p->callFired('enqueue', $physical, [65536, 0, 1, $id, 'x', "a$o", '', '']);
+    }
+    $r->hSet("$prefix:{" . $topic . '}:schedules:last', $name, (string) max($occurrences));
+}
+
+/** @return list<string> the ids in every partition's P:{T}:fired */
+function fired(Redis $r, Producer $p, string $prefix, string $topic): array
+{
+    $k = $p->partitions($topic);
+    $ids = [];
+    for ($i = 0; $i < $k; $i++) {
+        $physical = $k <= 1 ? $topic : "$topic#$i";
+        $ids = array_merge($ids, $r->zRange("$prefix:{" . $physical . '}:fired', 0, -1));
+    }
+    return $ids;
+}
+
+$tests['schedulePause and scheduleRemove take back the occurrences fired ahead'] = function (Redis $r): void {
+    $prefix = fresh_prefix();
+    $r->hSet("$prefix:partitions", 'hot', '3');
+    $p = new Producer($r, $prefix);
+    foreach (['t', 'hot'] as $topic) {
+        $p->scheduleAdd($topic, 's', ['every_ms' => 1000]);
+        $p->scheduleAdd($topic, 'other', ['every_ms' => 1000]);
+        $now = redis_now_ms($r);
+        $ahead = array_map(fn (int $i) => $now + 30000 + $i * 1000, range(0, 5));
+        fire($r, $p, $prefix, $topic, 's', array_merge([$now - 5000], $ahead));
+        fire($r, $p, $prefix, $topic, 'other', $ahead);
+        same(true, $p->schedulePause($topic, 's'));
+        foreach ($ahead as $o) {
+            same(null, $p->get($topic, "s@$o"), "$topic: s@$o taken back");
+            check($p->get($topic, "other@$o") !== null, "$topic: other@$o kept");
+        }
+        check($p->get($topic, 's@' . ($now - 5000)) !== null, 'already due: left alone');
+        $fired = fired($r, $p, $prefix, $topic);
+        foreach ($ahead as $o) {
+            check(!in_array("s@$o", $fired, true), "s@$o left P:{T}:fired: it may fire again");
+        }
+        check(in_array('s@' . ($now - 5000), $fired, true), 'the due one stays in P:{T}:fired');
+        $wm = (int) $r->hGet("$prefix:{" . $topic . '}:schedules:last', 's');
+        check($wm >= $now && $wm < $ahead[0], "watermark lowered to now: $wm");
+        same(true, $p->scheduleResume($topic, 's'));
+        same(true, $p->scheduleRemove($topic, 'other'));
+        foreach ($ahead as $o) {
+            same(null, $p->get($topic, "other@$o"), "$topic: other@$o taken back");
+        }
+        same(0, $r->exists("$prefix:{" . $topic . '}:schedules:lock'));
+        // A new timing takes back what the old one fired ahead.
+        fire($r, $p, $prefix, $topic, 's', array_map(fn (int $o) => $o + 500, $ahead));
+        $p->scheduleAdd($topic, 's', ['every_ms' => 1000]);
+        check($p->get($topic, 's@' . ($ahead[0] + 500)) !== null, 'same timing: kept');
+        $p->scheduleAdd($topic, 's', ['every_ms' => 2000]);
+        same(null, $p->get($topic, 's@' . ($ahead[0] + 500)), 'new timing: taken back');
+    }
+};
+
 $tests['a partitioned topic keeps its schedules under the topic'] = function (Redis $r): void {
     $prefix = fresh_prefix();
     $r->hSet("$prefix:partitions", 'hot', '3');

@@ -440,7 +440,7 @@ class Producer:
         self.client = client
         self.prefix = prefix
         self.max_payload = max_payload
-        self._scripts = {n: _Script(n) for n in ("enqueue", "get", "cancel", "reschedule")}
+        self._scripts = {n: _Script(n) for n in ("enqueue", "get", "cancel", "reschedule", "unfire")}
         self._registered: set = set()
         self._partitions: dict = {}
         from .schedules import Schedules
@@ -452,9 +452,13 @@ class Producer:
         """The nine keys of one topic (or partition ``T#i``), in script order."""
         return [f"{self.prefix}:{{{topic}}}:{n}" for n in _KEYS]
 
-    def _call(self, name: str, topic: str, *argv):
+    def _call(self, name: str, topic: str, *argv, fired: bool = False):
+        """EVALSHA of script ``name`` with the nine keys of ``topic`` (and,
+        with ``fired``, its tenth, ``P:{T}:fired``)."""
         script = self._scripts[name]
         keys = self.keys(topic)
+        if fired:
+            keys.append(f"{self.prefix}:{{{topic}}}:fired")
         try:
             try:
                 return self.client.evalsha(script.sha, len(keys), *keys, *argv)

@@ -5,25 +5,47 @@ A client only writes and reads the definitions: a JSON object per name in
 the HASH ``P:{T}:schedules``, each change followed by ``PUBLISH
 P:{T}:schedules <name>`` so the firers look at once. It fires nothing: every
 ``punctual serve`` (every Scheduler of the topic) runs a firer that enqueues
-the occurrences, exactly once across hosts.
+the occurrences, exactly once across hosts, up to a minute ahead.
+
+A change takes the firers' lock (``P:{T}:schedules:lock``) as the Rust
+library does, so no firer pass interleaves with it. Pause, remove and a
+change of timing take back the occurrences fired ahead and not yet due with
+the ``unfire`` script, and lower the watermark to now. The Rust library
+lists them from the schedule's timing; a client has no cron parser, so it
+reads them from ``P:{T}:fired`` (each partition's) instead: every
+occurrence fired ahead was fired within the last minute, and its id
+``<name>@<ms>`` names its time.
 """
 
 from __future__ import annotations
 
 import json
+import secrets
+import time
 from typing import Any, Optional
 
+import redis
+
 from .producer import (
+    MAX_BATCH,
     MAX_DELAY_MS,
     InvalidInput,
     _duration_ms,
     _text,
     debug_quote,
     encode_options,
+    partition_name,
     validate_topic,
 )
 
 MAX_NAME_LEN = 100
+# The firers' lock: held this long at most (SET NX PX), as the Rust library.
+LOCK_MS = 10_000
+# How far back P:{T}:fired is read for occurrences fired ahead: a firer
+# enqueues an occurrence at most a minute (punctual::schedule::AHEAD) before
+# it, so 5 minutes leave room for clocks of cluster nodes that differ.
+FIRED_LOOKBACK_MS = 300_000
+_UNLOCK = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
 MIN_EVERY_MS = 1000
 CATCH_UP = ("all", "latest", "skip", "spread")
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
@@ -116,6 +138,57 @@ class Schedules:
     def _publish(self, topic: str, name: str) -> None:
         self.p.client.publish(self.key(topic), name)
 
+    def _lock(self, topic: str):
+        """Takes the firers' lock of ``topic``, waiting while a firer's pass
+        (or another change) holds it."""
+        key, token = self.key(topic, ":lock"), secrets.token_hex(8)
+        deadline = time.monotonic() + (LOCK_MS + 2000) / 1000
+        while not self.p.client.set(key, token, nx=True, px=LOCK_MS):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the schedules' lock {key} stayed held for over {LOCK_MS // 1000 + 2} s; try again")
+            time.sleep(0.02)
+        return key, token
+
+    def _unlock(self, lock) -> None:
+        try:
+            self.p.client.eval(_UNLOCK, 1, *lock)
+        except redis.exceptions.RedisError:
+            pass  # it expires by itself
+
+    def _take_back(self, topic: str, name: str) -> int:
+        """Under the lock: takes back the occurrences of ``name`` fired ahead
+        (after now, up to its watermark) that are not due yet, with the
+        ``unfire`` script, and lowers the watermark to now. Returns how many
+        were taken back."""
+        now = self._now_ms()
+        wm = self.p.client.hget(self.key(topic, ":last"), name)
+        try:
+            wm = int(wm)
+        except (TypeError, ValueError):
+            return 0
+        if wm <= now:
+            return 0
+        k = self.p.partitions(topic)
+        head, removed = name + "@", 0
+        for physical in [partition_name(topic, i, k) for i in range(k)]:
+            fired = f"{self.p.prefix}:{{{physical}}}:fired"
+            ids, offset = [], 0
+            while True:
+                page = self.p.client.zrangebyscore(fired, now - FIRED_LOOKBACK_MS, "+inf",
+                                                   start=offset, num=MAX_BATCH)
+                for raw in page:
+                    job_id = _text(raw)
+                    at = job_id[len(head):]
+                    if job_id.startswith(head) and at.isdigit() and now < int(at) <= wm:
+                        ids.append(job_id)
+                if len(page) < MAX_BATCH:
+                    break
+                offset += MAX_BATCH
+            for s in range(0, len(ids), MAX_BATCH):
+                removed += int(self.p._call("unfire", physical, *ids[s:s + MAX_BATCH], fired=True))
+        self.p.client.hset(self.key(topic, ":last"), name, now)
+        return removed
+
     def _read(self, topic: str, name: str) -> Optional[dict]:
         raw = self.p.client.hget(self.key(topic), name)
         if raw is None:
@@ -135,12 +208,19 @@ class Schedules:
         s = build(name, cron=cron, every_ms=every_ms, tz=tz, payload=payload, options=options,
                   catch_up=catch_up, spread_ms=spread_ms, paused=paused, created_ms=0,
                   max_payload=self.p.max_payload)
-        old = self._read(topic, name)
-        created = old.get("created_ms") if old else None
-        # A schedule written again keeps its creation time: the phase of an
-        # interval, and the start of its watermark.
-        s["created_ms"] = created if isinstance(created, int) and not isinstance(created, bool) else self._now_ms()
-        self.p.client.hset(self.key(topic), name, json.dumps(s, separators=(",", ":"), ensure_ascii=False))
+        lock = self._lock(topic)
+        try:
+            old = self._read(topic, name)
+            created = old.get("created_ms") if old else None
+            # A schedule written again keeps its creation time: the phase of
+            # an interval, and the start of its watermark. A new timing takes
+            # back what the old one fired ahead.
+            s["created_ms"] = created if isinstance(created, int) and not isinstance(created, bool) else self._now_ms()
+            if old and any(old.get(f) != s.get(f) for f in ("cron", "every_ms", "tz")):
+                self._take_back(topic, name)
+            self.p.client.hset(self.key(topic), name, json.dumps(s, separators=(",", ":"), ensure_ascii=False))
+        finally:
+            self._unlock(lock)
         self._publish(topic, name)
         return s
 
@@ -160,21 +240,33 @@ class Schedules:
     def set_paused(self, topic: str, name: str, paused: bool) -> bool:
         validate_topic(topic)
         validate_name(name)
-        s = self._read(topic, name)
-        if s is None:
-            return False
-        if "unreadable" in s:
-            raise InvalidInput(f"schedule {debug_quote(name)} is not readable JSON; add it again")
-        s["paused"] = paused
-        self.p.client.hset(self.key(topic), name, json.dumps(s, separators=(",", ":"), ensure_ascii=False))
+        lock = self._lock(topic)
+        try:
+            s = self._read(topic, name)
+            if s is None:
+                return False
+            if "unreadable" in s:
+                raise InvalidInput(f"schedule {debug_quote(name)} is not readable JSON; add it again")
+            if paused:
+                self._take_back(topic, name)
+            s["paused"] = paused
+            self.p.client.hset(self.key(topic), name, json.dumps(s, separators=(",", ":"), ensure_ascii=False))
+        finally:
+            self._unlock(lock)
         self._publish(topic, name)
         return True
 
     def remove(self, topic: str, name: str) -> bool:
         validate_topic(topic)
         validate_name(name)
-        if not self.p.client.hdel(self.key(topic), name):
-            return False
-        self.p.client.hdel(self.key(topic, ":last"), name)
+        lock = self._lock(topic)
+        try:
+            if not self.p.client.hexists(self.key(topic), name):
+                return False
+            self._take_back(topic, name)
+            self.p.client.hdel(self.key(topic), name)
+            self.p.client.hdel(self.key(topic, ":last"), name)
+        finally:
+            self._unlock(lock)
         self._publish(topic, name)
         return True

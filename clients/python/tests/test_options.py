@@ -198,6 +198,55 @@ class OptionsTest(unittest.TestCase):
         with self.assertRaises(punctual.InvalidInput):
             self.p.schedule_pause("t{x}", "a")
 
+    def fire(self, topic, name, occurrences):
+        """Enqueues occurrences as punctual's firer does: id ``name@o``, due
+        ``a<o>``, through the enqueue script with the fired key; the
+        watermark at the last."""
+        k = self.p.partitions(topic)
+        for o in occurrences:
+            job_id = f"{name}@{o}"
+            physical = punctual.producer.partition_name(topic, punctual.partition_of(job_id, k), k)
+            self.p._call("enqueue", physical, 65536, 0, 1, job_id, "x", f"a{o}", "", "", fired=True)
+        self.r.hset(f"{self.prefix}:{{{topic}}}:schedules:last", name, max(occurrences))
+
+    def fired(self, topic):
+        k = self.p.partitions(topic)
+        return {m.decode() for i in range(k)
+                for m in self.r.zrange(f"{self.prefix}:{{{punctual.producer.partition_name(topic, i, k)}}}:fired", 0, -1)}
+
+    def test_pause_and_remove_take_back_the_occurrences_fired_ahead(self):
+        self.r.hset(self.prefix + ":partitions", "hot", "3")
+        for topic in ("t", "hot"):
+            self.p.schedule_add(topic, "s", every_ms=1000)
+            self.p.schedule_add(topic, "other", every_ms=1000)
+            now = self.redis_now_ms()
+            ahead = [now + 30_000 + i * 1000 for i in range(6)]
+            self.fire(topic, "s", [now - 5000] + ahead)
+            self.fire(topic, "other", ahead)
+            self.assertTrue(self.p.schedule_pause(topic, "s"))
+            for o in ahead:
+                self.assertIsNone(self.p.get(topic, f"s@{o}"), topic)
+                self.assertIsNotNone(self.p.get(topic, f"other@{o}"), topic)
+            # Already due: left alone (it may be running).
+            self.assertIsNotNone(self.p.get(topic, f"s@{now - 5000}"))
+            fired = self.fired(topic)
+            self.assertFalse([o for o in ahead if f"s@{o}" in fired], "taken back: may fire again")
+            self.assertIn(f"s@{now - 5000}", fired)
+            wm = int(self.r.hget(f"{self.prefix}:{{{topic}}}:schedules:last", "s"))
+            self.assertTrue(now <= wm < ahead[0], (now, wm))
+            # Remove takes back too; a resume does not.
+            self.assertTrue(self.p.schedule_resume(topic, "s"))
+            self.assertTrue(self.p.schedule_remove(topic, "other"))
+            for o in ahead:
+                self.assertIsNone(self.p.get(topic, f"other@{o}"), topic)
+            self.assertFalse(self.r.exists(f"{self.prefix}:{{{topic}}}:schedules:lock"))
+            # A new timing takes back what the old one fired ahead.
+            self.fire(topic, "s", [o + 500 for o in ahead])
+            self.p.schedule_add(topic, "s", every_ms=1000)
+            self.assertIsNotNone(self.p.get(topic, f"s@{ahead[0] + 500}"), "same timing: kept")
+            self.p.schedule_add(topic, "s", every_ms=2000)
+            self.assertIsNone(self.p.get(topic, f"s@{ahead[0] + 500}"), "new timing: taken back")
+
     def test_a_partitioned_topic_keeps_its_schedules_under_the_topic(self):
         self.r.hset(self.prefix + ":partitions", "hot", "3")
         self.p.schedule_add("hot", "s", every_ms=60_000)

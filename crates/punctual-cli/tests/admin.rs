@@ -736,10 +736,25 @@ async fn delete_topic_is_refused_while_any_job_exists_and_then_removes_every_key
             .collect()
     };
     make_dead(&q, "orders", &["d".to_string()]).await;
+    // A schedule, with the record of an occurrence it fired (as a firer
+    // leaves it in P:{T}:fired once the job ran).
+    q.schedule_put(
+        "orders",
+        punctual::schedule::Schedule::every("sweep", Duration::from_secs(3600)),
+    )
+    .await
+    .unwrap();
+    server
+        .cli(&["ZADD", "punctual:{orders}:fired", "1", "sweep@1"])
+        .unwrap();
     let out = punctual(&["--redis", &url, "topic", "delete", "orders"], &[]);
     assert_eq!(out.code, 1, "{out:?}");
     assert!(out.stderr.contains("1 job"), "{out:?}");
     assert!(!keys("punctual:{orders}:*").is_empty());
+    assert!(
+        q.schedule("orders", "sweep").await.unwrap().is_some(),
+        "a refused deletion keeps the schedules"
+    );
     q.dead_purge("orders", punctual::DeadSelector::All)
         .await
         .unwrap();
@@ -749,7 +764,16 @@ async fn delete_topic_is_refused_while_any_job_exists_and_then_removes_every_key
     )
     .ok();
     assert_eq!(out.json()["deleted"], true, "{out:?}");
+    assert_eq!(out.json()["schedules"], json!(["sweep"]), "{out:?}");
+    // Every key: the schedules, their watermarks and lock, fired too.
     assert_eq!(keys("punctual:{orders}:*"), Vec::<String>::new());
+    let audit = punctual(&["--redis", &url, "audit", "--json"], &[]).ok();
+    let entry = audit.json()[0].clone();
+    assert_eq!(
+        (entry["action"].clone(), entry["detail"].clone()),
+        (json!("topic.delete"), json!({"schedules": ["sweep"]})),
+        "{audit:?}"
+    );
     assert_eq!(
         server
             .cli(&["SISMEMBER", "punctual:topics", "orders"])
@@ -765,12 +789,29 @@ async fn delete_topic_is_refused_while_any_job_exists_and_then_removes_every_key
     // keys and the partition count go.
     q.set_partitions("parted", 3).await.unwrap();
     push_later(&q, "parted", &["p:1".to_string()]).await;
+    q.schedule_put(
+        "parted",
+        punctual::schedule::Schedule::every("sweep", Duration::from_secs(3600)),
+    )
+    .await
+    .unwrap();
+    for i in 0..3 {
+        server
+            .cli(&[
+                "ZADD",
+                &format!("punctual:{{parted#{i}}}:fired"),
+                "1",
+                "sweep@1",
+            ])
+            .unwrap();
+    }
     let api = Server::api(&url, Some(TOKEN), &[]).await;
     let (status, body) = api.authed("DELETE", "/api/v1/topics/parted", None).await;
     assert_eq!(status, 409, "{body}");
     q.cancel("parted", "p:1").await.unwrap();
     let (status, body) = api.authed("DELETE", "/api/v1/topics/parted", None).await;
     assert_eq!(status, 200, "{body}");
+    assert_eq!(body["schedules"], json!(["sweep"]), "{body}");
     assert_eq!(keys("punctual:{parted*"), Vec::<String>::new());
     assert_eq!(
         server

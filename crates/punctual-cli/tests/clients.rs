@@ -14,7 +14,8 @@
 //! - schedules written by each client (`clients/*/tests/e2e_schedule.*`) on a
 //!   Redis Cluster, and fired by `punctual serve`; per-job options enqueued
 //!   through each client reaching serve (these two need the `sched` and
-//!   `opts` work merged).
+//!   `opts` work merged); schedule pause and remove through each client
+//!   taking back what a real firer fired ahead.
 //!
 //! A missing interpreter or Redis client skips that language with a loud
 //! message, unless the environment variable `CI` is set: then it fails
@@ -813,6 +814,90 @@ fn schedules_from_the_clients_on_a_redis_cluster() {
     for (name, s) in &written[1..] {
         assert_eq!(s, &written[0].1, "{name} and {} differ", written[0].0);
     }
+}
+
+/// Pause, resume and remove through each client against a real firer (a
+/// Rust `Scheduler`) on a partitioned topic: pause and remove take back
+/// every occurrence fired ahead and not yet due (the `unfire` script, as
+/// `punctual schedule pause|rm` does), resume fires them again. `seeds`:
+/// the cluster's seed URLs ("" for a single Redis at `url`).
+async fn take_back_through_the_clients(url: &str, seeds: &str) {
+    let langs: Vec<Lang> = [Lang::Php, Lang::Python, Lang::Node]
+        .into_iter()
+        .filter(|l| l.available())
+        .collect();
+    let q = Queue::connect(if seeds.is_empty() { url } else { seeds })
+        .await
+        .unwrap();
+    for lang in langs {
+        let topic = format!("takeback-{}", lang.name());
+        q.set_partitions(&topic, 3).await.unwrap();
+        let op = |kind: &str| json!({"op": kind, "name": "tick"});
+        let add =
+            json!({"op": "add", "name": "tick", "spec": {"every_ms": 1000, "catch_up": "skip"}});
+        schedule_ops(lang, url, seeds, &topic, &[add]);
+        let stop = tokio_util::sync::CancellationToken::new();
+        let firer = punctual::Scheduler::new(q.clone(), punctual::SchedulerConfig::default())
+            .topic(topic.clone());
+        let firer = tokio::spawn(firer.run(stop.clone().cancelled_owned()));
+        // The occurrences waiting in the pool, not yet due.
+        let ahead = async || {
+            let now = q.redis_now_ms().await.unwrap();
+            q.peek(&topic, State::Pool, 1000)
+                .await
+                .unwrap()
+                .into_iter()
+                .filter(|l| l.id.starts_with("tick@") && l.at_ms > now)
+                .count()
+        };
+        eventually(Duration::from_secs(20), "fired ahead", async || {
+            ahead().await >= 55
+        })
+        .await;
+        assert_eq!(
+            schedule_ops(lang, url, seeds, &topic, &[op("pause")]),
+            [json!(true)]
+        );
+        assert_eq!(
+            ahead().await,
+            0,
+            "{}: pause took back what was not due",
+            lang.name()
+        );
+        assert_eq!(
+            schedule_ops(lang, url, seeds, &topic, &[op("resume")]),
+            [json!(true)]
+        );
+        eventually(Duration::from_secs(20), "fired ahead again", async || {
+            ahead().await >= 55
+        })
+        .await;
+        assert_eq!(
+            schedule_ops(lang, url, seeds, &topic, &[op("remove")]),
+            [json!(true)]
+        );
+        assert_eq!(
+            ahead().await,
+            0,
+            "{}: remove took back what was not due",
+            lang.name()
+        );
+        assert!(q.schedule(&topic, "tick").await.unwrap().is_none());
+        stop.cancel();
+        firer.await.unwrap().unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn schedule_pause_and_remove_from_the_clients_take_back_what_was_fired_ahead() {
+    let server = RedisServer::start();
+    take_back_through_the_clients(&server.url(), "").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn schedule_pause_and_remove_from_the_clients_take_back_on_a_redis_cluster() {
+    let cluster = RedisCluster::start();
+    take_back_through_the_clients(&cluster.node(1).url(), &cluster.seed_urls()).await;
 }
 
 /// Schedules written by each client are fired by `punctual serve` (the

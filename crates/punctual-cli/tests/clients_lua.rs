@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 /// The scripts each client uses. Keep in step with SCRIPTS in
 /// `clients/sync-lua.sh`.
-const SCRIPTS: &[&str] = &["enqueue", "get", "cancel", "reschedule"];
+const SCRIPTS: &[&str] = &["enqueue", "get", "cancel", "reschedule", "unfire"];
 
 /// Where each client keeps its copies.
 const DIRS: &[&str] = &[

@@ -3,7 +3,9 @@
 //! WebDriver HTTP API: the page loads, its counts follow jobs pushed by a
 //! producer without a reload, the Replay button replays a dead job, a
 //! screenshot is saved to `target/test-artifacts/dashboard.png`, and the
-//! dashboard of `punctual serve` shows its resident handlers.
+//! dashboard of `punctual serve` shows its resident handlers; the schedules
+//! panel (listing, pause and resume) and the "limited" marker of a topic
+//! held back by its limits.
 
 mod support;
 
@@ -713,6 +715,166 @@ async fn the_audit_panel_shows_who_changed_what() {
             |t| t == "1",
         )
         .await;
+    browser.quit().await;
+}
+
+/// The schedules panel lists a topic's schedules (timing, catch-up, next
+/// occurrence) and pauses and resumes one with its button; a topic whose
+/// ready jobs a limit holds back is marked in the topics table, with its
+/// limits in the tooltip.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_shows_schedules_and_marks_a_limited_topic() {
+    use punctual::schedule::{CatchUp, Schedule};
+    let redis = RedisServer::start();
+    let q = Queue::connect(redis.url()).await.unwrap();
+    q.schedule_put(
+        "orders",
+        Schedule::cron("nightly", "0 3 * * *").tz("Europe/Berlin"),
+    )
+    .await
+    .unwrap();
+    q.schedule_put(
+        "orders",
+        Schedule::every("sweep", Duration::from_secs(300))
+            .catch_up(CatchUp::Spread)
+            .spread(Duration::from_secs(60)),
+    )
+    .await
+    .unwrap();
+    // hooks: at most 1 running, 1 running and 2 ready: held back.
+    q.set_limits("hooks", &punctual::Limits::default().max_running(1))
+        .await
+        .unwrap();
+    for i in 0..3 {
+        q.enqueue("hooks", Job::new("x").id(format!("h{i}")))
+            .await
+            .unwrap();
+    }
+    let got = raw::claim(&q, &"hooks".parse().unwrap(), 1, Duration::from_secs(600))
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(
+        q.stats("hooks").await.unwrap().limited,
+        Some(punctual::Limited::MaxRunning)
+    );
+
+    let api = Server::api(&redis.url(), Some(TOKEN), &[]).await;
+    let browser = Browser::start().await;
+    browser.goto(&api.url("/#topic=orders")).await;
+    browser
+        .wait_text("#detail-topic", "the orders detail", |t| t == "orders")
+        .await;
+
+    // The limited marker, with the limit in its tooltip; none on orders.
+    let hooks = r#"#topics tr[data-topic="hooks"] td.ready"#;
+    let ready = browser
+        .wait_text(hooks, "hooks marked as limited", |t| {
+            t.contains("max_running")
+        })
+        .await;
+    assert_eq!(ready, "2 (max_running)");
+    let title = browser
+        .script(&format!(
+            "return document.querySelector('{} span.limited').title",
+            hooks.replace('\'', "\\'")
+        ))
+        .await;
+    assert_eq!(title, "held back by its limits: max running 1");
+    assert_eq!(
+        browser
+            .script(r#"return document.querySelectorAll('#topics tr[data-topic="orders"] span.limited').length"#)
+            .await,
+        0
+    );
+
+    // The schedules, by name, with their timing and catch-up.
+    let nightly = r#"#schedules tr[data-name="nightly"]"#;
+    browser
+        .wait_text(
+            &format!("{nightly} td:nth-child(2)"),
+            "the nightly cron",
+            |t| t == "0 3 * * * (Europe/Berlin)",
+        )
+        .await;
+    assert_eq!(
+        browser
+            .text(&format!("{nightly} td:nth-child(3)"))
+            .await
+            .as_deref(),
+        Some("all")
+    );
+    let next = browser
+        .text(&format!("{nightly} td:nth-child(4)"))
+        .await
+        .unwrap();
+    assert!(next.contains("(in "), "the next occurrence: {next}");
+    let sweep = r#"#schedules tr[data-name="sweep"]"#;
+    assert_eq!(
+        browser
+            .text(&format!("{sweep} td:nth-child(2)"))
+            .await
+            .as_deref(),
+        Some("every 5 m 0 s")
+    );
+    assert_eq!(
+        browser
+            .text(&format!("{sweep} td:nth-child(3)"))
+            .await
+            .as_deref(),
+        Some("spread over 1 m 0 s")
+    );
+    let names = browser
+        .script("return [...document.querySelectorAll('#schedules tbody tr')].map((r) => r.dataset.name)")
+        .await;
+    assert_eq!(names, json!(["nightly", "sweep"]));
+
+    // Pause and resume nightly with its button.
+    browser.type_into("#token", TOKEN).await;
+    browser.click("#token-save").await;
+    browser
+        .wait_text("#token-state", "the token accepted", |t| t == "accepted")
+        .await;
+    browser.click(&format!("{nightly} button")).await;
+    browser
+        .wait_text(
+            &format!("{nightly} td:nth-child(4)"),
+            "nightly paused",
+            |t| t == "paused",
+        )
+        .await;
+    browser
+        .wait_text("#flash", "the pause message", |t| {
+            t.contains("Paused schedule nightly of orders.")
+        })
+        .await;
+    let info = q.schedule("orders", "nightly").await.unwrap().unwrap();
+    assert!(info.schedule.paused);
+    assert_eq!(
+        browser.text(&format!("{nightly} button")).await.as_deref(),
+        Some("Resume")
+    );
+    std::fs::write(
+        artifact("dashboard-schedules.png"),
+        browser.screenshot().await,
+    )
+    .unwrap();
+    browser.click(&format!("{nightly} button")).await;
+    browser
+        .wait_text(
+            &format!("{nightly} td:nth-child(4)"),
+            "nightly resumed",
+            |t| t.contains("(in "),
+        )
+        .await;
+    assert!(
+        !q.schedule("orders", "nightly")
+            .await
+            .unwrap()
+            .unwrap()
+            .schedule
+            .paused
+    );
     browser.quit().await;
 }
 

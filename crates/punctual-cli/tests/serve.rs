@@ -755,7 +755,7 @@ async fn a_rust_program_runs_the_same_service_with_its_own_handlers() {
     std::fs::write(
         &config,
         format!(
-            "redis = {:?}\nworkers = 2\nhttp = \"127.0.0.1:{http}\"\n[topics.emails]\nmax_attempts = 2\nbackoff = [\"0s\"]\n[topics.reports]\ntimeout = \"1h\"\n",
+            "redis = {:?}\nworkers = 2\nhttp = \"127.0.0.1:{http}\"\n[topics.emails]\nmax_attempts = 2\nbackoff = [\"0s\"]\n[topics.reports]\ntimeout = \"1h\"\nbackoff = [\"1h\"]\n",
             redis.url()
         ),
     )
@@ -801,6 +801,10 @@ async fn a_rust_program_runs_the_same_service_with_its_own_handlers() {
     // A report runs until its cancellation token fires: at shutdown it
     // stops by itself, its answer is recorded, and serve exits cleanly
     // (a handler still running at the shutdown timeout would make it fail).
+    // Its retry waits an hour (backoff 1h): with a backoff of 0 it went
+    // back to ready at once, and the other worker, which under load had
+    // not yet seen its own SIGTERM, claimed it again (2 attempts), which
+    // at-least-once allows and this test is not about.
     q.enqueue("reports", Job::new("q3").id("r")).await.unwrap();
     eventually(Duration::from_secs(20), "the report runs", || async {
         q.stats("reports").await.unwrap().running == 1
@@ -812,7 +816,8 @@ async fn a_rust_program_runs_the_same_service_with_its_own_handlers() {
         .unwrap();
     assert!(status.success());
     let r = q.get("reports", "r").await.unwrap().unwrap();
-    assert_eq!(r.attempts, 1);
+    assert_eq!((r.state, r.attempts), (State::Pool, 1));
+    assert!(r.due_ms > r.now_ms + 3_000_000, "retried after its backoff");
     assert_eq!(
         r.last_error.as_deref(),
         Some("report q3 stopped at shutdown")

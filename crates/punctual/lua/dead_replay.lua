@@ -1,7 +1,8 @@
 #!lua
 -- dead_replay: move dead jobs back to ready (due now) or, with due times, to
 -- pool (due later), with attempts reset to 0 (the last error is kept until
--- the next failure).
+-- the next failure). A job with an expiry deadline (option e) has it moved
+-- by as much as its due time moves, so it gets its window again.
 -- KEYS: the nine topic keys.
 -- ARGV[1] "ids" then the ids (1..1000), due now;
 -- or ARGV[1] "oldest", ARGV[2] n (1..1000), due now;
@@ -43,6 +44,12 @@ for i, id in ipairs(ids) do
     local r = decode(redis.call('HGET', K_JOBS, id))
     if r then
       local due = dues[i] or now
+      -- An expiry deadline moves with the due time, as reschedule moves it:
+      -- the job gets a fresh window of the length it had (deadline minus
+      -- the due time in its record), else it would expire again at once.
+      if r.deadline then
+        r.mfield = string.gsub(r.mfield, ';e[^;]*', ';e' .. b36(r.deadline + due - r.due), 1)
+      end
       r.due = due
       records[#records + 1] = id
       records[#records + 1] = encode(r)

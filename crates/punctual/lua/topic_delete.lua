@@ -3,10 +3,14 @@
 -- when it holds no job, in one atomic step: no job can slip in between the
 -- check and the deletion. The global P:topics and P:partitions entries are
 -- removed by the caller afterwards (Queue::delete_topic), never here.
--- KEYS: the nine topic keys. ARGV: none.
+-- KEYS: the nine topic keys, optionally followed by P:{T}:fired (the
+-- occurrences of schedules fired into this topic or partition), deleted
+-- with them. ARGV: none.
 -- Returns the number of jobs held (pool + ready + running + dead, plus
--- records in no set); 0 means every one of the nine keys was deleted,
--- anything else that nothing was written.
+-- records in no set); 0 means every one of the keys was deleted, anything
+-- else that nothing was written. (The schedules themselves, P:{T}:schedules
+-- and :schedules:last of the topic, are deleted by the caller, which holds
+-- the firers' lock meanwhile.)
 
 if #ARGV ~= 0 then return invalid('topic_delete takes no arguments') end
 local held = redis.call('ZCARD', K_POOL) + redis.call('ZCARD', K_READY)
@@ -30,4 +34,5 @@ end
 -- Group limits and their state (PROTOCOL.md "Group limits").
 redis.call('DEL', KEY_BASE .. 'gwait', KEY_BASE .. 'glimits', KEY_BASE .. 'grunning', KEY_BASE .. 'gbucket')
 redis.call('DEL', K_POOL, K_READY, K_RUNNING, K_DEAD, K_JOBS, K_META, K_STATS, K_SEQ, K_ATT)
+if K_FIRED then redis.call('DEL', K_FIRED) end
 return 0

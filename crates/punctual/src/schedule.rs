@@ -686,7 +686,7 @@ static UNLOCK: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| 
 });
 
 /// The firers' lock, held by one firer pass or one change.
-struct Lock {
+pub(crate) struct Lock {
     key: String,
     token: String,
 }
@@ -727,7 +727,40 @@ impl Queue {
         }
     }
 
-    async fn unlock(&self, lock: Lock) {
+    /// For [`Queue::delete_topic`]: takes the firers' lock of `topic`'s
+    /// schedules, so that no firer pass enqueues an occurrence while the
+    /// topic is deleted.
+    pub(crate) async fn lock_schedules(&self, topic: &str) -> Result<Lock> {
+        self.lock_for_change(&keys(self.prefix(), topic).lock).await
+    }
+
+    /// For [`Queue::delete_topic`], under the lock: deletes every schedule
+    /// of `topic` with its watermarks, then releases the lock (its key goes
+    /// with it). Firers still running find no schedule.
+    pub(crate) async fn delete_schedules(&self, topic: &str, lock: Lock) -> Result<()> {
+        let k = keys(self.prefix(), topic);
+        let r = self
+            .cmd::<i64>(redis::cmd("DEL").arg(&k.schedules).arg(&k.last))
+            .await;
+        self.unlock(lock).await;
+        r?;
+        self.publish(&k, "").await;
+        Ok(())
+    }
+
+    /// `P:{T}:fired` of a topic or partition `physical`.
+    pub(crate) fn fired_key(&self, physical: &str) -> String {
+        format!("{}:{{{physical}}}:fired", self.prefix())
+    }
+
+    /// The keys of `topic`'s schedules: the schedules, their watermarks and
+    /// the firers' lock (all in the slot of `topic`).
+    pub(crate) fn schedule_keys(&self, topic: &str) -> [String; 3] {
+        let k = keys(self.prefix(), topic);
+        [k.schedules, k.last, k.lock]
+    }
+
+    pub(crate) async fn unlock(&self, lock: Lock) {
         let mut conn = self.conn();
         let r: redis::RedisResult<i64> = UNLOCK
             .key(&lock.key)
@@ -894,7 +927,7 @@ impl Queue {
         for key in keys.all() {
             inv.key(key);
         }
-        inv.key(format!("{}:{{{physical}}}:fired", self.prefix()));
+        inv.key(self.fired_key(physical));
         args(&mut inv);
         let mut conn = self.conn();
         inv.invoke_async(&mut conn).await.map_err(Error::from_redis)

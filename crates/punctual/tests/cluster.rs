@@ -519,11 +519,25 @@ async fn listing_bulk_cancel_paced_replay_and_topic_deletion_work_across_shards(
     let done = q.cancel_prefix("p", "order:", false).await.unwrap();
     assert_eq!(done.len(), 90);
 
-    // Deletion: refused while user:1 is there, then every key goes.
+    // Deletion: refused while user:1 is there, then every key goes, the
+    // schedules' (in the slot of {p}) and each partition's fired key too.
+    q.schedule_put(
+        "p",
+        punctual::schedule::Schedule::every("sweep", Duration::from_secs(3600)),
+    )
+    .await
+    .unwrap();
+    for name in q.partition_names("p").await.unwrap() {
+        // As a firer leaves it once an occurrence ran (-c: to its node).
+        let key = format!("punctual:{{{name}}}:fired");
+        let out = c.node(0).cli(&["-c", "ZADD", &key, "1", "sweep@1"]);
+        assert_eq!(out.unwrap().trim(), "1");
+    }
     assert_eq!(
         q.delete_topic("p").await.unwrap(),
         punctual::TopicDeleted::HoldsJobs(1)
     );
+    assert!(q.schedule("p", "sweep").await.unwrap().is_some());
     q.cancel("p", "user:1").await.unwrap();
     assert_eq!(
         q.delete_topic("p").await.unwrap(),

@@ -376,7 +376,15 @@ async fn fail_tick_and_dead_keep_the_options_as_written() {
     q.dead_replay(t, punctual::DeadSelector::Ids(vec!["j".into()]))
         .await
         .unwrap();
-    assert_eq!(m_field(&f, t, "j").await, m, "dead replay keeps the field");
+    // The options are kept; the deadline moves with the due time (the
+    // window the record had is kept, see
+    // a_replayed_expired_job_gets_a_fresh_window_of_the_same_length).
+    let replayed = q.get(t, "j").await.unwrap().unwrap();
+    assert_eq!(
+        m_field(&f, t, "j").await,
+        format!("3;e{};t30000;gacme", b36(replayed.deadline_ms.unwrap())),
+        "dead replay keeps the other options"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -656,6 +664,74 @@ async fn reschedule_moves_the_deadline_with_the_due_time() {
     assert_eq!(m_field(&f, t, "plain").await, "");
     let d = raw::claim(q, &part(t), 10, LONG_LEASE).await.unwrap();
     assert_eq!(d.len(), 2, "both are due and within their window");
+}
+
+/// A job that expired, replayed from dead, gets a fresh window of the
+/// length it had (deadline minus due time), counted from its new due time:
+/// it is handed out at its next claim instead of expiring again. A paced
+/// replay moves the deadline with the later due time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replayed_expired_job_gets_a_fresh_window_of_the_same_length() {
+    let f = Fixture::new().await;
+    let (q, t) = (&f.queue, "opts-replay-expired");
+    for id in ["now", "paced"] {
+        q.enqueue(
+            t,
+            Job::new("p")
+                .id(id)
+                .expire(Duration::from_millis(2000))
+                .group("acme"),
+        )
+        .await
+        .unwrap();
+    }
+    let first = q.get(t, "now").await.unwrap().unwrap();
+    assert_eq!(first.deadline_ms.unwrap() - first.due_ms, 2000);
+    wait_redis_past(q, t, "paced", first.deadline_ms.unwrap() + 1).await;
+    let got = raw::claim(q, &part(t), 10, LONG_LEASE).await.unwrap();
+    assert!(got.is_empty(), "both expired: {got:?}");
+    assert_eq!(q.stats(t).await.unwrap().dead, 2);
+
+    let ids = q
+        .dead_replay(t, punctual::DeadSelector::Ids(vec!["now".into()]))
+        .await
+        .unwrap();
+    assert_eq!(ids, ["now"]);
+    let replayed = q.get(t, "now").await.unwrap().unwrap();
+    assert_eq!(replayed.state, State::Ready);
+    assert!(replayed.due_ms > first.deadline_ms.unwrap());
+    assert_eq!(
+        replayed.deadline_ms.unwrap() - replayed.due_ms,
+        2000,
+        "a fresh window of the same length, from the new due time"
+    );
+    assert_eq!(
+        replayed.group.as_deref(),
+        Some("acme"),
+        "other options kept"
+    );
+    let m = m_field(&f, t, "now").await;
+    assert_eq!(m, format!(";e{};gacme", b36(replayed.deadline_ms.unwrap())));
+    let got = raw::claim(q, &part(t), 10, LONG_LEASE).await.unwrap();
+    let ids: Vec<&str> = got.iter().map(|d| d.id.as_str()).collect();
+    assert_eq!(ids, ["now"], "handed out, not expired again");
+    assert_eq!(counter(&q.stats(t).await.unwrap(), "expired"), 2);
+
+    // Paced ("due" mode): due in a minute, in pool; the window starts at
+    // that due time.
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(punctual::script_source("dead_replay").unwrap())
+        .arg(9);
+    for k in topic_keys(t) {
+        cmd.arg(k);
+    }
+    cmd.arg("due").arg("paced").arg("d60000");
+    let ids: Vec<String> = f.cmd(&cmd).await;
+    assert_eq!(ids, ["paced"]);
+    let paced = q.get(t, "paced").await.unwrap().unwrap();
+    assert_eq!(paced.state, State::Pool);
+    assert!(paced.due_ms >= paced.now_ms + 60_000);
+    assert_eq!(paced.deadline_ms.unwrap() - paced.due_ms, 2000);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

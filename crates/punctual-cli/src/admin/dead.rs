@@ -37,6 +37,10 @@ pub(crate) enum DeadCommand {
 
     /// Move dead jobs back: due now (in ready), or paced with --rate or
     /// --spread (due later, in pool), attempts reset to 0.
+    ///
+    /// A job pushed with --expire gets its window again from its new due
+    /// time (its deadline moves with the due time), so an expired job runs
+    /// instead of expiring again.
     #[command(after_help = REPLAY_EXAMPLES)]
     Replay(DeadReplayArgs),
 

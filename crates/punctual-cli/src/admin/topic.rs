@@ -14,7 +14,8 @@ use crate::output::{emit, emit_json};
 #[derive(Debug, Subcommand)]
 pub(crate) enum TopicCommand {
     /// Delete a topic that holds no job: its keys (counters, settings,
-    /// pause), its name in the set of known topics and its partition count.
+    /// pause, history), its schedules (with what they fired), its name in
+    /// the set of known topics and its partition count.
     ///
     /// Refused (exit 1, nothing deleted) while any job exists in any state
     /// (pool, ready, running, dead) or partition: cancel or purge them
@@ -65,13 +66,28 @@ pub(crate) async fn run(ctx: &Ctx, cmd: TopicCommand) -> Result<()> {
 async fn delete(ctx: &Ctx, args: TopicDeleteArgs) -> Result<()> {
     punctual::validate_topic(&args.topic)?;
     let queue = ctx.queue().await?;
+    // Named in the audit entry and the output: they go with the topic.
+    let schedules = schedule_names(&queue, &args.topic).await;
     match queue.delete_topic(&args.topic).await? {
         TopicDeleted::Deleted => {
-            super::audit::cli(&queue, "topic.delete", &args.topic, json!({})).await;
+            super::audit::cli(
+                &queue,
+                "topic.delete",
+                &args.topic,
+                json!({"schedules": schedules}),
+            )
+            .await;
             if ctx.json() {
-                emit_json(&json!({"topic": args.topic, "deleted": true}))
-            } else {
+                emit_json(&json!({"topic": args.topic, "deleted": true, "schedules": schedules}))
+            } else if schedules.is_empty() {
                 emit(&format!("deleted topic {:?}\n", args.topic))
+            } else {
+                emit(&format!(
+                    "deleted topic {:?} and its {}: {}\n",
+                    args.topic,
+                    super::plural(schedules.len(), "schedule", "schedules"),
+                    schedules.join(", ")
+                ))
             }
         }
         TopicDeleted::HoldsJobs(n) => Err(exit::problem(format!(
@@ -84,5 +100,14 @@ async fn delete(ctx: &Ctx, args: TopicDeleteArgs) -> Result<()> {
             "no topic {:?} under prefix {:?} (see `punctual topics`)",
             args.topic, ctx.global.prefix
         ))),
+    }
+}
+
+/// The names of `topic`'s schedules, read before a deletion (none when
+/// they cannot be read: the deletion reports its own errors).
+pub(crate) async fn schedule_names(queue: &punctual::Queue, topic: &str) -> Vec<String> {
+    match queue.schedules(topic).await {
+        Ok(all) => all.into_iter().map(|i| i.schedule.name).collect(),
+        Err(_) => Vec::new(),
     }
 }

@@ -769,11 +769,19 @@ async fn delete_topic(
     Path(topic): Path<String>,
 ) -> ApiResult<Json<Value>> {
     topic_ok(&topic)?;
+    let schedules = crate::admin::topic::schedule_names(&s.queue, &topic).await;
     match s.queue.delete_topic(&topic).await? {
         TopicDeleted::Deleted => {
-            who.record(&s.queue, "topic.delete", &topic, json!({}))
-                .await;
-            Ok(Json(json!({"topic": topic, "deleted": true})))
+            who.record(
+                &s.queue,
+                "topic.delete",
+                &topic,
+                json!({"schedules": schedules}),
+            )
+            .await;
+            Ok(Json(
+                json!({"topic": topic, "deleted": true, "schedules": schedules}),
+            ))
         }
         TopicDeleted::HoldsJobs(n) => Err(ApiError::new(
             StatusCode::CONFLICT,

@@ -208,13 +208,17 @@ impl Queue {
     }
 
     /// Deletes a topic that holds no job: every key of each of its
-    /// partitions (counters, settings, pause, sequence included), then its
-    /// name in the topic set and its partition count. Refused, with nothing
-    /// deleted, while any job exists in any state or partition: each
-    /// partition is checked and deleted in one script, so a job enqueued
-    /// meanwhile is never lost (a producer that enqueues to the topic after
-    /// the deletion creates it anew; a long-running producer of this library
-    /// does not list it again, which `check` reports as an unlisted topic).
+    /// partitions (counters, settings, pause, sequence, the occurrences its
+    /// schedules fired included), its schedules with their watermarks and
+    /// lock, then its name in the topic set and its partition count.
+    /// Refused, with nothing deleted, while any job exists in any state or
+    /// partition: each partition is checked and deleted in one script, so a
+    /// job enqueued meanwhile is never lost (a producer that enqueues to the
+    /// topic after the deletion creates it anew; a long-running producer of
+    /// this library does not list it again, which `check` reports as an
+    /// unlisted topic). The schedules' lock is held throughout, so no firer
+    /// enqueues an occurrence meanwhile; the schedules go only once every
+    /// partition is deleted.
     ///
     /// ```no_run
     /// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
@@ -239,12 +243,22 @@ impl Queue {
             let s = self.stats_of(name).await?;
             held += s.pool + s.ready + s.running + s.dead;
             let keys = self.keys(name);
-            let n: u64 = self.cmd(redis::cmd("EXISTS").arg(&keys.keys[..])).await?;
+            let n: u64 = self
+                .cmd(
+                    redis::cmd("EXISTS")
+                        .arg(&keys.keys[..])
+                        .arg(self.fired_key(name)),
+                )
+                .await?;
             any_key |= n > 0;
         }
         if held > 0 {
             return Ok(TopicDeleted::HoldsJobs(held));
         }
+        let n: u64 = self
+            .cmd(redis::cmd("EXISTS").arg(&self.schedule_keys(topic)[..]))
+            .await?;
+        any_key |= n > 0;
         let listed: bool = self
             .cmd(
                 redis::cmd("SISMEMBER")
@@ -264,16 +278,20 @@ impl Queue {
                 return Ok(TopicDeleted::Unknown);
             }
         }
-        for name in &names {
-            let v = self.run(&SCRIPTS.topic_delete, name, |_| {}).await?;
-            let n: u64 = redis::from_redis_value(v)
-                .map_err(|e| Error::protocol("topic_delete", e.to_string()))?;
-            if n > 0 {
+        // No firer pass runs from here on (each holds this lock).
+        let lock = self.lock_schedules(topic).await?;
+        match self.delete_partitions(&names).await {
+            Ok(0) => self.delete_schedules(topic, lock).await?,
+            r => {
+                self.unlock(lock).await;
                 // A job arrived after the check: stop, with nothing of the
                 // topic's jobs lost (earlier empty partitions lost only
-                // their counters).
-                return Ok(TopicDeleted::HoldsJobs(n));
+                // their counters) and its schedules kept.
+                return Ok(TopicDeleted::HoldsJobs(r?));
             }
+        }
+        // History last: the lock (10 s) is not held for its many DELs.
+        for name in &names {
             self.delete_history(name).await?;
         }
         self.cmd::<i64>(
@@ -293,8 +311,28 @@ impl Queue {
         Ok(TopicDeleted::Deleted)
     }
 
+    /// Runs `topic_delete` (with the fired key) on each of `names`; stops
+    /// at the first that holds jobs and returns how many (0: all deleted).
+    async fn delete_partitions(&self, names: &[String]) -> Result<u64> {
+        for name in names {
+            let v = self
+                .run(&SCRIPTS.topic_delete, name, |inv| {
+                    inv.key(self.fired_key(name));
+                })
+                .await?;
+            let n: u64 = redis::from_redis_value(v)
+                .map_err(|e| Error::protocol("topic_delete", e.to_string()))?;
+            if n > 0 {
+                return Ok(n);
+            }
+        }
+        Ok(0)
+    }
+
     /// Moves dead jobs back to ready, due now, attempts reset. Returns the
-    /// ids replayed.
+    /// ids replayed. A job with an expiry deadline has it moved by as much
+    /// as its due time moves (the window is kept), so a job that expired
+    /// gets a fresh window and runs.
     ///
     /// ```no_run
     /// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
