@@ -133,7 +133,15 @@ pub(crate) enum Command {
     /// group's backlog does not starve another's few jobs. Lists each group
     /// with ready jobs: its indexed jobs (ready ones, plus entries of
     /// cancelled or rescheduled jobs until a claim drops them) and its
-    /// virtual time. `(none)` holds the jobs without a group.
+    /// virtual time, its running jobs (counted while the topic has group
+    /// limits), its limits and whether they hold it back (HELD: until its
+    /// next token, or until one of its running jobs ends). `(none)` holds
+    /// the jobs without a group. `groups TOPIC limit GROUP` shows or sets
+    /// one group's own limits (the default of every group: `topic limits
+    /// --group-rate --group-max-running`).
+    #[command(
+        after_help = "Examples:\n  punctual groups mail\n  punctual topic limits mail --group-rate 10/s --group-max-running 2\n  punctual groups mail limit shop-17 --rate 50/s --max-running none\n  punctual groups mail limit shop-17 --clear"
+    )]
     Groups(crate::admin::groups::GroupsArgs),
 
     /// Manage recurring schedules: cron (with optional seconds, in a time

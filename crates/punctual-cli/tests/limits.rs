@@ -191,7 +191,7 @@ async fn serve_applies_the_limits_of_its_config_and_holds_the_rate() {
         ),
     );
     let topics = format!(
-        "[topics.paced]\nexec = [{:?}]\nrate = \"20/s\"\nburst = 2\nmax_running = 3\n",
+        "[topics.paced]\nexec = [{:?}]\nrate = \"20/s\"\nburst = 2\nmax_running = 3\ngroup_max_running = 5\n",
         handler.display().to_string()
     );
     let n = 30;
@@ -208,6 +208,11 @@ async fn serve_applies_the_limits_of_its_config_and_holds_the_rate() {
             .rate("20/s".parse().unwrap())
             .burst(2)
             .max_running(3)
+    );
+    // The default of every group, from group_max_running.
+    assert_eq!(
+        q.group_limits("paced").await.unwrap().default,
+        Limits::default().max_running(5)
     );
     eventually(Duration::from_secs(20), "every job ran", || async {
         let s = q.stats("paced").await.unwrap();

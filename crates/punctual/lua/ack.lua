@@ -6,7 +6,7 @@
 -- Returns one integer per pair: 1 acked, 0 refused (the job is no longer
 -- running under that token: reclaimed, re-delivered, cancelled or replaced).
 -- Publishes on the ready channel when it frees a slot of a topic at its
--- max_running.
+-- max_running (or of a group at its own, see release_groups).
 -- A lease is proven by its attempts entry alone when the entry carries the
 -- live mark ("0A:T", see is_live_att) and ends in ":" and the token; an
 -- unmarked entry with that token is also looked up in running.
@@ -54,7 +54,18 @@ for i = 1, n do
   end
 end
 if nd > 0 then
-  local full = at_max_running()
+  local full, glim = at_max_running()
+  if glim then
+    -- Each job's group counts down once, even when its id was given twice.
+    local uniq, once = {}, {}
+    for i = 1, nd do
+      if not once[done[i]] then
+        once[done[i]] = true
+        uniq[#uniq + 1] = done[i]
+      end
+    end
+    release_groups(uniq, true)
+  end
   redis.call('ZREM', K_RUNNING, unpack(done, 1, nd))
   redis.call('HDEL', K_JOBS, unpack(done, 1, nd))
   local acked = redis.call('HDEL', K_ATT, unpack(done, 1, nd))

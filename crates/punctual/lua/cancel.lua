@@ -9,7 +9,11 @@
 if #ARGV ~= 1 then return invalid('cancel expects one id') end
 local id = ARGV[1]
 local st = state_of(id)
-local full = st == 'running' and at_max_running()
+local full, glim = false, false
+if st == 'running' then
+  full, glim = at_max_running()
+  release_groups({ id }, glim)
+end
 local had = redis.call('HDEL', K_JOBS, id)
 redis.call('HDEL', K_ATT, id)
 if st then redis.call('ZREM', STATE_KEY[st], id) end

@@ -22,6 +22,9 @@
 -- Groups (meta groups = 1, PROTOCOL.md "Groups"): the jobs are picked group
 -- by group, the group with the lowest virtual time first, from the group
 -- indexes P:{T}:g:<group>, dropping index entries whose job left ready.
+-- Group limits (meta glimited = 1, PROTOCOL.md "Group limits"): a group takes
+-- no more than its own rate and max_running allow; wait_ms also reports
+-- when groups held back by them are all that is left.
 
 local k = int_arg(ARGV[1], 1, 1000)
 local lease = int_arg(ARGV[2], 1, MAX_DELAY_MS)
@@ -29,7 +32,7 @@ if not k or not lease or #ARGV ~= 2 then
   return invalid('claim expects 1 to 1000 jobs and a lease of 1 ms to ten years')
 end
 local meta = redis.call('HMGET', K_META, 'paused', 'max_attempts', 'rate', 'burst', 'max_running', 'bucket',
-  'groups', 'vtime')
+  'groups', 'vtime', 'glimited')
 if meta[1] == '1' then return {} end
 local topic_max = int_arg(meta[2], 1, MAX_ATTEMPTS) or DEFAULT_MAX_ATTEMPTS
 
@@ -70,45 +73,41 @@ end
 -- Read the earliest ready ids; they leave ready only after their leases
 -- are written (destination before source).
 local ids
+-- Group limits (meta glimited = 1): the state of the groups met (lib.lua).
+local gs
+if meta[9] == '1' then
+  read_clock()
+  gs = { g = {} }
+end
+local held
 if meta[7] == '1' then
-  -- Groups (PROTOCOL.md "Groups"): serve the group with the lowest virtual
-  -- time, its earliest indexed job; drop index entries whose job left ready
-  -- (or was already picked through another group's stale entry).
-  local K_GROUPS = KEY_BASE .. 'groups'
-  local vt, picked, steps = nil, {}, 4 * n + 16
-  ids = {}
-  while #ids < n and steps > 0 do
-    steps = steps - 1
-    local top = redis.call('ZRANGE', K_GROUPS, 0, 0, 'WITHSCORES')
-    if #top == 0 then break end
-    local gk = KEY_BASE .. 'g:' .. top[1]
-    local e = redis.call('ZRANGE', gk, 0, 0)
-    local id = e[1]
-    if id then redis.call('ZREM', gk, id) end
-    local live = id and not picked[id] and redis.call('ZSCORE', K_READY, id)
-    if live then
-      picked[id] = true
-      ids[#ids + 1] = id
-      vt = top[2]
-    end
-    if not id or redis.call('ZCARD', gk) == 0 then
-      redis.call('ZREM', K_GROUPS, top[1])
-    elseif live then
-      redis.call('ZINCRBY', K_GROUPS, 1, top[1])
-    end
-  end
+  -- Groups (PROTOCOL.md "Groups"): lib.lua's claim_groups picks them.
+  local vt, ran_out
+  ids, vt, ran_out, held = claim_groups(n, gs, now)
   if vt then redis.call('HSET', K_META, 'vtime', vt) end
   -- Never an empty answer while ready holds jobs: when the steps went to
   -- stale entries only (or ready holds jobs no index has, which should not
   -- happen), serve ready in due order this once; their index entries go
-  -- stale and are dropped later.
-  if #ids == 0 then ids = redis.call('ZRANGE', K_READY, 0, n - 1) end
+  -- stale and are dropped later. With group limits, not past a group held
+  -- back: the caller is told to claim again at once (wait 1 ms) or when
+  -- the first group may go on.
+  if #ids == 0 then
+    if gs and (held or not ran_out) then
+      if redis.call('ZCARD', K_READY) == 0 then return {} end
+      return { now_us, topic_max, held or 1 }
+    end
+    ids = redis.call('ZRANGE', K_READY, 0, n - 1)
+  end
 else
   ids = redis.call('ZRANGE', K_READY, 0, n - 1)
 end
 if #ids == 0 then return {} end
 -- A limit held jobs back only when ready holds more than were taken.
 if wait ~= 0 and (#ids < n or redis.call('ZCARD', K_READY) == #ids) then wait = 0 end
+-- Groups held back by their own limits while others had no more work.
+if held then
+  if wait == -1 or held == -1 then wait = -1 else wait = math.max(wait, held) end
+end
 
 read_clock()
 local deadline = now + lease
@@ -181,6 +180,7 @@ if #leases > 0 then
   if rate_n then
     redis.call('HSET', K_META, 'bucket', string.format('%.6f:%d', tokens - #leases / 2, now))
   end
+  if gs then groups_claimed(gs, ids, recs, leases, now) end
 end
 if #parked > 0 then
   variadic('ZADD', K_DEAD, parked)

@@ -360,6 +360,13 @@ end
 if created > 0 then
   local old_min = nil
   if pool_min then old_min = earliest(K_POOL) end
+  -- Replaced running jobs leave their groups' running counts (read from
+  -- the old records, before they are overwritten).
+  local was_running = {}
+  for id, st in pairs(old_state) do
+    if st == 'running' then was_running[#was_running + 1] = id end
+  end
+  release_groups(was_running)
   variadic('HSET', K_JOBS, records)
   if #to_pool > 0 then
     variadic('ZADD', K_POOL, to_pool)

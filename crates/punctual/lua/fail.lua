@@ -6,7 +6,7 @@
 -- ARGV[4] retry delay in ms ("" = the backoff ladder), ARGV[5] "1" permanent.
 -- Returns {"retry", due ms} | {"dead", time ms} | {"stale", 0}.
 -- Publishes on the ready channel when it frees a slot of a topic at its
--- max_running.
+-- max_running (or of a group at its own, see release_groups).
 
 local id, token, err = ARGV[1], int_arg(ARGV[2], 0, MAX_SAFE), ARGV[3]
 local delay = ARGV[4]
@@ -27,8 +27,10 @@ if is_live_att(att) then redis.call('HSET', K_ATT, id, ended_att(att)) end
 local now, up = clock()
 -- This job leaves running on every path below: wake a worker waiting for
 -- a slot when the topic is at its max_running.
-if at_max_running() then redis.call('PUBLISH', K_READY, '') end
+local full, glim = at_max_running()
+if full then redis.call('PUBLISH', K_READY, '') end
 local rec = redis.call('HGET', K_JOBS, id)
+release_groups({ id }, glim, { rec })
 local r = decode(rec)
 if not r then
   if rec then

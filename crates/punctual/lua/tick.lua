@@ -27,7 +27,8 @@ if #expired > 0 then
   local recs = redis.call('HMGET', K_JOBS, unpack(expired))
   local atts = redis.call('HMGET', K_ATT, unpack(expired))
   local topic_max, topic_backoff = topic_defaults()
-  local full = at_max_running()
+  local full, glim = at_max_running()
+  release_groups(expired, glim, recs)
   local records, to_pool, to_ready, to_dead, gone = {}, {}, {}, {}, {}
   -- Attempts entries that lose the live mark (see is_live_att): the reclaimed
   -- lease's token can no longer ack the job.

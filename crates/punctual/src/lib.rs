@@ -88,8 +88,8 @@ pub use limits::{Limited, Limits, Rate};
 pub use options::{validate_group, MAX_GROUP_LEN};
 pub use partition::{partition_name, partition_of, MAX_PARTITIONS};
 pub use queue::{
-    GroupInfo, Queue, QueueBuilder, SkippedTopic, Topics, DEFAULT_MAX_PAYLOAD, DEFAULT_PREFIX,
-    MAX_BATCH,
+    GroupHold, GroupInfo, GroupLimits, Queue, QueueBuilder, SkippedTopic, Topics,
+    DEFAULT_MAX_PAYLOAD, DEFAULT_PREFIX, MAX_BATCH,
 };
 pub use raw::Delivery;
 pub use redact::{redact, split_seeds};

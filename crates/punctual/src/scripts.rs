@@ -29,6 +29,7 @@ const SOURCES: &[(&str, &str)] = &[
     ("layout", include_str!("../lua/layout.lua")),
     ("topic_delete", include_str!("../lua/topic_delete.lua")),
     ("unfire", include_str!("../lua/unfire.lua")),
+    ("group_limits", include_str!("../lua/group_limits.lua")),
 ];
 
 /// Puts the shared helpers after the shebang line of `body`.
@@ -55,6 +56,7 @@ pub(crate) struct Scripts {
     pub layout: Script,
     pub topic_delete: Script,
     pub unfire: Script,
+    pub group_limits: Script,
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
@@ -77,6 +79,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
         layout: s("layout"),
         topic_delete: s("topic_delete"),
         unfire: s("unfire"),
+        group_limits: s("group_limits"),
     }
 });
 

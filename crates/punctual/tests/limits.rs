@@ -25,7 +25,7 @@ async fn enqueue_now(q: &Queue, topic: &str, n: usize) {
 
 /// Runs two workers (each with its own connection, as on two hosts) on
 /// `topic` until every job is acked; `each` runs inside the handler.
-async fn two_workers<F, Fut>(queues: [Queue; 2], topic: &str, n: usize, each: F)
+pub(crate) async fn two_workers<F, Fut>(queues: [Queue; 2], topic: &str, n: usize, each: F)
 where
     F: Fn(punctual::Delivery) -> Fut + Send + Sync + Clone + 'static,
     Fut: std::future::Future<Output = ()> + Send + 'static,
@@ -119,11 +119,18 @@ async fn rate_holds_across_two_workers(queues: [Queue; 2]) {
     let mut t = starts.lock().unwrap().clone();
     t.sort();
     assert_eq!(t.len(), n);
-    // In every window [t_i, t_j], at most burst + rate * window claims.
+    assert_bucket(&t, burst as f64, rate);
+    // 60 jobs at 50/s after a burst of 5 take about 1.1 s.
+    assert!(t[n - 1] - t[0] >= 1000, "{} ms", t[n - 1] - t[0]);
+}
+
+/// In every window [t_i, t_j] of the sorted claim times `t` (ms), at most
+/// burst + rate * window claims.
+pub(crate) fn assert_bucket(t: &[i64], burst: f64, rate: f64) {
     for i in 0..t.len() {
         for j in i..t.len() {
             let window_s = (t[j] - t[i]) as f64 / 1000.0;
-            let allowed = burst as f64 + rate * window_s + 1e-6;
+            let allowed = burst + rate * window_s + 1e-6;
             let claims = (j - i + 1) as f64;
             assert!(
                 claims <= allowed,
@@ -131,8 +138,6 @@ async fn rate_holds_across_two_workers(queues: [Queue; 2]) {
             );
         }
     }
-    // 60 jobs at 50/s after a burst of 5 take about 1.1 s.
-    assert!(t[n - 1] - t[0] >= 1000, "{} ms", t[n - 1] - t[0]);
 }
 
 async fn limited_jobs_wait_in_ready_visibly(q: Queue) {
@@ -248,7 +253,7 @@ async fn raw_cmd<T: redis::FromRedisValue>(url: &str, cmd: &redis::Cmd) -> T {
     }
 }
 
-async fn two_queues(url: &str) -> [Queue; 2] {
+pub(crate) async fn two_queues(url: &str) -> [Queue; 2] {
     [
         Queue::connect(url.to_string()).await.unwrap(),
         Queue::connect(url.to_string()).await.unwrap(),

@@ -1,4 +1,5 @@
-//! `punctual topic limits TOPIC [--rate R] [--burst N] [--max-running N] [--clear]`.
+//! `punctual topic limits TOPIC [--rate R] [--burst N] [--max-running N]
+//! [--group-rate R] [--group-burst N] [--group-max-running N] [--clear]`.
 
 use anyhow::Result;
 use clap::Args;
@@ -26,8 +27,21 @@ pub(crate) struct TopicLimitsArgs {
     /// `none` removes it.
     #[arg(long, value_name = "N", value_parser = parse_count_arg)]
     pub max_running: Option<Change<u32>>,
-    /// Remove every limit of the topic.
-    #[arg(long, conflicts_with_all = ["rate", "burst", "max_running"])]
+    /// Most claims per period of each group (jobs pushed with `--group`),
+    /// over every worker: the default of every group without limits of its
+    /// own (`punctual groups TOPIC limit GROUP`); `none` removes it.
+    #[arg(long, value_name = "N/PERIOD", value_parser = parse_rate_arg)]
+    pub group_rate: Option<Change<Rate>>,
+    /// The token bucket size of each group's `--group-rate`; `none`
+    /// restores the default.
+    #[arg(long, value_name = "N", value_parser = parse_count_arg)]
+    pub group_burst: Option<Change<u32>>,
+    /// Most jobs of each group running at once, over every worker (the
+    /// default of every group); `none` removes it.
+    #[arg(long, value_name = "N", value_parser = parse_count_arg)]
+    pub group_max_running: Option<Change<u32>>,
+    /// Remove every limit of the topic (the default group limits too).
+    #[arg(long, conflicts_with_all = ["rate", "burst", "max_running", "group_rate", "group_burst", "group_max_running"])]
     pub clear: bool,
 }
 
@@ -39,7 +53,7 @@ pub(crate) enum Change<T> {
 }
 
 impl<T> Change<T> {
-    fn value(self) -> Option<T> {
+    pub(crate) fn value(self) -> Option<T> {
         match self {
             Change::To(v) => Some(v),
             Change::Remove => None,
@@ -47,7 +61,7 @@ impl<T> Change<T> {
     }
 }
 
-fn parse_rate_arg(s: &str) -> Result<Change<Rate>, String> {
+pub(crate) fn parse_rate_arg(s: &str) -> Result<Change<Rate>, String> {
     if s == "none" {
         return Ok(Change::Remove);
     }
@@ -56,7 +70,7 @@ fn parse_rate_arg(s: &str) -> Result<Change<Rate>, String> {
         .map_err(|e: punctual::Error| e.to_string())
 }
 
-fn parse_count_arg(s: &str) -> Result<Change<u32>, String> {
+pub(crate) fn parse_count_arg(s: &str) -> Result<Change<u32>, String> {
     if s == "none" {
         return Ok(Change::Remove);
     }
@@ -68,40 +82,83 @@ fn parse_count_arg(s: &str) -> Result<Change<u32>, String> {
     }
 }
 
+/// Applies the changes given to `limits` (the others stay as they are).
+pub(crate) fn change(
+    limits: &mut Limits,
+    rate: Option<Change<Rate>>,
+    burst: Option<Change<u32>>,
+    max_running: Option<Change<u32>>,
+) {
+    if let Some(r) = rate {
+        limits.rate = r.value();
+        if limits.rate.is_none() {
+            limits.burst = None;
+        }
+    }
+    if let Some(b) = burst {
+        limits.burst = b.value();
+    }
+    if let Some(m) = max_running {
+        limits.max_running = m.value();
+    }
+}
+
 /// Runs `topic limits`: shows the limits, or changes the ones given (the
 /// others stay as they are).
 pub(crate) async fn run(ctx: &Ctx, args: TopicLimitsArgs) -> Result<()> {
     punctual::validate_topic(&args.topic)?;
     let queue = ctx.queue().await?;
-    let change =
+    let topic_change =
         args.clear || args.rate.is_some() || args.burst.is_some() || args.max_running.is_some();
+    let group_change = args.clear
+        || args.group_rate.is_some()
+        || args.group_burst.is_some()
+        || args.group_max_running.is_some();
     let mut limits = queue.limits(&args.topic).await?;
-    if change {
+    let mut groups = queue.group_limits(&args.topic).await?.default;
+    if topic_change {
         if args.clear {
             limits = Limits::default();
         }
-        if let Some(r) = args.rate {
-            limits.rate = r.value();
-            if limits.rate.is_none() {
-                limits.burst = None;
-            }
-        }
-        if let Some(b) = args.burst {
-            limits.burst = b.value();
-        }
-        if let Some(m) = args.max_running {
-            limits.max_running = m.value();
-        }
+        change(&mut limits, args.rate, args.burst, args.max_running);
         queue.set_limits(&args.topic, &limits).await?;
         limits = queue.limits(&args.topic).await?;
         super::audit::cli(&queue, "topic.limits", &args.topic, limits_json(&limits)).await;
     }
+    if group_change {
+        if args.clear {
+            groups = Limits::default();
+        }
+        change(
+            &mut groups,
+            args.group_rate,
+            args.group_burst,
+            args.group_max_running,
+        );
+        queue.set_group_limits(&args.topic, None, &groups).await?;
+        groups = queue.group_limits(&args.topic).await?.default;
+        super::audit::cli(
+            &queue,
+            "topic.group_limits",
+            &args.topic,
+            limits_json(&groups),
+        )
+        .await;
+    }
     if ctx.json() {
         let mut v = limits_json(&limits);
         v["topic"] = json!(args.topic);
+        if !groups.is_none() {
+            // The default limits of every group, only when set.
+            v["group"] = limits_json(&groups);
+        }
         return emit_json(&v);
     }
-    emit(&format!("{}: {limits}\n", args.topic))
+    let mut out = format!("{}: {limits}\n", args.topic);
+    if !groups.is_none() {
+        out.push_str(&format!("{}: each group: {groups}\n", args.topic));
+    }
+    emit(&out)
 }
 
 /// The limits as JSON (the CLI's and the API's form): `rate` as

@@ -35,8 +35,15 @@ pub(crate) enum TopicCommand {
     /// limits. A partitioned topic gives each partition its share, rounded
     /// up. `[topics.NAME]` keys `rate`, `burst` and `max_running` in the
     /// config set the same at `punctual serve` start.
+    ///
+    /// `--group-rate`, `--group-burst` and `--group-max-running` set the
+    /// limits of each group of jobs (`push --group`) on its own, the default
+    /// of every group (config: `group_rate`, `group_burst`,
+    /// `group_max_running`); a group held back waits without holding the
+    /// other groups back. One group's own limits: `punctual groups TOPIC
+    /// limit GROUP`.
     #[command(
-        after_help = "Examples:\n  punctual topic limits webhooks --rate 200/s --burst 20 --max-running 50\n  punctual topic limits webhooks --rate none\n  punctual topic limits webhooks --clear\n  punctual topic limits webhooks"
+        after_help = "Examples:\n  punctual topic limits webhooks --rate 200/s --burst 20 --max-running 50\n  punctual topic limits webhooks --rate none\n  punctual topic limits webhooks --group-rate 10/s --group-max-running 2\n  punctual topic limits webhooks --clear\n  punctual topic limits webhooks"
     )]
     Limits(super::limits::TopicLimitsArgs),
 }

@@ -33,6 +33,7 @@ const MAX_OFFSET: usize = 1_000_000_000;
 /// Most jobs in one batch request.
 pub(super) const MAX_BATCH_JOBS: usize = 10_000;
 
+mod group_limits;
 mod groups;
 mod limits;
 
@@ -61,6 +62,7 @@ pub(super) fn routes() -> Router<Arc<ApiState>> {
         .route("/topics/{topic}/history", get(history))
         .merge(limits::routes())
         .merge(groups::routes())
+        .merge(group_limits::routes())
         .merge(super::schedules::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

@@ -227,6 +227,19 @@ pub(crate) struct TopicConfig {
     /// Most jobs running at once over every worker.
     #[serde(default)]
     pub max_running: Option<u32>,
+    /// Most claims per period of each group of jobs (`--group`), over every
+    /// worker: the default of every group. Like `rate`, stored at start when
+    /// any of `group_rate`, `group_burst`, `group_max_running` is given
+    /// (replacing the default group limits; a group's own limits, set with
+    /// `punctual groups T limit G`, stay).
+    #[serde(default)]
+    pub group_rate: Option<String>,
+    /// Token bucket size of each group's `group_rate`.
+    #[serde(default)]
+    pub group_burst: Option<u32>,
+    /// Most jobs of each group running at once over every worker.
+    #[serde(default)]
+    pub group_max_running: Option<u32>,
 }
 
 /// A resident topic's effective settings (see docs/RESIDENT.md).
@@ -591,6 +604,7 @@ impl Config {
                 bail!("[topics.{name}]: max_attempts must be at least 1");
             }
             self.limits(name)?;
+            self.group_limits(name)?;
             if t.timeout.is_zero() {
                 bail!("[topics.{name}]: timeout must be more than 0s");
             }
@@ -612,25 +626,20 @@ impl Config {
     /// none (then serve leaves the limits stored in Redis alone).
     pub(crate) fn limits(&self, topic: &str) -> Result<Option<punctual::Limits>> {
         let t = &self.topics[topic];
-        if t.rate.is_none() && t.burst.is_none() && t.max_running.is_none() {
-            return Ok(None);
-        }
-        let mut l = punctual::Limits::default();
-        if let Some(r) = &t.rate {
-            l = l.rate(
-                r.parse()
-                    .map_err(|e| anyhow::anyhow!("[topics.{topic}]: rate = {r:?}: {e}"))?,
-            );
-        }
-        if let Some(b) = t.burst {
-            l = l.burst(b);
-        }
-        if let Some(m) = t.max_running {
-            l = l.max_running(m);
-        }
-        l.validate()
-            .map_err(|e| anyhow::anyhow!("[topics.{topic}]: {e}"))?;
-        Ok(Some(l))
+        limits_of(topic, "", &t.rate, t.burst, t.max_running)
+    }
+
+    /// The default limits of every group of a topic from its table
+    /// (`group_rate`, `group_burst`, `group_max_running`), when any is given.
+    pub(crate) fn group_limits(&self, topic: &str) -> Result<Option<punctual::Limits>> {
+        let t = &self.topics[topic];
+        limits_of(
+            topic,
+            "group_",
+            &t.group_rate,
+            t.group_burst,
+            t.group_max_running,
+        )
     }
 
     /// A resident topic's settings, defaults filled in (None for other
@@ -713,6 +722,36 @@ mod humantime_serde {
     }
 }
 
+/// Limits from a topic table's fields (`prefix`: "" or "group_"), when any
+/// is given.
+fn limits_of(
+    topic: &str,
+    prefix: &str,
+    rate: &Option<String>,
+    burst: Option<u32>,
+    max_running: Option<u32>,
+) -> Result<Option<punctual::Limits>> {
+    if rate.is_none() && burst.is_none() && max_running.is_none() {
+        return Ok(None);
+    }
+    let mut l = punctual::Limits::default();
+    if let Some(r) = rate {
+        l = l.rate(
+            r.parse()
+                .map_err(|e| anyhow::anyhow!("[topics.{topic}]: {prefix}rate = {r:?}: {e}"))?,
+        );
+    }
+    if let Some(b) = burst {
+        l = l.burst(b);
+    }
+    if let Some(m) = max_running {
+        l = l.max_running(m);
+    }
+    l.validate()
+        .map_err(|e| anyhow::anyhow!("[topics.{topic}]: {prefix}{e}"))?;
+    Ok(Some(l))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -761,6 +800,30 @@ http = { url = "http://127.0.0.1:8080/hooks/coupon", timeout = "10s" }
             ("rate = \"0/s\"", "rate"),
             ("burst = 3", "burst needs a rate"),
             ("max_running = 0", "max running"),
+        ] {
+            let e = parse(&format!("[topics.a]\nexec = [\"true\"]\n{bad}\n")).unwrap_err();
+            let msg = format!("{e:#}");
+            assert!(
+                msg.contains("[topics.a]") && msg.contains(says),
+                "{bad}: {msg}"
+            );
+        }
+    }
+
+    #[test]
+    fn group_limits_parse_and_bad_ones_name_the_topic() {
+        let c = parse(
+            "[topics.a]\nexec = [\"true\"]\ngroup_rate = \"10/s\"\ngroup_max_running = 2\n[topics.b]\nexec = [\"true\"]\nrate = \"5/s\"\n",
+        )
+        .unwrap();
+        let l = c.group_limits("a").unwrap().unwrap();
+        assert_eq!(l.to_string(), "rate 10/s, burst 1 (default), max running 2");
+        assert!(c.limits("a").unwrap().is_none());
+        assert!(c.group_limits("b").unwrap().is_none());
+        for (bad, says) in [
+            ("group_rate = \"fast\"", "group_rate"),
+            ("group_burst = 3", "burst needs a rate"),
+            ("group_max_running = 0", "max running"),
         ] {
             let e = parse(&format!("[topics.a]\nexec = [\"true\"]\n{bad}\n")).unwrap_err();
             let msg = format!("{e:#}");

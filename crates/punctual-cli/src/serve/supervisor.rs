@@ -156,6 +156,12 @@ pub(crate) async fn supervise(cfg: Config) -> Result<i32> {
                 .await
                 .with_context(|| format!("cannot store the limits of topic {name}"))?;
         }
+        if let Some(l) = cfg.group_limits(name)? {
+            queue
+                .set_group_limits(name, None, &l)
+                .await
+                .with_context(|| format!("cannot store the group limits of topic {name}"))?;
+        }
     }
     super::schedules::upsert(&queue, &cfg).await?;
     if let Some(p) = &cfg.pidfile {

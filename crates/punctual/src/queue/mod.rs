@@ -23,7 +23,7 @@ use crate::partition::{partition_name, partition_of};
 use crate::redact::redact;
 use crate::scripts::SCRIPTS;
 
-pub use groups::GroupInfo;
+pub use groups::{GroupHold, GroupInfo, GroupLimits};
 pub use inspect::{SkippedTopic, Topics};
 
 /// Largest integer the scripts take (2^53: Lua numbers are doubles).

@@ -24,13 +24,35 @@ pub(super) fn routes() -> Router<Arc<ApiState>> {
     Router::new().route("/topics/{topic}/limits", get(read).put(write))
 }
 
-/// The body of `PUT`: the limits to have (a field left out or null: none).
+/// The body of `PUT` (here and for group limits): the limits to have (a
+/// field left out or null: none).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct LimitsBody {
+pub(super) struct LimitsBody {
     rate: Option<String>,
     burst: Option<u32>,
     max_running: Option<u32>,
+}
+
+impl LimitsBody {
+    /// The limits, checked.
+    pub(super) fn limits(&self) -> ApiResult<Limits> {
+        let mut l = Limits::default();
+        if let Some(r) = &self.rate {
+            let r: Rate = r
+                .parse()
+                .map_err(|e: punctual::Error| ApiError::invalid(format!("rate: {e}")))?;
+            l = l.rate(r);
+        }
+        if let Some(n) = self.burst {
+            l = l.burst(n);
+        }
+        if let Some(n) = self.max_running {
+            l = l.max_running(n);
+        }
+        l.validate().map_err(|e| ApiError::invalid(e.to_string()))?;
+        Ok(l)
+    }
 }
 
 fn reply(topic: &str, l: &Limits) -> Json<Value> {
@@ -54,20 +76,7 @@ async fn write(
 ) -> ApiResult<Json<Value>> {
     topic_ok(&topic)?;
     let b: LimitsBody = body(&headers, bytes)?;
-    let mut l = Limits::default();
-    if let Some(r) = &b.rate {
-        let r: Rate = r
-            .parse()
-            .map_err(|e: punctual::Error| ApiError::invalid(format!("rate: {e}")))?;
-        l = l.rate(r);
-    }
-    if let Some(n) = b.burst {
-        l = l.burst(n);
-    }
-    if let Some(n) = b.max_running {
-        l = l.max_running(n);
-    }
-    l.validate().map_err(|e| ApiError::invalid(e.to_string()))?;
+    let l = b.limits()?;
     s.queue.set_limits(&topic, &l).await?;
     let l = s.queue.limits(&topic).await?;
     who.record(&s.queue, "topic.limits", &topic, limits_json(&l))
