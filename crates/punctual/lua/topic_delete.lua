@@ -19,11 +19,13 @@ local records = redis.call('HLEN', K_JOBS)
 if held > 0 then return held end
 if records > 0 then return records end
 -- A topic with groups: its group indexes (only stale entries are left, and
--- only groups in P:{T}:groups have a non-empty index) and the groups set.
+-- only groups in P:{T}:groups, or held back in P:{T}:gwait, have a
+-- non-empty index) and the groups set.
 if redis.call('HGET', K_META, 'groups') == '1' then
-  local names = redis.call('ZRANGE', KEY_BASE .. 'groups', 0, -1)
   local keys = { KEY_BASE .. 'g:', KEY_BASE .. 'groups' }
-  for _, grp in ipairs(names) do keys[#keys + 1] = KEY_BASE .. 'g:' .. grp end
+  for _, set in ipairs({ 'groups', 'gwait' }) do
+    for _, grp in ipairs(redis.call('ZRANGE', KEY_BASE .. set, 0, -1)) do keys[#keys + 1] = KEY_BASE .. 'g:' .. grp end
+  end
   local i = 1
   while i <= #keys do
     local j = math.min(i + 999, #keys)

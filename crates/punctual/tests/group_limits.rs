@@ -526,3 +526,42 @@ async fn group_limits_are_stored_cleared_and_checked() {
         Some(8)
     );
 }
+
+/// A group held back by its rate sits in `gwait`, not in `groups`; when
+/// its last indexed job is cancelled, the index keeps a stale entry. A
+/// topic delete must remove that index too: no key of the topic is left.
+#[tokio::test]
+async fn topic_delete_leaves_no_index_of_a_held_group() {
+    let s = RedisServer::start();
+    let q = Queue::connect(s.url()).await.unwrap();
+    let (t, p) = ("gleak", part("gleak"));
+    q.set_group_limits(
+        t,
+        None,
+        &Limits::default().rate("1/h".parse().unwrap()).burst(1),
+    )
+    .await
+    .unwrap();
+    enqueue_group(&q, t, "a", "a", 2).await;
+    let got = raw::claim_with_wait(&q, &p, 10, LONG_LEASE).await.unwrap();
+    assert_eq!(ids(&got.jobs), ["a0000"]);
+    let again = raw::claim_with_wait(&q, &p, 10, LONG_LEASE).await.unwrap();
+    assert!(again.jobs.is_empty());
+    let g = q.groups(t).await.unwrap();
+    assert!(matches!(g[0].held, Some(GroupHold::Until(_))), "{g:?}");
+    q.cancel(t, "a0001").await.unwrap();
+    let acked = raw::ack(&q, &p, &[got.jobs[0].lease()]).await.unwrap();
+    assert_eq!(acked, [true]);
+    q.delete_topic(t).await.unwrap();
+    let mut c = redis::Client::open(s.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let left: Vec<String> = redis::cmd("KEYS")
+        .arg("*{gleak}*")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert!(left.is_empty(), "keys left after topic delete: {left:?}");
+}
