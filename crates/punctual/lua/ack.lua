@@ -2,14 +2,19 @@
 -- ack: the jobs are done; delete them. Fenced: only the holder of the current
 -- lease (the token its claim returned) can ack. Runs even when Redis is over
 -- maxmemory, since it only deletes.
--- KEYS: the nine topic keys. ARGV: pairs id, token (1..1000 pairs).
+-- KEYS: the nine topic keys. ARGV: pairs id, token (1..1000 pairs). The
+-- token may also be given as the attempts entry its claim wrote, "0A:T"
+-- (the live mark, the attempt and the token, as the claim's reply gave
+-- them): then a live lease is proven by one string comparison.
 -- Returns one integer per pair: 1 acked, 0 refused (the job is no longer
 -- running under that token: reclaimed, re-delivered, cancelled or replaced).
 -- Publishes on the ready channel when it frees a slot of a topic at its
 -- max_running (or of a group at its own, see release_groups).
 -- A lease is proven by its attempts entry alone when the entry carries the
 -- live mark ("0A:T", see is_live_att) and ends in ":" and the token; an
--- unmarked entry with that token is also looked up in running.
+-- unmarked entry with that token is also looked up in running. The entry
+-- form is only a shortcut: when it is not the entry, its token is checked
+-- so, as if given alone (its attempt is not compared).
 
 local n = #ARGV / 2
 if n < 1 or n > 1000 or #ARGV % 2 ~= 0 then
@@ -19,14 +24,18 @@ local ids = {}
 for i = 1, n do ids[i] = ARGV[2 * i - 1] end
 local atts = redis.call('HMGET', K_ATT, unpack(ids))
 local out, done, nd = {}, ids, n
-local find, byte = string.find, string.byte
+local find, byte, match = string.find, string.byte, string.match
 for i = 1, n do
   local v, tok = atts[i], ARGV[2 * i]
-  local ok = false
-  if v then
+  -- The entry itself, with the live mark (Lua strings are interned: the
+  -- equality is one pointer comparison; an unmarked entry proves nothing).
+  local ok = v == tok and byte(v, 1) == 48
+  -- Else the token alone, or the token of an entry form.
+  if not ok and v then
+    if find(tok, ':', 1, true) then tok = match(tok, '^0%d+:(%d+)$') or '' end
     -- The entry ends in ":" and the token: compared in place, no new string.
     local at = #v - #tok
-    if byte(v, at) == 58 and find(v, tok, at + 1, true) then
+    if tok ~= '' and byte(v, at) == 58 and find(v, tok, at + 1, true) then
       ok = is_live_att(v) or redis.call('ZSCORE', K_RUNNING, ids[i]) ~= false
     end
   end
@@ -34,9 +43,12 @@ for i = 1, n do
     out[i] = 1
   else
     -- Checked only when refused, so a good ack pays nothing: a token that
-    -- is not an integer is an error, not a refusal.
-    if not int_arg(tok, 0, MAX_SAFE) then
-      return invalid('ack expects tokens as decimal integers, got "' .. tok .. '"')
+    -- is not an integer (nor an entry "0A:T") is an error, not a refusal.
+    tok = ARGV[2 * i]
+    local t = tok
+    if find(tok, ':', 1, true) then t = match(tok, '^0%d+:(%d+)$') end
+    if not int_arg(t, 0, MAX_SAFE) then
+      return invalid('ack expects tokens as decimal integers (or attempts entries "0A:T"), got "' .. tok .. '"')
     end
     out[i] = 0
     if done == ids then

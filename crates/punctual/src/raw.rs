@@ -188,6 +188,11 @@ pub struct Lease {
     pub id: String,
     /// The lease token of the claim ([`Delivery::token`]).
     pub token: i64,
+    /// The attempt the claim counted ([`Delivery::attempt`]), or 0 when
+    /// unknown ([`Lease::new`]). Only a shortcut: with it, [`ack`] sends
+    /// the attempts entry the claim wrote (`0A:T`), which the script checks
+    /// with one string comparison; the token alone decides either way.
+    pub attempt: u32,
 }
 
 impl Lease {
@@ -208,6 +213,33 @@ impl Lease {
         Lease {
             id: id.into(),
             token,
+            attempt: 0,
+        }
+    }
+
+    /// The lease of job `id` claimed with `token` as its attempt `attempt`
+    /// (what [`Delivery::lease`] returns).
+    ///
+    /// ```
+    /// let lease = punctual::raw::Lease::with_attempt("order:10086", 1_700_000_000_000_000, 2);
+    /// assert_eq!(lease.attempt, 2);
+    /// ```
+    pub fn with_attempt(id: impl Into<String>, token: i64, attempt: u32) -> Lease {
+        Lease {
+            id: id.into(),
+            token,
+            attempt,
+        }
+    }
+
+    /// The token as `ack` sends it: the attempts entry the claim wrote
+    /// (`0A:T`, PROTOCOL.md "Attempts and tokens") when the attempt is
+    /// known, else the token alone.
+    fn ack_arg(&self) -> String {
+        if self.attempt > 0 {
+            format!("0{}:{}", self.attempt, self.token)
+        } else {
+            self.token.to_string()
         }
     }
 }
@@ -511,7 +543,7 @@ impl Delivery {
     /// # Ok(()) }
     /// ```
     pub fn lease(&self) -> Lease {
-        Lease::new(self.id.clone(), self.token)
+        Lease::with_attempt(self.id.clone(), self.token, self.attempt)
     }
 }
 
@@ -700,7 +732,7 @@ pub async fn ack(queue: &Queue, part: &Partition, done: &[Lease]) -> Result<Vec<
         let v = queue
             .run(&SCRIPTS.ack, part.as_str(), |inv| {
                 for l in chunk {
-                    inv.arg(&l.id).arg(l.token);
+                    inv.arg(&l.id).arg(l.ack_arg());
                 }
             })
             .await?;

@@ -278,6 +278,8 @@ struct Settle {
     topic: usize,
     id: String,
     token: i64,
+    /// The claim's attempt: the ack sends the attempts entry ("0A:T").
+    attempt: u32,
     outcome: Outcome,
 }
 
@@ -790,7 +792,7 @@ fn spawn_slot(
     shared
         .lateness
         .record(&topic.name, job.claimed_us, job.lateness_us());
-    let (id, token) = (job.id.clone(), job.token);
+    let (id, token, attempt) = (job.id.clone(), job.token, job.attempt);
     // The job's own timeout (Job::timeout) replaces the topic's, unless the
     // handler enforces it (then the backstop says how long to wait).
     let timeout = match &topic.backstop {
@@ -850,6 +852,7 @@ fn spawn_slot(
             topic: ti,
             id,
             token,
+            attempt,
             outcome,
         });
     };
@@ -900,7 +903,7 @@ async fn settle_loop(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Settle
                     let mut taken = 0;
                     while let Some(s) = next.take() {
                         match s.outcome {
-                            Outcome::Done => waiting.entry(s.topic).or_default().push(Lease::new(s.id, s.token)),
+                            Outcome::Done => waiting.entry(s.topic).or_default().push(Lease::with_attempt(s.id, s.token, s.attempt)),
                             _ => {
                                 fails.spawn(fail_one(shared.clone(), s).in_current_span());
                             }
@@ -943,13 +946,13 @@ async fn ack_many(shared: Arc<Shared>, ti: usize, leases: Vec<Lease>) {
     let topic = &shared.topics[ti].name;
     let part = Partition::known(topic);
     let Some(flags) = settle_or_give_up(|| raw::ack(&shared.queue, &part, &leases)).await else {
-        for Lease { id, token } in leases {
+        for Lease { id, token, .. } in leases {
             tracing::error!(topic = %topic, id = %id, "Redis keeps refusing the ack: leaving the job to its lease; it will be reclaimed and run again");
             forget(&shared, ti, &id, token);
         }
         return;
     };
-    for (Lease { id, token }, ok) in leases.into_iter().zip(flags) {
+    for (Lease { id, token, .. }, ok) in leases.into_iter().zip(flags) {
         if !ok {
             tracing::warn!(topic = %topic, id = %id, "ack refused: the lease was lost and the job re-delivered or cancelled");
         }
@@ -1057,7 +1060,7 @@ async fn keep_leases(shared: Arc<Shared>, stop: CancellationToken) {
             let part = Partition::known(topic);
             match raw::extend(&shared.queue, &part, &held, shared.config.lease).await {
                 Ok(flags) => {
-                    for (Lease { id, token }, ok) in held.into_iter().zip(flags) {
+                    for (Lease { id, token, .. }, ok) in held.into_iter().zip(flags) {
                         if ok {
                             continue;
                         }

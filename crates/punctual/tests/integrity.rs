@@ -1123,6 +1123,37 @@ async fn ack_compares_tokens_as_the_strings_claim_returned() {
         .unwrap_err();
     assert!(err.to_string().contains("decimal integers"), "{err}");
     assert!(f.queue.get(t, "run").await.unwrap().is_some());
+    // The attempts entry form ("0A:T") must carry the live mark and read:
+    // the stored entry without its mark, or with no attempt, is an error.
+    for bad in [format!("1:{tok}"), format!("0:{tok}"), format!("01:{tok}x")] {
+        let err = eval("ack", &keys, &["run", &bad])
+            .query_async::<Vec<i64>>(&mut c)
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("decimal integers"), "{bad}: {err}");
+    }
+    assert!(f.queue.get(t, "run").await.unwrap().is_some());
+    // An unmarked entry given back as it is stored proves nothing: the job
+    // is not running (here in ready), so it is an error, not an ack.
+    let att = keys[8].clone();
+    let _: i64 = redis::cmd("HSET")
+        .arg(&att)
+        .arg("ready")
+        .arg("1:999")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let err = eval("ack", &keys, &["ready", "1:999"])
+        .query_async::<Vec<i64>>(&mut c)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("decimal integers"), "{err}");
+    let _: i64 = redis::cmd("HDEL")
+        .arg(&att)
+        .arg("ready")
+        .query_async(&mut c)
+        .await
+        .unwrap();
     let got: Vec<i64> = eval("ack", &keys, &["run", &tok])
         .query_async(&mut c)
         .await

@@ -229,12 +229,17 @@ async fn replacing_a_running_job_fences_out_the_old_delivery() {
 /// `state`, its attempts counted (1).
 async fn assert_stale_ack_refused(f: &Fixture, t: &str, d: &Delivery, state: Option<State>) {
     let snap = f.snapshot().await;
-    assert_eq!(
-        raw::ack(&f.queue, &part(t), &[d.lease()]).await.unwrap(),
-        vec![false],
-        "the stale token of {:?} acked it",
-        d.id
-    );
+    // Both forms: the attempts entry the claim wrote ("0A:T", what
+    // Delivery::lease sends), and the token alone.
+    for lease in [d.lease(), Lease::new(&d.id, d.token)] {
+        assert_eq!(
+            raw::ack(&f.queue, &part(t), std::slice::from_ref(&lease))
+                .await
+                .unwrap(),
+            vec![false],
+            "the stale lease {lease:?} acked it",
+        );
+    }
     assert_eq!(
         f.snapshot().await,
         snap,
@@ -371,6 +376,79 @@ async fn an_unmarked_attempts_entry_acks_only_while_its_job_is_running() {
         vec![true]
     );
     assert!(q.get(t, "running").await.unwrap().is_none());
+}
+
+// ack takes the attempts entry the claim wrote ("0A:T") in place of the
+// token: the entry of a live lease acks (one string comparison in the
+// script); otherwise its token is checked as if given alone, so a stale
+// entry is refused, and an unmarked entry acks only while its job runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ack_takes_the_attempts_entry_of_the_claim() {
+    let f = Fixture::new().await;
+    let (q, t) = (&f.queue, "ack-entry");
+    let att = key(t, "attempts");
+    let ack = |l: Lease| async move { raw::ack(q, &part(t), &[l]).await };
+
+    // A live lease: Delivery::lease carries the attempt, and its entry acks.
+    q.enqueue(t, Job::new("p").id("live").backoff(vec![Duration::ZERO]))
+        .await
+        .unwrap();
+    let first = claim_one(q, t, LONG_LEASE).await;
+    let retry = FailKind::Retry { after: None };
+    let failed = raw::fail(q, &part(t), &first.lease(), "boom", retry).await;
+    assert_eq!(failed.unwrap(), Failed::Retry);
+    let d = claim_one(q, t, LONG_LEASE).await;
+    assert_eq!((d.attempt, d.lease().attempt), (2, 2));
+    let entry: String = f.cmd(redis::cmd("HGET").arg(&att).arg("live")).await;
+    assert_eq!(entry, format!("02:{}", d.token));
+    // The first delivery's entry is stale: refused, nothing changed.
+    let snap = f.snapshot().await;
+    assert_eq!(ack(first.lease()).await.unwrap(), [false]);
+    assert_eq!(f.snapshot().await, snap, "a stale entry changed the topic");
+    assert_eq!(ack(d.lease()).await.unwrap(), [true]);
+    assert!(q.get(t, "live").await.unwrap().is_none());
+    assert_eq!(ack(d.lease()).await.unwrap(), [false], "acked twice");
+
+    // The entry form with another attempt is only a wrong shortcut: the
+    // token decides, as when given alone.
+    q.enqueue(t, Job::new("p").id("other")).await.unwrap();
+    let d = claim_one(q, t, LONG_LEASE).await;
+    let wrong = Lease::with_attempt("other", d.token, 7);
+    assert_eq!(ack(wrong).await.unwrap(), [true]);
+
+    // An unmarked entry ("A:T", a lease taken before the mark): the entry
+    // form acks it while the job is in running...
+    q.enqueue(t, Job::new("p").id("unmarked")).await.unwrap();
+    let d = claim_one(q, t, LONG_LEASE).await;
+    let _: i64 = f
+        .cmd(
+            redis::cmd("HSET")
+                .arg(&att)
+                .arg("unmarked")
+                .arg(format!("1:{}", d.token)),
+        )
+        .await;
+    assert_eq!(ack(d.lease()).await.unwrap(), [true]);
+    assert!(q.get(t, "unmarked").await.unwrap().is_none());
+    // ... and not once it is out of running (here in ready).
+    q.enqueue(t, Job::new("p").id("waiting")).await.unwrap();
+    let stale = Lease::with_attempt("waiting", d.token + 1000, 1);
+    let _: i64 = f
+        .cmd(
+            redis::cmd("HSET")
+                .arg(&att)
+                .arg("waiting")
+                .arg(format!("1:{}", stale.token)),
+        )
+        .await;
+    let snap = f.snapshot().await;
+    assert_eq!(ack(stale).await.unwrap(), [false]);
+    assert_eq!(f.snapshot().await, snap, "a stale ack changed the topic");
+    assert_eq!(
+        state_of(&q.get(t, "waiting").await.unwrap()),
+        Some(State::Ready)
+    );
+    assert!(q.check(t).await.unwrap().is_empty());
 }
 
 // ---- 2. never early ----------------------------------------------------
