@@ -130,24 +130,29 @@ local function utf8_ok(s)
 end
 
 local DIGITS = '0123456789abcdefghijklmnopqrstuvwxyz'
+local DIGIT_BYTES = {}
+for i = 0, 35 do DIGIT_BYTES[i] = string.byte(DIGITS, i + 1) end
 
--- Base 36, left-padded with zeros to `width` (when given).
+-- Base 36, left-padded with zeros to `width` (when given). The digits go
+-- into one reused table, right to left, and out as one string.char.
+local B36_BUF = {}
 local function b36(n, width)
   n = math.floor(n)
-  local out = {}
-  if n <= 0 then out[1] = '0' end
+  local i = 13
+  if n <= 0 then
+    i = 12
+    B36_BUF[12] = 48
+  end
   while n > 0 do
     local r = n % 36
-    table.insert(out, 1, string.sub(DIGITS, r + 1, r + 1))
+    i = i - 1
+    B36_BUF[i] = DIGIT_BYTES[r]
     n = (n - r) / 36
   end
-  local s = table.concat(out)
+  local s = string.char(unpack(B36_BUF, i, 12))
   if width and #s < width then s = string.rep('0', width - #s) .. s end
   return s
 end
-
-local DIGIT_BYTES = {}
-for i = 0, 35 do DIGIT_BYTES[i] = string.byte(DIGITS, i + 1) end
 
 -- M may carry per-job options after the max attempts (PROTOCOL.md "Per-job
 -- options"): ";" then a letter and a value, M = "<digits or empty>[;<opt>]*",

@@ -130,24 +130,29 @@ local function utf8_ok(s)
 end
 
 local DIGITS = '0123456789abcdefghijklmnopqrstuvwxyz'
+local DIGIT_BYTES = {}
+for i = 0, 35 do DIGIT_BYTES[i] = string.byte(DIGITS, i + 1) end
 
--- Base 36, left-padded with zeros to `width` (when given).
+-- Base 36, left-padded with zeros to `width` (when given). The digits go
+-- into one reused table, right to left, and out as one string.char.
+local B36_BUF = {}
 local function b36(n, width)
   n = math.floor(n)
-  local out = {}
-  if n <= 0 then out[1] = '0' end
+  local i = 13
+  if n <= 0 then
+    i = 12
+    B36_BUF[12] = 48
+  end
   while n > 0 do
     local r = n % 36
-    table.insert(out, 1, string.sub(DIGITS, r + 1, r + 1))
+    i = i - 1
+    B36_BUF[i] = DIGIT_BYTES[r]
     n = (n - r) / 36
   end
-  local s = table.concat(out)
+  local s = string.char(unpack(B36_BUF, i, 12))
   if width and #s < width then s = string.rep('0', width - #s) .. s end
   return s
 end
-
-local DIGIT_BYTES = {}
-for i = 0, 35 do DIGIT_BYTES[i] = string.byte(DIGITS, i + 1) end
 
 -- M may carry per-job options after the max attempts (PROTOCOL.md "Per-job
 -- options"): ";" then a letter and a value, M = "<digits or empty>[;<opt>]*",
@@ -923,9 +928,10 @@ local dues = {}
 -- parsed options of each distinct argument.
 local opts, opts_of_arg, asks = {}, {}, {}
 local generate = 0
--- A batch's jobs mostly share their "when" and backoff strings: each
--- distinct one is parsed and checked once per call.
-local due_of_when, backoff_ok = {}, { [''] = true }
+-- A batch's jobs mostly share their "when" and backoff strings: a "when"
+-- is parsed once per run of equal ones, a backoff once per distinct one.
+local last_when, last_when_due = nil, nil
+local backoff_ok = { [''] = true }
 for i = 1, n do
   local b = 3 + 5 * (i - 1)
   local id, payload, when, max, backoff = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5]
@@ -945,12 +951,12 @@ for i = 1, n do
   if #payload > max_payload then
     return invalid('job ' .. i .. ': payload is ' .. #payload .. ' bytes, over the ' .. max_payload .. '-byte limit')
   end
-  local due = due_of_when[when]
-  if not due then
+  local due = last_when_due
+  if when ~= last_when then
     local why
     due, why = due_of(when, now, up)
     if not due then return invalid('job ' .. i .. ': ' .. why) end
-    due_of_when[when] = due
+    last_when, last_when_due = when, due
   end
   if max == '' then
     -- The topic default: nothing to check.
@@ -1027,28 +1033,75 @@ if generate > 0 then
   end
 end
 local first_seq = seq
--- Record headers, built once per distinct due time; the last first field
--- with an expiry built, for its options and due time.
-local heads = {}
+-- Record headers (":D:G:"), built once per run of jobs with the same due
+-- time; the last first field with an expiry built, for its options and due
+-- time.
+local head, head_due = nil, nil
 local last_m, last_o, last_due = nil, nil, nil
+-- The header of a due time: ":" and D's digits above its last two, cached
+-- (the due times of a call mostly fall in a few 1296-ms spans), then the
+-- last two, ":", G and ":" made by one string.char when G (the delay) has
+-- at most three digits (46.6 s).
+local high_digits = {}
+local char = string.char
+local function head_of(due)
+  local gap = due - now
+  local lo = due % 1296
+  local hi = (due - lo) / 1296
+  if hi == 0 or gap >= 46656 then return ':' .. b36(due) .. ':' .. b36(gap) .. ':' end
+  local h = high_digits[hi]
+  if not h then
+    h = ':' .. b36(hi)
+    high_digits[hi] = h
+  end
+  local b = lo % 36
+  local d1, d2 = DIGIT_BYTES[(lo - b) / 36], DIGIT_BYTES[b]
+  local g0 = gap % 36
+  if gap < 36 then return h .. char(d1, d2, 58, DIGIT_BYTES[g0], 58) end
+  local rest = (gap - g0) / 36
+  local g1 = rest % 36
+  if gap < 1296 then return h .. char(d1, d2, 58, DIGIT_BYTES[g1], DIGIT_BYTES[g0], 58) end
+  return h .. char(d1, d2, 58, DIGIT_BYTES[(rest - g1) / 36], DIGIT_BYTES[g1], DIGIT_BYTES[g0], 58)
+end
 
--- Given ids without a record are looked up in the four sets (one ZMSCORE
--- each per call): an id left in a set without its record (a broken
--- invariant that check reports) counts as live, so it never gets a second
--- state; a replace repairs it.
-local has_rec, stray, absent = {}, {}, {}
-for i = 1, n do
-  local id = ARGV[3 + 5 * (i - 1) + 1]
-  if id ~= '' and has_rec[id] == nil then
-    has_rec[id] = redis.call('HEXISTS', K_JOBS, id) == 1
-    if not has_rec[id] then absent[#absent + 1] = id end
+-- Given ids are looked up in the four sets (one ZMSCORE each per call),
+-- and those in none of them in the jobs hash (one HMGET per call: nil for a
+-- new id). An id is live when it is in a set or has a record: one left in a
+-- set without its record, or a record left without a set (broken
+-- invariants that check reports), counts as live, so it never gets a second
+-- state; a replace repairs it. `state` is the set an id is in (pool first,
+-- as state_of), `in_dead` whether dead is one of them.
+local given, listed = {}, {}
+if generate < n then
+  for i = 1, n do
+    local id = ARGV[3 + 5 * (i - 1) + 1]
+    if id ~= '' and not listed[id] then
+      listed[id] = true
+      given[#given + 1] = id
+    end
   end
 end
-if #absent > 0 then
+local state, in_dead, has_rec = {}, {}, {}
+if #given > 0 then
   for _, st in ipairs({ 'dead', 'running', 'ready', 'pool' }) do
-    local scores = redis.call('ZMSCORE', STATE_KEY[st], unpack(absent))
-    for j, id in ipairs(absent) do
-      if scores[j] then stray[id] = st end
+    local scores = redis.call('ZMSCORE', STATE_KEY[st], unpack(given))
+    for j = 1, #given do
+      if scores[j] then
+        state[given[j]] = st
+        if st == 'dead' then in_dead[given[j]] = true end
+      end
+    end
+  end
+  local loose = {}
+  for j = 1, #given do
+    if not state[given[j]] then loose[#loose + 1] = given[j] end
+  end
+  if #loose > 0 then
+    -- Records of ids in no set: a new id's is nil, so this copies no
+    -- payload but a broken invariant's.
+    local recs = redis.call('HMGET', K_JOBS, unpack(loose))
+    for j = 1, #loose do
+      if recs[j] then has_rec[loose[j]] = true end
     end
   end
 end
@@ -1056,11 +1109,6 @@ end
 -- Schedules: ids fired within 7 days (one ZMSCORE per call).
 local fired_before = {}
 if K_FIRED then
-  local given = {}
-  for i = 1, n do
-    local id = ARGV[3 + 5 * (i - 1) + 1]
-    if id ~= '' then given[#given + 1] = id end
-  end
   if #given > 0 then
     local scores = redis.call('ZMSCORE', K_FIRED, unpack(given))
     for j, id in ipairs(given) do
@@ -1100,11 +1148,12 @@ for i = 1, n do
     status = 0
   elseif fired_before[id] then
     status = 4
-  elseif has_rec[id] or stray[id] then
+  elseif state[id] or has_rec[id] then
     if replace then
       status = 2
-      if has_rec[id] then old_state[id] = state_of(id) or false else old_state[id] = stray[id] end
-    elseif stray[id] == 'dead' or (has_rec[id] and redis.call('ZSCORE', K_DEAD, id)) then
+      old_state[id] = state[id] or false
+    elseif in_dead[id] and (state[id] == 'dead' or redis.call('HEXISTS', K_JOBS, id) == 1) then
+      -- Dead, or (two sets at once, a broken invariant) a record and in dead.
       status = 3
     else
       status = 0
@@ -1115,10 +1164,9 @@ for i = 1, n do
     -- below 36^4): with no given id in the batch, nothing needs seen.
     if generate < n then seen[id] = true end
     local due = dues[i]
-    local head = heads[due]
-    if not head then
-      head = ':' .. b36(due) .. ':' .. b36(due - now) .. ':'
-      heads[due] = head
+    if due ~= head_due then
+      head = head_of(due)
+      head_due = due
     end
     records[nr + 1] = id
     local m = ARGV[b + 4]

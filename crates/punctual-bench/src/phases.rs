@@ -1326,7 +1326,7 @@ pub(crate) async fn scripts(b: &Bench) -> Result<Report> {
     let mut measure = |name: &str, before: &Snapshot, after: &Snapshot, jobs: u64| {
         let (_, usec) = after.scripts_since(before);
         let us = usec as f64 / jobs.max(1) as f64;
-        if name != "enqueue" {
+        if !name.starts_with("enqueue") {
             total_us += us;
         }
         cost.insert(name.into(), json!(round(us, 2)));
@@ -1414,12 +1414,45 @@ pub(crate) async fn scripts(b: &Bench) -> Result<Report> {
 
     let sets = b.target.sets().await?;
     let records = b.target.records().await?;
-    let ok = created == n
+    let mut ok = created == n
         && promoted == n
         && n_claimed == n
         && acked == n
         && sets == [pool, 0, 0, 0]
         && records == pool;
+
+    // The enqueue script in two more shapes, each on a topic of its own
+    // (deleted after): a due time per job (as in the precision phases), and
+    // ids given by the caller, 16 and 36 bytes long (`order:0000000042`, a
+    // UUID), with one shared delay as above.
+    for case in EnqueueCase::ALL {
+        let topic = case.topic();
+        let before = Snapshot::take(&b.target).await?;
+        let mut made = 0u64;
+        for s in (0..n).step_by(chunk) {
+            let jobs: Vec<Job> = (s..(s + CHUNK).min(n)).map(|i| case.job(i)).collect();
+            made += q
+                .enqueue_batch(topic, jobs)
+                .await?
+                .iter()
+                .filter(|e| e.status == EnqueueStatus::Created)
+                .count() as u64;
+        }
+        let after = Snapshot::take(&b.target).await?;
+        measure(case.name(), &before, &after, n);
+        ok &= made == n;
+        let keys = keys_of(topic);
+        for k in keys.all() {
+            b.target.query::<u64>(redis::cmd("UNLINK").arg(k)).await?;
+        }
+        b.target
+            .query::<u64>(
+                redis::cmd("SREM")
+                    .arg(format!("{PREFIX}:topics"))
+                    .arg(topic),
+            )
+            .await?;
+    }
     let ceiling = (1e6 / total_us.max(1e-9)).round();
     /// The counts of a `scripts` run that is not ok.
     #[derive(Serialize)]
@@ -1465,7 +1498,7 @@ pub(crate) async fn scripts(b: &Bench) -> Result<Report> {
     );
     let part = |k: &str| cost.get(k).and_then(|v| v.as_f64()).unwrap_or(0.0);
     r.text = format!(
-        "{:<10} Redis µs per job inside each script (batches of {CHUNK}{}): enqueue {}, promote {}, claim {}, ack {}; promote + claim + ack = {:.2} µs: at most {ceiling:.0} jobs/s per Redis core  {}",
+        "{:<10} Redis µs per job inside each script (batches of {CHUNK}{}): enqueue {}, promote {}, claim {}, ack {}; promote + claim + ack = {:.2} µs: at most {ceiling:.0} jobs/s per Redis core  {}\n           enqueue with a due time per job {}, with given ids of 16 bytes {}, of 36 bytes {}",
         "scripts",
         with_pool(pool),
         part("enqueue"),
@@ -1473,9 +1506,74 @@ pub(crate) async fn scripts(b: &Bench) -> Result<Report> {
         part("claim"),
         part("ack"),
         total_us,
-        status(ok)
+        status(ok),
+        part("enqueue_distinct"),
+        part("enqueue_ids16"),
+        part("enqueue_ids36"),
     );
     Ok(r)
+}
+
+/// The `scripts` phase's extra enqueue cases (see there).
+#[derive(Debug, Clone, Copy)]
+enum EnqueueCase {
+    /// Generated ids, each job its own delay (100 to 2,000 ms).
+    Distinct,
+    /// Given ids of this many bytes (16 or 36), one shared delay.
+    Ids(usize),
+}
+
+impl EnqueueCase {
+    const ALL: [EnqueueCase; 3] = [
+        EnqueueCase::Distinct,
+        EnqueueCase::Ids(16),
+        EnqueueCase::Ids(36),
+    ];
+
+    /// Its key in `script_us_per_job`.
+    fn name(&self) -> &'static str {
+        match self {
+            EnqueueCase::Distinct => "enqueue_distinct",
+            EnqueueCase::Ids(16) => "enqueue_ids16",
+            EnqueueCase::Ids(_) => "enqueue_ids36",
+        }
+    }
+
+    /// The topic it runs on, deleted after.
+    fn topic(&self) -> &'static str {
+        match self {
+            EnqueueCase::Distinct => "bench-distinct",
+            EnqueueCase::Ids(16) => "bench-ids16",
+            EnqueueCase::Ids(_) => "bench-ids36",
+        }
+    }
+
+    fn job(&self, i: u64) -> Job {
+        match self {
+            // Spread over 100..=2,000 ms, as the precision phases' delays.
+            EnqueueCase::Distinct => {
+                Job::new(payload(i)).delay(Duration::from_millis(100 + i * 7919 % 1901))
+            }
+            EnqueueCase::Ids(len) => {
+                let id = if *len == 16 {
+                    format!("order:{i:010}")
+                } else {
+                    // UUID-shaped: 32 hex digits of a mix of i, dashed.
+                    let h = (i as u128 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835);
+                    let x = format!("{h:032x}");
+                    format!(
+                        "{}-{}-{}-{}-{}",
+                        &x[..8],
+                        &x[8..12],
+                        &x[12..16],
+                        &x[16..20],
+                        &x[20..]
+                    )
+                };
+                Job::new(payload(i)).id(id).delay(Duration::from_secs(3600))
+            }
+        }
+    }
 }
 
 /// A case of the groups phase: how its N jobs are spread over groups.

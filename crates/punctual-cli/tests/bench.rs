@@ -128,6 +128,10 @@ fn every_phase_prints_an_ok_json_line_and_leaves_nothing_behind() {
     for k in ["enqueue", "promote", "claim", "ack", "path", "full_path"] {
         assert!(s["floor_ratio"][k].as_f64().unwrap() > 0.0, "{s}");
     }
+    // The enqueue script also with a due time per job and with given ids.
+    for k in ["enqueue_distinct", "enqueue_ids16", "enqueue_ids36"] {
+        assert!(s["script_us_per_job"][k].as_f64().unwrap() > 0.0, "{s}");
+    }
     for p in ["enqueue", "drain", "promote", "consume"] {
         assert!(by(p)["floor_ratio"].as_f64().unwrap() > 0.0, "{}", by(p));
     }

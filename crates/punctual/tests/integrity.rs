@@ -740,6 +740,83 @@ async fn enqueue_never_gives_a_second_state_to_an_id_left_in_a_set_without_its_r
     assert!(q.check(t).await.unwrap().is_empty());
 }
 
+/// The enqueue script looks given ids up in the four sets first and only
+/// then reads the records of those in none: a record left without a set,
+/// and an id in dead and in another set (with its record or without), keep
+/// the statuses they had when each id's record was looked up first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enqueue_counts_a_record_without_a_set_and_an_id_in_two_sets_as_live() {
+    let f = Fixture::new().await;
+    let (q, t) = (&f.queue, "two-states");
+    let job = |id: &str| Job::new("new").id(id).delay(Duration::from_secs(60));
+    let record = ":zzzzzzz:0::0:old";
+    // A record without a set; an id in dead and pool, with its record and
+    // without.
+    f.cli(&["HSET", &key(t, "jobs"), "rec-only", record]);
+    for id in ["both-rec", "both-bare"] {
+        f.cli(&["ZADD", &key(t, "dead"), "1", id]);
+        f.cli(&["ZADD", &key(t, "pool"), "1", id]);
+    }
+    f.cli(&["HSET", &key(t, "jobs"), "both-rec", record]);
+    let snap = f.snapshot().await;
+    let out = q
+        .enqueue_batch(
+            t,
+            vec![
+                job("rec-only"),
+                job("both-rec"),
+                job("both-bare"),
+                job("fresh"),
+            ],
+        )
+        .await
+        .unwrap();
+    let statuses: Vec<_> = out.iter().map(|e| (e.id.as_str(), e.status)).collect();
+    assert_eq!(
+        statuses,
+        vec![
+            ("rec-only", EnqueueStatus::Duplicate),
+            // A record and in dead: dead, as with the record read first.
+            ("both-rec", EnqueueStatus::Dead),
+            // No record: the set state_of would name first (pool).
+            ("both-bare", EnqueueStatus::Duplicate),
+            ("fresh", EnqueueStatus::Created),
+        ]
+    );
+    // Only the fresh job, the counters and the set of topics were written.
+    let others = |m: std::collections::BTreeMap<String, Vec<u8>>| {
+        m.into_iter()
+            .filter(|(k, _)| {
+                ![":stats", ":jobs", ":pool", ":topics"]
+                    .iter()
+                    .any(|s| k.ends_with(s))
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(others(f.snapshot().await), others(snap));
+    assert_eq!(f.cli(&["HGET", &key(t, "jobs"), "rec-only"]).trim(), record);
+    // Replace writes each anew, in pool (the state it was in first for the
+    // two-set ids; their dead entry stays, as before, for check to report).
+    let out = q
+        .enqueue_with(
+            t,
+            vec![job("rec-only"), job("both-rec"), job("both-bare")],
+            &EnqueueOptions::default().replace(true),
+        )
+        .await
+        .unwrap();
+    for e in &out {
+        assert_eq!(e.status, EnqueueStatus::Replaced, "{}", e.id);
+        let got = q.get(t, &e.id).await.unwrap().unwrap();
+        assert_eq!(got.state, State::Pool, "{}", e.id);
+        assert_eq!(&got.payload[..], b"new", "{}", e.id);
+    }
+    for id in ["both-rec", "both-bare"] {
+        f.cli(&["ZREM", &key(t, "dead"), id]);
+    }
+    assert!(q.check(t).await.unwrap().is_empty());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_reports_a_running_job_without_an_attempts_entry() {
     let f = Fixture::new().await;
