@@ -414,7 +414,30 @@ pub(crate) fn add_ratios(r: &mut Report, floor: &Report) {
         if let Some(x) = ratio(full(&mine), full(&fscript)) {
             out.insert("full_path".into(), json!(x));
         }
-        let text: Vec<String> = ["enqueue", "promote", "claim", "ack", "path", "full_path"]
+        // The steady flow's path: a due job goes pool -> running in one
+        // claim, where the floor promotes it and then claims it. Against
+        // the floor's promote + claim, and the whole path against the
+        // floor's whole path.
+        let fpc = get(&fscript, "promote") + get(&fscript, "claim");
+        if let Some(x) = ratio(get(&mine, "claim_pool"), fpc) {
+            out.insert("claim_pool".into(), json!(x));
+        }
+        let steady = get(&mine, "enqueue") + get(&mine, "claim_pool") + get(&mine, "ack");
+        if mine.contains_key("claim_pool") {
+            if let Some(x) = ratio(steady, full(&fscript)) {
+                out.insert("steady_full_path".into(), json!(x));
+            }
+        }
+        let text: Vec<String> = [
+            "enqueue",
+            "promote",
+            "claim",
+            "ack",
+            "path",
+            "full_path",
+            "claim_pool",
+            "steady_full_path",
+        ]
             .iter()
             .filter_map(|k| out.get(*k).map(|v| format!("{k} {v}")))
             .collect();
@@ -521,7 +544,7 @@ mod tests {
         let mut s = Report::of(
             "scripts",
             &Scripts {
-                script_us_per_job: json!({"enqueue": 3.0, "promote": 1.0, "claim": 4.0, "ack": 3.0}),
+                script_us_per_job: json!({"enqueue": 3.0, "promote": 1.0, "claim": 4.0, "ack": 3.0, "claim_pool": 4.5}),
             },
         );
         add_ratios(&mut s, &floor);
@@ -530,6 +553,10 @@ mod tests {
         assert_eq!(f["claim"], 2.0);
         assert_eq!(f["path"], 2.0);
         assert_eq!(f["full_path"], 1.83);
+        // claim_pool against the floor's promote + claim (3.0); the steady
+        // path (enqueue + claim_pool + ack = 10.5) against the floor's 6.0.
+        assert_eq!(f["claim_pool"], 1.5);
+        assert_eq!(f["steady_full_path"], 1.75);
         #[derive(Serialize)]
         struct Drain {
             profile: Value,

@@ -125,7 +125,16 @@ fn every_phase_prints_an_ok_json_line_and_leaves_nothing_behind() {
         );
     }
     let s = by("scripts");
-    for k in ["enqueue", "promote", "claim", "ack", "path", "full_path"] {
+    for k in [
+        "enqueue",
+        "promote",
+        "claim",
+        "ack",
+        "path",
+        "full_path",
+        "claim_pool",
+        "steady_full_path",
+    ] {
         assert!(s["floor_ratio"][k].as_f64().unwrap() > 0.0, "{s}");
     }
     // The enqueue script also with a due time per job and with given ids.
