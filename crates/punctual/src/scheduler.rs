@@ -30,6 +30,7 @@ use crate::registry::{Registry, Role};
 /// assert_eq!(config.promote_batch, 500);
 /// assert_eq!(config.reclaim_batch, 200); // a default
 /// assert_eq!(config.max_sleep, Duration::from_secs(30));
+/// assert_eq!(config.promote_grace, Duration::from_millis(20));
 /// ```
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -45,6 +46,11 @@ pub struct SchedulerConfig {
     pub max_sleep: Duration,
     /// Sleep after a refused promotion (ready full) (default 50 ms).
     pub refused_backoff: Duration,
+    /// On a topic without groups, workers with free slots claim due jobs
+    /// straight from the pool; the scheduler promotes only jobs due more
+    /// than this long ago, the ones no worker took (default 20 ms, at most
+    /// 60 s). Topics with groups are promoted at their due time.
+    pub promote_grace: Duration,
     /// How this scheduler appears in the process registry (default: it
     /// registers with a generated id and beats every 5 s).
     pub registry: Registry,
@@ -58,6 +64,7 @@ impl Default for SchedulerConfig {
             max_ready: 100_000,
             max_sleep: Duration::from_secs(30),
             refused_backoff: Duration::from_millis(50),
+            promote_grace: Duration::from_millis(20),
             registry: Registry::default(),
         }
     }
@@ -104,6 +111,18 @@ impl SchedulerConfig {
     /// ```
     pub fn max_sleep(mut self, d: Duration) -> Self {
         self.max_sleep = d;
+        self
+    }
+    /// Promotion grace.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// // Promote due jobs the workers left 100 ms after their due time.
+    /// let config = punctual::SchedulerConfig::default().promote_grace(Duration::from_millis(100));
+    /// assert_eq!(config.promote_grace, Duration::from_millis(100));
+    /// ```
+    pub fn promote_grace(mut self, d: Duration) -> Self {
+        self.promote_grace = d;
         self
     }
     /// Registry settings ([`Registry::off`] to stay out of it).
@@ -210,6 +229,9 @@ impl Scheduler {
         if self.config.reclaim_batch == 0 || self.config.reclaim_batch > MAX_BATCH {
             return Err(Error::invalid("the reclaim batch must be 1 to 1000"));
         }
+        if self.config.promote_grace > Duration::from_secs(60) {
+            return Err(Error::invalid("the promote grace must be at most 60 s"));
+        }
         let mut logical = self.topics.clone();
         logical.sort();
         logical.dedup();
@@ -286,7 +308,7 @@ async fn run_topic(
         if stop.is_cancelled() {
             return;
         }
-        let wait = match raw::tick(&queue, &part, &limits).await {
+        let wait = match raw::tick_with_grace(&queue, &part, &limits, config.promote_grace).await {
             Ok(t) => {
                 backoff = Duration::from_millis(50);
                 if t.reclaimed > 0 || t.dead > 0 {
@@ -313,10 +335,12 @@ async fn run_topic(
                 b
             }
         };
+        // To the µs the tick reported (a sleep of whole ms would round up).
+        let until = tokio::time::Instant::now() + wait;
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = notify.notified() => {}
-            _ = tokio::time::sleep(wait) => {}
+            _ = tokio::time::sleep_until(until) => {}
         }
     }
 }

@@ -4,6 +4,8 @@
 //!
 //! A message can be lost only while the subscription is down; after every
 //! (re)subscribe all waiters are notified, so they look for work themselves.
+//! A listener may also take the message itself ([`listen_with`]: the worker
+//! reads the due time a pool message carries).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,11 +15,33 @@ use futures::StreamExt;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+/// What a channel's messages go to: called with the message's payload, or
+/// with `None` after a (re)subscribe (messages may have been lost).
+pub(crate) type OnMessage = Arc<dyn Fn(Option<&[u8]>) + Send + Sync>;
+
+/// A [`OnMessage`] that notifies `n` whatever the message.
+pub(crate) fn notifier(n: Arc<Notify>) -> OnMessage {
+    Arc::new(move |_| n.notify_one())
+}
+
 /// Subscribes to `channels` until `stop`, notifying the mapped `Notify` on
 /// every message. Reconnects with backoff.
 pub(crate) fn listen(
     clients: Vec<redis::Client>,
     channels: HashMap<String, Arc<Notify>>,
+    stop: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    let channels = channels
+        .into_iter()
+        .map(|(ch, n)| (ch, notifier(n)))
+        .collect();
+    listen_with(clients, channels, stop)
+}
+
+/// [`listen`], handing each message to the channel's [`OnMessage`].
+pub(crate) fn listen_with(
+    clients: Vec<redis::Client>,
+    channels: HashMap<String, OnMessage>,
     stop: CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
     let span = tracing::Span::current();
@@ -37,8 +61,8 @@ pub(crate) fn listen(
                     Ok(pubsub) => {
                         backoff = Duration::from_millis(100);
                         // Anything published while we were away is lost: look now.
-                        for n in channels.values() {
-                            n.notify_one();
+                        for on in channels.values() {
+                            on(None);
                         }
                         let mut messages = pubsub.into_on_message();
                         loop {
@@ -46,8 +70,8 @@ pub(crate) fn listen(
                                 _ = stop.cancelled() => return,
                                 msg = messages.next() => match msg {
                                     Some(msg) => {
-                                        if let Some(n) = channels.get(msg.get_channel_name()) {
-                                            n.notify_one();
+                                        if let Some(on) = channels.get(msg.get_channel_name()) {
+                                            on(Some(msg.get_payload_bytes()));
                                         }
                                     }
                                     None => {
@@ -75,7 +99,7 @@ pub(crate) fn listen(
 
 async fn subscribe(
     client: &redis::Client,
-    channels: &HashMap<String, Arc<Notify>>,
+    channels: &HashMap<String, OnMessage>,
 ) -> redis::RedisResult<redis::aio::PubSub> {
     let mut pubsub = tokio::time::timeout(Duration::from_secs(5), client.get_async_pubsub())
         .await
