@@ -13,7 +13,8 @@
 --          ms until the next promotion: the pool's earliest due time plus
 --          the grace (-1: pool empty),
 --          ms until the next lease deadline (-1: nothing running),
---          the same as the sixth entry in us, from the tick's TIME}.
+--          the same as the sixth entry in us, from the tick's TIME,
+--          the tick's TIME in us}.
 -- `more` is 1 when a batch limit was hit and another tick should follow now.
 
 local batch = int_arg(ARGV[1], 1, 1000)
@@ -128,4 +129,4 @@ if e then
 end
 e = earliest(K_RUNNING)
 if e then next_lease = math.max(0, e - now) end
-return { promoted, reclaimed, died, refused, more, next_due, next_lease, next_due_us }
+return { promoted, reclaimed, died, refused, more, next_due, next_lease, next_due_us, now_us }

@@ -825,19 +825,23 @@ pub async fn extend(
 /// # Ok(()) }
 /// ```
 pub async fn tick(queue: &Queue, part: &Partition, limits: &TickLimits) -> Result<Tick> {
-    tick_with_grace(queue, part, limits, Duration::ZERO).await
+    Ok(tick_with_grace(queue, part, limits, Duration::ZERO)
+        .await?
+        .0)
 }
 
 /// [`tick`] that, on a topic without groups, promotes only jobs due more
 /// than `grace` ago (workers claim due jobs from the pool themselves; the
 /// scheduler promotes what they left). `next_due` is then the time until
-/// the earliest due time plus the grace, to the µs.
+/// the earliest due time plus the grace, to the µs. Also returns the tick's
+/// Redis time (µs) and when its reply arrived, to map Redis times to the
+/// caller's clock.
 pub(crate) async fn tick_with_grace(
     queue: &Queue,
     part: &Partition,
     limits: &TickLimits,
     grace: Duration,
-) -> Result<Tick> {
+) -> Result<(Tick, Option<(i64, std::time::Instant)>)> {
     let v = queue
         .run(&SCRIPTS.tick, part.as_str(), |inv| {
             inv.arg(limits.promote_batch.clamp(1, MAX_BATCH))
@@ -846,6 +850,7 @@ pub(crate) async fn tick_with_grace(
                 .arg(grace.as_millis().min(60_000) as u64);
         })
         .await?;
+    let received = std::time::Instant::now();
     let mut r = Reply::new("tick", v)?;
     let ms = |v: i64| (v >= 0).then(|| Duration::from_millis(v as u64));
     let mut t = Tick {
@@ -858,11 +863,13 @@ pub(crate) async fn tick_with_grace(
         next_lease: ms(r.int()?),
     };
     // The next due time to the µs (not whole ms, which a sleep rounds up).
+    let mut clock = None;
     if !r.is_empty() {
         let us = r.int()?;
         t.next_due = (us >= 0).then(|| Duration::from_micros(us as u64));
+        clock = Some((r.int()?, received));
     }
-    Ok(t)
+    Ok((t, clock))
 }
 
 #[cfg(test)]

@@ -1,6 +1,8 @@
 //! The scheduler: per topic, promote due jobs and reclaim expired leases,
 //! sleeping until the next due time or lease deadline, woken early when an
-//! earlier job arrives. Any number may run at once: each tick is one atomic
+//! earlier job arrives. On a topic without groups, workers with free slots
+//! claim due jobs from the pool themselves, so the scheduler promotes only
+//! the jobs they left `promote_grace` overdue: a safety net. Any number may run at once: each tick is one atomic
 //! script, so two schedulers never move a job twice. Once a minute each
 //! scheduler also offers a snapshot of the counters for the history
 //! (`history.rs`). Per topic it also runs the firer of the topic's recurring
@@ -265,15 +267,23 @@ impl Scheduler {
                     .in_current_span(),
             ));
         }
+        let mut channels: HashMap<String, crate::wake::OnMessage> = channels
+            .into_iter()
+            .map(|(ch, n)| (ch, crate::wake::notifier(n)))
+            .collect();
         for topic in physical {
-            let notify = Arc::new(Notify::new());
-            channels.insert(self.queue.keys(&topic).pool().to_string(), notify.clone());
+            let plan = Arc::new(Plan::default());
+            let p = plan.clone();
+            channels.insert(
+                self.queue.keys(&topic).pool().to_string(),
+                Arc::new(move |msg| p.heard(msg)),
+            );
             tasks.push(tokio::spawn(
                 run_topic(
                     self.queue.clone(),
                     self.config.clone(),
                     topic,
-                    notify,
+                    plan,
                     stop.clone(),
                 )
                 .in_current_span(),
@@ -294,11 +304,47 @@ impl Scheduler {
     }
 }
 
+/// When a topic's loop ticks next, and the last tick's clock: a pool
+/// message (an earlier job, or a lease that ends before every other one)
+/// wakes the loop only when its time is before the planned tick. (In a
+/// steady flow most claims publish their lease deadline, far after it.)
+#[derive(Default)]
+struct Plan {
+    state: std::sync::Mutex<PlanState>,
+    notify: Notify,
+}
+
+#[derive(Default)]
+struct PlanState {
+    /// The last tick's Redis time (µs) and when its reply arrived.
+    clock: Option<(i64, std::time::Instant)>,
+    /// When the loop ticks next (None: it is ticking).
+    wake: Option<std::time::Instant>,
+}
+
+impl Plan {
+    fn heard(&self, msg: Option<&[u8]>) {
+        let ms = msg
+            .and_then(|m| std::str::from_utf8(m).ok())
+            .and_then(|m| m.parse::<i64>().ok());
+        {
+            let st = self.state.lock().unwrap();
+            if let (Some(ms), Some((us, at)), Some(wake)) = (ms, st.clock, st.wake) {
+                let d = ms.saturating_mul(1000).saturating_sub(us);
+                if d > 0 && at + Duration::from_micros(d as u64) >= wake {
+                    return;
+                }
+            }
+        }
+        self.notify.notify_one();
+    }
+}
+
 async fn run_topic(
     queue: Queue,
     config: SchedulerConfig,
     topic: String,
-    notify: Arc<Notify>,
+    plan: Arc<Plan>,
     stop: CancellationToken,
 ) {
     let part = Partition::known(&topic);
@@ -308,8 +354,11 @@ async fn run_topic(
         if stop.is_cancelled() {
             return;
         }
+        plan.state.lock().unwrap().wake = None;
+        let mut clock = None;
         let wait = match raw::tick_with_grace(&queue, &part, &limits, config.promote_grace).await {
-            Ok(t) => {
+            Ok((t, c)) => {
+                clock = c;
                 backoff = Duration::from_millis(50);
                 if t.reclaimed > 0 || t.dead > 0 {
                     tracing::info!(topic = %topic, reclaimed = t.reclaimed, dead = t.dead, "reclaimed expired leases");
@@ -337,9 +386,16 @@ async fn run_topic(
         };
         // To the µs the tick reported (a sleep of whole ms would round up).
         let until = tokio::time::Instant::now() + wait;
+        {
+            let mut st = plan.state.lock().unwrap();
+            st.wake = Some(until.into_std());
+            if clock.is_some() {
+                st.clock = clock;
+            }
+        }
         tokio::select! {
             _ = stop.cancelled() => return,
-            _ = notify.notified() => {}
+            _ = plan.notify.notified() => {}
             _ = tokio::time::sleep_until(until) => {}
         }
     }

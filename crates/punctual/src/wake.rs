@@ -4,8 +4,8 @@
 //!
 //! A message can be lost only while the subscription is down; after every
 //! (re)subscribe all waiters are notified, so they look for work themselves.
-//! A listener may also take the message itself ([`listen_with`]: the worker
-//! reads the due time a pool message carries).
+//! A listener may also read the message: workers and schedulers read the
+//! time a pool message carries.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -24,22 +24,10 @@ pub(crate) fn notifier(n: Arc<Notify>) -> OnMessage {
     Arc::new(move |_| n.notify_one())
 }
 
-/// Subscribes to `channels` until `stop`, notifying the mapped `Notify` on
-/// every message. Reconnects with backoff.
+/// Subscribes to `channels` until `stop`, handing each message to the
+/// channel's [`OnMessage`] ([`notifier`] to just wake a waiter). Reconnects
+/// with backoff.
 pub(crate) fn listen(
-    clients: Vec<redis::Client>,
-    channels: HashMap<String, Arc<Notify>>,
-    stop: CancellationToken,
-) -> tokio::task::JoinHandle<()> {
-    let channels = channels
-        .into_iter()
-        .map(|(ch, n)| (ch, notifier(n)))
-        .collect();
-    listen_with(clients, channels, stop)
-}
-
-/// [`listen`], handing each message to the channel's [`OnMessage`].
-pub(crate) fn listen_with(
     clients: Vec<redis::Client>,
     channels: HashMap<String, OnMessage>,
     stop: CancellationToken,

@@ -594,7 +594,7 @@ impl Worker {
             channels.insert(keys.pool().to_string(), on_pool);
         }
         let stop_rest = CancellationToken::new();
-        let listener = crate::wake::listen_with(
+        let listener = crate::wake::listen(
             shared.queue.pubsub_clients().to_vec(),
             channels,
             stop_rest.clone(),
