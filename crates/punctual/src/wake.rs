@@ -99,3 +99,82 @@ async fn subscribe(
     }
     Ok(pubsub)
 }
+
+/// A timer to the instant, for the worker's claim at a job's due time:
+/// tokio's timer wheel rounds a deadline up to the next whole ms, this one
+/// is a thread waiting on a condition variable (a futex with a timeout, a
+/// few tens of µs late). One deadline at a time; [`PreciseTimer::fired`]
+/// may also return for a deadline that was replaced, so the caller checks
+/// its own plan. The thread ends when the last [`TimerGuard`] is dropped.
+pub(crate) struct PreciseTimer {
+    state: std::sync::Mutex<TimerState>,
+    cv: std::sync::Condvar,
+    fired: Notify,
+}
+
+#[derive(Default)]
+struct TimerState {
+    deadline: Option<std::time::Instant>,
+    stopped: bool,
+}
+
+/// Stops a [`PreciseTimer`]'s thread when dropped.
+pub(crate) struct TimerGuard(pub(crate) Arc<PreciseTimer>);
+
+impl Drop for TimerGuard {
+    fn drop(&mut self) {
+        self.0.state.lock().unwrap().stopped = true;
+        self.0.cv.notify_one();
+    }
+}
+
+impl PreciseTimer {
+    /// Starts the timer's thread.
+    pub(crate) fn start() -> std::io::Result<TimerGuard> {
+        let t = Arc::new(PreciseTimer {
+            state: Default::default(),
+            cv: Default::default(),
+            fired: Notify::new(),
+        });
+        let t2 = t.clone();
+        std::thread::Builder::new()
+            .name("punctual-timer".into())
+            .spawn(move || t2.run())?;
+        Ok(TimerGuard(t))
+    }
+
+    fn run(&self) {
+        let mut st = self.state.lock().unwrap();
+        loop {
+            if st.stopped {
+                return;
+            }
+            st = match st.deadline {
+                None => self.cv.wait(st).unwrap(),
+                Some(d) => {
+                    let now = std::time::Instant::now();
+                    if now >= d {
+                        st.deadline = None;
+                        self.fired.notify_one();
+                        continue;
+                    }
+                    self.cv.wait_timeout(st, d - now).unwrap().0
+                }
+            };
+        }
+    }
+
+    /// Sets (or clears) the deadline.
+    pub(crate) fn set(&self, at: Option<std::time::Instant>) {
+        let mut st = self.state.lock().unwrap();
+        if st.deadline != at {
+            st.deadline = at;
+            self.cv.notify_one();
+        }
+    }
+
+    /// Returns once a deadline has passed (see above).
+    pub(crate) async fn fired(&self) {
+        self.fired.notified().await
+    }
+}

@@ -582,6 +582,8 @@ impl Worker {
         });
         let notify = Arc::new(Notify::new());
         let plan = Arc::new(Plan::new(shared.config.idle_check));
+        let timer = crate::wake::PreciseTimer::start()
+            .map_err(|e| Error::invalid(format!("cannot start the worker's timer thread: {e}")))?;
         let mut channels = HashMap::new();
         for t in &shared.topics {
             let keys = shared.queue.keys(&t.name);
@@ -616,6 +618,7 @@ impl Worker {
                 slots.clone(),
                 notify,
                 plan,
+                timer.0.clone(),
                 settle_tx,
                 stop_fetch.clone(),
             )
@@ -743,6 +746,7 @@ async fn fetch_loop(
     slots: Arc<Semaphore>,
     notify: Arc<Notify>,
     plan: Arc<Plan>,
+    timer: Arc<crate::wake::PreciseTimer>,
     settle: mpsc::UnboundedSender<Settle>,
     stop: CancellationToken,
 ) {
@@ -863,21 +867,23 @@ async fn fetch_loop(
             let nap_until = tokio::time::Instant::now() + nap;
             loop {
                 let wake = plan.state.lock().unwrap().wake;
-                let due = async {
-                    match wake {
-                        Some(w) => tokio::time::sleep_until(w.into()).await,
-                        None => std::future::pending().await,
-                    }
-                };
+                // To the instant (tokio's sleep would round up to whole ms).
+                timer.set(wake);
                 tokio::select! {
                     _ = stop.cancelled() => return,
                     _ = notify.notified() => break,
                     _ = tokio::time::sleep_until(nap_until) => break,
-                    _ = due => break,
+                    _ = timer.fired() => {
+                        // (Or a deadline replaced since: then sleep on.)
+                        if wake.is_some_and(|w| w <= std::time::Instant::now()) {
+                            break;
+                        }
+                    }
                     // A message planned an earlier claim: sleep to that.
                     _ = plan.replan.notified() => continue,
                 }
             }
+            timer.set(None);
         }
     }
 }
