@@ -882,7 +882,9 @@ async fn the_dashboard_shows_schedules_and_marks_a_limited_topic() {
 async fn the_dashboard_lists_processes_and_warns_about_an_overdue_topic() {
     let redis = RedisServer::start();
     let q = Queue::connect(redis.url()).await.unwrap();
-    // A worker and no scheduler: due jobs stay in the pool.
+    // A worker and no scheduler: due jobs of a topic with groups stay in
+    // the pool (workers claim due jobs from the pool themselves only on
+    // topics without groups).
     let svc = Server::serve(
         &redis.url(),
         None,
@@ -895,6 +897,7 @@ async fn the_dashboard_lists_processes_and_warns_about_an_overdue_topic() {
             "orders",
             Job::new("x")
                 .id(format!("o{i}"))
+                .group("g")
                 .delay(Duration::from_millis(100)),
         )
         .await

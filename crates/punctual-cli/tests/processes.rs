@@ -123,13 +123,16 @@ async fn a_stopped_scheduler_turns_gauges_healthz_and_doctor_red_and_they_recove
     }
 
     // The scheduler stops (SIGSTOP: alive to the supervisor, silent in
-    // Redis); due jobs stay in the pool.
+    // Redis); due jobs of a topic with groups stay in the pool (workers
+    // claim due jobs from the pool themselves only on topics without
+    // groups).
     kill(Pid::from_raw(sched_pid), Signal::SIGSTOP).unwrap();
     for i in 0..5 {
         q.enqueue(
             "orders",
             Job::new("x")
                 .id(format!("o{i}"))
+                .group("g")
                 .delay(Duration::from_millis(100)),
         )
         .await

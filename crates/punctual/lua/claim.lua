@@ -25,6 +25,13 @@
 -- Group limits (meta glimited = 1, PROTOCOL.md "Group limits"): a group takes
 -- no more than its own rate and max_running allow; wait_ms also reports
 -- when groups held back by them are all that is left.
+-- The steady flow (no groups; ARCHITECTURE.md "Workers claim due jobs
+-- straight from the pool"): when ready yields fewer than n ids, pool entries
+-- due by this claim's TIME fill the rest, in due order, and go straight to
+-- running (counted in "promoted" too). A non-empty reply ends with one more
+-- entry: the us from the claim's time to the pool's earliest due time after
+-- the claim (0: due jobs are left; -1: the pool is empty or was not looked
+-- at). An empty array also when nothing was claimable and the pool is empty.
 
 local k = int_arg(ARGV[1], 1, 1000)
 local lease = int_arg(ARGV[2], 1, MAX_DELAY_MS)
@@ -35,6 +42,8 @@ local meta = redis.call('HMGET', K_META, 'paused', 'max_attempts', 'rate', 'burs
   'groups', 'vtime', 'glimited')
 if meta[1] == '1' then return {} end
 local topic_max = int_arg(meta[2], 1, MAX_ATTEMPTS) or DEFAULT_MAX_ATTEMPTS
+-- Due pool jobs may be claimed (topics without groups).
+local from_pool = meta[7] ~= '1'
 
 -- Redis's clock, read once: before the ids when a rate needs it, else after.
 local now_us, now
@@ -44,6 +53,14 @@ local function read_clock()
     now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
     now = math.floor(now_us / 1000)
   end
+end
+
+-- The pool entry at rank r (the clock read): us after now, 0 when due, -1
+-- when there is none.
+local function pool_at(r)
+  local e = redis.call('ZRANGE', K_POOL, r, r, 'WITHSCORES')
+  if #e == 0 then return -1 end
+  return math.max(0, tonumber(e[2]) * 1000 - now_us)
 end
 
 -- Limits: n jobs at most, and the wait to report when they hold jobs back.
@@ -65,9 +82,9 @@ if rate_n then
   end
 end
 if n <= 0 then
-  if redis.call('ZCARD', K_READY) == 0 then return {} end
   read_clock()
-  return { now_us, topic_max, wait }
+  if redis.call('ZCARD', K_READY) == 0 and not (from_pool and pool_at(0) == 0) then return {} end
+  return { now_us, topic_max, wait, -1 }
 end
 
 -- Read the earliest ready ids; they leave ready only after their leases
@@ -94,16 +111,45 @@ if meta[7] == '1' then
   if #ids == 0 then
     if gs and (held or not ran_out) then
       if redis.call('ZCARD', K_READY) == 0 then return {} end
-      return { now_us, topic_max, held or 1 }
+      return { now_us, topic_max, held or 1, -1 }
     end
     ids = redis.call('ZRANGE', K_READY, 0, n - 1)
   end
 else
   ids = redis.call('ZRANGE', K_READY, 0, n - 1)
 end
-if #ids == 0 then return {} end
--- A limit held jobs back only when ready holds more than were taken.
-if wait ~= 0 and (#ids < n or redis.call('ZCARD', K_READY) == #ids) then wait = 0 end
+-- The ids from ready (rids) and from the pool (pids); ids holds both.
+local rids, pids, pool_next = ids, nil, -1
+if from_pool and #rids < n then
+  read_clock()
+  pids = redis.call('ZRANGE', K_POOL, '-inf', now, 'BYSCORE', 'LIMIT', 0, n - #rids)
+  pool_next = pool_at(#pids)
+  if #pids > 0 then
+    ids = {}
+    for i = 1, #rids do ids[i] = rids[i] end
+    for i = 1, #pids do ids[#rids + i] = pids[i] end
+  end
+end
+if #ids == 0 then
+  if pool_next > 0 then return { now_us, topic_max, 0, pool_next } end
+  return {}
+end
+-- A limit held jobs back only when more were claimable than were taken:
+-- ready holds more, or the pool holds more due jobs.
+if wait ~= 0 then
+  local more = false
+  if #ids == n then
+    more = redis.call('ZCARD', K_READY) > #rids
+    if not more and from_pool then
+      if not pids then
+        read_clock()
+        pool_next = pool_at(0)
+      end
+      more = pool_next == 0
+    end
+  end
+  if not more then wait = 0 end
+end
 -- Groups held back by their own limits while others had no more work.
 if held then
   if wait == -1 or held == -1 then wait = -1 else wait = math.max(wait, held) end
@@ -190,7 +236,11 @@ if #expired > 0 then
   variadic('HSET', K_JOBS, expired)
   redis.call('HINCRBY', K_STATS, 'expired', #expired / 2)
 end
-variadic('ZREM', K_READY, ids)
+variadic('ZREM', K_READY, rids)
+if pids and #pids > 0 then
+  variadic('ZREM', K_POOL, pids)
+  redis.call('HINCRBY', K_STATS, 'promoted', #pids)
+end
 if #gone > 0 then
   variadic('HDEL', K_ATT, gone)
   redis.call('HINCRBY', K_STATS, 'orphans', #gone)
@@ -200,4 +250,5 @@ end
 if #leases > 0 and redis.call('ZCOUNT', K_RUNNING, '-inf', deadline) <= #leases / 2 then
   redis.call('PUBLISH', K_POOL, deadline)
 end
+out[#out + 1] = pool_next
 return out

@@ -4,19 +4,28 @@
 -- from pool to ready, at most `batch` of each per call.
 -- KEYS: the nine topic keys.
 -- ARGV[1] promote batch (1..1000), ARGV[2] max ready (promote is refused while
--- ready holds this many), ARGV[3] reclaim batch (1..1000).
+-- ready holds this many), ARGV[3] reclaim batch (1..1000), optional ARGV[4]
+-- grace in ms (0..60000, default 0): on a topic without groups, whose
+-- workers claim due jobs from the pool themselves, promote only jobs due
+-- more than the grace ago (ARCHITECTURE.md "Workers claim due jobs straight
+-- from the pool").
 -- Returns {promoted, reclaimed, dead, refused (0/1), more (0/1),
---          ms until the next pool due time (-1: pool empty),
---          ms until the next lease deadline (-1: nothing running)}.
+--          ms until the next promotion: the pool's earliest due time plus
+--          the grace (-1: pool empty),
+--          ms until the next lease deadline (-1: nothing running),
+--          the same as the sixth entry in us, from the tick's TIME,
+--          the tick's TIME in us}.
 -- `more` is 1 when a batch limit was hit and another tick should follow now.
 
 local batch = int_arg(ARGV[1], 1, 1000)
 local max_ready = int_arg(ARGV[2], 1, MAX_SAFE)
 local rbatch = int_arg(ARGV[3], 1, 1000)
-if not batch or not max_ready or not rbatch or #ARGV ~= 3 then
-  return invalid('tick expects batches of 1 to 1000 and a max ready of at least 1')
+local grace = 0
+if #ARGV == 4 then grace = int_arg(ARGV[4], 0, 60000) end
+if not batch or not max_ready or not rbatch or not grace or (#ARGV ~= 3 and #ARGV ~= 4) then
+  return invalid('tick expects batches of 1 to 1000, a max ready of at least 1 and a grace of 0 to 60000 ms')
 end
-local now, up = clock()
+local now, up, now_us = clock()
 local more = 0
 
 -- Reclaim: leases whose deadline has passed.
@@ -92,7 +101,8 @@ if room <= 0 then
 else
   local n = batch
   if room < n then n = room end
-  local due = redis.call('ZRANGE', K_POOL, '-inf', now, 'BYSCORE', 'LIMIT', 0, n, 'WITHSCORES')
+  if grace > 0 and meta().groups == '1' then grace = 0 end
+  local due = redis.call('ZRANGE', K_POOL, '-inf', now - grace, 'BYSCORE', 'LIMIT', 0, n, 'WITHSCORES')
   if #due > 0 then
     local ids, moves = {}, {}
     for i = 1, #due, 2 do
@@ -110,9 +120,13 @@ else
   end
 end
 
-local next_due, next_lease = -1, -1
+local next_due, next_lease, next_due_us = -1, -1, -1
+if grace > 0 and meta().groups == '1' then grace = 0 end
 local e = earliest(K_POOL)
-if e then next_due = math.max(0, e - now) end
+if e then
+  next_due = math.max(0, e + grace - now)
+  next_due_us = math.max(0, (e + grace) * 1000 - now_us)
+end
 e = earliest(K_RUNNING)
 if e then next_lease = math.max(0, e - now) end
-return { promoted, reclaimed, died, refused, more, next_due, next_lease }
+return { promoted, reclaimed, died, refused, more, next_due, next_lease, next_due_us, now_us }

@@ -590,6 +590,15 @@ pub struct Claimed {
     pub jobs: Vec<Delivery>,
     /// Set when a limit (rate or max running) held ready jobs back.
     pub wait: Option<Wait>,
+    /// How long after the claim the pool's earliest job is due, by Redis's
+    /// clock: `Some(ZERO)` when due jobs were left in the pool (a limit or
+    /// `k` held them back), `None` when the pool is empty, on a topic with
+    /// groups (whose claims leave the pool to the scheduler), and after an
+    /// empty reply (paused, or nothing anywhere).
+    pub next_due: Option<Duration>,
+    /// The claim's Redis time (µs) and when its reply arrived: how the
+    /// worker maps Redis times to its own clock.
+    pub(crate) clock: Option<(i64, std::time::Instant)>,
 }
 
 /// Pops up to `k` ready jobs of `part` and leases them for `lease`,
@@ -653,6 +662,8 @@ pub async fn claim_with_wait(
         return Ok(Claimed {
             jobs: Vec::new(),
             wait: None,
+            next_due: None,
+            clock: None,
         });
     }
     let claimed_us = r.int()?;
@@ -664,7 +675,8 @@ pub async fn claim_with_wait(
     };
     let mut out = Vec::with_capacity(r.len() / 4);
     let mut not_text = Vec::new();
-    while !r.is_empty() {
+    // Four entries per job, then the µs until the pool's next due time.
+    while r.len() > 1 {
         let raw = r.bytes()?;
         let token = r.int()?;
         let attempt = r.int()?.clamp(0, u32::MAX as i64) as u32;
@@ -696,6 +708,10 @@ pub async fn claim_with_wait(
             received,
         });
     }
+    let next_due = match r.int()? {
+        us if us < 0 => None,
+        us => Some(Duration::from_micros(us as u64)),
+    };
     // An id that is not UTF-8 (stored before enqueue refused them) cannot
     // be handed out: a Delivery's id is text, and its ack would name
     // another id. It goes to dead at once, for a person to see.
@@ -714,7 +730,12 @@ pub async fn claim_with_wait(
             tracing::warn!(topic, id = %raw.escape_ascii(), error = %e, "could not move a job whose id is not UTF-8 to dead");
         }
     }
-    Ok(Claimed { jobs: out, wait })
+    Ok(Claimed {
+        jobs: out,
+        wait,
+        next_due,
+        clock: Some((claimed_us, received)),
+    })
 }
 
 /// Acks jobs: they are done and deleted. Returns one flag per lease: acked,
@@ -836,16 +857,35 @@ pub async fn extend(
 /// # Ok(()) }
 /// ```
 pub async fn tick(queue: &Queue, part: &Partition, limits: &TickLimits) -> Result<Tick> {
+    Ok(tick_with_grace(queue, part, limits, Duration::ZERO)
+        .await?
+        .0)
+}
+
+/// [`tick`] that, on a topic without groups, promotes only jobs due more
+/// than `grace` ago (workers claim due jobs from the pool themselves; the
+/// scheduler promotes what they left). `next_due` is then the time until
+/// the earliest due time plus the grace, to the µs. Also returns the tick's
+/// Redis time (µs) and when its reply arrived, to map Redis times to the
+/// caller's clock.
+pub(crate) async fn tick_with_grace(
+    queue: &Queue,
+    part: &Partition,
+    limits: &TickLimits,
+    grace: Duration,
+) -> Result<(Tick, Option<(i64, std::time::Instant)>)> {
     let v = queue
         .run(&SCRIPTS.tick, part.as_str(), |inv| {
             inv.arg(limits.promote_batch.clamp(1, MAX_BATCH))
                 .arg(limits.max_ready.clamp(1, MAX_SAFE))
-                .arg(limits.reclaim_batch.clamp(1, MAX_BATCH));
+                .arg(limits.reclaim_batch.clamp(1, MAX_BATCH))
+                .arg(grace.as_millis().min(60_000) as u64);
         })
         .await?;
+    let received = std::time::Instant::now();
     let mut r = Reply::new("tick", v)?;
     let ms = |v: i64| (v >= 0).then(|| Duration::from_millis(v as u64));
-    Ok(Tick {
+    let mut t = Tick {
         promoted: r.int()? as u64,
         reclaimed: r.int()? as u64,
         dead: r.int()? as u64,
@@ -853,7 +893,15 @@ pub async fn tick(queue: &Queue, part: &Partition, limits: &TickLimits) -> Resul
         more: r.int()? == 1,
         next_due: ms(r.int()?),
         next_lease: ms(r.int()?),
-    })
+    };
+    // The next due time to the µs (not whole ms, which a sleep rounds up).
+    let mut clock = None;
+    if !r.is_empty() {
+        let us = r.int()?;
+        t.next_due = (us >= 0).then(|| Duration::from_micros(us as u64));
+        clock = Some((r.int()?, received));
+    }
+    Ok((t, clock))
 }
 
 #[cfg(test)]

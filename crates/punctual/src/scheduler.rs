@@ -1,6 +1,8 @@
 //! The scheduler: per topic, promote due jobs and reclaim expired leases,
 //! sleeping until the next due time or lease deadline, woken early when an
-//! earlier job arrives. Any number may run at once: each tick is one atomic
+//! earlier job arrives. On a topic without groups, workers with free slots
+//! claim due jobs from the pool themselves, so the scheduler promotes only
+//! the jobs they left `promote_grace` overdue: a safety net. Any number may run at once: each tick is one atomic
 //! script, so two schedulers never move a job twice. Once a minute each
 //! scheduler also offers a snapshot of the counters for the history
 //! (`history.rs`). Per topic it also runs the firer of the topic's recurring
@@ -30,6 +32,7 @@ use crate::registry::{Registry, Role};
 /// assert_eq!(config.promote_batch, 500);
 /// assert_eq!(config.reclaim_batch, 200); // a default
 /// assert_eq!(config.max_sleep, Duration::from_secs(30));
+/// assert_eq!(config.promote_grace, Duration::from_millis(20));
 /// ```
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -45,6 +48,11 @@ pub struct SchedulerConfig {
     pub max_sleep: Duration,
     /// Sleep after a refused promotion (ready full) (default 50 ms).
     pub refused_backoff: Duration,
+    /// On a topic without groups, workers with free slots claim due jobs
+    /// straight from the pool; the scheduler promotes only jobs due more
+    /// than this long ago, the ones no worker took (default 20 ms, at most
+    /// 60 s). Topics with groups are promoted at their due time.
+    pub promote_grace: Duration,
     /// How this scheduler appears in the process registry (default: it
     /// registers with a generated id and beats every 5 s).
     pub registry: Registry,
@@ -58,6 +66,7 @@ impl Default for SchedulerConfig {
             max_ready: 100_000,
             max_sleep: Duration::from_secs(30),
             refused_backoff: Duration::from_millis(50),
+            promote_grace: Duration::from_millis(20),
             registry: Registry::default(),
         }
     }
@@ -104,6 +113,18 @@ impl SchedulerConfig {
     /// ```
     pub fn max_sleep(mut self, d: Duration) -> Self {
         self.max_sleep = d;
+        self
+    }
+    /// Promotion grace.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// // Promote due jobs the workers left 100 ms after their due time.
+    /// let config = punctual::SchedulerConfig::default().promote_grace(Duration::from_millis(100));
+    /// assert_eq!(config.promote_grace, Duration::from_millis(100));
+    /// ```
+    pub fn promote_grace(mut self, d: Duration) -> Self {
+        self.promote_grace = d;
         self
     }
     /// Registry settings ([`Registry::off`] to stay out of it).
@@ -210,6 +231,9 @@ impl Scheduler {
         if self.config.reclaim_batch == 0 || self.config.reclaim_batch > MAX_BATCH {
             return Err(Error::invalid("the reclaim batch must be 1 to 1000"));
         }
+        if self.config.promote_grace > Duration::from_secs(60) {
+            return Err(Error::invalid("the promote grace must be at most 60 s"));
+        }
         let mut logical = self.topics.clone();
         logical.sort();
         logical.dedup();
@@ -243,15 +267,23 @@ impl Scheduler {
                     .in_current_span(),
             ));
         }
+        let mut channels: HashMap<String, crate::wake::OnMessage> = channels
+            .into_iter()
+            .map(|(ch, n)| (ch, crate::wake::notifier(n)))
+            .collect();
         for topic in physical {
-            let notify = Arc::new(Notify::new());
-            channels.insert(self.queue.keys(&topic).pool().to_string(), notify.clone());
+            let plan = Arc::new(Plan::default());
+            let p = plan.clone();
+            channels.insert(
+                self.queue.keys(&topic).pool().to_string(),
+                Arc::new(move |msg| p.heard(msg)),
+            );
             tasks.push(tokio::spawn(
                 run_topic(
                     self.queue.clone(),
                     self.config.clone(),
                     topic,
-                    notify,
+                    plan,
                     stop.clone(),
                 )
                 .in_current_span(),
@@ -272,11 +304,47 @@ impl Scheduler {
     }
 }
 
+/// When a topic's loop ticks next, and the last tick's clock: a pool
+/// message (an earlier job, or a lease that ends before every other one)
+/// wakes the loop only when its time is before the planned tick. (In a
+/// steady flow most claims publish their lease deadline, far after it.)
+#[derive(Default)]
+struct Plan {
+    state: std::sync::Mutex<PlanState>,
+    notify: Notify,
+}
+
+#[derive(Default)]
+struct PlanState {
+    /// The last tick's Redis time (µs) and when its reply arrived.
+    clock: Option<(i64, std::time::Instant)>,
+    /// When the loop ticks next (None: it is ticking).
+    wake: Option<std::time::Instant>,
+}
+
+impl Plan {
+    fn heard(&self, msg: Option<&[u8]>) {
+        let ms = msg
+            .and_then(|m| std::str::from_utf8(m).ok())
+            .and_then(|m| m.parse::<i64>().ok());
+        {
+            let st = self.state.lock().unwrap();
+            if let (Some(ms), Some((us, at)), Some(wake)) = (ms, st.clock, st.wake) {
+                let d = ms.saturating_mul(1000).saturating_sub(us);
+                if d > 0 && at + Duration::from_micros(d as u64) >= wake {
+                    return;
+                }
+            }
+        }
+        self.notify.notify_one();
+    }
+}
+
 async fn run_topic(
     queue: Queue,
     config: SchedulerConfig,
     topic: String,
-    notify: Arc<Notify>,
+    plan: Arc<Plan>,
     stop: CancellationToken,
 ) {
     let part = Partition::known(&topic);
@@ -286,8 +354,11 @@ async fn run_topic(
         if stop.is_cancelled() {
             return;
         }
-        let wait = match raw::tick(&queue, &part, &limits).await {
-            Ok(t) => {
+        plan.state.lock().unwrap().wake = None;
+        let mut clock = None;
+        let wait = match raw::tick_with_grace(&queue, &part, &limits, config.promote_grace).await {
+            Ok((t, c)) => {
+                clock = c;
                 backoff = Duration::from_millis(50);
                 if t.reclaimed > 0 || t.dead > 0 {
                     tracing::info!(topic = %topic, reclaimed = t.reclaimed, dead = t.dead, "reclaimed expired leases");
@@ -313,10 +384,19 @@ async fn run_topic(
                 b
             }
         };
+        // To the µs the tick reported (a sleep of whole ms would round up).
+        let until = tokio::time::Instant::now() + wait;
+        {
+            let mut st = plan.state.lock().unwrap();
+            st.wake = Some(until.into_std());
+            if clock.is_some() {
+                st.clock = clock;
+            }
+        }
         tokio::select! {
             _ = stop.cancelled() => return,
-            _ = notify.notified() => {}
-            _ = tokio::time::sleep(wait) => {}
+            _ = plan.notify.notified() => {}
+            _ = tokio::time::sleep_until(until) => {}
         }
     }
 }

@@ -1,7 +1,10 @@
 //! The worker runtime: one fetcher claims in batches and hands jobs to
 //! `concurrency` slots; a keeper extends the leases of running jobs; a
 //! settler records outcomes (acks batched per topic, each fail on its own,
-//! none waiting behind another). Idle, the fetcher blocks on a wake-up.
+//! none waiting behind another). Idle, the fetcher blocks on a wake-up, or
+//! sleeps until the pool's next job is due (claims take due jobs straight
+//! from the pool: ARCHITECTURE.md "Workers claim due jobs straight from the
+//! pool").
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -580,16 +583,20 @@ impl Worker {
             lateness: Default::default(),
         });
         let notify = Arc::new(Notify::new());
-        let channels = shared
-            .topics
-            .iter()
-            .map(|t| {
-                (
-                    shared.queue.keys(&t.name).ready().to_string(),
-                    notify.clone(),
-                )
-            })
-            .collect();
+        let plan = Arc::new(Plan::new(shared.config.idle_check));
+        let timer = crate::wake::PreciseTimer::start()
+            .map_err(|e| Error::invalid(format!("cannot start the worker's timer thread: {e}")))?;
+        let mut channels = HashMap::new();
+        for t in &shared.topics {
+            let keys = shared.queue.keys(&t.name);
+            channels.insert(
+                keys.ready().to_string(),
+                crate::wake::notifier(notify.clone()),
+            );
+            let plan = plan.clone();
+            let on_pool: crate::wake::OnMessage = Arc::new(move |msg| plan.heard(msg));
+            channels.insert(keys.pool().to_string(), on_pool);
+        }
         let stop_rest = CancellationToken::new();
         let listener = crate::wake::listen(
             shared.queue.pubsub_clients().to_vec(),
@@ -612,6 +619,8 @@ impl Worker {
                 shared.clone(),
                 slots.clone(),
                 notify,
+                plan,
+                timer.0.clone(),
                 settle_tx,
                 stop_fetch.clone(),
             )
@@ -673,10 +682,73 @@ pub struct Stopped {
     pub abandoned: usize,
 }
 
+/// When the fetcher should claim again for jobs due in the pool: planned
+/// from the claims' replies (the pool's next due time) and from the pool
+/// channel's messages (an earlier job was enqueued; the message carries its
+/// due time, by Redis's clock).
+struct Plan {
+    state: Mutex<PlanState>,
+    /// Woken when a message moved the plan earlier.
+    replan: Notify,
+    /// Messages planning beyond this are left to the safety net.
+    horizon: Duration,
+}
+
+#[derive(Default)]
+struct PlanState {
+    /// The last claim's Redis time (µs) and when its reply arrived.
+    clock: Option<(i64, std::time::Instant)>,
+    /// When to claim again.
+    wake: Option<std::time::Instant>,
+}
+
+impl Plan {
+    fn new(horizon: Duration) -> Plan {
+        Plan {
+            state: Mutex::default(),
+            replan: Notify::new(),
+            horizon,
+        }
+    }
+
+    /// A message on a pool channel: a job (or a lease) due at that epoch ms.
+    fn heard(&self, msg: Option<&[u8]>) {
+        let Some(ms) = msg
+            .and_then(|m| std::str::from_utf8(m).ok())
+            .and_then(|m| m.parse::<i64>().ok())
+        else {
+            // A (re)subscribe: the ready channel's waiter looks for work.
+            return;
+        };
+        let now = std::time::Instant::now();
+        let mut st = self.state.lock().unwrap();
+        let at = match st.clock {
+            Some((us, at)) => {
+                let d = ms.saturating_mul(1000).saturating_sub(us);
+                if d <= 0 {
+                    now
+                } else {
+                    at + Duration::from_micros(d as u64)
+                }
+            }
+            // No claim yet to read the clock by: claim now.
+            None => now,
+        };
+        if at > now + self.horizon || st.wake.is_some_and(|w| w <= at) {
+            return;
+        }
+        st.wake = Some(at);
+        drop(st);
+        self.replan.notify_one();
+    }
+}
+
 async fn fetch_loop(
     shared: Arc<Shared>,
     slots: Arc<Semaphore>,
     notify: Arc<Notify>,
+    plan: Arc<Plan>,
+    timer: Arc<crate::wake::PreciseTimer>,
     settle: mpsc::UnboundedSender<Settle>,
     stop: CancellationToken,
 ) {
@@ -724,6 +796,11 @@ async fn fetch_loop(
         let mut failed = false;
         // The shortest wait a topic's rate asked for: the next token.
         let mut limited: Option<Duration> = None;
+        // From this round's replies: the earliest pool due time, and whether
+        // due jobs were left in a pool with no limit holding them back.
+        plan.state.lock().unwrap().wake = None;
+        let mut next_due: Option<std::time::Instant> = None;
+        let mut due_left = false;
         let n_topics = shared.topics.len();
         for i in 0..n_topics {
             if permits.is_empty() || stop.is_cancelled() {
@@ -738,6 +815,17 @@ async fn fetch_loop(
                 Ok(got) => {
                     if let Some(raw::Wait::For(d)) = got.wait {
                         limited = Some(limited.map_or(d, |l| l.min(d)));
+                    }
+                    if let Some((us, at)) = got.clock {
+                        plan.state.lock().unwrap().clock = Some((us, at));
+                        match got.next_due {
+                            Some(d) if d.is_zero() => due_left |= got.wait.is_none(),
+                            Some(d) => {
+                                let w = at + d;
+                                next_due = Some(next_due.map_or(w, |n| n.min(w)));
+                            }
+                            None => {}
+                        }
                     }
                     // (Wait::UntilRunningEnds: the ack or fail that frees a
                     // slot publishes on the ready channel, which wakes us.)
@@ -754,7 +842,12 @@ async fn fetch_loop(
             }
         }
         next_topic = (next_topic + 1) % n_topics;
-        let starved = !permits.is_empty();
+        if let Some(w) = next_due {
+            // Messages heard during the round may have planned earlier.
+            let mut st = plan.state.lock().unwrap();
+            st.wake = Some(st.wake.map_or(w, |p| p.min(w)));
+        }
+        let starved = !permits.is_empty() && !due_left;
         backlog = !starved && !failed;
         drop(permits);
         if failed {
@@ -768,15 +861,31 @@ async fn fetch_loop(
         backoff = Duration::from_millis(50);
         if starved {
             // Nothing more to claim: sleep until a wake-up (or the safety
-            // net), or until the next token of a rate-limited topic.
+            // net), until the next token of a rate-limited topic, or until
+            // the pool's next job is due.
             let nap = limited.map_or(shared.config.idle_check, |d| {
                 d.min(shared.config.idle_check)
             });
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = notify.notified() => {}
-                _ = tokio::time::sleep(nap) => {}
+            let nap_until = tokio::time::Instant::now() + nap;
+            loop {
+                let wake = plan.state.lock().unwrap().wake;
+                // To the instant (tokio's sleep would round up to whole ms).
+                timer.set(wake);
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = notify.notified() => break,
+                    _ = tokio::time::sleep_until(nap_until) => break,
+                    _ = timer.fired() => {
+                        // (Or a deadline replaced since: then sleep on.)
+                        if wake.is_some_and(|w| w <= std::time::Instant::now()) {
+                            break;
+                        }
+                    }
+                    // A message planned an earlier claim: sleep to that.
+                    _ = plan.replan.notified() => continue,
+                }
             }
+            timer.set(None);
         }
     }
 }

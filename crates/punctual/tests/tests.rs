@@ -4,6 +4,7 @@ mod util;
 
 mod cluster;
 mod faults;
+mod flow;
 mod group_limits;
 mod groups;
 mod handler;
