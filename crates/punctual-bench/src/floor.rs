@@ -438,9 +438,9 @@ pub(crate) fn add_ratios(r: &mut Report, floor: &Report) {
             "claim_pool",
             "steady_full_path",
         ]
-            .iter()
-            .filter_map(|k| out.get(*k).map(|v| format!("{k} {v}")))
-            .collect();
+        .iter()
+        .filter_map(|k| out.get(*k).map(|v| format!("{k} {v}")))
+        .collect();
         r.text
             .push_str(&format!("\n           × floor: {}", text.join(", ")));
         #[derive(Serialize)]
