@@ -1314,6 +1314,53 @@ pub(crate) async fn promote(b: &Bench) -> Result<Report> {
 /// enqueued (due in 50 ms), promoted, claimed and acked, one call of 1,000
 /// jobs at a time, nothing else running. The sum bounds what one Redis core
 /// can drain.
+/// Claims in calls of `chunk`, one call at a time, partition after
+/// partition, until a claim comes back empty: per partition, the lease of
+/// each claimed job.
+async fn claim_all(
+    q: &Queue,
+    parts: &[String],
+    chunk: usize,
+    bar: &ProgressBar,
+) -> Result<Vec<Vec<raw::Lease>>> {
+    let mut claimed: Vec<Vec<raw::Lease>> = vec![Vec::new(); parts.len()];
+    for (physical, held) in parts.iter().zip(claimed.iter_mut()) {
+        let part = physical.parse()?;
+        loop {
+            let got = raw::claim(q, &part, chunk, Duration::from_secs(60)).await?;
+            if got.is_empty() {
+                break;
+            }
+            bar.inc(got.len() as u64);
+            held.extend(got.iter().map(|d| d.lease()));
+        }
+    }
+    Ok(claimed)
+}
+
+/// Acks what [`claim_all`] claimed, in calls of `chunk`: how many acks
+/// were accepted.
+async fn ack_all(
+    q: &Queue,
+    parts: &[String],
+    claimed: &[Vec<raw::Lease>],
+    chunk: usize,
+    bar: &ProgressBar,
+) -> Result<u64> {
+    let mut acked = 0u64;
+    for (physical, held) in parts.iter().zip(claimed) {
+        for pairs in held.chunks(chunk) {
+            acked += raw::ack(q, &physical.parse()?, pairs)
+                .await?
+                .iter()
+                .filter(|ok| **ok)
+                .count() as u64;
+            bar.inc(pairs.len() as u64);
+        }
+    }
+    Ok(acked)
+}
+
 pub(crate) async fn scripts(b: &Bench) -> Result<Report> {
     let n = b.args.n;
     let pool = fill_pool(b).await?;
@@ -1379,35 +1426,13 @@ pub(crate) async fn scripts(b: &Bench) -> Result<Report> {
     measure("promote", &before, &after, promoted);
 
     let before = Snapshot::take(&b.target).await?;
-    // Per partition: the lease of each claimed job.
-    let mut claimed: Vec<Vec<raw::Lease>> = vec![Vec::new(); parts.len()];
-    for (physical, held) in parts.iter().zip(claimed.iter_mut()) {
-        let part = physical.parse()?;
-        loop {
-            let got = raw::claim(&q, &part, chunk, Duration::from_secs(60)).await?;
-            if got.is_empty() {
-                break;
-            }
-            bar.inc(got.len() as u64);
-            held.extend(got.iter().map(|d| d.lease()));
-        }
-    }
+    let claimed = claim_all(&q, parts, chunk, &bar).await?;
     let n_claimed: u64 = claimed.iter().map(|c| c.len() as u64).sum();
     let after = Snapshot::take(&b.target).await?;
     measure("claim", &before, &after, n_claimed);
 
     let before = Snapshot::take(&b.target).await?;
-    let mut acked = 0u64;
-    for (physical, held) in parts.iter().zip(&claimed) {
-        for pairs in held.chunks(chunk) {
-            acked += raw::ack(&q, &physical.parse()?, pairs)
-                .await?
-                .iter()
-                .filter(|ok| **ok)
-                .count() as u64;
-            bar.inc(pairs.len() as u64);
-        }
-    }
+    let acked = ack_all(&q, parts, &claimed, chunk, &bar).await?;
     let after = Snapshot::take(&b.target).await?;
     measure("ack", &before, &after, acked);
     bar.finish_and_clear();
@@ -1424,30 +1449,12 @@ pub(crate) async fn scripts(b: &Bench) -> Result<Report> {
     }
     tokio::time::sleep(Duration::from_millis(60)).await;
     let before = Snapshot::take(&b.target).await?;
-    let mut from_pool: Vec<Vec<raw::Lease>> = vec![Vec::new(); parts.len()];
-    for (physical, held) in parts.iter().zip(from_pool.iter_mut()) {
-        let part = physical.parse()?;
-        loop {
-            let got = raw::claim(&q, &part, chunk, Duration::from_secs(60)).await?;
-            if got.is_empty() {
-                break;
-            }
-            held.extend(got.iter().map(|d| d.lease()));
-        }
-    }
+    let hidden = ProgressBar::hidden();
+    let from_pool = claim_all(&q, parts, chunk, &hidden).await?;
     let n_pool: u64 = from_pool.iter().map(|c| c.len() as u64).sum();
     let after = Snapshot::take(&b.target).await?;
     measure("claim_pool", &before, &after, n_pool);
-    let mut acked_pool = 0u64;
-    for (physical, held) in parts.iter().zip(&from_pool) {
-        for pairs in held.chunks(chunk) {
-            acked_pool += raw::ack(&q, &physical.parse()?, pairs)
-                .await?
-                .iter()
-                .filter(|ok| **ok)
-                .count() as u64;
-        }
-    }
+    let acked_pool = ack_all(&q, parts, &from_pool, chunk, &hidden).await?;
 
     let sets = b.target.sets().await?;
     let records = b.target.records().await?;
