@@ -40,6 +40,11 @@ pub(crate) struct Config {
     /// Jobs promoted per scheduler tick (1..1000).
     #[serde(default = "default_promote_batch")]
     pub promote_batch: usize,
+    /// On a topic without groups, workers with free slots claim due jobs
+    /// straight from the pool; the schedulers move to ready only the jobs
+    /// due longer than this ago, the ones no worker took (0 to 60 s).
+    #[serde(default = "default_promote_grace", with = "humantime_serde")]
+    pub promote_grace: Duration,
     /// Promotion pauses while a topic's ready set holds this many jobs.
     #[serde(default = "default_max_ready")]
     pub max_ready: usize,
@@ -332,6 +337,9 @@ fn default_lease() -> Duration {
 fn default_promote_batch() -> usize {
     200
 }
+fn default_promote_grace() -> Duration {
+    punctual::SchedulerConfig::default().promote_grace
+}
 fn default_max_ready() -> usize {
     100_000
 }
@@ -491,6 +499,19 @@ impl Config {
         }
         if self.overdue_alert.is_zero() || self.ready_alert.is_zero() {
             bail!("overdue_alert and ready_alert must be more than 0s");
+        }
+        if self.promote_grace > Duration::from_secs(60) {
+            bail!(
+                "promote_grace = {}: must be at most 60s",
+                humantime::format_duration(self.promote_grace)
+            );
+        }
+        if self.overdue_alert <= self.promote_grace {
+            bail!(
+                "overdue_alert = {} must be more than promote_grace = {}: due jobs wait in the pool up to the grace when no worker has room",
+                humantime::format_duration(self.overdue_alert),
+                humantime::format_duration(self.promote_grace)
+            );
         }
         if self.max_retry_delay < Duration::from_secs(1)
             || self.max_retry_delay > punctual::MAX_DELAY
@@ -784,6 +805,35 @@ http = { url = "http://127.0.0.1:8080/hooks/coupon", timeout = "10s" }
             Some(Duration::from_secs(10))
         );
         assert_eq!(c.ladder("orders").unwrap()[3], Duration::from_secs(120));
+    }
+
+    #[test]
+    fn promote_grace_defaults_to_the_schedulers_and_is_bounded() {
+        let c = parse("[topics.a]\nexec = [\"true\"]\n").unwrap();
+        assert_eq!(
+            c.promote_grace,
+            punctual::SchedulerConfig::default().promote_grace
+        );
+        let c = parse("promote_grace = \"0s\"\n[topics.a]\nexec = [\"true\"]\n").unwrap();
+        assert_eq!(c.promote_grace, Duration::ZERO);
+        // The example file says the default.
+        let c = parse(include_str!("../../../../punctual.example.toml")).unwrap();
+        assert_eq!(c.promote_grace, Duration::from_millis(20));
+        for (bad, says) in [
+            ("promote_grace = \"61s\"", "promote_grace"),
+            // The overdue signal must not fire on jobs the grace keeps in
+            // the pool on purpose.
+            (
+                "promote_grace = \"5s\"\noverdue_alert = \"5s\"",
+                "overdue_alert",
+            ),
+        ] {
+            let e = format!(
+                "{:#}",
+                parse(&format!("{bad}\n[topics.a]\nexec = [\"true\"]\n")).unwrap_err()
+            );
+            assert!(e.contains(says), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -334,6 +334,7 @@ pub(crate) async fn run_scheduler(cfg: Config) -> Result<()> {
     let queue = connect(&cfg).await?;
     let sc = SchedulerConfig::default()
         .promote_batch(cfg.promote_batch)
+        .promote_grace(cfg.promote_grace)
         .max_ready(cfg.max_ready)
         .max_sleep(cfg.idle_check)
         .registry(registry(&cfg));
