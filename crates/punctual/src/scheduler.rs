@@ -324,14 +324,12 @@ struct PlanState {
 
 impl Plan {
     fn heard(&self, msg: Option<&[u8]>) {
-        let ms = msg
-            .and_then(|m| std::str::from_utf8(m).ok())
-            .and_then(|m| m.parse::<i64>().ok());
         {
             let st = self.state.lock().unwrap();
-            if let (Some(ms), Some((us, at)), Some(wake)) = (ms, st.clock, st.wake) {
-                let d = ms.saturating_mul(1000).saturating_sub(us);
-                if d > 0 && at + Duration::from_micros(d as u64) >= wake {
+            if let (Some(ms), Some(clock), Some(wake)) =
+                (crate::wake::message_ms(msg), st.clock, st.wake)
+            {
+                if crate::wake::local_instant(clock, ms).is_some_and(|t| t >= wake) {
                     return;
                 }
             }

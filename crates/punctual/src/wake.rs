@@ -178,3 +178,23 @@ impl PreciseTimer {
         self.fired.notified().await
     }
 }
+
+/// The epoch ms a pool channel's message carries (a job's due time or a
+/// lease deadline, by Redis's clock); None for a (re)subscribe or anything
+/// that is not a number.
+pub(crate) fn message_ms(msg: Option<&[u8]>) -> Option<i64> {
+    msg.and_then(|m| std::str::from_utf8(m).ok())
+        .and_then(|m| m.parse::<i64>().ok())
+}
+
+/// The local instant of the Redis time `ms` (epoch ms), by `clock`: a
+/// Redis time in µs and the local instant it was read at (a claim's or a
+/// tick's reply). None when `ms` is not after that reading.
+pub(crate) fn local_instant(
+    clock: (i64, std::time::Instant),
+    ms: i64,
+) -> Option<std::time::Instant> {
+    let (us, at) = clock;
+    let d = ms.saturating_mul(1000).saturating_sub(us);
+    (d > 0).then(|| at + std::time::Duration::from_micros(d as u64))
+}

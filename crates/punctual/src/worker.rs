@@ -713,27 +713,17 @@ impl Plan {
 
     /// A message on a pool channel: a job (or a lease) due at that epoch ms.
     fn heard(&self, msg: Option<&[u8]>) {
-        let Some(ms) = msg
-            .and_then(|m| std::str::from_utf8(m).ok())
-            .and_then(|m| m.parse::<i64>().ok())
-        else {
+        let Some(ms) = crate::wake::message_ms(msg) else {
             // A (re)subscribe: the ready channel's waiter looks for work.
             return;
         };
         let now = std::time::Instant::now();
         let mut st = self.state.lock().unwrap();
-        let at = match st.clock {
-            Some((us, at)) => {
-                let d = ms.saturating_mul(1000).saturating_sub(us);
-                if d <= 0 {
-                    now
-                } else {
-                    at + Duration::from_micros(d as u64)
-                }
-            }
-            // No claim yet to read the clock by: claim now.
-            None => now,
-        };
+        // Due already, or no claim yet to read the clock by: claim now.
+        let at = st
+            .clock
+            .and_then(|c| crate::wake::local_instant(c, ms))
+            .unwrap_or(now);
         if at > now + self.horizon || st.wake.is_some_and(|w| w <= at) {
             return;
         }
