@@ -156,11 +156,91 @@ fn get(m: &Map<String, Value>, k: &str) -> f64 {
     m.get(k).and_then(Value::as_f64).unwrap_or(0.0)
 }
 
+/// The counts of a floor run that is not ok.
+#[derive(Serialize)]
+pub(crate) struct Counts {
+    created: u64,
+    promoted: u64,
+    claimed: u64,
+    doubled: u64,
+    strays: u64,
+    bad_records: u64,
+    acked: u64,
+    left: Left,
+}
+
+/// One run of the floor's four steps.
+pub(crate) struct Run {
+    steps: Steps,
+    pub(crate) ok: bool,
+    pub(crate) counts: Option<Counts>,
+}
+
+impl Run {
+    /// Script µs per job of each step (per call, with one job per call).
+    pub(crate) fn script_us(&self) -> &Map<String, Value> {
+        &self.steps.script
+    }
+}
+
 /// `floor`: N jobs (due in 50 ms) through the floor's enqueue, promote,
 /// claim and ack, one call of 1,000 jobs at a time, nothing else running.
 /// Every job must be claimed exactly once and acked.
 pub(crate) async fn floor(b: &Bench) -> Result<Report> {
     let n = b.args.n;
+    let Run { steps, ok, counts } = run(b, n, CHUNK).await?;
+    let path = |m: &Map<String, Value>| get(m, "promote") + get(m, "claim") + get(m, "ack");
+    let (path_us, full_us) = (
+        path(&steps.script),
+        path(&steps.script) + get(&steps.script, "enqueue"),
+    );
+    #[derive(Serialize)]
+    struct Floor<'a> {
+        n: u64,
+        batch: u64,
+        script_us_per_job: &'a Map<String, Value>,
+        redis_cpu_us_per_job: &'a Map<String, Value>,
+        path_us_per_job: f64,
+        full_path_us_per_job: f64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        partitions: Option<u32>,
+        ok: bool,
+        #[serde(flatten)]
+        counts: Option<Counts>,
+    }
+    let mut r = Report::of(
+        "floor",
+        &Floor {
+            n,
+            batch: CHUNK as u64,
+            script_us_per_job: &steps.script,
+            redis_cpu_us_per_job: &steps.cpu,
+            path_us_per_job: round(path_us, 2),
+            full_path_us_per_job: round(full_us, 2),
+            partitions: (b.args.partitions > 1).then_some(b.args.partitions),
+            ok,
+            counts,
+        },
+    );
+    let s = |k: &str| get(&steps.script, k);
+    r.text = format!(
+        "{:<10} the leanest scripts on the same layout (batches of {CHUNK}), Redis µs per job: enqueue {}, promote {}, claim {}, ack {}; promote + claim + ack = {:.2}, with enqueue {:.2}  {}",
+        "floor",
+        s("enqueue"),
+        s("promote"),
+        s("claim"),
+        s("ack"),
+        path_us,
+        full_us,
+        if ok { "ok" } else { "NOT OK" }
+    );
+    Ok(r)
+}
+
+/// The floor's enqueue, promote, claim and ack of `n` jobs (due in 50 ms),
+/// `chunk` jobs per call, nothing else running: each step's Redis time per
+/// job, and whether every job was claimed exactly once and acked.
+pub(crate) async fn run(b: &Bench, n: u64, chunk: usize) -> Result<Run> {
     let (enqueue, promote, claim, ack) =
         (script(ENQUEUE), script(PROMOTE), script(CLAIM), script(ACK));
     let mut conn = b.target.conn();
@@ -196,13 +276,13 @@ pub(crate) async fn floor(b: &Bench) -> Result<Report> {
     let now = b.target.now_ms().await?;
     let due = now + 50;
     let calls: Vec<_> = (0..n)
-        .step_by(CHUNK)
+        .step_by(chunk)
         .enumerate()
         .map(|(c, s)| {
             let part = &parts[c % parts.len()];
             let mut inv = enqueue.prepare_invoke();
             inv.key(keys_of(part).pool()).key(keys_of(part).jobs());
-            for i in s..(s + CHUNK as u64).min(n) {
+            for i in s..(s + chunk as u64).min(n) {
                 inv.arg(id_of(i)).arg(due).arg(record(due, 50, &payload(i)));
             }
             inv
@@ -232,13 +312,13 @@ pub(crate) async fn floor(b: &Bench) -> Result<Report> {
             let k: u64 = promote
                 .key(keys_of(p).pool())
                 .key(keys_of(p).ready())
-                .arg(CHUNK)
+                .arg(chunk)
                 .invoke_async(&mut conn)
                 .await
                 .context("floor: promote")?;
             promoted += k;
             bar.inc(k);
-            if k < CHUNK as u64 {
+            if k < chunk as u64 {
                 break;
             }
         }
@@ -256,7 +336,7 @@ pub(crate) async fn floor(b: &Bench) -> Result<Report> {
                 .key(keys_of(p).ready())
                 .key(keys_of(p).running())
                 .key(keys_of(p).jobs())
-                .arg(CHUNK)
+                .arg(chunk)
                 .arg(60_000)
                 .invoke_async(&mut conn)
                 .await
@@ -289,7 +369,7 @@ pub(crate) async fn floor(b: &Bench) -> Result<Report> {
     let before = Snapshot::take(&b.target).await?;
     let mut acked = 0u64;
     for (p, held) in parts.iter().zip(&claimed) {
-        for ids in held.chunks(CHUNK) {
+        for ids in held.chunks(chunk) {
             let k: u64 = ack
                 .key(keys_of(p).running())
                 .key(keys_of(p).jobs())
@@ -317,73 +397,20 @@ pub(crate) async fn floor(b: &Bench) -> Result<Report> {
         && acked == n
         && sets == [0; 4]
         && records == 0;
-    let path = |m: &Map<String, Value>| get(m, "promote") + get(m, "claim") + get(m, "ack");
-    let (path_us, full_us) = (
-        path(&steps.script),
-        path(&steps.script) + get(&steps.script, "enqueue"),
-    );
-    /// The counts of a floor run that is not ok.
-    #[derive(Serialize)]
-    struct Counts {
-        created: u64,
-        promoted: u64,
-        claimed: u64,
-        doubled: u64,
-        strays: u64,
-        bad_records: u64,
-        acked: u64,
-        left: Left,
-    }
-    #[derive(Serialize)]
-    struct Floor<'a> {
-        n: u64,
-        batch: u64,
-        script_us_per_job: &'a Map<String, Value>,
-        redis_cpu_us_per_job: &'a Map<String, Value>,
-        path_us_per_job: f64,
-        full_path_us_per_job: f64,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        partitions: Option<u32>,
-        ok: bool,
-        #[serde(flatten)]
-        counts: Option<Counts>,
-    }
-    let mut r = Report::of(
-        "floor",
-        &Floor {
-            n,
-            batch: CHUNK as u64,
-            script_us_per_job: &steps.script,
-            redis_cpu_us_per_job: &steps.cpu,
-            path_us_per_job: round(path_us, 2),
-            full_path_us_per_job: round(full_us, 2),
-            partitions: (b.args.partitions > 1).then_some(b.args.partitions),
-            ok,
-            counts: (!ok).then(|| Counts {
-                created,
-                promoted,
-                claimed: n_claimed,
-                doubled,
-                strays,
-                bad_records,
-                acked,
-                left: Left::of(sets, Some(records)),
-            }),
-        },
-    );
-    let s = |k: &str| get(&steps.script, k);
-    r.text = format!(
-        "{:<10} the leanest scripts on the same layout (batches of {CHUNK}), Redis µs per job: enqueue {}, promote {}, claim {}, ack {}; promote + claim + ack = {:.2}, with enqueue {:.2}  {}",
-        "floor",
-        s("enqueue"),
-        s("promote"),
-        s("claim"),
-        s("ack"),
-        path_us,
-        full_us,
-        if ok { "ok" } else { "NOT OK" }
-    );
-    Ok(r)
+    Ok(Run {
+        steps,
+        ok,
+        counts: (!ok).then(|| Counts {
+            created,
+            promoted,
+            claimed: n_claimed,
+            doubled,
+            strays,
+            bad_records,
+            acked,
+            left: Left::of(sets, Some(records)),
+        }),
+    })
 }
 
 /// Adds to a report its ratios to the floor measured in the same run:

@@ -88,6 +88,11 @@ pub enum Phase {
     /// Each script on the job's path alone (enqueue, tick, claim, ack),
     /// called back to back with batches of 1,000: Redis time per job.
     Scripts,
+    /// One job per call (a producer that enqueues per request, a light
+    /// flow): Redis µs per call of enqueue, claim from the pool and ack,
+    /// against the floor's same calls measured in the phase (N, at most
+    /// 2,000 jobs).
+    Calls,
     /// The claim script's Redis µs per job with groups off, then on
     /// (--groups counts, and two tenants 100,000 : 100 scaled to N), each
     /// against groups off and the floor's claim.
@@ -102,7 +107,7 @@ pub enum Phase {
 }
 
 /// The order phases run in, whatever the order asked.
-const ORDER: [Phase; 13] = [
+const ORDER: [Phase; 14] = [
     Phase::Floor,
     Phase::Enqueue,
     Phase::Memory,
@@ -113,6 +118,7 @@ const ORDER: [Phase; 13] = [
     Phase::Promote,
     Phase::Consume,
     Phase::Scripts,
+    Phase::Calls,
     Phase::Groups,
     Phase::Serve,
     Phase::Resident,
@@ -120,7 +126,7 @@ const ORDER: [Phase; 13] = [
 
 /// The phases of `all`: every one but precision-load (tens of seconds of
 /// load at 20,000 jobs/s and more).
-const ALL: [Phase; 12] = [
+const ALL: [Phase; 13] = [
     Phase::Floor,
     Phase::Enqueue,
     Phase::Memory,
@@ -130,6 +136,7 @@ const ALL: [Phase; 12] = [
     Phase::Promote,
     Phase::Consume,
     Phase::Scripts,
+    Phase::Calls,
     Phase::Groups,
     Phase::Serve,
     Phase::Resident,
@@ -152,12 +159,13 @@ const ALL: [Phase; 12] = [
 pub struct BenchArgs {
     /// Phases to run, comma-separated: floor, enqueue (alias produce),
     /// memory, drain, precision, precision-load, idle, promote, consume,
-    /// scripts, groups, serve, resident, or all (every one but
+    /// scripts, calls, groups, serve, resident, or all (every one but
     /// precision-load).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "all")]
     pub phase: Vec<Phase>,
 
-    /// Jobs per phase (enqueue, memory, drain, promote, consume, scripts).
+    /// Jobs per phase (enqueue, memory, drain, promote, consume, scripts;
+    /// calls takes at most 2,000).
     #[arg(long, value_name = "N", default_value_t = 100_000,
           value_parser = clap::value_parser!(u64).range(1..=2_000_000))]
     pub n: u64,
@@ -622,6 +630,7 @@ pub async fn run(redis_url: &str, redis_explicit: bool, json: bool, args: BenchA
                 Phase::Idle => vec![phases::idle(&bench).await?],
                 Phase::Promote => vec![phases::promote(&bench).await?],
                 Phase::Scripts => vec![phases::scripts(&bench).await?],
+                Phase::Calls => vec![phases::calls(&bench).await?],
                 Phase::Serve => vec![phases::serve(&bench).await?],
                 Phase::Resident => vec![phases::resident(&bench).await?],
                 Phase::Floor => {

@@ -74,6 +74,7 @@ fn every_phase_prints_an_ok_json_line_and_leaves_nothing_behind() {
             "promote",
             "consume",
             "scripts",
+            "calls",
             "groups",
             "serve",
             "resident",
@@ -143,6 +144,23 @@ fn every_phase_prints_an_ok_json_line_and_leaves_nothing_behind() {
     }
     for p in ["enqueue", "drain", "promote", "consume"] {
         assert!(by(p)["floor_ratio"].as_f64().unwrap() > 0.0, "{}", by(p));
+    }
+    // calls: one job per call, every job claimed straight from the pool once
+    // and acked ("ok" above), each step against the floor's same calls.
+    let c = by("calls");
+    assert_eq!(
+        (c["n"].as_u64(), c["batch"].as_u64()),
+        (Some(2000), Some(1)),
+        "{c}"
+    );
+    for k in ["enqueue", "claim_pool", "ack"] {
+        assert!(c["script_us_per_call"][k].as_f64().unwrap() > 0.0, "{c}");
+    }
+    for k in ["enqueue", "promote", "claim", "ack"] {
+        assert!(c["floor_us_per_call"][k].as_f64().unwrap() > 0.0, "{c}");
+    }
+    for k in ["enqueue", "claim_pool", "ack", "steady_path"] {
+        assert!(c["floor_ratio"][k].as_f64().unwrap() > 0.0, "{c}");
     }
     // groups: every case claimed each job once in its own group and acked
     // it ("ok" above), with its claim cost against groups off and the floor.
