@@ -1,6 +1,12 @@
--- lib.lua: helpers shared by every punctual script. It is inserted after the
--- shebang line of each script (see src/scripts.rs), so each script is one
--- self-contained text; `punctual script NAME` prints the assembled text.
+-- lib.lua: helpers shared by every punctual script. The parts of it a script
+-- uses are inserted after the shebang line of each script (see
+-- src/scripts.rs), so each script is one self-contained text; `punctual
+-- script NAME` prints the assembled text. A part is a top-level statement,
+-- which starts at column 0, with the comment lines just before it: a
+-- statement that defines nothing (the KEYS check) is always kept, a `local`
+-- one when the script or a kept part mentions one of its names. So every
+-- helper is a `local` named where it is used (no forward declarations, no
+-- names reached only through a table).
 --
 -- KEYS, the same for every script (one topic T, prefix P):
 --   KEYS[1] P:{T}:pool     ZSET id -> due ms        (also the pub/sub channel

@@ -173,6 +173,41 @@ fn eval(script: &str, keys: &[String], argv: &[&str]) -> redis::Cmd {
     cmd
 }
 
+/// Every script, assembled from only the parts of lib.lua it uses, loads
+/// under the SHA punctual computes and runs to its own answers: bad
+/// arguments refused with PUNCTUAL_INVALID, keys of no topic refused by the
+/// KEYS check. Never a Lua error (a helper left out is a nonexistent global).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_assembled_script_loads_and_answers_bad_input_itself() {
+    let f = Fixture::new().await;
+    let keys = topic_keys("assembled");
+    let mut c = f.conn.clone();
+    for name in punctual::script_names() {
+        let source = punctual::script_source(name).unwrap();
+        let sha: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(&source)
+            .query_async(&mut c)
+            .await
+            .unwrap_or_else(|e| panic!("{name} does not load: {e}"));
+        assert_eq!(sha, redis::Script::new(&source).get_hash(), "{name}");
+        for argv in [vec![], vec!["x", "y", "z"]] {
+            let r = eval(name, &keys, &argv)
+                .query_async::<redis::Value>(&mut c)
+                .await;
+            if let Err(e) = r {
+                assert_eq!(e.code(), Some("PUNCTUAL_INVALID"), "{name} {argv:?}: {e}");
+            }
+        }
+        let err = eval(name, &["a".to_string()], &[])
+            .query_async::<redis::Value>(&mut c)
+            .await
+            .expect_err(name);
+        assert_eq!(err.code(), Some("PUNCTUAL_INVALID"), "{name}: {err}");
+        assert!(err.to_string().contains("nine keys"), "{name}: {err}");
+    }
+}
+
 /// A topic with a job in each state and a running lease: returns the token.
 async fn seed(f: &Fixture, t: &str) -> i64 {
     let q = &f.queue;

@@ -1,7 +1,13 @@
 #!lua
--- lib.lua: helpers shared by every punctual script. It is inserted after the
--- shebang line of each script (see src/scripts.rs), so each script is one
--- self-contained text; `punctual script NAME` prints the assembled text.
+-- lib.lua: helpers shared by every punctual script. The parts of it a script
+-- uses are inserted after the shebang line of each script (see
+-- src/scripts.rs), so each script is one self-contained text; `punctual
+-- script NAME` prints the assembled text. A part is a top-level statement,
+-- which starts at column 0, with the comment lines just before it: a
+-- statement that defines nothing (the KEYS check) is always kept, a `local`
+-- one when the script or a kept part mentions one of its names. So every
+-- helper is a `local` named where it is used (no forward declarations, no
+-- names reached only through a table).
 --
 -- KEYS, the same for every script (one topic T, prefix P):
 --   KEYS[1] P:{T}:pool     ZSET id -> due ms        (also the pub/sub channel
@@ -51,22 +57,8 @@ end
 
 local K_POOL, K_READY, K_RUNNING, K_DEAD = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_JOBS, K_META, K_STATS, K_SEQ = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local K_ATT = KEYS[9]
-local K_FIRED = KEYS[10]
-
-local DEFAULT_MAX_ATTEMPTS = 6
--- Most deliveries a job may have (its own setting or the topic's).
-local MAX_ATTEMPTS = 10000
--- Largest integer a Lua number (a double) holds exactly: 2^53.
-local MAX_SAFE = 9007199254740992
-local DEFAULT_BACKOFF = '0,5000,30000,120000,600000,1800000'
 -- Ten years in ms: longer delays are refused as absurd.
 local MAX_DELAY_MS = 315360000000
-
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
 
 -- Redis's clock: ms rounded down, ms rounded up, and microseconds. A delay
 -- counts from the rounded-up ms, so a job is never due before the instant
@@ -78,55 +70,6 @@ local function clock()
   local up = now
   if us % 1000 ~= 0 then up = now + 1 end
   return now, up, s * 1000000 + us
-end
-
--- A numeric argument: plain decimal digits (no sign, point, exponent,
--- spaces, hex, inf or nan), at most 16 of them, within lo..hi. nil otherwise.
-local function int_arg(s, lo, hi)
-  if not s or #s > 16 or not string.find(s, '^%d+$') then return nil end
-  local v = tonumber(s)
-  if v < lo or v > hi then return nil end
-  return v
-end
-
--- Reserves n lease tokens and returns the value just before the first. They
--- follow the topic's seq counter and never fall below Redis's clock in
--- microseconds, so a restart that lost the latest writes (an RDB snapshot,
--- AOF everysec, a failover to a replica that lagged) cannot hand a token out
--- again: the clock moved on meanwhile. They stay below 2^53 until 2255.
--- One SET ... GET in the common case (seq behind the clock); a second SET
--- when seq is ahead (a burst of more than one token per microsecond).
-local function reserve_tokens(n, now_us)
-  local old = tonumber(redis.call('SET', K_SEQ, string.format('%d', now_us + n), 'GET')) or 0
-  if old <= now_us then return now_us end
-  redis.call('SET', K_SEQ, string.format('%d', old + n))
-  return old
-end
-
--- Whether s is valid UTF-8 (no overlong forms, surrogates or code points
--- past U+10FFFF). ASCII is checked by one string.find.
-local function utf8_ok(s)
-  local i, n = 1, #s
-  while i <= n do
-    local j = string.find(s, '[\128-\255]', i)
-    if not j then return true end
-    local c, b = string.byte(s, j, j + 1)
-    local len
-    if c >= 0xC2 and c <= 0xDF then len = 2
-    elseif c >= 0xE0 and c <= 0xEF then len = 3
-    elseif c >= 0xF0 and c <= 0xF4 then len = 4
-    else return false end
-    if not b or (c == 0xE0 and b < 0xA0) or (c == 0xED and b > 0x9F)
-      or (c == 0xF0 and b < 0x90) or (c == 0xF4 and b > 0x8F) then
-      return false
-    end
-    for k = j + 1, j + len - 1 do
-      local x = string.byte(s, k)
-      if not x or x < 0x80 or x > 0xBF then return false end
-    end
-    i = j + len
-  end
-  return true
 end
 
 -- The byte of each base-36 digit, '0'..'9' then 'a'..'z'. A table
@@ -164,9 +107,6 @@ end
 -- options"): ";" then a letter and a value, M = "<digits or empty>[;<opt>]*",
 -- with e<deadline, epoch ms, base 36>, t<timeout ms> and g<group>.
 local HEADER = '^([^:]*):(%w+):(%w+):([%d,]*):(%d+):()'
--- A readable record without options, without captures. (A record with
--- options fails it, and is read with decode.)
-local HEADER_CHECK = '^%d*:%w+:%w+:[%d,]*:%d+:'
 
 -- The options of an M field: max attempts (number or nil) and a table
 -- {deadline, timeout, group} (nil when M has no options), or false when M
@@ -197,13 +137,6 @@ local function group_of_field(m)
   return o and o.group or ''
 end
 
--- The options part of an M field: from its first ';' on ('' without).
-local function options_text(m)
-  local p = string.find(m, ';', 1, true)
-  if not p then return '' end
-  return string.sub(m, p)
-end
-
 -- A record as a table: max (number or nil: the topic default), mfield (M as
 -- stored, written back by encode), due, created, backoff, err, payload, and
 -- when M carries options: deadline, timeout, group (each nil when absent).
@@ -229,62 +162,12 @@ local function decode(rec)
   return r
 end
 
--- claim's check of a record: whether it reads, and for one whose expiry
--- deadline is before `now`, the record decoded (true, r). Only a record with
--- options pays for more than one string.find, and only an expired one is
--- decoded whole.
-local HEADER_M = '^([^:]*):%w+:%w+:[%d,]*:%d+:'
-local function claimable(rec, now)
-  if string.find(rec, HEADER_CHECK) then return true, nil end
-  local m = string.match(rec, HEADER_M)
-  if not m then return false, nil end
-  local max, o = opts_of(m)
-  if max == false then return false, nil end
-  if o and o.deadline and o.deadline < now then return true, decode(rec) end
-  return true, nil
-end
-
 local function encode(r)
   local gap = r.due - r.created
   if gap < 0 then gap = 0 end
   return table.concat({
     r.mfield or r.max or '', ':', b36(r.due), ':', b36(gap), ':', r.backoff, ':', #r.err, ':', r.err, r.payload,
   })
-end
-
--- Attempts and token from an attempts-hash value ("A:T", or "0A:T" while
--- live); 0, 0 when absent.
-local function att_of(v)
-  if not v then return 0, 0 end
-  local a, t = string.match(v, '^(%d+):(%d+)$')
-  return tonumber(a) or 0, tonumber(t) or 0
-end
-
--- The token of an attempts-hash value ("A:T") as claim wrote it (decimal
--- digits, no sign or leading zero); nil when absent. Fencing compares it
--- with the token presented, as strings: only that exact form matches (no
--- hex, exponent or leading zeros), and no number is made.
-local function token_str(v)
-  if not v then return nil end
-  local p = string.find(v, ':', 1, true)
-  return p and string.sub(v, p + 1)
-end
-
--- The live mark: claim writes a job's attempts entry as "0A:T", a zero
--- before the attempts, and every script that takes the job out of running
--- drops the zero (fail, tick's reclaim) or deletes the entry (ack, cancel,
--- enqueue's replace). So a marked entry whose token matches proves the
--- lease without a look in running. An entry without the mark (a job that
--- left running, or a lease taken by a version before the mark) is checked
--- against running as well. att_of and token_str read both forms.
-local function is_live_att(v)
-  return string.byte(v, 1) == 48
-end
-
--- The entry of a job leaving running: its attempts and token, unmarked.
-local function ended_att(v)
-  if v and string.byte(v, 1) == 48 then return string.sub(v, 2) end
-  return v
 end
 
 -- The topic settings the helpers below read (topic_defaults,
@@ -302,68 +185,8 @@ local function meta()
   return meta_read
 end
 
--- Topic settings: max attempts and backoff ladder, with built-in defaults.
-local function topic_defaults()
-  local m = meta()
-  return int_arg(m.max_attempts, 1, MAX_ATTEMPTS) or DEFAULT_MAX_ATTEMPTS, m.backoff or DEFAULT_BACKOFF
-end
-
--- A topic's rate (meta `rate`, "n/period ms"): n and the period, or nil
--- when unset or unreadable (then no rate applies).
-local function rate_of(v)
-  if not v then return nil end
-  local n, p = string.match(v, '^(%d+)/(%d+)$')
-  n, p = tonumber(n), tonumber(p)
-  if not n or n < 1 or not p or p < 1 or n > 1000000 or p > 86400000 then return nil end
-  return n, p
-end
-
--- The bucket size: meta `burst`, else a tenth of a second's worth, at least 1.
-local function burst_of(v, n, p)
-  return int_arg(v, 1, 1000000) or math.max(1, math.floor(n * 100 / p))
-end
-
--- The tokens in the bucket at `now` (meta `bucket` = "tokens:last refill
--- ms"; a missing or unreadable bucket is full).
-local function bucket_tokens(v, burst, n, p, now)
-  local tk, last
-  if v then tk, last = string.match(v, '^(%d+%.?%d*):(%d+)$') end
-  tk, last = tonumber(tk), tonumber(last)
-  if not tk or not last then return burst end
-  local elapsed = now - last
-  if elapsed < 0 then elapsed = 0 end
-  return math.min(burst, tk + elapsed * n / p)
-end
-
--- Whether the topic is at its max_running (meta), read before a script
--- takes jobs out of running: then it publishes on the ready channel after,
--- so a worker waiting for a free slot claims at once. False (and no
--- ZCARD) when the topic has no max_running.
--- Also returns whether the topic has group limits (meta `glimited` = 1),
--- for release_groups, from the same HMGET.
-local function at_max_running()
-  local m = meta()
-  local mr = int_arg(m.max_running, 1, MAX_SAFE)
-  return mr ~= nil and redis.call('ZCARD', K_RUNNING) >= mr, m.glimited == '1'
-end
-
 local function max_attempts(r, topic_max)
   return r.max or topic_max
-end
-
--- Delay before the next attempt after `attempts` failed ones.
-local function backoff_ms(r, topic_backoff, attempts)
-  local ladder = r.backoff
-  if ladder == '' then ladder = topic_backoff end
-  local steps = {}
-  for s in string.gmatch(ladder, '%d+') do steps[#steps + 1] = tonumber(s) end
-  if #steps == 0 then return 0 end
-  local i = attempts
-  if i < 1 then i = 1 end
-  if i > #steps then i = #steps end
-  -- A ladder written by hand may hold absurd steps: cap them like delays.
-  if steps[i] > MAX_DELAY_MS then return MAX_DELAY_MS end
-  return steps[i]
 end
 
 -- Parse a "when": "d<ms>" delay from now, or "a<ms>" absolute epoch ms.
@@ -402,8 +225,6 @@ local function state_of(id)
   if s then return 'dead', tonumber(s) end
   return nil
 end
-
-local STATE_KEY = { pool = K_POOL, ready = K_READY, running = K_RUNNING, dead = K_DEAD }
 
 -- Run `cmd key` with `args` in chunks, so no unpack() grows unbounded.
 local function variadic(cmd, key, args)
@@ -463,350 +284,6 @@ local function index_ready(pairs)
       redis.call('ZADD', KEY_BASE .. 'groups', 'NX', vt, grp)
     end
   end
-end
-
--- Group limits (PROTOCOL.md "Group limits"), on a topic with meta
--- `glimited` = 1 (some group limit set; written by the group_limits script):
---   P:{T}:glimits  HASH group -> "rate;burst;max_running": a group's own
---                  limits, replacing the defaults (meta group_rate,
---                  group_burst, group_max_running); an empty field: none
---   P:{T}:grunning HASH group -> its jobs in running (absent: 0)
---   P:{T}:gbucket  HASH group -> "tokens:last refill ms" (absent: full)
---   P:{T}:gwait    ZSET group -> ms when it may be served again (inf: when
---                  one of its running jobs ends): groups held back by their
---                  own limit, out of P:{T}:groups meanwhile
-local INF = 1 / 0
-
--- The group a job counts in, from its record: its g option, '' without
--- one. One pattern; the same in claim, in release_groups and in
--- group_limits' count, so the counts add up. (claim leases only records
--- whose options read, for which this is group_of_field's answer.)
-local function group_of_rec(rec)
-  local m = string.match(rec, '^([^:]*):')
-  return m and string.match(m, ';g([^;]*)') or ''
-end
-
--- Adds the jobs of `recs` (records, false for a missing one, skipped) to
--- `count` (group -> jobs), listing each new group in `names`, in order.
-local function count_groups(recs, count, names)
-  for i = 1, #recs do
-    if recs[i] then
-      local grp = group_of_rec(recs[i])
-      if not count[grp] then
-        count[grp] = 0
-        names[#names + 1] = grp
-      end
-      count[grp] = count[grp] + 1
-    end
-  end
-end
-
--- The state of the groups in `list` for one claim call (gs: {g = {}} per
--- call; groups already there are kept): each group's limits (rn, rp,
--- burst: its rate, rn nil for none; max: nil for none; its own in glimits,
--- else the defaults), running count, tokens at `now`, and `taken` (picked
--- by this call). One HMGET each of glimits, grunning and gbucket for all.
-local function load_groups(gs, list, now)
-  local new = {}
-  for _, grp in ipairs(list) do
-    if not gs.g[grp] then new[#new + 1] = grp end
-  end
-  if #new == 0 then return end
-  if not gs.defaults then
-    gs.defaults = redis.call('HMGET', K_META, 'group_rate', 'group_burst', 'group_max_running')
-  end
-  local own = redis.call('HMGET', KEY_BASE .. 'glimits', unpack(new))
-  local running = redis.call('HMGET', KEY_BASE .. 'grunning', unpack(new))
-  local buckets = redis.call('HMGET', KEY_BASE .. 'gbucket', unpack(new))
-  local d = gs.defaults
-  for i, grp in ipairs(new) do
-    local rate, burst, max = d[1], d[2], d[3]
-    if own[i] then rate, burst, max = string.match(own[i], '^([^;]*);([^;]*);([^;]*)$') end
-    local s = { taken = 0, running = tonumber(running[i]) or 0 }
-    s.rn, s.rp = rate_of(rate)
-    if s.rn then
-      s.burst = burst_of(burst, s.rn, s.rp)
-      s.tokens = bucket_tokens(buckets[i], s.burst, s.rn, s.rp, now)
-    end
-    s.max = int_arg(max, 1, MAX_SAFE)
-    gs.g[grp] = s
-  end
-end
-
--- How many more jobs the group may take now (INF: no limit).
-local function group_room(s)
-  local room = INF
-  if s.max then room = s.max - s.running - s.taken end
-  if s.rn then room = math.min(room, math.floor(s.tokens) - s.taken) end
-  return room
-end
-
--- Moves a group without room from P:{T}:groups to P:{T}:gwait: until its
--- next token, or (at its max_running) until one of its jobs leaves running.
-local function group_hold(s, grp, now)
-  local at = '+inf'
-  if not (s.max and s.running + s.taken >= s.max) then
-    at = now + math.max(1, math.ceil((1 - (s.tokens - s.taken)) * s.rp / s.rn))
-  end
-  redis.call('ZREM', KEY_BASE .. 'groups', grp)
-  redis.call('ZADD', KEY_BASE .. 'gwait', at, grp)
-end
-
--- Whether x sorts before y byte by byte, as a ZSET orders equal scores
--- (Lua's `<` on strings follows the server's locale).
-local function bytes_less(x, y)
-  for i = 1, math.min(#x, #y) do
-    local p, q = string.byte(x, i), string.byte(y, i)
-    if p ~= q then return p < q end
-  end
-  return #x < #y
-end
-
--- How many jobs each of a groups takes when `need` jobs are served one at a
--- time, the lowest (virtual time, name) first, each adding 1 to its group's
--- virtual time, a group at most room[i], none past (bound, bound_name)
--- (nil: no bound); and the groups in the order of service. A binary heap on
--- (virtual time, rank of the name), so O(need log a) with no string
--- comparison per job.
-local function serve_order(a, names, score, room, need, bound, bound_name)
-  -- Common with many groups: all tied with the bound (fetched in name
-  -- order, every room at least 1): one job each, in that order.
-  if bound and a > 0 and score[1] == bound and score[a] == bound then
-    local cnt, seq = {}, {}
-    for i = 1, a do
-      if i <= need then cnt[i], seq[i] = 1, i else cnt[i] = 0 end
-    end
-    return cnt, seq
-  end
-  local order = {}
-  for i = 1, a do order[i] = i end
-  table.sort(order, function(x, y) return bytes_less(names[x], names[y]) end)
-  local rank, below = {}, {}
-  for r, i in ipairs(order) do
-    rank[i] = r
-    below[i] = not bound or bytes_less(names[i], bound_name)
-  end
-  local cnt, level, heap = {}, {}, {}
-  local function less(x, y)
-    return level[x] < level[y] or (level[x] == level[y] and rank[x] < rank[y])
-  end
-  local function down(k, n)
-    while true do
-      local c = 2 * k
-      if c > n then return end
-      if c < n and less(heap[c + 1], heap[c]) then c = c + 1 end
-      if not less(heap[c], heap[k]) then return end
-      heap[c], heap[k] = heap[k], heap[c]
-      k = c
-    end
-  end
-  for i = 1, a do
-    cnt[i], level[i], heap[i] = 0, score[i], i
-  end
-  local n = a
-  for k = math.floor(n / 2), 1, -1 do down(k, n) end
-  local total, seq = 0, {}
-  while total < need and n > 0 do
-    local b = heap[1]
-    if bound and (level[b] > bound or (level[b] == bound and not below[b])) then break end
-    cnt[b], level[b], total = cnt[b] + 1, level[b] + 1, total + 1
-    seq[total] = b
-    if cnt[b] >= room[b] then
-      heap[1] = heap[n]
-      n = n - 1
-    end
-    down(1, n)
-  end
-  return cnt, seq
-end
-
--- claim's pick on a topic with groups: up to n ready ids, the group with the
--- lowest virtual time first, within a group in due order, exactly as if one
--- job were served per step (the served group's virtual time + 1). In passes:
--- the lowest w + 1 groups (`ZRANGE groups 0 w`, w = min(what is left, 32));
--- the last only bounds the others (when there are more), and how many jobs
--- each of the others takes before it would pass the bound is worked out in
--- Lua. Then per group one ZRANGE and one ZREM of its index (one entry more
--- than it takes: whether the index empties), and per pass one ZMSCORE of
--- ready (entries whose job left ready are dropped), one ZADD XX of the new
--- virtual times and one ZREM of the emptied groups. So 10 groups in turn
--- cost a few commands per pass, not per job, and 100,000 groups about two
--- per job. At most 4n + 16 index entries are read per call.
--- With group limits (gs, see load_groups; `now` ms): the groups of gwait
--- whose time has come return first (at the topic's virtual time); a group
--- takes at most its room, and one left without room goes to gwait (so do
--- groups met without room, at most 1000 per call: after a change of
--- limits). Returns the ids, the virtual time to store (nil: none served),
--- whether the groups ran out (rather than the steps), and, when they ran out
--- with groups held back, the wait to report: ms to the earliest gwait entry,
--- or -1 (until a running job ends).
-local function claim_groups(n, gs, now)
-  local K_GROUPS, K_GWAIT = KEY_BASE .. 'groups', KEY_BASE .. 'gwait'
-  if gs then
-    local back = redis.call('ZRANGE', K_GWAIT, '-inf', now, 'BYSCORE', 'LIMIT', 0, 1000)
-    if #back > 0 then
-      local vt0 = redis.call('HGET', K_META, 'vtime') or '0'
-      local adds = {}
-      for _, grp in ipairs(back) do
-        adds[#adds + 1] = vt0
-        adds[#adds + 1] = grp
-      end
-      redis.call('ZADD', K_GROUPS, 'NX', unpack(adds))
-      redis.call('ZREM', K_GWAIT, unpack(back))
-    end
-  end
-  local ids, picked, steps, held_steps = {}, {}, 4 * n + 16, 1000
-  local vt, ran_out = nil, false
-  while #ids < n and steps > 0 and held_steps > 0 do
-    local need = math.min(n - #ids, steps)
-    local w = math.min(need, 32) + 1
-    local top = redis.call('ZRANGE', K_GROUPS, 0, w - 1, 'WITHSCORES')
-    if #top == 0 then
-      ran_out = true
-      break
-    end
-    local fetched = #top / 2
-    local bound_name, bound
-    if fetched == w then
-      bound_name, bound = top[2 * w - 1], tonumber(top[2 * w])
-      fetched = w - 1
-    end
-    -- The groups of this pass: name, virtual time, room, state.
-    local names, score, room, st, a = {}, {}, {}, {}, 0
-    if gs then
-      local list = {}
-      for i = 1, fetched do list[i] = top[2 * i - 1] end
-      load_groups(gs, list, now)
-    end
-    for i = 1, fetched do
-      local grp = top[2 * i - 1]
-      local s = gs and gs.g[grp]
-      local r = s and group_room(s) or INF
-      if r <= 0 then
-        group_hold(s, grp, now)
-        held_steps = held_steps - 1
-      else
-        a = a + 1
-        names[a], score[a], room[a], st[a] = grp, tonumber(top[2 * i]), r, s
-      end
-    end
-    local cnt, seq = serve_order(a, names, score, room, need, bound, bound_name)
-    -- Take their entries from the indexes; keep those still in ready, met
-    -- in the order of service (a job indexed in two groups counts for the
-    -- one served first).
-    local entries, more = {}, {}
-    for i = 1, a do
-      if cnt[i] > 0 then
-        local gk = KEY_BASE .. 'g:' .. names[i]
-        local e = redis.call('ZRANGE', gk, 0, cnt[i])
-        more[i] = #e > cnt[i]
-        if more[i] then e[cnt[i] + 1] = nil end
-        if #e > 0 then redis.call('ZREM', gk, unpack(e)) end
-        entries[i] = e
-        steps = steps - math.max(1, #e)
-      end
-    end
-    local all, owner, next_of = {}, {}, {}
-    for _, i in ipairs(seq) do
-      local x = (next_of[i] or 0) + 1
-      next_of[i] = x
-      local id = entries[i][x]
-      if id then
-        all[#all + 1] = id
-        owner[#all] = i
-      end
-    end
-    local live = {}
-    if #all > 0 then
-      local sc = redis.call('ZMSCORE', K_READY, unpack(all))
-      for j, id in ipairs(all) do
-        if sc[j] and not picked[id] then
-          picked[id] = true
-          ids[#ids + 1] = id
-          live[owner[j]] = (live[owner[j]] or 0) + 1
-        end
-      end
-    end
-    local rescore, gone = {}, {}
-    for i = 1, a do
-      if cnt[i] > 0 then
-        local l = live[i] or 0
-        if l > 0 and (not vt or score[i] + l - 1 > vt) then vt = score[i] + l - 1 end
-        if not more[i] then
-          gone[#gone + 1] = names[i]
-        elseif l > 0 then
-          local s = st[i]
-          if s then s.taken = s.taken + l end
-          if s and group_room(s) <= 0 then
-            group_hold(s, names[i], now)
-          else
-            rescore[#rescore + 1] = score[i] + l
-            rescore[#rescore + 1] = names[i]
-          end
-        end
-      end
-    end
-    if #rescore > 0 then redis.call('ZADD', K_GROUPS, 'XX', unpack(rescore)) end
-    if #gone > 0 then redis.call('ZREM', K_GROUPS, unpack(gone)) end
-  end
-  local held
-  if gs and ran_out and #ids < n then
-    local e = redis.call('ZRANGE', K_GWAIT, 0, 0, 'WITHSCORES')
-    if e[1] then
-      if e[2] == 'inf' then held = -1 else held = math.max(1, tonumber(e[2]) - now) end
-    end
-  end
-  return ids, vt, ran_out, held
-end
-
--- claim's accounting with group limits: each leased job (`leases`: the
--- flat deadline, id list) counts in its group's running (by its record's
--- group) and takes a token from its group's bucket when it has a rate.
-local function groups_claimed(gs, ids, recs, leases, now)
-  local rec_of, leased, count, names = {}, {}, {}, {}
-  for i, id in ipairs(ids) do rec_of[id] = recs[i] end
-  for i = 2, #leases, 2 do leased[#leased + 1] = rec_of[leases[i]] end
-  count_groups(leased, count, names)
-  load_groups(gs, names, now)
-  local running, buckets = {}, {}
-  for _, grp in ipairs(names) do
-    local c, s = count[grp], gs.g[grp]
-    running[#running + 1] = grp
-    running[#running + 1] = s.running + c
-    if s.rn then
-      buckets[#buckets + 1] = grp
-      buckets[#buckets + 1] = string.format('%.6f:%d', math.max(0, s.tokens - c), now)
-    end
-  end
-  if #running > 0 then redis.call('HSET', KEY_BASE .. 'grunning', unpack(running)) end
-  if #buckets > 0 then redis.call('HSET', KEY_BASE .. 'gbucket', unpack(buckets)) end
-end
-
--- Every path that takes jobs out of running (ack, fail, tick's reclaim,
--- cancel, enqueue's replace) calls this first, while their records are
--- still there: on a topic with group limits (glim true, or nil: read meta)
--- each job's group count goes down, and a group held back at its
--- max_running (gwait at inf) returns to P:{T}:groups, with a PUBLISH on the
--- ready channel to wake a worker. `recs`: the jobs' records when the caller
--- has them. Nothing on a topic without group limits.
-local function release_groups(ids, glim, recs)
-  if #ids == 0 then return end
-  if glim == nil then glim = meta().glimited == '1' end
-  if not glim then return end
-  recs = recs or redis.call('HMGET', K_JOBS, unpack(ids))
-  local count, names = {}, {}
-  count_groups(recs, count, names)
-  local K_GRUNNING, K_GWAIT = KEY_BASE .. 'grunning', KEY_BASE .. 'gwait'
-  local vt
-  for _, grp in ipairs(names) do
-    if redis.call('HINCRBY', K_GRUNNING, grp, -count[grp]) <= 0 then redis.call('HDEL', K_GRUNNING, grp) end
-    if redis.call('ZSCORE', K_GWAIT, grp) == 'inf' then
-      vt = vt or redis.call('HGET', K_META, 'vtime') or '0'
-      redis.call('ZREM', K_GWAIT, grp)
-      redis.call('ZADD', KEY_BASE .. 'groups', 'NX', vt, grp)
-    end
-  end
-  if vt then redis.call('PUBLISH', K_READY, '') end
 end
 
 -- reschedule: give a waiting job (pool or ready) a new due time.
