@@ -550,15 +550,16 @@ pub(crate) struct LatenessBook {
 }
 
 impl LatenessBook {
-    /// Notes a start `us` late, at `claimed_us` (Redis's clock).
-    pub(crate) fn record(&self, topic: &str, claimed_us: i64, us: i64) {
+    /// Notes the starts of one claim's jobs, claimed at `claimed_us`
+    /// (Redis's clock): one lock and one key per claim, not per job.
+    pub(crate) fn record(&self, topic: &str, claimed_us: i64, starts: &Lateness) {
         let minute = claimed_us.div_euclid(60_000_000);
         self.open
             .lock()
             .unwrap()
             .entry((topic.to_string(), minute))
             .or_default()
-            .record(us);
+            .add(starts);
     }
 
     /// Adds everything noted to Redis. What cannot be added is kept for the

@@ -299,8 +299,9 @@ struct Shared {
     queue: Queue,
     config: WorkerConfig,
     topics: Vec<TopicEntry>,
-    /// Jobs leased by this process, until their ack or fail is recorded.
-    inflight: Mutex<HashMap<(usize, String), (i64, Running)>>,
+    /// Jobs leased by this process, until their ack or fail is recorded:
+    /// per topic entry (the index of `topics`), by id.
+    inflight: Mutex<Vec<HashMap<String, (i64, Running)>>>,
     /// Cancelled when shutdown starts; each run's token is a child of it.
     stopping: CancellationToken,
     /// How late jobs started, until added to the history in Redis.
@@ -574,11 +575,12 @@ impl Worker {
             }
         }
         let stop_fetch = CancellationToken::new();
+        let inflight = entries.iter().map(|_| HashMap::new()).collect();
         let shared = Arc::new(Shared {
             queue: self.queue,
             config: self.config,
             topics: entries,
-            inflight: Mutex::new(HashMap::new()),
+            inflight: Mutex::new(inflight),
             stopping: stop_fetch.clone(),
             lateness: Default::default(),
         });
@@ -642,14 +644,22 @@ impl Worker {
             .await
             .is_err()
         {
-            let left = shared.inflight.lock().unwrap().len();
+            let left = shared
+                .inflight
+                .lock()
+                .unwrap()
+                .iter()
+                .map(HashMap::len)
+                .sum();
             abandoned = left;
             tracing::warn!(
                 jobs = left,
                 "shutdown timeout: giving up on running jobs; their leases will expire and they will be re-delivered"
             );
-            for (_, (_, run)) in shared.inflight.lock().unwrap().drain() {
-                run.abort.abort();
+            for held in shared.inflight.lock().unwrap().iter_mut() {
+                for (_, (_, run)) in held.drain() {
+                    run.abort.abort();
+                }
             }
             settler_abort.abort();
         }
@@ -819,10 +829,18 @@ async fn fetch_loop(
                     }
                     // (Wait::UntilRunningEnds: the ack or fail that frees a
                     // slot publishes on the ready channel, which wakes us.)
+                    // How late each job starts, added to the book once per
+                    // claim (its jobs share the claim's clock and minute).
+                    let mut starts = crate::Lateness::default();
+                    let claimed_us = got.jobs.first().map(|j| j.claimed_us);
                     for mut job in got.jobs {
+                        starts.record(job.lateness_us());
                         job.topic.clone_from(&topic.logical);
                         let permit = permits.pop().expect("claimed no more than the free slots");
                         spawn_slot(&shared, ti, job, permit, settle.clone());
+                    }
+                    if let Some(us) = claimed_us {
+                        shared.lateness.record(&topic.name, us, &starts);
                     }
                 }
                 Err(e) => {
@@ -888,9 +906,6 @@ fn spawn_slot(
     settle: mpsc::UnboundedSender<Settle>,
 ) {
     let topic = &shared.topics[ti];
-    shared
-        .lateness
-        .record(&topic.name, job.claimed_us, job.lateness_us());
     let (id, token, attempt) = (job.id.clone(), job.token, job.attempt);
     // The job's own timeout (Job::timeout) replaces the topic's, unless the
     // handler enforces it (then the backstop says how long to wait).
@@ -904,42 +919,30 @@ fn spawn_slot(
     let cancel = shared.stopping.child_token();
     let lost = CancellationToken::new();
     let run = AssertUnwindSafe(topic.handler.call(job, cancel.clone())).catch_unwind();
-    let mut handle = tokio::spawn(run.in_current_span());
-    let previous = shared.inflight.lock().unwrap().insert(
-        (ti, id.clone()),
-        (
-            token,
-            Running {
-                lost: lost.clone(),
-                abort: handle.abort_handle(),
-            },
-        ),
-    );
-    if let Some((_, old)) = previous {
-        // This process still ran an earlier delivery of the same job, whose
-        // lease was lost meanwhile: that run can no longer ack; stop it.
-        old.lost.cancel();
-    }
+    let slot_lost = lost.clone();
+    let slot_id = id.clone();
+    // The handler runs inside its slot's task (one task per job, not two):
+    // the slot polls it against the timeout and the lease, and drops it
+    // (after the grace) when either ends first.
     let slot = async move {
+        let (lost, id) = (slot_lost, slot_id);
         let _permit = permit;
+        let mut run = std::pin::pin!(run);
         let finished = tokio::select! {
-            r = &mut handle => Some(r),
+            r = &mut run => Some(r),
             _ = tokio::time::sleep(timeout) => None,
             _ = lost.cancelled() => None,
         };
         let outcome = match finished {
-            Some(Ok(Ok(outcome))) => outcome,
-            Some(Ok(Err(panic))) => {
+            Some(Ok(outcome)) => outcome,
+            Some(Err(panic)) => {
                 Outcome::retry(format!("handler panicked: {}", panic_message(&panic)))
             }
-            // Aborted at the shutdown timeout.
-            Some(Err(_)) => return,
             None => {
                 // Timed out or lost its lease: ask the handler to stop, give
                 // it the grace, then drop it; its answer no longer counts.
                 cancel.cancel();
-                let _ = tokio::time::timeout(grace, &mut handle).await;
-                handle.abort();
+                let _ = tokio::time::timeout(grace, &mut run).await;
                 if lost.is_cancelled() {
                     // The keeper already forgot the job; nothing to record.
                     return;
@@ -955,7 +958,27 @@ fn spawn_slot(
             outcome,
         });
     };
-    tokio::spawn(slot.in_current_span());
+    // Spawned under the lock, so that the slot's outcome cannot be
+    // recorded (and the job forgotten) before the job is listed here.
+    // Aborting the task (the shutdown timeout) drops the run unrecorded.
+    let mut inflight = shared.inflight.lock().unwrap();
+    let handle = tokio::spawn(slot.in_current_span());
+    let previous = inflight[ti].insert(
+        id,
+        (
+            token,
+            Running {
+                lost,
+                abort: handle.abort_handle(),
+            },
+        ),
+    );
+    drop(inflight);
+    if let Some((_, old)) = previous {
+        // This process still ran an earlier delivery of the same job, whose
+        // lease was lost meanwhile: that run can no longer ack; stop it.
+        old.lost.cancel();
+    }
 }
 
 fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
@@ -1051,11 +1074,12 @@ async fn ack_many(shared: Arc<Shared>, ti: usize, leases: Vec<Lease>) {
         }
         return;
     };
+    let mut inflight = shared.inflight.lock().unwrap();
     for (Lease { id, token, .. }, ok) in leases.into_iter().zip(flags) {
         if !ok {
             tracing::warn!(topic = %topic, id = %id, "ack refused: the lease was lost and the job re-delivered or cancelled");
         }
-        forget(&shared, ti, &id, token);
+        forget_held(&mut inflight[ti], &id, token);
     }
 }
 
@@ -1129,12 +1153,14 @@ where
 }
 
 fn forget(shared: &Shared, ti: usize, id: &str, token: i64) {
-    let mut inflight = shared.inflight.lock().unwrap();
-    if inflight
-        .get(&(ti, id.to_string()))
-        .is_some_and(|(t, _)| *t == token)
-    {
-        inflight.remove(&(ti, id.to_string()));
+    forget_held(&mut shared.inflight.lock().unwrap()[ti], id, token);
+}
+
+/// Forgets job `id` of one topic entry, if this process still holds it
+/// under `token` (not a later delivery's).
+fn forget_held(held: &mut HashMap<String, (i64, Running)>, id: &str, token: i64) {
+    if held.get(id).is_some_and(|(t, _)| *t == token) {
+        held.remove(id);
     }
 }
 
@@ -1147,13 +1173,20 @@ async fn keep_leases(shared: Arc<Shared>, stop: CancellationToken) {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(every) => {}
         }
-        let mut by_topic: HashMap<usize, Vec<Lease>> = HashMap::new();
-        for ((ti, id), (token, _)) in shared.inflight.lock().unwrap().iter() {
-            by_topic
-                .entry(*ti)
-                .or_default()
-                .push(Lease::new(id.clone(), *token));
-        }
+        let by_topic: Vec<(usize, Vec<Lease>)> = shared
+            .inflight
+            .lock()
+            .unwrap()
+            .iter()
+            .enumerate()
+            .filter(|(_, held)| !held.is_empty())
+            .map(|(ti, held)| {
+                let leases = held
+                    .iter()
+                    .map(|(id, (token, _))| Lease::new(id.clone(), *token));
+                (ti, leases.collect())
+            })
+            .collect();
         for (ti, held) in by_topic {
             let topic = &shared.topics[ti].name;
             let part = Partition::known(topic);
@@ -1164,12 +1197,12 @@ async fn keep_leases(shared: Arc<Shared>, stop: CancellationToken) {
                             continue;
                         }
                         let mut inflight = shared.inflight.lock().unwrap();
-                        let key = (ti, id);
-                        if inflight.get(&key).is_some_and(|(t, _)| *t == token) {
-                            if let Some((_, run)) = inflight.remove(&key) {
+                        let held = &mut inflight[ti];
+                        if held.get(&id).is_some_and(|(t, _)| *t == token) {
+                            if let Some((_, run)) = held.remove(&id) {
                                 run.lost.cancel();
                             }
-                            tracing::warn!(topic = %topic, id = %key.1, "lease lost (expired or cancelled); stopped its handler");
+                            tracing::warn!(topic = %topic, id = %id, "lease lost (expired or cancelled); stopped its handler");
                         }
                     }
                 }
