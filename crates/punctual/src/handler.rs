@@ -116,6 +116,11 @@ impl<E: std::fmt::Display> From<std::result::Result<(), E>> for Outcome {
 /// lost lease the run is then dropped. At shutdown the worker waits for it
 /// up to its `shutdown_timeout` and records what it answers (a retry, say).
 ///
+/// The run is polled inside its job's slot task, so the timeout and a lost
+/// lease are acted on at its `.await` points: a handler must not block its
+/// thread (put blocking work in `tokio::task::spawn_blocking`). One that
+/// does holds its slot, and its lease stays extended, until it returns.
+///
 /// Closures `Fn(Delivery) -> impl Future<Output = Outcome>` are handlers
 /// that ignore the token; [`cancellable`] makes one of a closure that takes
 /// it. A type implements it like this:
