@@ -3,7 +3,9 @@
 
 Runs redis-server under `valgrind --tool=callgrind` (instruction counts do
 not depend on the machine's load), loads the scripts assembled from LUADIR
-as punctual assembles them (the shebang line, lib.lua, the rest), and
+as the shebang line, the whole lib.lua and the rest (punctual keeps only
+the lib.lua chunks a script uses: a per-call difference, at most 60
+instructions per job in calls of 1,000), and
 counts the whole server's instructions during each measured call
 (`callgrind_control -z` before, `-d` after; a full Lua GC just before).
 Every round starts from an empty Redis:
