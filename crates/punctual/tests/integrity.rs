@@ -2,7 +2,8 @@
 //! redis-server: fencing tokens across a restart that loses writes, ids and
 //! topic names that cannot be used, script arguments that are not finite
 //! integers, KEYS that do not belong together, the oldest dead jobs of a
-//! partitioned topic, and bad input that must change nothing.
+//! partitioned topic, and bad input that must change nothing. Also: claim's
+//! attempts entries, which the script builds from pieces (issue 12).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
@@ -1197,6 +1198,46 @@ async fn the_enqueue_script_refuses_every_character_validate_topic_refuses() {
         "the enqueue script refuses {} code points validate_topic allows: {over:#?}",
         over.len()
     );
+}
+
+// ---- claim's attempts entries --------------------------------------------
+
+/// claim builds each attempts entry from pieces ("0A:" per attempt, the
+/// token's digits above its last three per thousand, the last three): every
+/// entry of a batch of 1,000 (whose tokens cross a thousand) is exactly
+/// "0", the attempt, ":" and the token of the reply, with mixed attempts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claim_writes_each_attempts_entry_as_the_attempt_and_token_it_returns() {
+    let f = Fixture::new().await;
+    let t = "entries";
+    let jobs: Vec<Job> = (0..1000)
+        .map(|i| Job::new("p").id(format!("j{i}")))
+        .collect();
+    f.queue.enqueue_batch(t, jobs).await.unwrap();
+    let keys = topic_keys(t);
+    let mut c = f.conn.clone();
+    // Jobs that ran before (entries unmarked, as a retry leaves them).
+    for (id, old) in [("j0", "3:5"), ("j500", "41:7"), ("j999", "1:9")] {
+        let _: i64 = f
+            .cmd(redis::cmd("HSET").arg(&keys[8]).arg(id).arg(old))
+            .await;
+    }
+    let reply: Vec<redis::Value> = eval("claim", &keys, &["1000", "60000"])
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(reply.len(), 3 + 4 * 1000 + 1);
+    let entries: std::collections::HashMap<String, String> =
+        f.cmd(redis::cmd("HGETALL").arg(&keys[8])).await;
+    let mut attempts = std::collections::BTreeSet::new();
+    for job in reply[3..3 + 4 * 1000].chunks(4) {
+        let id: String = redis::from_redis_value(job[0].clone()).unwrap();
+        let token: i64 = redis::from_redis_value(job[1].clone()).unwrap();
+        let attempt: i64 = redis::from_redis_value(job[2].clone()).unwrap();
+        attempts.insert(attempt);
+        assert_eq!(entries[&id], format!("0{attempt}:{token}"), "job {id}");
+    }
+    assert_eq!(attempts.into_iter().collect::<Vec<_>>(), [1, 2, 4, 42]);
 }
 
 // ---- ack compares tokens by value ---------------------------------------

@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""Redis instructions per job of enqueue, claim and ack, in calls of 1,000.
+
+Runs redis-server under `valgrind --tool=callgrind` (instruction counts do
+not depend on the machine's load), loads the scripts assembled from LUADIR
+as the shebang line, the whole lib.lua and the rest (punctual keeps only
+the lib.lua chunks a script uses: a per-call difference, at most 60
+instructions per job in calls of 1,000), and
+counts the whole server's instructions during each measured call
+(`callgrind_control -z` before, `-d` after; a full Lua GC just before).
+Every round starts from an empty Redis:
+
+  enqueue_distinct  1,000 generated ids, a due time per job (100..2,000 ms)
+  enqueue           1,000 generated ids, all due in 1 h
+  claim_ready       1,000 jobs enqueued due now, claimed (lease 60 s); every
+                    attempts entry is checked to be '0%d:%d' of the reply's
+                    attempts and token
+  ack               those 1,000, acked with the entries "0A:T"
+  claim_pool        1,000 jobs enqueued with 1 ms of delay, claimed from the
+                    pool 50 ms later
+
+The floor (crates/punctual-bench/src/floor.rs, its scripts read from
+FLOORRS, default the one beside this file) is measured the same way, on
+its own keys: floor_enqueue (1,000 ids with records as punctual's, due in
+1 h), floor_claim (1,000 due jobs moved to ready by the floor's promote,
+then claimed) and floor_ack (those ids).
+
+usage: scripts_per_job.py LUADIR PORT [ROUNDS [FLOORRS]]   (needs valgrind,
+redis-server, callgrind_control and redis-py). Prints the median of the
+rounds per job, and each step's ratio to the floor's.
+"""
+import atexit, glob, os, re, subprocess, sys, time
+import redis
+
+luadir, port = sys.argv[1], int(sys.argv[2])
+rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 3
+floor_rs = sys.argv[4] if len(sys.argv) > 4 else os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), '../src/floor.rs')
+N = 1000
+out = f'/tmp/punctual-cg.{port}'
+for f in glob.glob(out + '*'):
+    os.remove(f)
+
+
+def assemble(name):
+    lib = open(f'{luadir}/lib.lua').read()
+    shebang, rest = open(f'{luadir}/{name}.lua').read().split('\n', 1)
+    return f'{shebang}\n{lib}\n{rest}'
+
+
+vp = subprocess.Popen(['valgrind', '--tool=callgrind', f'--callgrind-out-file={out}', 'redis-server',
+                       '--port', str(port), '--save', '', '--appendonly', 'no', '--hz', '1'],
+                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+atexit.register(lambda: vp.poll() is None and vp.terminate())
+r = redis.Redis(port=port)
+for _ in range(200):
+    try:
+        r.ping()
+        break
+    except redis.ConnectionError:
+        time.sleep(0.2)
+K = [f'p:{{t}}:{k}' for k in 'pool ready running dead jobs meta stats seq attempts'.split()]
+sha = {n: r.script_load(assemble(n)) for n in ('enqueue', 'claim', 'ack')}
+src = open(floor_rs).read()
+
+
+def floor_const(name):
+    return re.search(r'const ' + name + r': &str = r#"(.*?)"#;', src, re.S).group(1)
+
+
+fsha = {n: r.script_load(floor_const('CHUNKED') + floor_const(n.upper())) for n in ('enqueue', 'promote', 'claim', 'ack')}
+FK = {'pool': 'f:{t}:pool', 'ready': 'f:{t}:ready', 'running': 'f:{t}:running', 'jobs': 'f:{t}:jobs'}
+payload = (b'{"order_id": 1, "action": "close", "pad": "' + b'x' * 56 + b'"}')[:100]
+
+
+def measure(fn):
+    r.eval("collectgarbage('collect') return 1", 0)
+    subprocess.run(['callgrind_control', '-z', str(vp.pid)], capture_output=True, check=True)
+    res = fn()
+    subprocess.run(['callgrind_control', '-d', str(vp.pid)], capture_output=True, check=True)
+    dump = sorted(glob.glob(out + '.*'), key=os.path.getmtime)[-1]
+    total = next(int(line.split()[1]) for line in open(dump) if line.startswith(('summary:', 'totals:')))
+    os.remove(dump)
+    return res, total
+
+
+def enqueue(when):
+    args = [str(1 << 30), '0', str(N)]
+    for i in range(N):
+        args += ['', payload, when or 'd%d' % (100 + i * 7919 % 1901), '', '']
+    return r.evalsha(sha['enqueue'], 9, *K, *args)
+
+
+def claim():
+    rep = r.evalsha(sha['claim'], 9, *K, str(N), '60000')
+    assert len(rep) == 3 + 4 * N + 1, len(rep)
+    return rep
+
+
+def ack(rep):
+    body, args = rep[3:-1], []
+    for i in range(0, len(body), 4):
+        args += [body[i], b'0%d:%d' % (body[i + 2], body[i + 1])]
+    acked = r.evalsha(sha['ack'], 9, *K, *args)
+    assert all(x == 1 for x in acked)
+
+
+def b36(n):
+    d = '0123456789abcdefghijklmnopqrstuvwxyz'
+    s = ''
+    while n > 0:
+        n, x = divmod(n, 36)
+        s = d[x] + s
+    return s or '0'
+
+
+def floor_enqueue(delay_ms):
+    now = int(time.time() * 1000)
+    args = []
+    for i in range(N):
+        args += ['f%011d' % i, str(now + delay_ms), b':%s:%s::0:' % (b36(now + delay_ms).encode(), b36(delay_ms).encode()) + payload]
+    return r.evalsha(fsha['enqueue'], 2, FK['pool'], FK['jobs'], *args)
+
+
+def floor_claim():
+    rep = r.evalsha(fsha['claim'], 3, FK['ready'], FK['running'], FK['jobs'], str(N), '60000')
+    assert len(rep[0]) == N, len(rep[0])
+    return rep
+
+
+res = {k: [] for k in ('enqueue_distinct', 'enqueue', 'claim_ready', 'ack', 'claim_pool',
+                       'floor_enqueue', 'floor_claim', 'floor_ack')}
+enqueue('d0')
+ack(claim())  # warm-up
+for _ in range(rounds):
+    r.flushall()
+    res['enqueue_distinct'].append(measure(lambda: enqueue(None))[1])
+    r.flushall()
+    res['enqueue'].append(measure(lambda: enqueue('d3600000'))[1])
+    r.flushall()
+    enqueue('d0')
+    rep, t = measure(claim)
+    res['claim_ready'].append(t)
+    att = r.hgetall(K[8])
+    body = rep[3:-1]
+    for i in range(0, len(body), 4):
+        assert att[body[i]] == b'0%d:%d' % (body[i + 2], body[i + 1]), (att[body[i]], body[i + 1])
+    res['ack'].append(measure(lambda: ack(rep))[1])
+    r.flushall()
+    enqueue('d1')
+    time.sleep(0.05)
+    rep, t = measure(claim)
+    res['claim_pool'].append(t)
+    ack(rep)
+    r.flushall()
+    res['floor_enqueue'].append(measure(lambda: floor_enqueue(3600000))[1])
+    r.flushall()
+    floor_enqueue(1)
+    time.sleep(0.05)
+    assert r.evalsha(fsha['promote'], 2, FK['pool'], FK['ready'], str(N)) == N
+    rep, t = measure(floor_claim)
+    res['floor_claim'].append(t)
+    acked, t = measure(lambda: r.evalsha(fsha['ack'], 2, FK['running'], FK['jobs'], *rep[0]))
+    assert acked == N
+    res['floor_ack'].append(t)
+r.shutdown(nosave=True)
+vp.wait()
+med = {k: sorted(v)[len(v) // 2] / N for k, v in res.items()}
+for k, v in res.items():
+    print(f'{k:17s} {med[k]:8.0f} instructions per job  rounds {[round(x / N) for x in v]}')
+for k, f in (('enqueue', 'floor_enqueue'), ('claim_ready', 'floor_claim'), ('ack', 'floor_ack')):
+    print(f'{k} / {f}: {med[k] / med[f]:.2f}')
+print(f"enqueue + claim_ready + ack / floor's: "
+      f"{(med['enqueue'] + med['claim_ready'] + med['ack']) / (med['floor_enqueue'] + med['floor_claim'] + med['floor_ack']):.2f}")
