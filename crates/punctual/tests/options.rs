@@ -726,11 +726,20 @@ async fn a_replayed_expired_job_gets_a_fresh_window_of_the_same_length() {
         cmd.arg(k);
     }
     cmd.arg("due").arg("paced").arg("d60000");
+    // Due a minute after the replay's clock: at or after Redis's time just
+    // before it, at most a ms after the time of the get (the replay rounds
+    // up to the next ms), however long the calls took.
+    let before = q.redis_now_ms().await.unwrap();
     let ids: Vec<String> = f.cmd(&cmd).await;
     assert_eq!(ids, ["paced"]);
     let paced = q.get(t, "paced").await.unwrap().unwrap();
     assert_eq!(paced.state, State::Pool);
-    assert!(paced.due_ms >= paced.now_ms + 60_000);
+    assert!(
+        paced.due_ms >= before + 60_000 && paced.due_ms <= paced.now_ms + 60_001,
+        "due {} (Redis ms before the replay {before}, at the get {})",
+        paced.due_ms,
+        paced.now_ms
+    );
     assert_eq!(paced.deadline_ms.unwrap() - paced.due_ms, 2000);
 }
 
