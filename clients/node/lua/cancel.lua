@@ -29,6 +29,9 @@
 --                          is live (see is_live_att)
 --   KEYS[10] P:{T}:fired   ZSET id -> ms fired: occurrences of schedules
 --                          (optional; enqueue and unfire only)
+-- Reached by name (same hash tag): P:{T}:cold, a ZSET of bucket starts, and
+-- P:{T}:c:<start>, LISTs of ids: the cold pool (see cold_place below);
+-- meta cold_after, cold_at, cold_n.
 --
 -- Record (never rewritten by claim, ack or extend): "M:D:G:B:E:" then E bytes
 -- of last error, then the payload. M max attempts (decimal, empty: topic
@@ -60,6 +63,8 @@ local K_JOBS, K_META, K_STATS, K_SEQ = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local K_ATT = KEYS[9]
 -- Largest integer a Lua number (a double) holds exactly: 2^53.
 local MAX_SAFE = 9007199254740992
+-- Ten years in ms: longer delays are refused as absurd.
+local MAX_DELAY_MS = 315360000000
 
 -- A numeric argument: plain decimal digits (no sign, point, exponent,
 -- spaces, hex, inf or nan), at most 16 of them, within lo..hi. nil otherwise.
@@ -70,6 +75,57 @@ local function int_arg(s, lo, hi)
   return v
 end
 
+-- M may carry per-job options after the max attempts (PROTOCOL.md "Per-job
+-- options"): ";" then a letter and a value, M = "<digits or empty>[;<opt>]*",
+-- with e<deadline, epoch ms, base 36>, t<timeout ms> and g<group>.
+local HEADER = '^([^:]*):(%w+):(%w+):([%d,]*):(%d+):()'
+
+-- The options of an M field: max attempts (number or nil) and a table
+-- {deadline, timeout, group} (nil when M has no options), or false when M
+-- is not one (M must match ^%d*(;[etg][^;:]*)*$). Only a field with ';' pays
+-- for more than one string.find.
+local function opts_of(m)
+  if not string.find(m, ';', 1, true) then
+    if not string.find(m, '^%d*$') then return false end
+    return tonumber(m), nil
+  end
+  local d, rest = string.match(m, '^(%d*)(;.*)$')
+  if not d then return false end
+  local o = {}
+  for letter, v in string.gmatch(rest, ';([^;]?)([^;]*)') do
+    if letter == 'e' then o.deadline = tonumber(v, 36)
+    elseif letter == 't' then o.timeout = tonumber(v)
+    elseif letter == 'g' then o.group = v
+    else return false end
+  end
+  return tonumber(d), o
+end
+
+-- A record as a table: max (number or nil: the topic default), mfield (M as
+-- stored, written back by encode), due, created, backoff, err, payload, and
+-- when M carries options: deadline, timeout, group (each nil when absent).
+-- nil when the record is missing or unreadable.
+local function decode(rec)
+  if not rec then return nil end
+  local m, d, g, b, e, p = string.match(rec, HEADER)
+  if not m then return nil end
+  local max, o = opts_of(m)
+  if max == false then return nil end
+  e = tonumber(e)
+  local due = tonumber(d, 36)
+  local r = {
+    max = max,
+    mfield = m,
+    due = due,
+    created = due - tonumber(g, 36),
+    backoff = b,
+    err = string.sub(rec, p, p + e - 1),
+    payload = string.sub(rec, p + e),
+  }
+  if o then r.deadline, r.timeout, r.group = o.deadline, o.timeout, o.group end
+  return r
+end
+
 -- The topic settings the helpers below read (topic_defaults,
 -- at_max_running, index_ready; enqueue's partitions), read with one HMGET
 -- per call, at the first use, and kept: a script that writes one of these
@@ -78,9 +134,9 @@ local meta_read = nil
 local function meta()
   if not meta_read then
     local m = redis.call('HMGET', K_META, 'max_attempts', 'backoff', 'max_running', 'groups', 'vtime',
-      'partitions', 'glimited')
+      'partitions', 'glimited', 'cold_after', 'cold_at')
     meta_read = { max_attempts = m[1], backoff = m[2], max_running = m[3], groups = m[4], vtime = m[5],
-      partitions = m[6], glimited = m[7] }
+      partitions = m[6], glimited = m[7], cold_after = m[8], cold_at = m[9] }
   end
   return meta_read
 end
@@ -101,7 +157,35 @@ local function max_attempts(r, topic_max)
   return r.max or topic_max
 end
 
--- Which set holds `id`, and its score there.
+local STATE_KEY = { pool = K_POOL, ready = K_READY, running = K_RUNNING, dead = K_DEAD }
+
+local function invalid(msg)
+  return redis.error_reply('PUNCTUAL_INVALID ' .. msg)
+end
+local COLD_AFTER = 600000
+
+-- The topic's cold_after (meta), 0 when no job is to be placed cold.
+local function cold_after()
+  local w = meta().cold_after
+  if not w then return COLD_AFTER end
+  return int_arg(w, 0, MAX_DELAY_MS) or COLD_AFTER
+end
+
+-- Whether a job in no set, with this record due time, is a cold job.
+local function is_cold_due(due)
+  local at = meta().cold_at
+  if not at then return false end
+  return due >= tonumber(at)
+end
+
+-- A cold job left the cold pool other than by tick's move (cancel,
+-- reschedule, replace): its list entry stays, stale.
+local function cold_left(n)
+  redis.call('HINCRBY', K_META, 'cold_n', -n)
+end
+
+-- Which set holds `id`, and its score there: pool, ready, running, dead,
+-- or 'cold' (a cold job, in the pool: its record's due time), else nil.
 local function state_of(id)
   local s = redis.call('ZSCORE', K_POOL, id)
   if s then return 'pool', tonumber(s) end
@@ -111,13 +195,11 @@ local function state_of(id)
   if s then return 'running', tonumber(s) end
   s = redis.call('ZSCORE', K_DEAD, id)
   if s then return 'dead', tonumber(s) end
+  if meta().cold_at then
+    local r = decode(redis.call('HGET', K_JOBS, id))
+    if r and is_cold_due(r.due) then return 'cold', r.due end
+  end
   return nil
-end
-
-local STATE_KEY = { pool = K_POOL, ready = K_READY, running = K_RUNNING, dead = K_DEAD }
-
-local function invalid(msg)
-  return redis.error_reply('PUNCTUAL_INVALID ' .. msg)
 end
 
 -- The group a job counts in, from its record: its g option, '' without
@@ -173,8 +255,9 @@ end
 
 -- cancel: remove a job in any state, with its record.
 -- KEYS: the nine topic keys. ARGV[1] id.
--- Returns the state it was in ("pool", "ready", "running", "dead", or
--- "orphan" for a record in no set, which check reports), or nil when no such
+-- Returns the state it was in ("pool", also for a cold job, "ready",
+-- "running", "dead", or "orphan" for a record in no set, which check
+-- reports), or nil when no such
 -- job is live. A worker still running a cancelled job cannot ack
 -- or fail it afterwards (its lease is gone).
 
@@ -188,7 +271,13 @@ if st == 'running' then
 end
 local had = redis.call('HDEL', K_JOBS, id)
 redis.call('HDEL', K_ATT, id)
-if st then redis.call('ZREM', STATE_KEY[st], id) end
+if st == 'cold' then
+  -- Its list entry stays, stale: tick drops it (the record is gone).
+  cold_left(1)
+  st = 'pool'
+elseif st then
+  redis.call('ZREM', STATE_KEY[st], id)
+end
 if not st and had == 0 then return false end
 redis.call('HINCRBY', K_STATS, 'cancelled', 1)
 if full then redis.call('PUBLISH', K_READY, '') end

@@ -29,6 +29,9 @@
 --                          is live (see is_live_att)
 --   KEYS[10] P:{T}:fired   ZSET id -> ms fired: occurrences of schedules
 --                          (optional; enqueue and unfire only)
+-- Reached by name (same hash tag): P:{T}:cold, a ZSET of bucket starts, and
+-- P:{T}:c:<start>, LISTs of ids: the cold pool (see cold_place below);
+-- meta cold_after, cold_at, cold_n.
 --
 -- Record (never rewritten by claim, ack or extend): "M:D:G:B:E:" then E bytes
 -- of last error, then the payload. M max attempts (decimal, empty: topic
@@ -70,6 +73,15 @@ local function clock()
   local up = now
   if us % 1000 ~= 0 then up = now + 1 end
   return now, up, s * 1000000 + us
+end
+
+-- A numeric argument: plain decimal digits (no sign, point, exponent,
+-- spaces, hex, inf or nan), at most 16 of them, within lo..hi. nil otherwise.
+local function int_arg(s, lo, hi)
+  if not s or #s > 16 or not string.find(s, '^%d+$') then return nil end
+  local v = tonumber(s)
+  if v < lo or v > hi then return nil end
+  return v
 end
 
 -- The byte of each base-36 digit, '0'..'9' then 'a'..'z'. A table
@@ -178,9 +190,9 @@ local meta_read = nil
 local function meta()
   if not meta_read then
     local m = redis.call('HMGET', K_META, 'max_attempts', 'backoff', 'max_running', 'groups', 'vtime',
-      'partitions', 'glimited')
+      'partitions', 'glimited', 'cold_after', 'cold_at')
     meta_read = { max_attempts = m[1], backoff = m[2], max_running = m[3], groups = m[4], vtime = m[5],
-      partitions = m[6], glimited = m[7] }
+      partitions = m[6], glimited = m[7], cold_after = m[8], cold_at = m[9] }
   end
   return meta_read
 end
@@ -213,18 +225,7 @@ local function earliest(key)
   return tonumber(e[2])
 end
 
--- Which set holds `id`, and its score there.
-local function state_of(id)
-  local s = redis.call('ZSCORE', K_POOL, id)
-  if s then return 'pool', tonumber(s) end
-  s = redis.call('ZSCORE', K_READY, id)
-  if s then return 'ready', tonumber(s) end
-  s = redis.call('ZSCORE', K_RUNNING, id)
-  if s then return 'running', tonumber(s) end
-  s = redis.call('ZSCORE', K_DEAD, id)
-  if s then return 'dead', tonumber(s) end
-  return nil
-end
+local STATE_KEY = { pool = K_POOL, ready = K_READY, running = K_RUNNING, dead = K_DEAD }
 
 -- Run `cmd key` with `args` in chunks, so no unpack() grows unbounded.
 local function variadic(cmd, key, args)
@@ -240,6 +241,107 @@ end
 
 local function invalid(msg)
   return redis.error_reply('PUNCTUAL_INVALID ' .. msg)
+end
+
+-- The cold pool (PROTOCOL.md "The cold pool"): a job due at least
+-- `cold_after` ms (meta; default 10 minutes, 0: none) after its placement,
+-- and not before meta `cold_at`, waits in the LIST of its due minute,
+-- P:{T}:c:<start>, indexed by the ZSET P:{T}:cold, instead of in pool; tick
+-- moves each list into pool `cold_after` before the list's start. A job in
+-- no set whose record is due at or after `cold_at` is such a cold job.
+local COLD_BUCKET = 60000
+local COLD_AFTER = 600000
+local K_COLD = KEY_BASE .. 'cold'
+
+-- The topic's cold_after (meta), 0 when no job is to be placed cold.
+local function cold_after()
+  local w = meta().cold_after
+  if not w then return COLD_AFTER end
+  return int_arg(w, 0, MAX_DELAY_MS) or COLD_AFTER
+end
+
+-- Whether a job in no set, with this record due time, is a cold job.
+local function is_cold_due(due)
+  local at = meta().cold_at
+  if not at then return false end
+  return due >= tonumber(at)
+end
+
+-- Jobs placed cold by this call, by bucket start: ids, and each bucket's
+-- earliest due time. cold_place collects, cold_flush writes.
+local cold_ids, cold_min = nil, nil
+
+-- Places a job due at `due` (epoch ms, with `due_s` its decimal text) cold
+-- when the rule says so, and returns whether it did; the caller puts it
+-- into pool otherwise. The first cold placement of a topic sets cold_at.
+local function cold_place(id, due, now)
+  local w = cold_after()
+  if w == 0 or due < now + w then return false end
+  local m = meta()
+  if not m.cold_at then
+    local at = now + w
+    m.cold_at = string.format('%d', at - at % COLD_BUCKET)
+    redis.call('HSET', K_META, 'cold_at', m.cold_at)
+  end
+  if due < tonumber(m.cold_at) then return false end
+  local s = due - due % COLD_BUCKET
+  if not cold_ids then cold_ids, cold_min = {}, {} end
+  local l = cold_ids[s]
+  if not l then
+    l = {}
+    cold_ids[s] = l
+    cold_min[s] = due
+  elseif due < cold_min[s] then
+    cold_min[s] = due
+  end
+  l[#l + 1] = id
+  return true
+end
+
+-- Writes what cold_place collected: RPUSH per bucket, the index, cold_n.
+-- A bucket that is new and now the first publishes its earliest due time
+-- on the pool channel, so a sleeping scheduler ticks and learns when to
+-- move it. Returns the number of jobs placed.
+local function cold_flush()
+  if not cold_ids then return 0 end
+  local n, new = 0, {}
+  for s, l in pairs(cold_ids) do
+    local ss = string.format('%d', s)
+    variadic('RPUSH', KEY_BASE .. 'c:' .. ss, l)
+    n = n + #l
+    if redis.call('ZADD', K_COLD, 'NX', ss, ss) == 1 then new[ss] = cold_min[s] end
+  end
+  redis.call('HINCRBY', K_META, 'cold_n', n)
+  cold_ids, cold_min = nil, nil
+  if next(new) then
+    local first = redis.call('ZRANGE', K_COLD, 0, 0)[1]
+    if new[first] then redis.call('PUBLISH', K_POOL, string.format('%d', new[first])) end
+  end
+  return n
+end
+
+-- A cold job left the cold pool other than by tick's move (cancel,
+-- reschedule, replace): its list entry stays, stale.
+local function cold_left(n)
+  redis.call('HINCRBY', K_META, 'cold_n', -n)
+end
+
+-- Which set holds `id`, and its score there: pool, ready, running, dead,
+-- or 'cold' (a cold job, in the pool: its record's due time), else nil.
+local function state_of(id)
+  local s = redis.call('ZSCORE', K_POOL, id)
+  if s then return 'pool', tonumber(s) end
+  s = redis.call('ZSCORE', K_READY, id)
+  if s then return 'ready', tonumber(s) end
+  s = redis.call('ZSCORE', K_RUNNING, id)
+  if s then return 'running', tonumber(s) end
+  s = redis.call('ZSCORE', K_DEAD, id)
+  if s then return 'dead', tonumber(s) end
+  if meta().cold_at then
+    local r = decode(redis.call('HGET', K_JOBS, id))
+    if r and is_cold_due(r.due) then return 'cold', r.due end
+  end
+  return nil
 end
 
 -- Groups (PROTOCOL.md "Groups"): once a topic has grouped jobs (meta
@@ -303,6 +405,12 @@ if not st then return false end
 if st == 'running' or st == 'dead' then return { st, 0 } end
 local r = decode(redis.call('HGET', K_JOBS, id))
 if not r then return invalid('the record of "' .. id .. '" cannot be read; run punctual check') end
+if st == 'cold' then
+  -- Its list entry stays, stale (the record's new due time is not in its
+  -- bucket, or a second entry there moves it once).
+  cold_left(1)
+  st = 'pool'
+end
 -- The expiry deadline moves with the due time: the window is kept.
 if r.deadline then
   r.mfield = string.gsub(r.mfield, ';e[^;]*', ';e' .. b36(r.deadline + due - r.due), 1)
@@ -314,6 +422,9 @@ if due <= now then
   index_ready({ due, id })
   if st ~= 'ready' then redis.call('ZREM', K_POOL, id) end
   redis.call('PUBLISH', K_READY, '')
+elseif cold_place(id, due, now) then
+  redis.call('ZREM', STATE_KEY[st], id)
+  cold_flush()
 else
   local old_min = earliest(K_POOL)
   redis.call('ZADD', K_POOL, due, id)

@@ -29,6 +29,9 @@
 --                          is live (see is_live_att)
 --   KEYS[10] P:{T}:fired   ZSET id -> ms fired: occurrences of schedules
 --                          (optional; enqueue and unfire only)
+-- Reached by name (same hash tag): P:{T}:cold, a ZSET of bucket starts, and
+-- P:{T}:c:<start>, LISTs of ids: the cold pool (see cold_place below);
+-- meta cold_after, cold_at, cold_n.
 --
 -- Record (never rewritten by claim, ack or extend): "M:D:G:B:E:" then E bytes
 -- of last error, then the payload. M max attempts (decimal, empty: topic
@@ -63,6 +66,8 @@ local DEFAULT_MAX_ATTEMPTS = 6
 -- Most deliveries a job may have (its own setting or the topic's).
 local MAX_ATTEMPTS = 10000
 local DEFAULT_BACKOFF = '0,5000,30000,120000,600000,1800000'
+-- Ten years in ms: longer delays are refused as absurd.
+local MAX_DELAY_MS = 315360000000
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -152,9 +157,9 @@ local meta_read = nil
 local function meta()
   if not meta_read then
     local m = redis.call('HMGET', K_META, 'max_attempts', 'backoff', 'max_running', 'groups', 'vtime',
-      'partitions', 'glimited')
+      'partitions', 'glimited', 'cold_after', 'cold_at')
     meta_read = { max_attempts = m[1], backoff = m[2], max_running = m[3], groups = m[4], vtime = m[5],
-      partitions = m[6], glimited = m[7] }
+      partitions = m[6], glimited = m[7], cold_after = m[8], cold_at = m[9] }
   end
   return meta_read
 end
@@ -169,7 +174,27 @@ local function max_attempts(r, topic_max)
   return r.max or topic_max
 end
 
--- Which set holds `id`, and its score there.
+local function invalid(msg)
+  return redis.error_reply('PUNCTUAL_INVALID ' .. msg)
+end
+local COLD_AFTER = 600000
+
+-- The topic's cold_after (meta), 0 when no job is to be placed cold.
+local function cold_after()
+  local w = meta().cold_after
+  if not w then return COLD_AFTER end
+  return int_arg(w, 0, MAX_DELAY_MS) or COLD_AFTER
+end
+
+-- Whether a job in no set, with this record due time, is a cold job.
+local function is_cold_due(due)
+  local at = meta().cold_at
+  if not at then return false end
+  return due >= tonumber(at)
+end
+
+-- Which set holds `id`, and its score there: pool, ready, running, dead,
+-- or 'cold' (a cold job, in the pool: its record's due time), else nil.
 local function state_of(id)
   local s = redis.call('ZSCORE', K_POOL, id)
   if s then return 'pool', tonumber(s) end
@@ -179,11 +204,11 @@ local function state_of(id)
   if s then return 'running', tonumber(s) end
   s = redis.call('ZSCORE', K_DEAD, id)
   if s then return 'dead', tonumber(s) end
+  if meta().cold_at then
+    local r = decode(redis.call('HGET', K_JOBS, id))
+    if r and is_cold_due(r.due) then return 'cold', r.due end
+  end
   return nil
-end
-
-local function invalid(msg)
-  return redis.error_reply('PUNCTUAL_INVALID ' .. msg)
 end
 
 -- get: one job by id.
@@ -193,7 +218,7 @@ end
 --    backoff, last error, payload, now ms, options}
 -- where options is the record's first field from its first ';' on (see
 -- PROTOCOL.md "Per-job options"; empty without options)
--- State is pool, ready, running, dead (or "orphan": a record in no set,
+-- State is pool (also a cold job), ready, running, dead (or "orphan": a record in no set,
 -- which punctual check reports) and score is the due time (pool, ready), the
 -- lease deadline (running) or the time of death (dead).
 
@@ -201,6 +226,7 @@ if #ARGV ~= 1 then return invalid('get expects one id') end
 local id = ARGV[1]
 local rec = redis.call('HGET', K_JOBS, id)
 local st, score = state_of(id)
+if st == 'cold' then st = 'pool' end
 if not rec and not st then return false end
 local r = decode(rec)
 if not r then

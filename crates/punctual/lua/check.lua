@@ -6,7 +6,10 @@
 --   "in pool,ready" (more than one set), "no record (in running)",
 --   "record in no set", "unreadable record", "attempts entry without a record",
 --   "running without an attempts entry", "attempts entry marked live outside
---   running".
+--   running"; and "cold <start>" for a cold job (PROTOCOL.md "The cold
+--   pool": in no set, its record due at or after cold_at), which is not a
+--   problem by itself: the caller checks that the list P:{T}:c:<start>
+--   holds the id.
 -- An id in no set and without a record is fine: it finished meanwhile.
 
 if #ARGV < 1 or #ARGV > 1000 then return invalid('check expects 1 to 1000 ids') end
@@ -18,7 +21,14 @@ for _, id in ipairs(ARGV) do
   if redis.call('ZSCORE', K_RUNNING, id) then sets[#sets + 1] = 'running' end
   if redis.call('ZSCORE', K_DEAD, id) then sets[#sets + 1] = 'dead' end
   local rec = redis.call('HGET', K_JOBS, id)
-  local problem = nil
+  local problem, cold = nil, nil
+  if #sets == 0 and rec then
+    local r = decode(rec)
+    if r and is_cold_due(r.due) then
+      cold = string.format('cold %d', r.due - r.due % COLD_BUCKET)
+      sets[1] = 'cold'
+    end
+  end
   if #sets > 1 then
     problem = 'in ' .. table.concat(sets, ',')
   elseif #sets == 1 and not rec then
@@ -37,6 +47,7 @@ for _, id in ipairs(ARGV) do
     local att = redis.call('HGET', K_ATT, id)
     if att and is_live_att(att) then problem = 'attempts entry marked live outside running' end
   end
+  problem = problem or cold
   if problem then
     out[#out + 1] = id
     out[#out + 1] = problem

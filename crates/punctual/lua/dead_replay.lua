@@ -56,7 +56,7 @@ for i, id in ipairs(ids) do
       if due <= now then
         to_ready[#to_ready + 1] = due
         to_ready[#to_ready + 1] = id
-      else
+      elseif not cold_place(id, due, now) then
         to_pool[#to_pool + 1] = due
         to_pool[#to_pool + 1] = id
         if not pool_min or due < pool_min then pool_min = due end
@@ -74,6 +74,7 @@ if #out > 0 then
     index_ready(to_ready)
   end
   if #to_pool > 0 then variadic('ZADD', K_POOL, to_pool) end
+  cold_flush()
   variadic('ZREM', K_DEAD, out)
   -- Attempts start again from 0 (tokens never repeat, so none is kept).
   variadic('HDEL', K_ATT, out)

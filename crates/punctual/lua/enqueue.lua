@@ -277,7 +277,7 @@ if generate < n then
     end
   end
 end
-local state, in_dead, has_rec = {}, {}, {}
+local state, in_dead, has_rec, cold_rec = {}, {}, {}, {}
 if #given > 0 then
   for _, st in ipairs({ 'dead', 'running', 'ready', 'pool' }) do
     local scores = redis.call('ZMSCORE', STATE_KEY[st], unpack(given))
@@ -297,7 +297,12 @@ if #given > 0 then
     -- payload but a broken invariant's.
     local recs = redis.call('HMGET', K_JOBS, unpack(loose))
     for j = 1, #loose do
-      if recs[j] then has_rec[loose[j]] = true end
+      if recs[j] then
+        has_rec[loose[j]] = true
+        -- A cold job (PROTOCOL.md "The cold pool") is in no set.
+        local d = string.match(recs[j], '^[^:]*:(%w+):')
+        if d and is_cold_due(tonumber(d, 36)) then cold_rec[loose[j]] = true end
+      end
     end
   end
 end
@@ -322,6 +327,9 @@ local seen = {}
 local old_state, dest = {}, {}
 local created, dup = 0, 0
 local pool_min = nil
+-- Jobs due at or after this go to the cold pool (cold_place), and replaced
+-- cold jobs leave it.
+local cold_due, cold_gone = cold_from(now), 0
 for i = 1, n do
   local b = 3 + 5 * (i - 1)
   local id = ARGV[b + 1]
@@ -382,18 +390,23 @@ for i = 1, n do
     records[nr + 2] = m .. head .. ARGV[b + 5] .. ':0:' .. ARGV[b + 2]
     nr = nr + 2
     if not grouped and m ~= '' and string.find(m, ';g', 1, true) then grouped = true end
-    if status == 2 then
-      if due <= now then dest[id] = 'ready' else dest[id] = 'pool' end
-    end
+    local where = 'pool'
     if due <= now then
+      where = 'ready'
       to_ready[nq + 1] = due_s
       to_ready[nq + 2] = id
       nq = nq + 2
+    elseif due >= cold_due and cold_place(id, due, now) then
+      where = 'cold'
     else
       to_pool[np + 1] = due_s
       to_pool[np + 2] = id
       np = np + 2
       if not pool_min or due < pool_min then pool_min = due end
+    end
+    if status == 2 then
+      dest[id] = where
+      if cold_rec[id] then cold_gone = cold_gone + 1 end
     end
     created = created + 1
   elseif status ~= 4 then
@@ -419,6 +432,8 @@ if created > 0 then
     variadic('ZADD', K_POOL, to_pool)
     if not old_min or pool_min < old_min then redis.call('PUBLISH', K_POOL, pool_min) end
   end
+  if cold_gone > 0 then cold_left(cold_gone) end
+  cold_flush()
   -- The first grouped job switches the topic to groups: every job already
   -- ready is ungrouped (no job had a group before), so ready is copied into
   -- the empty group's index, once (O(ready log ready)).

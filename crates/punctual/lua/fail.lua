@@ -66,6 +66,8 @@ if wait == 0 then
   redis.call('ZADD', K_READY, r.due, id)
   index_ready({ r.due, id })
   redis.call('PUBLISH', K_READY, '')
+elseif cold_place(id, r.due, now) then
+  cold_flush()
 else
   local old_min = earliest(K_POOL)
   redis.call('ZADD', K_POOL, r.due, id)

@@ -6,7 +6,7 @@
 --    backoff, last error, payload, now ms, options}
 -- where options is the record's first field from its first ';' on (see
 -- PROTOCOL.md "Per-job options"; empty without options)
--- State is pool, ready, running, dead (or "orphan": a record in no set,
+-- State is pool (also a cold job), ready, running, dead (or "orphan": a record in no set,
 -- which punctual check reports) and score is the due time (pool, ready), the
 -- lease deadline (running) or the time of death (dead).
 
@@ -14,6 +14,7 @@ if #ARGV ~= 1 then return invalid('get expects one id') end
 local id = ARGV[1]
 local rec = redis.call('HGET', K_JOBS, id)
 local st, score = state_of(id)
+if st == 'cold' then st = 'pool' end
 if not rec and not st then return false end
 local r = decode(rec)
 if not r then

@@ -6,7 +6,8 @@
 -- atomic step: no job can slip in between the check and the change.
 -- KEYS: the nine topic keys (of a partition T#i, or of T itself).
 -- ARGV[1] the count (1..1024), ARGV[2] "check" or "set".
--- Returns the number of jobs held (pool + ready + running + dead); with
+-- Returns the number of jobs held (pool, with the cold pool's, + ready +
+-- running + dead); with
 -- "check", anything but 0 means nothing was written.
 
 local k = int_arg(ARGV[1], 1, 1024)
@@ -15,6 +16,7 @@ if not k or (ARGV[2] ~= 'check' and ARGV[2] ~= 'set') or #ARGV ~= 2 then
 end
 local held = redis.call('ZCARD', K_POOL) + redis.call('ZCARD', K_READY)
   + redis.call('ZCARD', K_RUNNING) + redis.call('ZCARD', K_DEAD)
+  + (tonumber(redis.call('HGET', K_META, 'cold_n')) or 0)
 if ARGV[2] == 'check' and held > 0 then return held end
 redis.call('HSET', K_META, 'partitions', k)
 return held

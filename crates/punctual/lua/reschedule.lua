@@ -16,6 +16,12 @@ if not st then return false end
 if st == 'running' or st == 'dead' then return { st, 0 } end
 local r = decode(redis.call('HGET', K_JOBS, id))
 if not r then return invalid('the record of "' .. id .. '" cannot be read; run punctual check') end
+if st == 'cold' then
+  -- Its list entry stays, stale (the record's new due time is not in its
+  -- bucket, or a second entry there moves it once).
+  cold_left(1)
+  st = 'pool'
+end
 -- The expiry deadline moves with the due time: the window is kept.
 if r.deadline then
   r.mfield = string.gsub(r.mfield, ';e[^;]*', ';e' .. b36(r.deadline + due - r.due), 1)
@@ -27,6 +33,9 @@ if due <= now then
   index_ready({ due, id })
   if st ~= 'ready' then redis.call('ZREM', K_POOL, id) end
   redis.call('PUBLISH', K_READY, '')
+elseif cold_place(id, due, now) then
+  redis.call('ZREM', STATE_KEY[st], id)
+  cold_flush()
 else
   local old_min = earliest(K_POOL)
   redis.call('ZADD', K_POOL, due, id)

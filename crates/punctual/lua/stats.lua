@@ -1,8 +1,10 @@
 #!lua flags=no-writes
 -- stats: sizes and counters of a topic.
 -- KEYS: the nine topic keys.
--- Returns {pool, ready, running, dead, paused (0/1),
---          ms until the next due job (-1: pool empty),
+-- Returns {pool (with the cold pool's jobs), ready, running, dead, paused (0/1),
+--          ms until the next due job (-1: pool empty; when only the cold
+--          pool holds jobs, until its first bucket's start, at most a
+--          minute early),
 --          ms the oldest ready job has waited (-1: ready empty),
 --          counters as a flat array name, value, ...,
 --          jobs in pool whose due time has passed,
@@ -18,11 +20,13 @@ local next_due, oldest, overdue_age = -1, -1, -1
 local e = earliest(K_POOL)
 if e then next_due = math.max(0, e - now) end
 if e and e < now then overdue_age = now - e end
+local cold = redis.call('ZRANGE', K_COLD, 0, 0)[1]
+if not e and cold then next_due = math.max(0, tonumber(cold) - now) end
 local overdue = 0
 if overdue_age >= 0 then overdue = redis.call('ZCOUNT', K_POOL, '-inf', '(' .. now) end
 e = earliest(K_READY)
 if e then oldest = math.max(0, now - e) end
-local m = redis.call('HMGET', K_META, 'paused', 'rate', 'burst', 'max_running', 'bucket')
+local m = redis.call('HMGET', K_META, 'paused', 'rate', 'burst', 'max_running', 'bucket', 'cold_n')
 local paused = 0
 if m[1] == '1' then paused = 1 end
 local ready = redis.call('ZCARD', K_READY)
@@ -42,7 +46,7 @@ end
 local rate = ''
 if rn then rate = m[2] end
 return {
-  redis.call('ZCARD', K_POOL), ready, running, redis.call('ZCARD', K_DEAD),
+  redis.call('ZCARD', K_POOL) + (tonumber(m[6]) or 0), ready, running, redis.call('ZCARD', K_DEAD),
   paused, next_due, oldest, redis.call('HGETALL', K_STATS),
   overdue, overdue_age, rate, int_arg(m[3], 1, 1000000) or 0, mr or 0, limited,
 }

@@ -1,7 +1,9 @@
 #!lua
 -- tick: the scheduler's one call. First reclaim expired leases (back to pool
--- with backoff, or dead when the attempts are used up), then promote due jobs
--- from pool to ready, at most `batch` of each per call.
+-- with backoff, or dead when the attempts are used up), then move the cold
+-- buckets due within cold_after into pool, then promote due jobs from pool
+-- to ready, at most `batch` of each per call (the move and the promotion
+-- share the promote batch's count each).
 -- KEYS: the nine topic keys.
 -- ARGV[1] promote batch (1..1000), ARGV[2] max ready (promote is refused while
 -- ready holds this many), ARGV[3] reclaim batch (1..1000), optional ARGV[4]
@@ -11,7 +13,8 @@
 -- from the pool").
 -- Returns {promoted, reclaimed, dead, refused (0/1), more (0/1),
 --          ms until the next promotion: the pool's earliest due time plus
---          the grace (-1: pool empty),
+--          the grace, or the next move of a cold bucket when earlier (-1:
+--          neither),
 --          ms until the next lease deadline (-1: nothing running),
 --          the same as the sixth entry in us, from the tick's TIME,
 --          the tick's TIME in us}.
@@ -62,7 +65,7 @@ if #expired > 0 then
         if r.due <= now then
           to_ready[#to_ready + 1] = r.due
           to_ready[#to_ready + 1] = id
-        else
+        elseif not cold_place(id, r.due, now) then
           to_pool[#to_pool + 1] = r.due
           to_pool[#to_pool + 1] = id
         end
@@ -79,6 +82,7 @@ if #expired > 0 then
     end
   end
   if #to_pool > 0 then variadic('ZADD', K_POOL, to_pool) end
+  cold_flush()
   if #to_ready > 0 then variadic('ZADD', K_READY, to_ready) end
   if #to_dead > 0 then variadic('ZADD', K_DEAD, to_dead) end
   if #records > 0 then variadic('HSET', K_JOBS, records) end
@@ -91,6 +95,68 @@ if #expired > 0 then
   if died > 0 then redis.call('HINCRBY', K_STATS, 'dead', died) end
   if orphans > 0 then redis.call('HINCRBY', K_STATS, 'orphans', orphans) end
   if #to_ready > 0 or full then redis.call('PUBLISH', K_READY, '') end
+end
+
+-- Move: the cold buckets whose start is less than cold_after ahead go into
+-- pool (PROTOCOL.md "The cold pool"), at most `batch` entries per call. An
+-- entry moves its job only when the job's record is due within the bucket
+-- and the job is in no other set (a stale entry, of a job cancelled,
+-- rescheduled or moved by an earlier entry, is dropped); so no job gets
+-- two states, however entries repeat.
+local move_w = cold_after()
+if move_w == 0 then move_w = COLD_AFTER end
+local budget, moved, moved_min, pool_min, pool_read = batch, 0, nil, nil, false
+local cold_to = nil
+local first = redis.call('ZRANGE', K_COLD, 0, 0)[1]
+while first and budget > 0 and tonumber(first) < now + move_w do
+  local s = tonumber(first)
+  local key = KEY_BASE .. 'c:' .. first
+  local ids = redis.call('LPOP', key, budget)
+  if ids then
+    budget = budget - #ids
+    local recs = redis.call('HMGET', K_JOBS, unpack(ids))
+    local rd = redis.call('ZMSCORE', K_READY, unpack(ids))
+    local rn = redis.call('ZMSCORE', K_RUNNING, unpack(ids))
+    local dd = redis.call('ZMSCORE', K_DEAD, unpack(ids))
+    local adds, seen = {}, {}
+    for i, id in ipairs(ids) do
+      if recs[i] and not rd[i] and not rn[i] and not dd[i] and not seen[id] then
+        local d = string.match(recs[i], '^[^:]*:(%w+):')
+        d = d and tonumber(d, 36)
+        if d and d >= s and d < s + COLD_BUCKET then
+          seen[id] = true
+          adds[#adds + 1] = d
+          adds[#adds + 1] = id
+          if not moved_min or d < moved_min then moved_min = d end
+        end
+      end
+    end
+    if #adds > 0 then
+      if not pool_read then pool_min, pool_read = earliest(K_POOL), true end
+      moved = moved + redis.call('ZADD', K_POOL, unpack(adds))
+    end
+  end
+  if redis.call('EXISTS', key) == 1 then break end
+  redis.call('ZREM', K_COLD, first)
+  cold_to = s + COLD_BUCKET
+  first = redis.call('ZRANGE', K_COLD, 0, 0)[1]
+end
+if moved > 0 then
+  redis.call('HINCRBY', K_META, 'cold_n', -moved)
+  if moved_min and (not pool_min or moved_min < pool_min) then
+    redis.call('PUBLISH', K_POOL, string.format('%d', moved_min))
+  end
+end
+if first and tonumber(first) < now + move_w then more = 1 end
+-- cold_at rises past emptied buckets, and up to the first bucket left or
+-- now + cold_after (rounded down to a bucket), whichever is earlier.
+if meta().cold_at then
+  local at = tonumber(meta().cold_at)
+  local to = now + move_w
+  to = to - to % COLD_BUCKET
+  if first and tonumber(first) < to then to = tonumber(first) end
+  if cold_to and cold_to > to then to = cold_to end
+  if to > at then redis.call('HSET', K_META, 'cold_at', string.format('%d', to)) end
 end
 
 -- Promote: pool -> ready for due jobs, bounded by batch and max ready.
@@ -123,9 +189,15 @@ end
 local next_due, next_lease, next_due_us = -1, -1, -1
 if grace > 0 and meta().groups == '1' then grace = 0 end
 local e = earliest(K_POOL)
+if e then e = e + grace end
+-- The next move of a cold bucket counts as a promotion.
+if first then
+  local m = tonumber(first) - move_w
+  if not e or m < e then e = m end
+end
 if e then
-  next_due = math.max(0, e + grace - now)
-  next_due_us = math.max(0, (e + grace) * 1000 - now_us)
+  next_due = math.max(0, e - now)
+  next_due_us = math.max(0, e * 1000 - now_us)
 end
 e = earliest(K_RUNNING)
 if e then next_lease = math.max(0, e - now) end

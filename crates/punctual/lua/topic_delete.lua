@@ -33,6 +33,17 @@ if redis.call('HGET', K_META, 'groups') == '1' then
     i = j + 1
   end
 end
+-- The cold pool's buckets (PROTOCOL.md "The cold pool"): only stale
+-- entries are left, since no record is.
+local buckets = redis.call('ZRANGE', K_COLD, 0, -1)
+for i = 1, #buckets do buckets[i] = KEY_BASE .. 'c:' .. buckets[i] end
+buckets[#buckets + 1] = K_COLD
+local i = 1
+while i <= #buckets do
+  local j = math.min(i + 999, #buckets)
+  redis.call('DEL', unpack(buckets, i, j))
+  i = j + 1
+end
 -- Group limits and their state (PROTOCOL.md "Group limits").
 redis.call('DEL', KEY_BASE .. 'gwait', KEY_BASE .. 'glimits', KEY_BASE .. 'grunning', KEY_BASE .. 'gbucket')
 redis.call('DEL', K_POOL, K_READY, K_RUNNING, K_DEAD, K_JOBS, K_META, K_STATS, K_SEQ, K_ATT)

@@ -3,8 +3,8 @@
 -- not due yet (pause, rm and a changed schedule call it).
 -- KEYS: the nine topic keys and P:{T}:fired (see lib.lua).
 -- ARGV: the ids (1 to 1000), each "<name>@<occurrence ms>".
--- Each id still in the pool with a due time after now is removed with its
--- record and attempts, and from P:{T}:fired, so that firing the same
+-- Each id still in the pool (or the cold pool) with a due time after now is
+-- removed with its record and attempts, and from P:{T}:fired, so that firing the same
 -- occurrence again later is possible. A job that is due, ready, running or
 -- dead is left alone (it may run or have run).
 -- Returns the number of jobs removed.
@@ -13,11 +13,21 @@ if not K_FIRED then return invalid('unfire expects the tenth key, P:{T}:fired') 
 if #ARGV < 1 or #ARGV > 1000 then return invalid('unfire expects 1 to 1000 ids') end
 local now = now_ms()
 local scores = redis.call('ZMSCORE', K_POOL, unpack(ARGV))
-local gone = {}
+local gone, cold = {}, 0
 for i, id in ipairs(ARGV) do
-  if scores[i] and tonumber(scores[i]) > now then gone[#gone + 1] = id end
+  if scores[i] then
+    if tonumber(scores[i]) > now then gone[#gone + 1] = id end
+  elseif meta().cold_at then
+    -- A cold job (PROTOCOL.md "The cold pool"): its list entry stays, stale.
+    local st, due = state_of(id)
+    if st == 'cold' and due > now then
+      gone[#gone + 1] = id
+      cold = cold + 1
+    end
+  end
 end
 if #gone == 0 then return 0 end
+if cold > 0 then cold_left(cold) end
 variadic('ZREM', K_POOL, gone)
 variadic('HDEL', K_JOBS, gone)
 variadic('HDEL', K_ATT, gone)

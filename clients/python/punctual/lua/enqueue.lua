@@ -29,6 +29,9 @@
 --                          is live (see is_live_att)
 --   KEYS[10] P:{T}:fired   ZSET id -> ms fired: occurrences of schedules
 --                          (optional; enqueue and unfire only)
+-- Reached by name (same hash tag): P:{T}:cold, a ZSET of bucket starts, and
+-- P:{T}:c:<start>, LISTs of ids: the cold pool (see cold_place below);
+-- meta cold_after, cold_at, cold_n.
 --
 -- Record (never rewritten by claim, ack or extend): "M:D:G:B:E:" then E bytes
 -- of last error, then the payload. M max attempts (decimal, empty: topic
@@ -181,9 +184,9 @@ local meta_read = nil
 local function meta()
   if not meta_read then
     local m = redis.call('HMGET', K_META, 'max_attempts', 'backoff', 'max_running', 'groups', 'vtime',
-      'partitions', 'glimited')
+      'partitions', 'glimited', 'cold_after', 'cold_at')
     meta_read = { max_attempts = m[1], backoff = m[2], max_running = m[3], groups = m[4], vtime = m[5],
-      partitions = m[6], glimited = m[7] }
+      partitions = m[6], glimited = m[7], cold_after = m[8], cold_at = m[9] }
   end
   return meta_read
 end
@@ -232,6 +235,99 @@ end
 
 local function invalid(msg)
   return redis.error_reply('PUNCTUAL_INVALID ' .. msg)
+end
+
+-- The cold pool (PROTOCOL.md "The cold pool"): a job due at least
+-- `cold_after` ms (meta; default 10 minutes, 0: none) after its placement,
+-- and not before meta `cold_at`, waits in the LIST of its due minute,
+-- P:{T}:c:<start>, indexed by the ZSET P:{T}:cold, instead of in pool; tick
+-- moves each list into pool `cold_after` before the list's start. A job in
+-- no set whose record is due at or after `cold_at` is such a cold job.
+local COLD_BUCKET = 60000
+local COLD_AFTER = 600000
+local K_COLD = KEY_BASE .. 'cold'
+
+-- The topic's cold_after (meta), 0 when no job is to be placed cold.
+local function cold_after()
+  local w = meta().cold_after
+  if not w then return COLD_AFTER end
+  return int_arg(w, 0, MAX_DELAY_MS) or COLD_AFTER
+end
+
+-- Whether a job in no set, with this record due time, is a cold job.
+local function is_cold_due(due)
+  local at = meta().cold_at
+  if not at then return false end
+  return due >= tonumber(at)
+end
+
+-- The earliest due time cold_place would place cold at `now` (math.huge
+-- when none): lets a loop skip the call for near jobs.
+local function cold_from(now)
+  local w = cold_after()
+  if w == 0 then return math.huge end
+  local at = tonumber(meta().cold_at)
+  if at and at > now + w then return at end
+  return now + w
+end
+
+-- Jobs placed cold by this call, by bucket start: ids, and each bucket's
+-- earliest due time. cold_place collects, cold_flush writes.
+local cold_ids, cold_min = nil, nil
+
+-- Places a job due at `due` (epoch ms, with `due_s` its decimal text) cold
+-- when the rule says so, and returns whether it did; the caller puts it
+-- into pool otherwise. The first cold placement of a topic sets cold_at.
+local function cold_place(id, due, now)
+  local w = cold_after()
+  if w == 0 or due < now + w then return false end
+  local m = meta()
+  if not m.cold_at then
+    local at = now + w
+    m.cold_at = string.format('%d', at - at % COLD_BUCKET)
+    redis.call('HSET', K_META, 'cold_at', m.cold_at)
+  end
+  if due < tonumber(m.cold_at) then return false end
+  local s = due - due % COLD_BUCKET
+  if not cold_ids then cold_ids, cold_min = {}, {} end
+  local l = cold_ids[s]
+  if not l then
+    l = {}
+    cold_ids[s] = l
+    cold_min[s] = due
+  elseif due < cold_min[s] then
+    cold_min[s] = due
+  end
+  l[#l + 1] = id
+  return true
+end
+
+-- Writes what cold_place collected: RPUSH per bucket, the index, cold_n.
+-- A bucket that is new and now the first publishes its earliest due time
+-- on the pool channel, so a sleeping scheduler ticks and learns when to
+-- move it. Returns the number of jobs placed.
+local function cold_flush()
+  if not cold_ids then return 0 end
+  local n, new = 0, {}
+  for s, l in pairs(cold_ids) do
+    local ss = string.format('%d', s)
+    variadic('RPUSH', KEY_BASE .. 'c:' .. ss, l)
+    n = n + #l
+    if redis.call('ZADD', K_COLD, 'NX', ss, ss) == 1 then new[ss] = cold_min[s] end
+  end
+  redis.call('HINCRBY', K_META, 'cold_n', n)
+  cold_ids, cold_min = nil, nil
+  if next(new) then
+    local first = redis.call('ZRANGE', K_COLD, 0, 0)[1]
+    if new[first] then redis.call('PUBLISH', K_POOL, string.format('%d', new[first])) end
+  end
+  return n
+end
+
+-- A cold job left the cold pool other than by tick's move (cancel,
+-- reschedule, replace): its list entry stays, stale.
+local function cold_left(n)
+  redis.call('HINCRBY', K_META, 'cold_n', -n)
 end
 
 -- Groups (PROTOCOL.md "Groups"): once a topic has grouped jobs (meta
@@ -607,7 +703,7 @@ if generate < n then
     end
   end
 end
-local state, in_dead, has_rec = {}, {}, {}
+local state, in_dead, has_rec, cold_rec = {}, {}, {}, {}
 if #given > 0 then
   for _, st in ipairs({ 'dead', 'running', 'ready', 'pool' }) do
     local scores = redis.call('ZMSCORE', STATE_KEY[st], unpack(given))
@@ -627,7 +723,12 @@ if #given > 0 then
     -- payload but a broken invariant's.
     local recs = redis.call('HMGET', K_JOBS, unpack(loose))
     for j = 1, #loose do
-      if recs[j] then has_rec[loose[j]] = true end
+      if recs[j] then
+        has_rec[loose[j]] = true
+        -- A cold job (PROTOCOL.md "The cold pool") is in no set.
+        local d = string.match(recs[j], '^[^:]*:(%w+):')
+        if d and is_cold_due(tonumber(d, 36)) then cold_rec[loose[j]] = true end
+      end
     end
   end
 end
@@ -652,6 +753,9 @@ local seen = {}
 local old_state, dest = {}, {}
 local created, dup = 0, 0
 local pool_min = nil
+-- Jobs due at or after this go to the cold pool (cold_place), and replaced
+-- cold jobs leave it.
+local cold_due, cold_gone = cold_from(now), 0
 for i = 1, n do
   local b = 3 + 5 * (i - 1)
   local id = ARGV[b + 1]
@@ -712,18 +816,23 @@ for i = 1, n do
     records[nr + 2] = m .. head .. ARGV[b + 5] .. ':0:' .. ARGV[b + 2]
     nr = nr + 2
     if not grouped and m ~= '' and string.find(m, ';g', 1, true) then grouped = true end
-    if status == 2 then
-      if due <= now then dest[id] = 'ready' else dest[id] = 'pool' end
-    end
+    local where = 'pool'
     if due <= now then
+      where = 'ready'
       to_ready[nq + 1] = due_s
       to_ready[nq + 2] = id
       nq = nq + 2
+    elseif due >= cold_due and cold_place(id, due, now) then
+      where = 'cold'
     else
       to_pool[np + 1] = due_s
       to_pool[np + 2] = id
       np = np + 2
       if not pool_min or due < pool_min then pool_min = due end
+    end
+    if status == 2 then
+      dest[id] = where
+      if cold_rec[id] then cold_gone = cold_gone + 1 end
     end
     created = created + 1
   elseif status ~= 4 then
@@ -749,6 +858,8 @@ if created > 0 then
     variadic('ZADD', K_POOL, to_pool)
     if not old_min or pool_min < old_min then redis.call('PUBLISH', K_POOL, pool_min) end
   end
+  if cold_gone > 0 then cold_left(cold_gone) end
+  cold_flush()
   -- The first grouped job switches the topic to groups: every job already
   -- ready is ungrouped (no job had a group before), so ready is copied into
   -- the empty group's index, once (O(ready log ready)).

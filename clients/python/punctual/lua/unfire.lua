@@ -29,6 +29,9 @@
 --                          is live (see is_live_att)
 --   KEYS[10] P:{T}:fired   ZSET id -> ms fired: occurrences of schedules
 --                          (optional; enqueue and unfire only)
+-- Reached by name (same hash tag): P:{T}:cold, a ZSET of bucket starts, and
+-- P:{T}:c:<start>, LISTs of ids: the cold pool (see cold_place below);
+-- meta cold_after, cold_at, cold_n.
 --
 -- Record (never rewritten by claim, ack or extend): "M:D:G:B:E:" then E bytes
 -- of last error, then the payload. M max attempts (decimal, empty: topic
@@ -59,10 +62,91 @@ local K_POOL, K_READY, K_RUNNING, K_DEAD = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_JOBS, K_META, K_STATS, K_SEQ = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local K_ATT = KEYS[9]
 local K_FIRED = KEYS[10]
+-- Ten years in ms: longer delays are refused as absurd.
+local MAX_DELAY_MS = 315360000000
 
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- A numeric argument: plain decimal digits (no sign, point, exponent,
+-- spaces, hex, inf or nan), at most 16 of them, within lo..hi. nil otherwise.
+local function int_arg(s, lo, hi)
+  if not s or #s > 16 or not string.find(s, '^%d+$') then return nil end
+  local v = tonumber(s)
+  if v < lo or v > hi then return nil end
+  return v
+end
+
+-- M may carry per-job options after the max attempts (PROTOCOL.md "Per-job
+-- options"): ";" then a letter and a value, M = "<digits or empty>[;<opt>]*",
+-- with e<deadline, epoch ms, base 36>, t<timeout ms> and g<group>.
+local HEADER = '^([^:]*):(%w+):(%w+):([%d,]*):(%d+):()'
+
+-- The options of an M field: max attempts (number or nil) and a table
+-- {deadline, timeout, group} (nil when M has no options), or false when M
+-- is not one (M must match ^%d*(;[etg][^;:]*)*$). Only a field with ';' pays
+-- for more than one string.find.
+local function opts_of(m)
+  if not string.find(m, ';', 1, true) then
+    if not string.find(m, '^%d*$') then return false end
+    return tonumber(m), nil
+  end
+  local d, rest = string.match(m, '^(%d*)(;.*)$')
+  if not d then return false end
+  local o = {}
+  for letter, v in string.gmatch(rest, ';([^;]?)([^;]*)') do
+    if letter == 'e' then o.deadline = tonumber(v, 36)
+    elseif letter == 't' then o.timeout = tonumber(v)
+    elseif letter == 'g' then o.group = v
+    else return false end
+  end
+  return tonumber(d), o
+end
+
+-- A record as a table: max (number or nil: the topic default), mfield (M as
+-- stored, written back by encode), due, created, backoff, err, payload, and
+-- when M carries options: deadline, timeout, group (each nil when absent).
+-- nil when the record is missing or unreadable.
+local function decode(rec)
+  if not rec then return nil end
+  local m, d, g, b, e, p = string.match(rec, HEADER)
+  if not m then return nil end
+  local max, o = opts_of(m)
+  if max == false then return nil end
+  e = tonumber(e)
+  local due = tonumber(d, 36)
+  local r = {
+    max = max,
+    mfield = m,
+    due = due,
+    created = due - tonumber(g, 36),
+    backoff = b,
+    err = string.sub(rec, p, p + e - 1),
+    payload = string.sub(rec, p + e),
+  }
+  if o then r.deadline, r.timeout, r.group = o.deadline, o.timeout, o.group end
+  return r
+end
+
+-- The topic settings the helpers below read (topic_defaults,
+-- at_max_running, index_ready; enqueue's partitions), read with one HMGET
+-- per call, at the first use, and kept: a script that writes one of these
+-- fields afterwards updates the table too (enqueue's groups).
+local meta_read = nil
+local function meta()
+  if not meta_read then
+    local m = redis.call('HMGET', K_META, 'max_attempts', 'backoff', 'max_running', 'groups', 'vtime',
+      'partitions', 'glimited', 'cold_after', 'cold_at')
+    meta_read = { max_attempts = m[1], backoff = m[2], max_running = m[3], groups = m[4], vtime = m[5],
+      partitions = m[6], glimited = m[7], cold_after = m[8], cold_at = m[9] }
+  end
+  return meta_read
+end
+
+local function max_attempts(r, topic_max)
+  return r.max or topic_max
 end
 
 -- Run `cmd key` with `args` in chunks, so no unpack() grows unbounded.
@@ -80,13 +164,52 @@ end
 local function invalid(msg)
   return redis.error_reply('PUNCTUAL_INVALID ' .. msg)
 end
+local COLD_AFTER = 600000
+
+-- The topic's cold_after (meta), 0 when no job is to be placed cold.
+local function cold_after()
+  local w = meta().cold_after
+  if not w then return COLD_AFTER end
+  return int_arg(w, 0, MAX_DELAY_MS) or COLD_AFTER
+end
+
+-- Whether a job in no set, with this record due time, is a cold job.
+local function is_cold_due(due)
+  local at = meta().cold_at
+  if not at then return false end
+  return due >= tonumber(at)
+end
+
+-- A cold job left the cold pool other than by tick's move (cancel,
+-- reschedule, replace): its list entry stays, stale.
+local function cold_left(n)
+  redis.call('HINCRBY', K_META, 'cold_n', -n)
+end
+
+-- Which set holds `id`, and its score there: pool, ready, running, dead,
+-- or 'cold' (a cold job, in the pool: its record's due time), else nil.
+local function state_of(id)
+  local s = redis.call('ZSCORE', K_POOL, id)
+  if s then return 'pool', tonumber(s) end
+  s = redis.call('ZSCORE', K_READY, id)
+  if s then return 'ready', tonumber(s) end
+  s = redis.call('ZSCORE', K_RUNNING, id)
+  if s then return 'running', tonumber(s) end
+  s = redis.call('ZSCORE', K_DEAD, id)
+  if s then return 'dead', tonumber(s) end
+  if meta().cold_at then
+    local r = decode(redis.call('HGET', K_JOBS, id))
+    if r and is_cold_due(r.due) then return 'cold', r.due end
+  end
+  return nil
+end
 
 -- unfire: take back occurrences of a schedule that were fired ahead and are
 -- not due yet (pause, rm and a changed schedule call it).
 -- KEYS: the nine topic keys and P:{T}:fired (see lib.lua).
 -- ARGV: the ids (1 to 1000), each "<name>@<occurrence ms>".
--- Each id still in the pool with a due time after now is removed with its
--- record and attempts, and from P:{T}:fired, so that firing the same
+-- Each id still in the pool (or the cold pool) with a due time after now is
+-- removed with its record and attempts, and from P:{T}:fired, so that firing the same
 -- occurrence again later is possible. A job that is due, ready, running or
 -- dead is left alone (it may run or have run).
 -- Returns the number of jobs removed.
@@ -95,11 +218,21 @@ if not K_FIRED then return invalid('unfire expects the tenth key, P:{T}:fired') 
 if #ARGV < 1 or #ARGV > 1000 then return invalid('unfire expects 1 to 1000 ids') end
 local now = now_ms()
 local scores = redis.call('ZMSCORE', K_POOL, unpack(ARGV))
-local gone = {}
+local gone, cold = {}, 0
 for i, id in ipairs(ARGV) do
-  if scores[i] and tonumber(scores[i]) > now then gone[#gone + 1] = id end
+  if scores[i] then
+    if tonumber(scores[i]) > now then gone[#gone + 1] = id end
+  elseif meta().cold_at then
+    -- A cold job (PROTOCOL.md "The cold pool"): its list entry stays, stale.
+    local st, due = state_of(id)
+    if st == 'cold' and due > now then
+      gone[#gone + 1] = id
+      cold = cold + 1
+    end
+  end
 end
 if #gone == 0 then return 0 end
+if cold > 0 then cold_left(cold) end
 variadic('ZREM', K_POOL, gone)
 variadic('HDEL', K_JOBS, gone)
 variadic('HDEL', K_ATT, gone)
