@@ -643,10 +643,13 @@ pub(crate) async fn enqueue(b: &Bench) -> Result<(Report, Report)> {
         }
     };
     let (pool, jobs) = (usage(TopicKeys::pool).await?, usage(TopicKeys::jobs).await?);
+    let cold = cold_usage(b).await?;
     let nf = n as f64;
     #[derive(Serialize)]
     struct KeysBytes {
         pool: f64,
+        /// The cold pool (PROTOCOL.md "The cold pool"): its index and lists.
+        cold: f64,
         jobs: f64,
     }
     #[derive(Serialize)]
@@ -667,6 +670,7 @@ pub(crate) async fn enqueue(b: &Bench) -> Result<(Report, Report)> {
             payload_bytes: PAYLOAD_BYTES as u64,
             keys_bytes_per_job: KeysBytes {
                 pool: round(pool as f64 / nf, 1),
+                cold: round(cold as f64 / nf, 1),
                 jobs: round(jobs as f64 / nf, 1),
             },
             layout: b.layout(),
@@ -674,7 +678,7 @@ pub(crate) async fn enqueue(b: &Bench) -> Result<(Report, Report)> {
         },
     );
     m.text = format!(
-        "{:<10} {:.0} bytes per waiting job ({PAYLOAD_BYTES}-byte payload{}): pool ZSET {:.0} + records HASH {:.0}, the rest allocator and dict overhead  {}",
+        "{:<10} {:.0} bytes per waiting job ({PAYLOAD_BYTES}-byte payload{}): pool ZSET {:.0} + cold pool lists {:.0} + records HASH {:.0}, the rest allocator and dict overhead  {}",
         "memory",
         used / nf,
         match b.args.id_bytes {
@@ -683,10 +687,40 @@ pub(crate) async fn enqueue(b: &Bench) -> Result<(Report, Report)> {
             None => String::new(),
         },
         pool as f64 / nf,
+        cold as f64 / nf,
         jobs as f64 / nf,
         status(ok)
     );
     Ok((e, m))
+}
+
+/// `MEMORY USAGE` of the cold pool's keys, every partition's: the index
+/// `P:{T}:cold` and each list it names.
+async fn cold_usage(b: &Bench) -> Result<u64> {
+    let mut total = 0;
+    for pool in b.target.keys(TopicKeys::pool) {
+        let base = pool.strip_suffix("pool").unwrap_or(pool);
+        let index = format!("{base}cold");
+        let starts: Vec<String> = b
+            .target
+            .query(redis::cmd("ZRANGE").arg(&index).arg(0).arg(-1))
+            .await?;
+        let keys = std::iter::once(index).chain(starts.iter().map(|s| format!("{base}c:{s}")));
+        for k in keys {
+            total += b
+                .target
+                .query::<Option<u64>>(
+                    redis::cmd("MEMORY")
+                        .arg("USAGE")
+                        .arg(&k)
+                        .arg("SAMPLES")
+                        .arg(0),
+                )
+                .await?
+                .unwrap_or(0);
+        }
+    }
+    Ok(total)
 }
 
 /// `drain` (worker + scheduler) and the `consume` segment (worker alone):

@@ -1,0 +1,124 @@
+//! The cold pool (PROTOCOL.md "The cold pool") seen by the administrative
+//! scripts and the scheduler's tick: a cold job is a job like any other for
+//! `layout` and `topic_delete`, and the tick's reply wakes the scheduler for
+//! the move of the first bucket.
+
+use std::time::Duration;
+
+use punctual::{Job, State, TopicDeleted};
+
+use crate::util::{key, part, Fixture, TICK_ALL};
+
+/// The bucket (start, epoch ms) of a job due at `due_ms`.
+fn bucket(due_ms: i64) -> i64 {
+    due_ms - due_ms % 60_000
+}
+
+async fn cold_keys(f: &Fixture, topic: &str) -> Vec<String> {
+    let mut keys: Vec<String> = f
+        .cmd(redis::cmd("KEYS").arg(format!("punctual:{{{topic}}}:c*")))
+        .await;
+    keys.sort();
+    keys
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_job_counts_as_held_for_partitioning_and_deletion() {
+    let f = Fixture::new().await;
+    let (q, t) = (&f.queue, "held");
+    let r = q
+        .enqueue(
+            t,
+            Job::new("far").id("far").delay(Duration::from_secs(3600)),
+        )
+        .await
+        .unwrap();
+    let due = q.get(t, &r.id).await.unwrap().unwrap().due_ms;
+    // The job is cold: in no set, in its bucket's list.
+    assert_eq!(f.card(t, "pool").await, 0);
+    let list: Vec<String> = f
+        .cmd(
+            redis::cmd("LRANGE")
+                .arg(key(t, &format!("c:{}", bucket(due))))
+                .arg(0)
+                .arg(-1),
+        )
+        .await;
+    assert_eq!(list, ["far"]);
+
+    // Neither a partition change nor a deletion may lose it.
+    assert!(q.set_partitions(t, 2).await.is_err());
+    assert_eq!(q.delete_topic(t).await.unwrap(), TopicDeleted::HoldsJobs(1));
+    assert_eq!(q.get(t, "far").await.unwrap().unwrap().state, State::Pool);
+
+    // Cancelled, its entry is stale, and the deletion takes the lists too.
+    assert_eq!(q.cancel(t, "far").await.unwrap(), Some(State::Pool));
+    assert_eq!(
+        cold_keys(&f, t).await.len(),
+        2,
+        "the index and the list stay until then"
+    );
+    assert_eq!(q.delete_topic(t).await.unwrap(), TopicDeleted::Deleted);
+    assert_eq!(cold_keys(&f, t).await, Vec::<String>::new());
+    let left: Vec<String> = f
+        .cmd(redis::cmd("KEYS").arg(format!("punctual:{{{t}}}:*")))
+        .await;
+    assert_eq!(left, Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tick_wakes_for_the_move_of_the_first_cold_bucket_and_moves_it_then() {
+    let f = Fixture::new().await;
+    let (q, t) = (&f.queue, "wake");
+    // Jobs 2 minutes or more ahead are cold; this one is 5 minutes ahead.
+    f.cli(&["HSET", &key(t, "meta"), "cold_after", "120000"]);
+    q.enqueue(t, Job::new("x").id("x").delay(Duration::from_secs(300)))
+        .await
+        .unwrap();
+    let due = q.get(t, "x").await.unwrap().unwrap().due_ms;
+    assert_eq!(f.card(t, "pool").await, 0, "placed cold");
+    let before = f.now_ms().await;
+    let tick = punctual::raw::tick(q, &part(t), &TICK_ALL).await.unwrap();
+    let after = f.now_ms().await;
+    // Nothing is in pool, so the next promotion is the bucket's move, at its
+    // start minus cold_after.
+    let move_at = bucket(due) - 120_000;
+    // (Whole ms of a wait counted in µs from the tick's clock: 1 ms of slack.)
+    let wait = tick.next_due.expect("a wake-up for the move").as_millis() as i64;
+    assert!(
+        move_at - after - 1 <= wait && wait <= move_at - before,
+        "woken in {wait} ms for a move at {move_at} (ticked between {before} and {after})"
+    );
+    assert!(!tick.more);
+    assert_eq!(f.card(t, "pool").await, 0, "not moved before its time");
+
+    // Once cold_after covers the bucket, the next tick moves it.
+    f.cli(&["HSET", &key(t, "meta"), "cold_after", "600000"]);
+    let tick = punctual::raw::tick(q, &part(t), &TICK_ALL).await.unwrap();
+    assert_eq!(tick.promoted, 0);
+    let score: Option<f64> = f
+        .cmd(redis::cmd("ZSCORE").arg(key(t, "pool")).arg("x"))
+        .await;
+    assert_eq!(score, Some(due as f64), "moved into pool with its due time");
+    let meta: Vec<Option<String>> = f
+        .cmd(
+            redis::cmd("HMGET")
+                .arg(key(t, "meta"))
+                .arg("cold_n")
+                .arg("cold_at"),
+        )
+        .await;
+    assert_eq!(meta[0].as_deref(), Some("0"));
+    let cold_at: i64 = meta[1].as_deref().unwrap().parse().unwrap();
+    assert!(
+        cold_at > bucket(due),
+        "cold_at {cold_at} passed the moved bucket"
+    );
+    assert_eq!(
+        cold_keys(&f, t).await,
+        Vec::<String>::new(),
+        "index and list gone"
+    );
+    assert_eq!(q.stats(t).await.unwrap().pool, 1);
+    assert!(q.check(t).await.unwrap().is_empty());
+}
