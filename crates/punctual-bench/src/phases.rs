@@ -699,7 +699,7 @@ pub(crate) async fn enqueue(b: &Bench) -> Result<(Report, Report)> {
 async fn cold_usage(b: &Bench) -> Result<u64> {
     let mut total = 0;
     for pool in b.target.keys(TopicKeys::pool) {
-        let base = pool.strip_suffix("pool").unwrap_or(pool);
+        let base = pool.strip_suffix("pool").unwrap_or(&pool);
         let index = format!("{base}cold");
         let starts: Vec<String> = b
             .target

@@ -18,11 +18,15 @@ Every round starts from an empty Redis:
   ack               those 1,000, acked with the entries "0A:T"
   claim_pool        1,000 jobs enqueued with 1 ms of delay, claimed from the
                     pool 50 ms later
+  cold_move         (scripts with the cold pool only) 1,000 jobs enqueued due
+                    in 2 s with meta cold_after at 1 s (so placed cold), then
+                    cold_after back at its default and one tick, which moves
+                    them into pool (checked: ZCARD pool is 1,000)
 
 The floor (crates/punctual-bench/src/floor.rs, its scripts read from
 FLOORRS, default the one beside this file) is measured the same way, on
 its own keys: floor_enqueue (1,000 ids with records as punctual's, due in
-1 h), floor_claim (1,000 due jobs moved to ready by the floor's promote,
+1 h), floor_promote (1,000 due jobs from pool to ready), floor_claim (1,000 due jobs moved to ready by the floor's promote,
 then claimed) and floor_ack (those ids).
 
 usage: scripts_per_job.py LUADIR PORT [ROUNDS [FLOORRS]]   (needs valgrind,
@@ -60,7 +64,8 @@ for _ in range(200):
     except redis.ConnectionError:
         time.sleep(0.2)
 K = [f'p:{{t}}:{k}' for k in 'pool ready running dead jobs meta stats seq attempts'.split()]
-sha = {n: r.script_load(assemble(n)) for n in ('enqueue', 'claim', 'ack')}
+sha = {n: r.script_load(assemble(n)) for n in ('enqueue', 'claim', 'ack', 'tick')}
+cold = 'cold_place' in open(f'{luadir}/lib.lua').read()
 src = open(floor_rs).read()
 
 
@@ -129,7 +134,8 @@ def floor_claim():
 
 
 res = {k: [] for k in ('enqueue_distinct', 'enqueue', 'claim_ready', 'ack', 'claim_pool',
-                       'floor_enqueue', 'floor_claim', 'floor_ack')}
+                       'floor_enqueue', 'floor_promote', 'floor_claim', 'floor_ack')
+       + (('cold_move',) if cold else ())}
 enqueue('d0')
 ack(claim())  # warm-up
 for _ in range(rounds):
@@ -152,12 +158,23 @@ for _ in range(rounds):
     rep, t = measure(claim)
     res['claim_pool'].append(t)
     ack(rep)
+    if cold:
+        r.flushall()
+        r.hset(K[5], 'cold_after', '1000')
+        enqueue('d2000')
+        assert r.zcard(K[0]) == 0
+        r.hset(K[5], 'cold_after', '600000')
+        _, t = measure(lambda: r.evalsha(sha['tick'], 9, *K, str(N), '1000000', str(N)))
+        assert r.zcard(K[0]) == N
+        res['cold_move'].append(t)
     r.flushall()
     res['floor_enqueue'].append(measure(lambda: floor_enqueue(3600000))[1])
     r.flushall()
     floor_enqueue(1)
     time.sleep(0.05)
-    assert r.evalsha(fsha['promote'], 2, FK['pool'], FK['ready'], str(N)) == N
+    promoted, t = measure(lambda: r.evalsha(fsha['promote'], 2, FK['pool'], FK['ready'], str(N)))
+    assert promoted == N
+    res['floor_promote'].append(t)
     rep, t = measure(floor_claim)
     res['floor_claim'].append(t)
     acked, t = measure(lambda: r.evalsha(fsha['ack'], 2, FK['running'], FK['jobs'], *rep[0]))
