@@ -7,8 +7,10 @@
 --          minute early),
 --          ms the oldest ready job has waited (-1: ready empty),
 --          counters as a flat array name, value, ...,
---          jobs in pool whose due time has passed,
---          ms the oldest of them is past due (-1: none),
+--          jobs in pool whose due time has passed (with the entries of
+--          cold buckets wholly past due),
+--          ms the oldest of them is past due (-1: none; for a cold
+--          bucket, a lower bound),
 --          the limits: rate ("n/period ms" or ""), burst (0: the
 --          default), max running (0: none), and which limit holds ready jobs back now
 --          ("rate", "max_running" or "")}.
@@ -24,6 +26,14 @@ local cold = redis.call('ZRANGE', K_COLD, 0, 0)[1]
 if not e and cold then next_due = math.max(0, tonumber(cold) - now) end
 local overdue = 0
 if overdue_age >= 0 then overdue = redis.call('ZCOUNT', K_POOL, '-inf', '(' .. now) end
+-- Cold buckets wholly past due: a scheduler moves each about cold_after
+-- before its start, so these mean none ran. Their entries count as overdue
+-- (stale ones of cancelled jobs too), past due by at least now minus the
+-- bucket's end.
+for _, b in ipairs(redis.call('ZRANGE', K_COLD, '-inf', now - COLD_BUCKET, 'BYSCORE', 'LIMIT', 0, 100)) do
+  overdue = overdue + redis.call('LLEN', KEY_BASE .. 'c:' .. b)
+  overdue_age = math.max(overdue_age, now - tonumber(b) - COLD_BUCKET)
+end
 e = earliest(K_READY)
 if e then oldest = math.max(0, now - e) end
 local m = redis.call('HMGET', K_META, 'paused', 'rate', 'burst', 'max_running', 'bucket', 'cold_n')

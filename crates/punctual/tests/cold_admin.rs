@@ -122,3 +122,47 @@ async fn the_tick_wakes_for_the_move_of_the_first_cold_bucket_and_moves_it_then(
     assert_eq!(q.stats(t).await.unwrap().pool, 1);
     assert!(q.check(t).await.unwrap().is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_bucket_past_due_shows_as_overdue_in_stats() {
+    // No scheduler moved this bucket (it would have, ten minutes before its
+    // start): its jobs are late, and stats must say so, or a topic whose
+    // waiting jobs are all cold would look healthy with its scheduler dead.
+    let f = Fixture::new().await;
+    let (q, t) = (&f.queue, "late");
+    q.enqueue(
+        t,
+        Job::new("near").id("near").delay(Duration::from_secs(60)),
+    )
+    .await
+    .unwrap();
+    let s = q.stats(t).await.unwrap();
+    assert_eq!((s.overdue, s.overdue_ms), (0, None), "{s:?}");
+    let now = f.now_ms().await;
+    let start = bucket(now) - 180_000;
+    let list = key(t, &format!("c:{start}"));
+    f.cli(&["RPUSH", &list, "a", "b"]);
+    f.cli(&[
+        "ZADD",
+        &key(t, "cold"),
+        &start.to_string(),
+        &start.to_string(),
+    ]);
+    let s = q.stats(t).await.unwrap();
+    assert_eq!(s.overdue, 2, "{s:?}");
+    let age = s.overdue_ms.expect("an overdue age");
+    assert!(
+        age >= now - start - 60_000 && age <= f.now_ms().await - start - 60_000,
+        "past due by {age} ms, for a bucket that ended at {}",
+        start + 60_000
+    );
+    // A bucket still within its minute is not counted.
+    f.cli(&[
+        "ZADD",
+        &key(t, "cold"),
+        &bucket(now).to_string(),
+        &bucket(now).to_string(),
+    ]);
+    f.cli(&["RPUSH", &key(t, &format!("c:{}", bucket(now))), "c"]);
+    assert_eq!(q.stats(t).await.unwrap().overdue, 2);
+}
