@@ -171,15 +171,20 @@ local function cold_after()
   return int_arg(w, 0, MAX_DELAY_MS) or COLD_AFTER
 end
 
+-- meta cold_at as a number; nil when absent (or not a number).
+local function cold_at()
+  return int_arg(meta().cold_at, 0, MAX_SAFE)
+end
+
 -- Whether a job in no set, with this record due time, is a cold job.
 local function is_cold_due(due)
-  local at = meta().cold_at
+  local at = cold_at()
   if not at then return false end
-  return due >= tonumber(at)
+  return due >= at
 end
 
 -- A cold job left the cold pool other than by tick's move (cancel,
--- reschedule, replace): its list entry stays, stale.
+-- reschedule, replace, unfire): its list entry stays, stale.
 local function cold_left(n)
   redis.call('HINCRBY', K_META, 'cold_n', -n)
 end
@@ -195,7 +200,7 @@ local function state_of(id)
   if s then return 'running', tonumber(s) end
   s = redis.call('ZSCORE', K_DEAD, id)
   if s then return 'dead', tonumber(s) end
-  if meta().cold_at then
+  if cold_at() then
     local r = decode(redis.call('HGET', K_JOBS, id))
     if r and is_cold_due(r.due) then return 'cold', r.due end
   end

@@ -65,6 +65,8 @@ local K_ATT = KEYS[9]
 local DEFAULT_MAX_ATTEMPTS = 6
 -- Most deliveries a job may have (its own setting or the topic's).
 local MAX_ATTEMPTS = 10000
+-- Largest integer a Lua number (a double) holds exactly: 2^53.
+local MAX_SAFE = 9007199254740992
 local DEFAULT_BACKOFF = '0,5000,30000,120000,600000,1800000'
 -- Ten years in ms: longer delays are refused as absurd.
 local MAX_DELAY_MS = 315360000000
@@ -186,11 +188,16 @@ local function cold_after()
   return int_arg(w, 0, MAX_DELAY_MS) or COLD_AFTER
 end
 
+-- meta cold_at as a number; nil when absent (or not a number).
+local function cold_at()
+  return int_arg(meta().cold_at, 0, MAX_SAFE)
+end
+
 -- Whether a job in no set, with this record due time, is a cold job.
 local function is_cold_due(due)
-  local at = meta().cold_at
+  local at = cold_at()
   if not at then return false end
-  return due >= tonumber(at)
+  return due >= at
 end
 
 -- Which set holds `id`, and its score there: pool, ready, running, dead,
@@ -204,7 +211,7 @@ local function state_of(id)
   if s then return 'running', tonumber(s) end
   s = redis.call('ZSCORE', K_DEAD, id)
   if s then return 'dead', tonumber(s) end
-  if meta().cold_at then
+  if cold_at() then
     local r = decode(redis.call('HGET', K_JOBS, id))
     if r and is_cold_due(r.due) then return 'cold', r.due end
   end

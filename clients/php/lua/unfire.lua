@@ -62,6 +62,8 @@ local K_POOL, K_READY, K_RUNNING, K_DEAD = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_JOBS, K_META, K_STATS, K_SEQ = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local K_ATT = KEYS[9]
 local K_FIRED = KEYS[10]
+-- Largest integer a Lua number (a double) holds exactly: 2^53.
+local MAX_SAFE = 9007199254740992
 -- Ten years in ms: longer delays are refused as absurd.
 local MAX_DELAY_MS = 315360000000
 
@@ -173,15 +175,20 @@ local function cold_after()
   return int_arg(w, 0, MAX_DELAY_MS) or COLD_AFTER
 end
 
+-- meta cold_at as a number; nil when absent (or not a number).
+local function cold_at()
+  return int_arg(meta().cold_at, 0, MAX_SAFE)
+end
+
 -- Whether a job in no set, with this record due time, is a cold job.
 local function is_cold_due(due)
-  local at = meta().cold_at
+  local at = cold_at()
   if not at then return false end
-  return due >= tonumber(at)
+  return due >= at
 end
 
 -- A cold job left the cold pool other than by tick's move (cancel,
--- reschedule, replace): its list entry stays, stale.
+-- reschedule, replace, unfire): its list entry stays, stale.
 local function cold_left(n)
   redis.call('HINCRBY', K_META, 'cold_n', -n)
 end
@@ -197,7 +204,7 @@ local function state_of(id)
   if s then return 'running', tonumber(s) end
   s = redis.call('ZSCORE', K_DEAD, id)
   if s then return 'dead', tonumber(s) end
-  if meta().cold_at then
+  if cold_at() then
     local r = decode(redis.call('HGET', K_JOBS, id))
     if r and is_cold_due(r.due) then return 'cold', r.due end
   end
@@ -218,12 +225,16 @@ if not K_FIRED then return invalid('unfire expects the tenth key, P:{T}:fired') 
 if #ARGV < 1 or #ARGV > 1000 then return invalid('unfire expects 1 to 1000 ids') end
 local now = now_ms()
 local scores = redis.call('ZMSCORE', K_POOL, unpack(ARGV))
-local gone, cold = {}, 0
+local gone, cold, seen = {}, 0, {}
 for i, id in ipairs(ARGV) do
-  if scores[i] then
+  if seen[id] then
+    -- Given twice: once is enough.
+  elseif scores[i] then
+    seen[id] = true
     if tonumber(scores[i]) > now then gone[#gone + 1] = id end
-  elseif meta().cold_at then
+  elseif cold_at() then
     -- A cold job (PROTOCOL.md "The cold pool"): its list entry stays, stale.
+    seen[id] = true
     local st, due = state_of(id)
     if st == 'cold' and due > now then
       gone[#gone + 1] = id

@@ -39,8 +39,11 @@ end
 if #ids < 1 or #ids > 1000 then return invalid('replay expects 1 to 1000 jobs') end
 local out, records, to_ready, to_pool = {}, {}, {}, {}
 local pool_min
+local seen = {}
 for i, id in ipairs(ids) do
-  if redis.call('ZSCORE', K_DEAD, id) then
+  -- An id given twice is replayed once, at its first due time.
+  if not seen[id] and redis.call('ZSCORE', K_DEAD, id) then
+    seen[id] = true
     local r = decode(redis.call('HGET', K_JOBS, id))
     if r then
       local due = dues[i] or now
@@ -66,6 +69,8 @@ for i, id in ipairs(ids) do
   end
 end
 if #out > 0 then
+  -- The cold pool's keys first (lib.lua's cold_place).
+  cold_flush()
   variadic('HSET', K_JOBS, records)
   local old_min
   if pool_min then old_min = earliest(K_POOL) end
@@ -74,7 +79,6 @@ if #out > 0 then
     index_ready(to_ready)
   end
   if #to_pool > 0 then variadic('ZADD', K_POOL, to_pool) end
-  cold_flush()
   variadic('ZREM', K_DEAD, out)
   -- Attempts start again from 0 (tokens never repeat, so none is kept).
   variadic('HDEL', K_ATT, out)

@@ -418,6 +418,9 @@ for i = 1, n do
 end
 
 if created > 0 then
+  -- The cold pool's keys first (lib.lua's cold_place).
+  cold_flush()
+  if cold_gone > 0 then cold_left(cold_gone) end
   local old_min = nil
   if pool_min then old_min = earliest(K_POOL) end
   -- Replaced running jobs leave their groups' running counts (read from
@@ -432,8 +435,6 @@ if created > 0 then
     variadic('ZADD', K_POOL, to_pool)
     if not old_min or pool_min < old_min then redis.call('PUBLISH', K_POOL, pool_min) end
   end
-  if cold_gone > 0 then cold_left(cold_gone) end
-  cold_flush()
   -- The first grouped job switches the topic to groups: every job already
   -- ready is ungrouped (no job had a group before), so ready is copied into
   -- the empty group's index, once (O(ready log ready)).

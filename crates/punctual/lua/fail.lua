@@ -21,17 +21,29 @@ if not redis.call('ZSCORE', K_RUNNING, id) then return { 'stale', 0 } end
 local att = redis.call('HGET', K_ATT, id)
 if token_str(att) ~= ARGV[2] then return { 'stale', 0 } end
 local attempts = att_of(att)
+local now, up = clock()
+local rec = redis.call('HGET', K_JOBS, id)
+local r = decode(rec)
+local topic_max, topic_backoff = topic_defaults()
+-- The retry's due time, decided before any write: a retry placed cold
+-- writes the cold pool's keys first (lib.lua's cold_place).
+local retry, wait, to_cold = r and not permanent and attempts < max_attempts(r, topic_max), nil, false
+if retry then
+  if delay == '' then wait = backoff_ms(r, topic_backoff, attempts) else wait = tonumber(delay) end
+  if wait > MAX_DELAY_MS then wait = MAX_DELAY_MS end
+  -- A delay counts from the rounded-up ms: never before now + wait.
+  if wait == 0 then r.due = now else r.due = up + wait end
+  to_cold = wait > 0 and cold_place(id, r.due, now)
+  if to_cold then cold_flush() end
+end
 -- The job leaves running on every path below: its entry loses the live mark
 -- (see is_live_att), so this token can no longer ack it.
 if is_live_att(att) then redis.call('HSET', K_ATT, id, ended_att(att)) end
-local now, up = clock()
 -- This job leaves running on every path below: wake a worker waiting for
 -- a slot when the topic is at its max_running.
 local full, glim = at_max_running()
 if full then redis.call('PUBLISH', K_READY, '') end
-local rec = redis.call('HGET', K_JOBS, id)
 release_groups({ id }, glim, { rec })
-local r = decode(rec)
 if not r then
   if rec then
     -- A record punctual cannot read: park it in dead for a person to inspect.
@@ -47,28 +59,20 @@ if not r then
   return { 'stale', 0 }
 end
 
-local topic_max, topic_backoff = topic_defaults()
 r.err = err
-if permanent or attempts >= max_attempts(r, topic_max) then
+if not retry then
   redis.call('ZADD', K_DEAD, now, id)
   redis.call('HSET', K_JOBS, id, encode(r))
   redis.call('ZREM', K_RUNNING, id)
   redis.call('HINCRBY', K_STATS, 'dead', 1)
   return { 'dead', now }
 end
-local wait
-if delay == '' then wait = backoff_ms(r, topic_backoff, attempts) else wait = tonumber(delay) end
-if wait > MAX_DELAY_MS then wait = MAX_DELAY_MS end
--- A delay counts from the rounded-up ms: never before now + wait.
-if wait == 0 then r.due = now else r.due = up + wait end
 redis.call('HSET', K_JOBS, id, encode(r))
 if wait == 0 then
   redis.call('ZADD', K_READY, r.due, id)
   index_ready({ r.due, id })
   redis.call('PUBLISH', K_READY, '')
-elseif cold_place(id, r.due, now) then
-  cold_flush()
-else
+elseif not to_cold then
   local old_min = earliest(K_POOL)
   redis.call('ZADD', K_POOL, r.due, id)
   if not old_min or r.due < old_min then redis.call('PUBLISH', K_POOL, r.due) end

@@ -56,7 +56,7 @@ end
 local rate = ''
 if rn then rate = m[2] end
 return {
-  redis.call('ZCARD', K_POOL) + (tonumber(m[6]) or 0), ready, running, redis.call('ZCARD', K_DEAD),
+  redis.call('ZCARD', K_POOL) + cold_count(m[6]), ready, running, redis.call('ZCARD', K_DEAD),
   paused, next_due, oldest, redis.call('HGETALL', K_STATS),
   overdue, overdue_age, rate, int_arg(m[3], 1, 1000000) or 0, mr or 0, limited,
 }

@@ -81,8 +81,9 @@ if #expired > 0 then
       gone[#gone + 1] = id
     end
   end
-  if #to_pool > 0 then variadic('ZADD', K_POOL, to_pool) end
+  -- The cold pool's keys first (lib.lua's cold_place).
   cold_flush()
+  if #to_pool > 0 then variadic('ZADD', K_POOL, to_pool) end
   if #to_ready > 0 then variadic('ZADD', K_READY, to_ready) end
   if #to_dead > 0 then variadic('ZADD', K_DEAD, to_dead) end
   if #records > 0 then variadic('HSET', K_JOBS, records) end
@@ -139,7 +140,10 @@ while first and budget > 0 and tonumber(first) < now + move_w do
     end
     if #adds > 0 then
       if not pool_read then pool_min, pool_read = earliest(K_POOL), true end
-      moved = moved + redis.call('ZADD', K_POOL, unpack(adds))
+      -- Counted at once: the next bucket's key may fail the script (lib.lua).
+      local added = redis.call('ZADD', K_POOL, unpack(adds))
+      if added > 0 then redis.call('HINCRBY', K_META, 'cold_n', -added) end
+      moved = moved + added
     end
   end
   if redis.call('EXISTS', key) == 1 then break end
@@ -147,22 +151,21 @@ while first and budget > 0 and tonumber(first) < now + move_w do
   cold_to = s + COLD_BUCKET
   first = redis.call('ZRANGE', K_COLD, 0, 0)[1]
 end
-if moved > 0 then
-  redis.call('HINCRBY', K_META, 'cold_n', -moved)
-  if moved_min and (not pool_min or moved_min < pool_min) then
-    redis.call('PUBLISH', K_POOL, string.format('%d', moved_min))
-  end
+if moved > 0 and moved_min and (not pool_min or moved_min < pool_min) then
+  redis.call('PUBLISH', K_POOL, string.format('%d', moved_min))
 end
 if first and tonumber(first) < now + move_w then more = 1 end
 -- cold_at rises past emptied buckets, and up to the first bucket left or
--- now + cold_after (rounded down to a bucket), whichever is earlier.
-if meta().cold_at then
-  local at = tonumber(meta().cold_at)
+-- now + cold_after (rounded down to a bucket), whichever is earlier: every
+-- cold job is due at or after its bucket's start. The first tick of a
+-- topic writes it, which lets scripts place jobs cold (lib.lua).
+do
+  local at = cold_at()
   local to = now + move_w
   to = to - to % COLD_BUCKET
   if first and tonumber(first) < to then to = tonumber(first) end
   if cold_to and cold_to > to then to = cold_to end
-  if to > at then redis.call('HSET', K_META, 'cold_at', string.format('%d', to)) end
+  if not at or to > at then redis.call('HSET', K_META, 'cold_at', string.format('%d', to)) end
 end
 
 -- Promote: pool -> ready for due jobs, bounded by batch and max ready.

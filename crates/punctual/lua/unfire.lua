@@ -13,12 +13,16 @@ if not K_FIRED then return invalid('unfire expects the tenth key, P:{T}:fired') 
 if #ARGV < 1 or #ARGV > 1000 then return invalid('unfire expects 1 to 1000 ids') end
 local now = now_ms()
 local scores = redis.call('ZMSCORE', K_POOL, unpack(ARGV))
-local gone, cold = {}, 0
+local gone, cold, seen = {}, 0, {}
 for i, id in ipairs(ARGV) do
-  if scores[i] then
+  if seen[id] then
+    -- Given twice: once is enough.
+  elseif scores[i] then
+    seen[id] = true
     if tonumber(scores[i]) > now then gone[#gone + 1] = id end
-  elseif meta().cold_at then
+  elseif cold_at() then
     -- A cold job (PROTOCOL.md "The cold pool"): its list entry stays, stale.
+    seen[id] = true
     local st, due = state_of(id)
     if st == 'cold' and due > now then
       gone[#gone + 1] = id

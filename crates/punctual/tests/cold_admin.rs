@@ -1,13 +1,19 @@
 //! The cold pool (PROTOCOL.md "The cold pool") seen by the administrative
 //! scripts and the scheduler's tick: a cold job is a job like any other for
-//! `layout` and `topic_delete`, and the tick's reply wakes the scheduler for
-//! the move of the first bucket.
+//! `layout` and `topic_delete`, the tick's reply wakes the scheduler for
+//! the move of the first bucket, and a topic gets cold jobs only once a
+//! tick has run on it.
 
 use std::time::Duration;
 
 use punctual::{Job, State, TopicDeleted};
 
 use crate::util::{key, part, Fixture, TICK_ALL};
+
+/// The wall-clock time of an epoch ms.
+fn at_ms(ms: u64) -> std::time::SystemTime {
+    std::time::UNIX_EPOCH + Duration::from_millis(ms)
+}
 
 /// The bucket (start, epoch ms) of a job due at `due_ms`.
 fn bucket(due_ms: i64) -> i64 {
@@ -26,6 +32,8 @@ async fn cold_keys(f: &Fixture, topic: &str) -> Vec<String> {
 async fn a_cold_job_counts_as_held_for_partitioning_and_deletion() {
     let f = Fixture::new().await;
     let (q, t) = (&f.queue, "held");
+    // A topic gets cold jobs once a scheduler has ticked on it.
+    punctual::raw::tick(q, &part(t), &TICK_ALL).await.unwrap();
     let r = q
         .enqueue(
             t,
@@ -72,6 +80,7 @@ async fn the_tick_wakes_for_the_move_of_the_first_cold_bucket_and_moves_it_then(
     let (q, t) = (&f.queue, "wake");
     // Jobs 2 minutes or more ahead are cold; this one is 5 minutes ahead.
     f.cli(&["HSET", &key(t, "meta"), "cold_after", "120000"]);
+    punctual::raw::tick(q, &part(t), &TICK_ALL).await.unwrap();
     q.enqueue(t, Job::new("x").id("x").delay(Duration::from_secs(300)))
         .await
         .unwrap();
@@ -165,4 +174,142 @@ async fn a_cold_bucket_past_due_shows_as_overdue_in_stats() {
     ]);
     f.cli(&["RPUSH", &key(t, &format!("c:{}", bucket(now))), "c"]);
     assert_eq!(q.stats(t).await.unwrap().overdue, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_job_goes_cold_before_a_scheduler_ticked_on_the_topic() {
+    // A scheduler of a version before the cold pool would never move a cold
+    // job: the cold pool begins only when a tick of this version wrote
+    // cold_at.
+    let f = Fixture::new().await;
+    let (q, t) = (&f.queue, "fresh");
+    let hour = Duration::from_secs(3600);
+    q.enqueue(t, Job::new("a").id("a").delay(hour))
+        .await
+        .unwrap();
+    assert_eq!(f.card(t, "pool").await, 1, "no tick yet: in pool");
+    let at: Option<String> = f
+        .cmd(redis::cmd("HGET").arg(key(t, "meta")).arg("cold_at"))
+        .await;
+    assert_eq!(at, None);
+    punctual::raw::tick(q, &part(t), &TICK_ALL).await.unwrap();
+    q.enqueue(t, Job::new("b").id("b").delay(hour))
+        .await
+        .unwrap();
+    assert_eq!(f.card(t, "pool").await, 1, "b went cold");
+    assert_eq!(q.stats(t).await.unwrap().pool, 2);
+    assert_eq!(q.get(t, "b").await.unwrap().unwrap().state, State::Pool);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rescheduling_a_cold_job_within_its_minute_adds_no_entry() {
+    let f = Fixture::new().await;
+    let (q, t) = (&f.queue, "same");
+    punctual::raw::tick(q, &part(t), &TICK_ALL).await.unwrap();
+    let now = f.now_ms().await;
+    // Due at 10 s into a minute two hours ahead; rescheduled within it.
+    let start = bucket(now) + 7_200_000;
+    q.enqueue(t, Job::new("x").id("x").at(at_ms((start + 10_000) as u64)))
+        .await
+        .unwrap();
+    for s in [20_000, 30_000, 40_000] {
+        q.reschedule(t, "x", punctual::When::At(at_ms((start + s) as u64)))
+            .await
+            .unwrap();
+    }
+    let list: Vec<String> = f
+        .cmd(
+            redis::cmd("LRANGE")
+                .arg(key(t, &format!("c:{start}")))
+                .arg(0)
+                .arg(-1),
+        )
+        .await;
+    assert_eq!(
+        list,
+        ["x"],
+        "one entry, however often it moves within its minute"
+    );
+    assert_eq!(q.get(t, "x").await.unwrap().unwrap().due_ms, start + 40_000);
+    // Into another minute: a new entry, the old one stale.
+    q.reschedule(t, "x", punctual::When::At(at_ms((start + 70_000) as u64)))
+        .await
+        .unwrap();
+    let next: Vec<String> = f
+        .cmd(
+            redis::cmd("LRANGE")
+                .arg(key(t, &format!("c:{}", start + 60_000)))
+                .arg(0)
+                .arg(-1),
+        )
+        .await;
+    assert_eq!(next, ["x"]);
+    let n: Option<String> = f
+        .cmd(redis::cmd("HGET").arg(key(t, "meta")).arg("cold_n"))
+        .await;
+    assert_eq!(n.as_deref(), Some("1"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_id_given_twice_to_a_paced_replay_or_to_unfire_counts_once() {
+    let f = Fixture::new().await;
+    let (q, t) = (&f.queue, "twice");
+    punctual::raw::tick(q, &part(t), &TICK_ALL).await.unwrap();
+    // Replay: the first time is now, the second two hours ahead (cold). The
+    // job must get one state, not ready and a cold entry too.
+    q.enqueue(t, Job::new("d").id("d")).await.unwrap();
+    let p = part(t);
+    let got = punctual::raw::claim(q, &p, 1, crate::util::LONG_LEASE)
+        .await
+        .unwrap();
+    punctual::raw::fail(
+        q,
+        &p,
+        &got[0].lease(),
+        "no",
+        punctual::raw::FailKind::Permanent,
+    )
+    .await
+    .unwrap();
+    let pace = punctual::ReplayPace::Rate {
+        jobs: 1,
+        per: Duration::from_secs(7200),
+    };
+    let ids = vec!["d".to_string(), "d".to_string()];
+    let replayed = q
+        .dead_replay_paced(t, punctual::DeadSelector::Ids(ids), pace, |_| {})
+        .await
+        .unwrap();
+    assert_eq!(replayed, ["d"]);
+    assert_eq!(q.get(t, "d").await.unwrap().unwrap().state, State::Ready);
+    assert_eq!(
+        cold_keys(&f, t).await,
+        Vec::<String>::new(),
+        "no cold entry"
+    );
+    assert!(q.check(t).await.unwrap().is_empty());
+
+    // unfire: two cold occurrences, one given twice; the other still counts.
+    let hour = Duration::from_secs(3600);
+    for id in ["s@1", "s@2"] {
+        q.enqueue(t, Job::new("o").id(id).delay(hour))
+            .await
+            .unwrap();
+    }
+    assert_eq!(q.stats(t).await.unwrap().pool, 2);
+    let mut keys = crate::util::topic_keys(t);
+    keys.push(key(t, "fired"));
+    let gone: i64 = f
+        .cmd(
+            redis::cmd("EVAL")
+                .arg(punctual::script_source("unfire").unwrap())
+                .arg(keys.len())
+                .arg(&keys)
+                .arg("s@1")
+                .arg("s@1"),
+        )
+        .await;
+    assert_eq!(gone, 1);
+    assert_eq!(q.stats(t).await.unwrap().pool, 1, "s@2 still counted");
+    assert_eq!(q.get(t, "s@2").await.unwrap().unwrap().state, State::Pool);
 }

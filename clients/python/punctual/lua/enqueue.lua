@@ -243,6 +243,11 @@ end
 -- P:{T}:c:<start>, indexed by the ZSET P:{T}:cold, instead of in pool; tick
 -- moves each list into pool `cold_after` before the list's start. A job in
 -- no set whose record is due at or after `cold_at` is such a cold job.
+-- Only tick writes cold_at first: a topic whose scheduler predates the cold
+-- pool never gets a cold job, which its tick would never move.
+-- The lists and the index are not among the KEYS: on a Redis Cluster
+-- whose slot is migrating, touching one that is not on this node fails the
+-- script, so every script writes them before anything else.
 local COLD_BUCKET = 60000
 local COLD_AFTER = 600000
 local K_COLD = KEY_BASE .. 'cold'
@@ -254,58 +259,52 @@ local function cold_after()
   return int_arg(w, 0, MAX_DELAY_MS) or COLD_AFTER
 end
 
--- Whether a job in no set, with this record due time, is a cold job.
-local function is_cold_due(due)
-  local at = meta().cold_at
-  if not at then return false end
-  return due >= tonumber(at)
+-- meta cold_at as a number; nil when absent (or not a number).
+local function cold_at()
+  return int_arg(meta().cold_at, 0, MAX_SAFE)
 end
 
--- The earliest due time cold_place would place cold at `now` (math.huge
--- when none): lets a loop skip the call for near jobs.
+-- Whether a job in no set, with this record due time, is a cold job.
+local function is_cold_due(due)
+  local at = cold_at()
+  if not at then return false end
+  return due >= at
+end
+
+-- The earliest due time cold_place places cold at `now` (math.huge when
+-- none): lets a loop skip the call for near jobs.
 local function cold_from(now)
-  local w = cold_after()
-  if w == 0 then return math.huge end
-  local at = tonumber(meta().cold_at)
-  if at and at > now + w then return at end
+  local w, at = cold_after(), cold_at()
+  if w == 0 or not at then return math.huge end
+  if at > now + w then return at end
   return now + w
 end
 
--- Jobs placed cold by this call, by bucket start: ids, and each bucket's
--- earliest due time. cold_place collects, cold_flush writes.
-local cold_ids, cold_min = nil, nil
+-- Jobs placed cold by this call, by bucket start. cold_place collects,
+-- cold_flush writes.
+local cold_ids = nil
 
--- Places a job due at `due` (epoch ms, with `due_s` its decimal text) cold
--- when the rule says so, and returns whether it did; the caller puts it
--- into pool otherwise. The first cold placement of a topic sets cold_at.
+-- Places a job due at `due` (epoch ms) cold when the rule says so, and
+-- returns whether it did; the caller puts it into pool otherwise.
 local function cold_place(id, due, now)
-  local w = cold_after()
-  if w == 0 or due < now + w then return false end
-  local m = meta()
-  if not m.cold_at then
-    local at = now + w
-    m.cold_at = string.format('%d', at - at % COLD_BUCKET)
-    redis.call('HSET', K_META, 'cold_at', m.cold_at)
-  end
-  if due < tonumber(m.cold_at) then return false end
+  if due < cold_from(now) then return false end
   local s = due - due % COLD_BUCKET
-  if not cold_ids then cold_ids, cold_min = {}, {} end
+  if not cold_ids then cold_ids = {} end
   local l = cold_ids[s]
   if not l then
     l = {}
     cold_ids[s] = l
-    cold_min[s] = due
-  elseif due < cold_min[s] then
-    cold_min[s] = due
   end
   l[#l + 1] = id
   return true
 end
 
 -- Writes what cold_place collected: RPUSH per bucket, the index, cold_n.
--- A bucket that is new and now the first publishes its earliest due time
--- on the pool channel, so a sleeping scheduler ticks and learns when to
--- move it. Returns the number of jobs placed.
+-- Called before the script's other writes (see above). A bucket that is
+-- new and now the first publishes the time it is to be moved (its start
+-- minus cold_after) on the pool channel: a sleeping scheduler plans its
+-- tick for the first bucket's move, from its last tick or from this.
+-- Returns the number of jobs placed.
 local function cold_flush()
   if not cold_ids then return 0 end
   local n, new = 0, {}
@@ -313,19 +312,23 @@ local function cold_flush()
     local ss = string.format('%d', s)
     variadic('RPUSH', KEY_BASE .. 'c:' .. ss, l)
     n = n + #l
-    if redis.call('ZADD', K_COLD, 'NX', ss, ss) == 1 then new[ss] = cold_min[s] end
+    if redis.call('ZADD', K_COLD, 'NX', ss, ss) == 1 then new[ss] = s end
   end
   redis.call('HINCRBY', K_META, 'cold_n', n)
-  cold_ids, cold_min = nil, nil
+  cold_ids = nil
   if next(new) then
     local first = redis.call('ZRANGE', K_COLD, 0, 0)[1]
-    if new[first] then redis.call('PUBLISH', K_POOL, string.format('%d', new[first])) end
+    if new[first] then
+      local w = cold_after()
+      if w == 0 then w = COLD_AFTER end
+      redis.call('PUBLISH', K_POOL, string.format('%d', new[first] - w))
+    end
   end
   return n
 end
 
 -- A cold job left the cold pool other than by tick's move (cancel,
--- reschedule, replace): its list entry stays, stale.
+-- reschedule, replace, unfire): its list entry stays, stale.
 local function cold_left(n)
   redis.call('HINCRBY', K_META, 'cold_n', -n)
 end
@@ -844,6 +847,9 @@ for i = 1, n do
 end
 
 if created > 0 then
+  -- The cold pool's keys first (lib.lua's cold_place).
+  cold_flush()
+  if cold_gone > 0 then cold_left(cold_gone) end
   local old_min = nil
   if pool_min then old_min = earliest(K_POOL) end
   -- Replaced running jobs leave their groups' running counts (read from
@@ -858,8 +864,6 @@ if created > 0 then
     variadic('ZADD', K_POOL, to_pool)
     if not old_min or pool_min < old_min then redis.call('PUBLISH', K_POOL, pool_min) end
   end
-  if cold_gone > 0 then cold_left(cold_gone) end
-  cold_flush()
   -- The first grouped job switches the topic to groups: every job already
   -- ready is ungrouped (no job had a group before), so ready is copied into
   -- the empty group's index, once (O(ready log ready)).

@@ -60,6 +60,8 @@ end
 
 local K_POOL, K_READY, K_RUNNING, K_DEAD = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_JOBS, K_META, K_STATS, K_SEQ = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+-- Largest integer a Lua number (a double) holds exactly: 2^53.
+local MAX_SAFE = 9007199254740992
 -- Ten years in ms: longer delays are refused as absurd.
 local MAX_DELAY_MS = 315360000000
 
@@ -249,6 +251,11 @@ end
 -- P:{T}:c:<start>, indexed by the ZSET P:{T}:cold, instead of in pool; tick
 -- moves each list into pool `cold_after` before the list's start. A job in
 -- no set whose record is due at or after `cold_at` is such a cold job.
+-- Only tick writes cold_at first: a topic whose scheduler predates the cold
+-- pool never gets a cold job, which its tick would never move.
+-- The lists and the index are not among the KEYS: on a Redis Cluster
+-- whose slot is migrating, touching one that is not on this node fails the
+-- script, so every script writes them before anything else.
 local COLD_BUCKET = 60000
 local COLD_AFTER = 600000
 local K_COLD = KEY_BASE .. 'cold'
@@ -260,48 +267,52 @@ local function cold_after()
   return int_arg(w, 0, MAX_DELAY_MS) or COLD_AFTER
 end
 
--- Whether a job in no set, with this record due time, is a cold job.
-local function is_cold_due(due)
-  local at = meta().cold_at
-  if not at then return false end
-  return due >= tonumber(at)
+-- meta cold_at as a number; nil when absent (or not a number).
+local function cold_at()
+  return int_arg(meta().cold_at, 0, MAX_SAFE)
 end
 
--- Jobs placed cold by this call, by bucket start: ids, and each bucket's
--- earliest due time. cold_place collects, cold_flush writes.
-local cold_ids, cold_min = nil, nil
+-- Whether a job in no set, with this record due time, is a cold job.
+local function is_cold_due(due)
+  local at = cold_at()
+  if not at then return false end
+  return due >= at
+end
 
--- Places a job due at `due` (epoch ms, with `due_s` its decimal text) cold
--- when the rule says so, and returns whether it did; the caller puts it
--- into pool otherwise. The first cold placement of a topic sets cold_at.
+-- The earliest due time cold_place places cold at `now` (math.huge when
+-- none): lets a loop skip the call for near jobs.
+local function cold_from(now)
+  local w, at = cold_after(), cold_at()
+  if w == 0 or not at then return math.huge end
+  if at > now + w then return at end
+  return now + w
+end
+
+-- Jobs placed cold by this call, by bucket start. cold_place collects,
+-- cold_flush writes.
+local cold_ids = nil
+
+-- Places a job due at `due` (epoch ms) cold when the rule says so, and
+-- returns whether it did; the caller puts it into pool otherwise.
 local function cold_place(id, due, now)
-  local w = cold_after()
-  if w == 0 or due < now + w then return false end
-  local m = meta()
-  if not m.cold_at then
-    local at = now + w
-    m.cold_at = string.format('%d', at - at % COLD_BUCKET)
-    redis.call('HSET', K_META, 'cold_at', m.cold_at)
-  end
-  if due < tonumber(m.cold_at) then return false end
+  if due < cold_from(now) then return false end
   local s = due - due % COLD_BUCKET
-  if not cold_ids then cold_ids, cold_min = {}, {} end
+  if not cold_ids then cold_ids = {} end
   local l = cold_ids[s]
   if not l then
     l = {}
     cold_ids[s] = l
-    cold_min[s] = due
-  elseif due < cold_min[s] then
-    cold_min[s] = due
   end
   l[#l + 1] = id
   return true
 end
 
 -- Writes what cold_place collected: RPUSH per bucket, the index, cold_n.
--- A bucket that is new and now the first publishes its earliest due time
--- on the pool channel, so a sleeping scheduler ticks and learns when to
--- move it. Returns the number of jobs placed.
+-- Called before the script's other writes (see above). A bucket that is
+-- new and now the first publishes the time it is to be moved (its start
+-- minus cold_after) on the pool channel: a sleeping scheduler plans its
+-- tick for the first bucket's move, from its last tick or from this.
+-- Returns the number of jobs placed.
 local function cold_flush()
   if not cold_ids then return 0 end
   local n, new = 0, {}
@@ -309,19 +320,23 @@ local function cold_flush()
     local ss = string.format('%d', s)
     variadic('RPUSH', KEY_BASE .. 'c:' .. ss, l)
     n = n + #l
-    if redis.call('ZADD', K_COLD, 'NX', ss, ss) == 1 then new[ss] = cold_min[s] end
+    if redis.call('ZADD', K_COLD, 'NX', ss, ss) == 1 then new[ss] = s end
   end
   redis.call('HINCRBY', K_META, 'cold_n', n)
-  cold_ids, cold_min = nil, nil
+  cold_ids = nil
   if next(new) then
     local first = redis.call('ZRANGE', K_COLD, 0, 0)[1]
-    if new[first] then redis.call('PUBLISH', K_POOL, string.format('%d', new[first])) end
+    if new[first] then
+      local w = cold_after()
+      if w == 0 then w = COLD_AFTER end
+      redis.call('PUBLISH', K_POOL, string.format('%d', new[first] - w))
+    end
   end
   return n
 end
 
 -- A cold job left the cold pool other than by tick's move (cancel,
--- reschedule, replace): its list entry stays, stale.
+-- reschedule, replace, unfire): its list entry stays, stale.
 local function cold_left(n)
   redis.call('HINCRBY', K_META, 'cold_n', -n)
 end
@@ -337,7 +352,7 @@ local function state_of(id)
   if s then return 'running', tonumber(s) end
   s = redis.call('ZSCORE', K_DEAD, id)
   if s then return 'dead', tonumber(s) end
-  if meta().cold_at then
+  if cold_at() then
     local r = decode(redis.call('HGET', K_JOBS, id))
     if r and is_cold_due(r.due) then return 'cold', r.due end
   end
@@ -405,26 +420,34 @@ if not st then return false end
 if st == 'running' or st == 'dead' then return { st, 0 } end
 local r = decode(redis.call('HGET', K_JOBS, id))
 if not r then return invalid('the record of "' .. id .. '" cannot be read; run punctual check') end
-if st == 'cold' then
-  -- Its list entry stays, stale (the record's new due time is not in its
-  -- bucket, or a second entry there moves it once).
-  cold_left(1)
-  st = 'pool'
-end
+local was_cold = st == 'cold'
+if was_cold then st = 'pool' end
+local old_due = r.due
 -- The expiry deadline moves with the due time: the window is kept.
 if r.deadline then
   r.mfield = string.gsub(r.mfield, ';e[^;]*', ';e' .. b36(r.deadline + due - r.due), 1)
 end
 r.due = due
+if was_cold and due >= cold_from(now) and due - due % COLD_BUCKET == old_due - old_due % COLD_BUCKET then
+  -- Cold, and staying in the same bucket: its entry there moves it by the
+  -- new due time, so only the record changes (no entry more per call).
+  redis.call('HSET', K_JOBS, id, encode(r))
+  return { st, due }
+end
+-- A cold job's list entry stays, stale: the record's new due time is not
+-- in its bucket, or a second entry there moves the job once.
+local to_cold = due > now and cold_place(id, due, now)
+-- The cold pool's keys first (lib.lua's cold_place).
+if to_cold then cold_flush() end
+if was_cold then cold_left(1) end
 redis.call('HSET', K_JOBS, id, encode(r))
 if due <= now then
   redis.call('ZADD', K_READY, due, id)
   index_ready({ due, id })
   if st ~= 'ready' then redis.call('ZREM', K_POOL, id) end
   redis.call('PUBLISH', K_READY, '')
-elseif cold_place(id, due, now) then
+elseif to_cold then
   redis.call('ZREM', STATE_KEY[st], id)
-  cold_flush()
 else
   local old_min = earliest(K_POOL)
   redis.call('ZADD', K_POOL, due, id)
