@@ -161,32 +161,36 @@ impl Queue {
     /// The cold buckets of `topic` (a physical name) that start below meta
     /// `cold_at` (at most 100), as problems: no job is placed below
     /// `cold_at`, and it passes a bucket only once the bucket is empty, so
-    /// such a bucket's jobs are no longer in the pool. One atomic read of
-    /// `cold_at` and the first 100 buckets.
+    /// such a bucket's jobs are no longer in the pool. `cold_at` only
+    /// rises, so a bucket below the value read first is below it still
+    /// when the buckets are read. (Two reads, not a `MULTI`: Redis refuses
+    /// to queue commands while it is over `maxmemory`, and `check` must
+    /// work then.)
     pub(super) async fn cold_below(&self, topic: &str) -> Result<Vec<(String, String)>> {
         let keys = self.keys(topic);
-        let (cold_at, starts): (Option<String>, Vec<(String, f64)>) = self
-            .pipe(
-                redis::pipe()
-                    .atomic()
-                    .cmd("HGET")
-                    .arg(keys.meta())
-                    .arg("cold_at")
-                    .cmd("ZRANGE")
-                    .arg(keys.cold())
-                    .arg(0)
-                    .arg(99)
-                    .arg("WITHSCORES"),
-            )
+        let cold_at: Option<String> = self
+            .cmd(redis::cmd("HGET").arg(keys.meta()).arg("cold_at"))
             .await?;
         let Some(cold_at) = cold_at.and_then(|c| c.parse::<i64>().ok()) else {
             return Ok(Vec::new());
         };
+        let starts: Vec<(String, f64)> = self
+            .cmd(
+                redis::cmd("ZRANGE")
+                    .arg(keys.cold())
+                    .arg("-inf")
+                    .arg(format!("({cold_at}"))
+                    .arg("BYSCORE")
+                    .arg("LIMIT")
+                    .arg(0)
+                    .arg(100)
+                    .arg("WITHSCORES"),
+            )
+            .await?;
         Ok(starts
             .iter()
-            .map(|(_, s)| *s as i64)
-            .take_while(|s| *s < cold_at)
-            .map(|s| {
+            .map(|(_, s)| {
+                let s = *s as i64;
                 (
                     keys.cold_bucket(s),
                     format!(
