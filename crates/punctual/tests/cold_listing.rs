@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use punctual::{ErrorKind, Job, Listed, State};
 
-use crate::util::{key, topic_keys, Fixture};
+use crate::util::{key, topic_keys, Fixture, PREFIX};
 
 const MINUTE: i64 = 60_000;
 
@@ -16,36 +16,11 @@ fn at(ms: i64) -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(ms as u64)
 }
 
-/// Puts every job of `topic` (a physical name) that waits in `pool` due at
-/// least 10 minutes ahead into the cold pool, as the placement would have:
-/// `RPUSH` its bucket, the bucket into `P:{T}:cold`, `cold_n` up, and
-/// `cold_at` (when absent) at the earliest bucket's start. A no-op for jobs
-/// the scripts already placed cold.
-async fn make_cold(f: &Fixture, topic: &str) {
-    let now = f.now_ms().await;
-    let pool: Vec<(String, f64)> = f
-        .cmd(
-            redis::cmd("ZRANGE")
-                .arg(key(topic, "pool"))
-                .arg(now + 10 * MINUTE)
-                .arg("+inf")
-                .arg("BYSCORE")
-                .arg("WITHSCORES"),
-        )
-        .await;
-    let Some(first) = pool.first().map(|(_, d)| *d as i64) else {
-        return;
-    };
-    for (id, due) in &pool {
-        let start = *due as i64 / MINUTE * MINUTE;
-        f.cli(&["ZREM", &key(topic, "pool"), id]);
-        f.cli(&["RPUSH", &key(topic, &format!("c:{start}")), id]);
-        let s = start.to_string();
-        f.cli(&["ZADD", &key(topic, "cold"), "NX", &s, &s]);
-        f.cli(&["HINCRBY", &key(topic, "meta"), "cold_n", "1"]);
-    }
-    let cold_at = (first / MINUTE * MINUTE).to_string();
-    f.cli(&["HSETNX", &key(topic, "meta"), "cold_at", &cold_at]);
+/// Puts the jobs of `topic` (a physical name) due 10 minutes ahead or
+/// more that wait in `pool` into the cold pool, as the placement would have
+/// (a no-op for jobs the scripts already placed cold).
+fn make_cold(f: &Fixture, topic: &str) {
+    f.server.make_cold(PREFIX, topic);
 }
 
 /// A topic with 4 jobs in `pool` (due in a minute: 3 `u:`, 1 `x:`) and two
@@ -78,7 +53,7 @@ async fn seed(f: &Fixture, t: &str) -> (i64, i64, BTreeMap<String, i64>) {
         .map(|(id, due)| Job::new("p").id(id).at(at(*due)))
         .collect();
     q.enqueue_batch(t, batch).await.unwrap();
-    make_cold(f, t).await;
+    make_cold(f, t);
     // The stale entries.
     let bucket_a = key(t, &format!("c:{a}"));
     f.cli(&["RPUSH", &bucket_a, "u:a1", "u:b00"]);
@@ -234,7 +209,7 @@ async fn a_partitioned_pool_listing_visits_each_partitions_buckets() {
         .collect();
     f.queue.enqueue_batch(t, jobs).await.unwrap();
     for name in f.queue.partition_names(t).await.unwrap() {
-        make_cold(&f, &name).await;
+        make_cold(&f, &name);
     }
     let mut listed: Vec<String> = pages(&f, t, "j:", 4)
         .await

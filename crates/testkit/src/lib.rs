@@ -170,6 +170,32 @@ end
 return out
 "#;
 
+/// The Lua script behind [`RedisServer::make_cold`]: `EVAL` it with no
+/// keys and ARGV[1] the topic's key prefix `P:{T}:`; it replies the number
+/// of jobs it moved from `pool` into the cold pool.
+///
+/// ```
+/// assert!(punctual_testkit::MAKE_COLD_LUA.contains("RPUSH"));
+/// ```
+pub const MAKE_COLD_LUA: &str = r#"
+local base = ARGV[1]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local far = redis.call('ZRANGE', base .. 'pool', now + 600000, '+inf', 'BYSCORE', 'WITHSCORES')
+local first = nil
+for i = 1, #far, 2 do
+  local id, due = far[i], tonumber(far[i + 1])
+  local start = string.format('%d', due - due % 60000)
+  redis.call('ZREM', base .. 'pool', id)
+  redis.call('RPUSH', base .. 'c:' .. start, id)
+  redis.call('ZADD', base .. 'cold', 'NX', start, start)
+  redis.call('HINCRBY', base .. 'meta', 'cold_n', 1)
+  if not first or tonumber(start) < tonumber(first) then first = start end
+end
+if first then redis.call('HSETNX', base .. 'meta', 'cold_at', first) end
+return #far / 2
+"#;
+
 /// A port nobody listens on right now.
 ///
 /// ```
@@ -409,6 +435,35 @@ impl RedisServer {
             .collect();
         jobs.sort_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
         jobs
+    }
+
+    /// Moves the jobs of a punctual topic's `pool` due at least 10 minutes
+    /// after Redis's clock into the cold pool, as punctual's placement
+    /// would have put them (docs/PROTOCOL.md "The cold pool"): each id
+    /// `RPUSH`ed to the list of its due minute `P:{T}:c:<start>`, the
+    /// bucket added to `P:{T}:cold`, meta `cold_n` raised, and meta
+    /// `cold_at` set to the earliest bucket's start when absent. One
+    /// script, [`MAKE_COLD_LUA`]; returns how many jobs moved. For tests
+    /// that need a cold pool whatever the scripts under test place cold
+    /// themselves (jobs already cold are left as they are). `topic` is a
+    /// physical name.
+    ///
+    /// ```
+    /// let redis = punctual_testkit::RedisServer::start();
+    /// redis.cli(&["ZADD", "punctual:{t}:pool", "1", "due", "9000000000000", "far"]).unwrap();
+    /// assert_eq!(redis.make_cold("punctual", "t"), 1);
+    /// assert_eq!(redis.cli(&["LRANGE", "punctual:{t}:c:9000000000000", "0", "-1"]).unwrap(), "far\n");
+    /// assert_eq!(redis.cli(&["ZRANGE", "punctual:{t}:pool", "0", "-1"]).unwrap(), "due\n");
+    /// assert_eq!(redis.cli(&["HGET", "punctual:{t}:meta", "cold_at"]).unwrap(), "9000000000000\n");
+    /// ```
+    pub fn make_cold(&self, prefix: &str, topic: &str) -> usize {
+        let base = format!("{prefix}:{{{topic}}}:");
+        let out = self
+            .cli(&["EVAL", MAKE_COLD_LUA, "0", &base])
+            .unwrap_or_else(|e| panic!("redis-cli EVAL (make {topic} cold): {e}"));
+        out.trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("a count of jobs moved: {out}"))
     }
 
     fn pid(&self) -> Option<Pid> {
