@@ -42,7 +42,9 @@ pub struct Unlisted {
 
 /// The keys that hold a topic's jobs (its meta, stats and sequence may
 /// outlive them); also the cold pool's index `cold` and its buckets
-/// `c:<start>` (see [`holds_jobs`]).
+/// `c:<start>` (see [`holds_jobs`]): a bucket whose jobs are all gone still
+/// holds their ids, and only a scheduler's tick of the topic drops it,
+/// which never comes for a topic missing from the set.
 const JOB_KEYS: &[&str] = &["pool", "ready", "running", "dead", "jobs", "cold"];
 
 /// Whether a topic key named `name` (after `P:{T}:`) holds jobs: one of

@@ -225,9 +225,14 @@ async fn peek_at_the_pool_merges_pool_and_cold_buckets_in_due_order() {
     let f = Fixture::new().await;
     let t = "cold-peek";
     let (a, _, _) = seed(&f, t).await;
+    // A pool job due within bucket A (pool is not all earlier than the
+    // cold pool): peek must still read A when it fills the first five.
+    f.cli(&["ZADD", &key(t, "pool"), &(a + 500).to_string(), "late"]);
     let oracle = f.pool_jobs(t);
-    assert_eq!(oracle.len(), 4 + 7 + 13, "{oracle:?}");
-    for n in [1, 3, 4, 5, 8, 11, 12, 20, 24, 1000] {
+    assert_eq!(oracle.len(), 5 + 7 + 13, "{oracle:?}");
+    assert_eq!(oracle[4].0, "u:a0");
+    assert_eq!(oracle[5].0, "late");
+    for n in [1, 3, 4, 5, 6, 8, 11, 12, 20, 25, 1000] {
         let got: Vec<(String, i64)> = f
             .queue
             .peek(t, State::Pool, n)

@@ -69,13 +69,20 @@ impl Queue {
 
     /// The first `count` cold jobs of `topic` (a physical name) by due
     /// time: the buckets from the first one until they hold `count`, each
-    /// read whole (its entries are in no order), each id once.
-    pub(super) async fn peek_cold(&self, topic: &str, count: usize) -> Result<Vec<Listed>> {
+    /// read whole (its entries are in no order), each id once. None of a
+    /// bucket that starts after `until` (the caller has `count` jobs due by
+    /// then).
+    pub(super) async fn peek_cold(
+        &self,
+        topic: &str,
+        count: usize,
+        until: Option<i64>,
+    ) -> Result<Vec<Listed>> {
         let keys = self.keys(topic);
         let mut out: Vec<Listed> = Vec::new();
         let mut seen = BTreeSet::new();
         let mut bucket = self.next_cold_bucket(&keys, None).await?;
-        while let Some(start) = bucket {
+        while let Some(start) = bucket.filter(|s| until.is_none_or(|u| *s <= u)) {
             let mut offset = 0;
             loop {
                 let (next, jobs) = self.cold_page(topic, start, offset, MAX_BATCH, "").await?;

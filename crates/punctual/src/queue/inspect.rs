@@ -518,7 +518,11 @@ impl Queue {
         let topic = &partition_name(logical, part, k);
         let keys = self.keys(topic);
         let mut found: BTreeMap<String, String> = BTreeMap::new();
+        // The cold jobs found, by bucket start, looked up in their buckets
+        // after the scans, or whenever they reach COLD_BATCH ids (memory
+        // stays bounded; a bucket may then be read more than once).
         let mut cold: BTreeMap<i64, BTreeSet<String>> = BTreeMap::new();
+        let mut cold_ids = 0;
         let scans = [
             ("HSCAN", keys.jobs().to_string()),
             ("ZSCAN", keys.pool().to_string()),
@@ -560,12 +564,20 @@ impl Queue {
                         match problem.strip_prefix("cold ").map(str::parse::<i64>) {
                             Some(Ok(start)) => {
                                 cold.entry(start).or_default().insert(id);
+                                cold_ids += 1;
                             }
                             _ => {
                                 found.insert(id, problem);
                             }
                         }
                     }
+                }
+                if cold_ids >= COLD_BATCH {
+                    for (id, problem) in self.cold_missing(topic, std::mem::take(&mut cold)).await?
+                    {
+                        found.entry(id).or_insert(problem);
+                    }
+                    cold_ids = 0;
                 }
                 cursor = next;
                 if cursor == 0 {
@@ -636,12 +648,15 @@ impl Queue {
                         .arg("WITHSCORES"),
                 )
                 .await?;
+            // With `count` jobs in pool, a cold job due after the last of
+            // them cannot be among the first `count`.
+            let last = (items.len() == count).then(|| items[count - 1].1 as i64);
             all.extend(items.into_iter().map(|(id, s)| Listed {
                 id: String::from_utf8_lossy(&id).into_owned(),
                 at_ms: s as i64,
             }));
             if state == State::Pool {
-                all.extend(self.peek_cold(&name, count).await?);
+                all.extend(self.peek_cold(&name, count, last).await?);
             }
         }
         all.sort_by_key(|j| j.at_ms);
@@ -649,6 +664,10 @@ impl Queue {
         Ok(all)
     }
 }
+
+/// How many cold job ids `check` gathers before it looks them up in their
+/// buckets.
+const COLD_BATCH: usize = 100_000;
 
 /// Where a listing goes on in one partition: a `ZSCAN` cursor over the
 /// state's set, or (pool only, after `pool`) an offset into a cold bucket.
