@@ -503,6 +503,80 @@ fn list_all(url: &str, topic: &str, state: &str, extra: &[&str]) -> (Vec<String>
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_goes_on_from_pool_into_the_cold_pool_minute_by_minute() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let q = Queue::connect(url.clone()).await.unwrap();
+    // Two jobs in pool; six due two hours ahead, two a minute over three
+    // minutes, in the cold pool (PROTOCOL.md "The cold pool").
+    let mut jobs = Vec::new();
+    let mut ids = Vec::new();
+    for i in 0..2 {
+        ids.push(format!("warm:{i}"));
+        jobs.push(
+            Job::new("x")
+                .id(format!("warm:{i}"))
+                .delay(Duration::from_secs(60)),
+        );
+    }
+    for i in 0..6u64 {
+        ids.push(format!("cold:{i}"));
+        let delay = Duration::from_secs(7200 + i / 2 * 60);
+        jobs.push(Job::new("x").id(format!("cold:{i}")).delay(delay));
+    }
+    q.enqueue_batch("orders", jobs).await.unwrap();
+    server.make_cold("punctual", "orders");
+    assert_eq!(
+        server.cli(&["ZCARD", "punctual:{orders}:cold"]).unwrap(),
+        "3\n"
+    );
+
+    // A page for pool, then one per bucket.
+    let u = url.clone();
+    let (got, pages) =
+        tokio::task::spawn_blocking(move || list_all(&u, "orders", "pool", &["--limit", "1"]))
+            .await
+            .unwrap();
+    ids.sort();
+    assert_eq!(got, ids);
+    assert_eq!(pages, 4);
+    // The text footer names a cursor into the first bucket; it goes on.
+    let out = punctual(
+        &["--redis", &url, "list", "orders", "pool", "--limit", "1"],
+        &[],
+    )
+    .ok();
+    let cursor = out
+        .stdout
+        .split("--cursor ")
+        .nth(1)
+        .expect("a next page")
+        .trim()
+        .to_string();
+    assert!(
+        cursor.starts_with("0-c") && cursor.ends_with("-0"),
+        "{out:?}"
+    );
+    let out = punctual(
+        &[
+            "--redis", &url, "list", "orders", "pool", "--limit", "1", "--json", "--cursor",
+            &cursor,
+        ],
+        &[],
+    )
+    .ok();
+    let page = out.json();
+    let mut listed: Vec<String> = page["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_str().unwrap().to_string())
+        .collect();
+    listed.sort();
+    assert_eq!(listed, ["cold:0", "cold:1"], "{page}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_pages_through_a_state_with_a_cursor_and_an_id_prefix() {
     let server = RedisServer::start();
     let url = server.url();

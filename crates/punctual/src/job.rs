@@ -732,7 +732,8 @@ pub enum DeadSelector {
 pub struct Listed {
     /// The job id.
     pub id: String,
-    /// Its score in the state's set, epoch ms.
+    /// Its score in the state's set, epoch ms (for a job in the cold pool,
+    /// its record's due time).
     pub at_ms: i64,
 }
 

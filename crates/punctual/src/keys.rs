@@ -245,6 +245,33 @@ impl TopicKeys {
     pub fn attempts(&self) -> &str {
         &self.keys[8]
     }
+    /// The index of the cold pool's buckets (sorted set, member and score
+    /// both a bucket's start; see docs/PROTOCOL.md "The cold pool"). Not
+    /// one of the nine keys the scripts take.
+    ///
+    /// ```
+    /// let k = punctual::TopicKeys::new("punctual", "orders");
+    /// assert_eq!(k.cold(), "punctual:{orders}:cold");
+    /// ```
+    pub fn cold(&self) -> String {
+        format!("{}cold", self.base())
+    }
+    /// The cold bucket that starts at `start` (epoch ms, a multiple of
+    /// 60,000): a list of the ids placed cold with a due time in
+    /// `[start, start + 60000)`.
+    ///
+    /// ```
+    /// let k = punctual::TopicKeys::new("punctual", "orders");
+    /// assert_eq!(k.cold_bucket(1_800_000_000_000), "punctual:{orders}:c:1800000000000");
+    /// ```
+    pub fn cold_bucket(&self, start: i64) -> String {
+        format!("{}c:{start}", self.base())
+    }
+    /// `P:{T}:`, what every key name of the topic starts with.
+    fn base(&self) -> &str {
+        let pool = &self.keys[0];
+        &pool[..pool.len() - "pool".len()]
+    }
 }
 
 /// The one global key: the set of known topics.

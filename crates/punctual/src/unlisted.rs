@@ -41,8 +41,20 @@ pub struct Unlisted {
 }
 
 /// The keys that hold a topic's jobs (its meta, stats and sequence may
-/// outlive them).
-const JOB_KEYS: &[&str] = &["pool", "ready", "running", "dead", "jobs"];
+/// outlive them); also the cold pool's index `cold` and its buckets
+/// `c:<start>` (see [`holds_jobs`]): a bucket whose jobs are all gone still
+/// holds their ids, and only a scheduler's tick of the topic drops it,
+/// which never comes for a topic missing from the set.
+const JOB_KEYS: &[&str] = &["pool", "ready", "running", "dead", "jobs", "cold"];
+
+/// Whether a topic key named `name` (after `P:{T}:`) holds jobs: one of
+/// [`JOB_KEYS`], or a cold bucket `c:<start>` (decimal digits).
+fn holds_jobs(name: &str) -> bool {
+    JOB_KEYS.contains(&name)
+        || name
+            .strip_prefix("c:")
+            .is_some_and(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+}
 
 impl Queue {
     /// Topics with jobs under this prefix that are missing from the set of
@@ -123,7 +135,7 @@ impl Queue {
         let key = std::str::from_utf8(key).ok()?;
         let rest = key.strip_prefix(self.prefix())?.strip_prefix(":{")?;
         let (topic, name) = rest.rsplit_once("}:")?;
-        if !JOB_KEYS.contains(&name) {
+        if !holds_jobs(name) {
             return None;
         }
         let logical = match topic.rsplit_once('#') {
@@ -159,4 +171,21 @@ fn glob_escape(s: &str) -> String {
         out.push(c);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::holds_jobs;
+
+    #[test]
+    fn the_cold_pool_holds_jobs() {
+        for name in ["pool", "jobs", "cold", "c:1800000000000", "c:0"] {
+            assert!(holds_jobs(name), "{name}");
+        }
+        for name in [
+            "meta", "stats", "seq", "c:", "c:12a", "c:-60000", "cold:1", "g:x",
+        ] {
+            assert!(!holds_jobs(name), "{name}");
+        }
+    }
 }

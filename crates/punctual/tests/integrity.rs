@@ -269,6 +269,9 @@ async fn every_numeric_argument_of_every_script_must_be_a_finite_integer() {
             ("dead_list", vec!["0", bad]),
             ("dead_replay", vec!["oldest", bad]),
             ("dead_purge", vec!["oldest", bad]),
+            ("cold_page", vec![bad, "0", "10", ""]),
+            ("cold_page", vec!["60000", bad, "10", ""]),
+            ("cold_page", vec!["60000", "0", bad, ""]),
         ];
         for (script, argv) in calls {
             // An empty max attempts or retry delay means "the default": fine.

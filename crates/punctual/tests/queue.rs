@@ -1648,9 +1648,12 @@ async fn check_finds_nothing_after_a_random_mix_of_operations() {
 async fn check_reports_violations_injected_by_hand() {
     let f = Fixture::new().await;
     let (q, t) = (&f.queue, "broken");
-    let hour = Duration::from_secs(3600);
+    // Due in 5 minutes: in pool, not in the cold pool (10 minutes ahead).
+    let later = Duration::from_secs(300);
     for id in ["both", "lost", "fine"] {
-        q.enqueue(t, Job::new(id).id(id).delay(hour)).await.unwrap();
+        q.enqueue(t, Job::new(id).id(id).delay(later))
+            .await
+            .unwrap();
     }
     q.enqueue(t, Job::new("gone").id("gone")).await.unwrap();
     claim_one(q, t, LONG_LEASE).await;

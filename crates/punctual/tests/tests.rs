@@ -4,6 +4,7 @@ mod util;
 
 mod cluster;
 mod cold_admin;
+mod cold_listing;
 mod faults;
 mod flow;
 mod group_limits;

@@ -83,6 +83,14 @@ impl Fixture {
         }
     }
 
+    /// The jobs in a topic's pool (a physical name), `(id, due ms)` by due
+    /// time: the `pool` set and the cold pool (see
+    /// [`RedisServer::pool_jobs`]). Read this, not `P:{T}:pool`, for jobs
+    /// due more than 10 minutes ahead.
+    pub(crate) fn pool_jobs(&self, topic: &str) -> Vec<(String, i64)> {
+        self.server.pool_jobs(PREFIX, topic)
+    }
+
     /// Every key and its DUMP: equal snapshots mean nothing was written.
     pub(crate) async fn snapshot(&self) -> BTreeMap<String, Vec<u8>> {
         let keys: Vec<String> = self.cmd(redis::cmd("KEYS").arg("*")).await;

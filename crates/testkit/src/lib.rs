@@ -133,6 +133,69 @@ pub struct RedisServer {
     child: Option<Child>,
 }
 
+/// The Lua script behind [`RedisServer::pool_jobs`], for a test that
+/// reads a punctual topic through its own connection: `EVAL` it with no
+/// keys and ARGV[1] the topic's key prefix `P:{T}:`. It returns a flat
+/// array `id, due ms, ...`: the members of `P:{T}:pool` with their scores,
+/// then the cold jobs (docs/PROTOCOL.md "The cold pool"): the ids of
+/// `P:{T}:jobs` in none of pool, ready, running and dead whose record is
+/// due at or after meta `cold_at` (none while `cold_at` is absent). It
+/// reads whole keys: for tests only.
+///
+/// ```
+/// assert!(punctual_testkit::POOL_JOBS_LUA.contains("cold_at"));
+/// ```
+pub const POOL_JOBS_LUA: &str = r#"
+local base = ARGV[1]
+local out = {}
+local pool = redis.call('ZRANGE', base .. 'pool', 0, -1, 'WITHSCORES')
+for i = 1, #pool, 2 do
+  out[#out + 1] = pool[i]
+  out[#out + 1] = pool[i + 1]
+end
+local cold_at = tonumber(redis.call('HGET', base .. 'meta', 'cold_at'))
+if not cold_at then return out end
+local jobs = redis.call('HGETALL', base .. 'jobs')
+for i = 1, #jobs, 2 do
+  local id = jobs[i]
+  local due = string.match(jobs[i + 1], '^[^:]*:(%w+):')
+  due = due and tonumber(due, 36)
+  if due and due >= cold_at
+    and not redis.call('ZSCORE', base .. 'pool', id) and not redis.call('ZSCORE', base .. 'ready', id)
+    and not redis.call('ZSCORE', base .. 'running', id) and not redis.call('ZSCORE', base .. 'dead', id) then
+    out[#out + 1] = id
+    out[#out + 1] = string.format('%d', due)
+  end
+end
+return out
+"#;
+
+/// The Lua script behind [`RedisServer::make_cold`]: `EVAL` it with no
+/// keys and ARGV[1] the topic's key prefix `P:{T}:`; it replies the number
+/// of jobs it moved from `pool` into the cold pool.
+///
+/// ```
+/// assert!(punctual_testkit::MAKE_COLD_LUA.contains("RPUSH"));
+/// ```
+pub const MAKE_COLD_LUA: &str = r#"
+local base = ARGV[1]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local far = redis.call('ZRANGE', base .. 'pool', now + 600000, '+inf', 'BYSCORE', 'WITHSCORES')
+local first = nil
+for i = 1, #far, 2 do
+  local id, due = far[i], tonumber(far[i + 1])
+  local start = string.format('%d', due - due % 60000)
+  redis.call('ZREM', base .. 'pool', id)
+  redis.call('RPUSH', base .. 'c:' .. start, id)
+  redis.call('ZADD', base .. 'cold', 'NX', start, start)
+  redis.call('HINCRBY', base .. 'meta', 'cold_n', 1)
+  if not first or tonumber(start) < tonumber(first) then first = start end
+end
+if first then redis.call('HSETNX', base .. 'meta', 'cold_at', first) end
+return #far / 2
+"#;
+
 /// A port nobody listens on right now.
 ///
 /// ```
@@ -337,6 +400,70 @@ impl RedisServer {
             return Err(String::from_utf8_lossy(&out.stderr).into_owned());
         }
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// The jobs of a punctual topic's pool, as `(id, due ms)` sorted by
+    /// due time (then id), read in one [`POOL_JOBS_LUA`] call: the `pool`
+    /// sorted set and the cold pool, by the state rule of
+    /// docs/PROTOCOL.md "The cold pool" (a job in none of the four sets
+    /// whose record is due at or after meta `cold_at`). For tests that
+    /// would otherwise read `P:{T}:pool` and miss the jobs due far ahead.
+    /// `topic` is a physical name (a topic or one partition `T#i`).
+    ///
+    /// ```
+    /// let redis = punctual_testkit::RedisServer::start();
+    /// redis.cli(&["ZADD", "punctual:{t}:pool", "5000", "warm"]).unwrap();
+    /// // A cold job: a record due at 120000 ("2klc" in base 36), in no set.
+    /// redis.cli(&["HSET", "punctual:{t}:jobs", "cold", ":2klc:0::0:payload"]).unwrap();
+    /// redis.cli(&["HSET", "punctual:{t}:meta", "cold_at", "120000"]).unwrap();
+    /// let jobs = redis.pool_jobs("punctual", "t");
+    /// assert_eq!(jobs, [("warm".to_string(), 5000), ("cold".to_string(), 120000)]);
+    /// ```
+    pub fn pool_jobs(&self, prefix: &str, topic: &str) -> Vec<(String, i64)> {
+        let base = format!("{prefix}:{{{topic}}}:");
+        let out = self
+            .cli(&["EVAL", POOL_JOBS_LUA, "0", &base])
+            .unwrap_or_else(|e| panic!("redis-cli EVAL (pool jobs of {topic}): {e}"));
+        let lines: Vec<&str> = out.lines().collect();
+        let mut jobs: Vec<(String, i64)> = lines
+            .chunks(2)
+            .filter(|p| p.len() == 2)
+            .map(|p| {
+                let due: f64 = p[1].parse().unwrap_or_else(|_| panic!("a due time: {out}"));
+                (p[0].to_string(), due as i64)
+            })
+            .collect();
+        jobs.sort_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
+        jobs
+    }
+
+    /// Moves the jobs of a punctual topic's `pool` due at least 10 minutes
+    /// after Redis's clock into the cold pool, as punctual's placement
+    /// would have put them (docs/PROTOCOL.md "The cold pool"): each id
+    /// `RPUSH`ed to the list of its due minute `P:{T}:c:<start>`, the
+    /// bucket added to `P:{T}:cold`, meta `cold_n` raised, and meta
+    /// `cold_at` set to the earliest bucket's start when absent. One
+    /// script, [`MAKE_COLD_LUA`]; returns how many jobs moved. For tests
+    /// that need a cold pool whatever the scripts under test place cold
+    /// themselves (jobs already cold are left as they are). `topic` is a
+    /// physical name.
+    ///
+    /// ```
+    /// let redis = punctual_testkit::RedisServer::start();
+    /// redis.cli(&["ZADD", "punctual:{t}:pool", "1", "due", "9000000000000", "far"]).unwrap();
+    /// assert_eq!(redis.make_cold("punctual", "t"), 1);
+    /// assert_eq!(redis.cli(&["LRANGE", "punctual:{t}:c:9000000000000", "0", "-1"]).unwrap(), "far\n");
+    /// assert_eq!(redis.cli(&["ZRANGE", "punctual:{t}:pool", "0", "-1"]).unwrap(), "due\n");
+    /// assert_eq!(redis.cli(&["HGET", "punctual:{t}:meta", "cold_at"]).unwrap(), "9000000000000\n");
+    /// ```
+    pub fn make_cold(&self, prefix: &str, topic: &str) -> usize {
+        let base = format!("{prefix}:{{{topic}}}:");
+        let out = self
+            .cli(&["EVAL", MAKE_COLD_LUA, "0", &base])
+            .unwrap_or_else(|e| panic!("redis-cli EVAL (make {topic} cold): {e}"));
+        out.trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("a count of jobs moved: {out}"))
     }
 
     fn pid(&self) -> Option<Pid> {

@@ -46,9 +46,7 @@ pub(crate) async fn run(ctx: &Ctx, args: ListArgs) -> Result<()> {
     punctual::validate_topic(&args.topic)?;
     let state: State = args.state.parse()?;
     if let Some(c) = &args.cursor {
-        if c.split_once('-')
-            .is_none_or(|(p, z)| p.parse::<u32>().is_err() || z.parse::<u64>().is_err())
-        {
+        if !cursor_shape(c) {
             return Err(exit::invalid(format!(
                 "--cursor {c:?} is not a cursor `list` printed (like 0-5120); start again without it"
             )));
@@ -114,4 +112,44 @@ pub(crate) async fn run(ctx: &Ctx, args: ListArgs) -> Result<()> {
         )),
     }
     emit(&out)
+}
+
+/// Whether `c` looks like a cursor `list` prints: `<partition>-<ZSCAN
+/// cursor>`, or in the cold pool `<partition>-c<bucket start>-<offset>`
+/// (the library checks the rest).
+fn cursor_shape(c: &str) -> bool {
+    let Some((p, rest)) = c.split_once('-') else {
+        return false;
+    };
+    let ok = match rest.strip_prefix('c') {
+        None => rest.parse::<u64>().is_ok(),
+        Some(b) => b
+            .split_once('-')
+            .is_some_and(|(s, o)| s.parse::<u64>().is_ok() && o.parse::<u64>().is_ok()),
+    };
+    ok && p.parse::<u32>().is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cursor_shape;
+
+    #[test]
+    fn cursors_of_sets_and_cold_buckets_have_a_shape() {
+        for c in ["0-5120", "2-0", "0-c1800000000000-0", "3-c60000-1000"] {
+            assert!(cursor_shape(c), "{c}");
+        }
+        for c in [
+            "junk",
+            "0",
+            "0-",
+            "x-1",
+            "0-c",
+            "0-c60000",
+            "0-c60000-x",
+            "0-cx-1",
+        ] {
+            assert!(!cursor_shape(c), "{c}");
+        }
+    }
 }

@@ -1,10 +1,11 @@
 //! Reading state through [`Queue`]: one job, listings, counts, the dead
 //! letters, the invariant check.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use redis::Value;
 
+use super::cold::BUCKET_MS;
 use super::{Queue, MAX_BATCH};
 use crate::error::{Error, Result};
 use crate::job::{JobInfo, ListPage, Listed, State, TopicStats, Violation};
@@ -112,7 +113,11 @@ impl Queue {
     /// first, then the returned cursor until it is `None`. At scale: each
     /// page is one or a few `ZSCAN ... MATCH` calls per partition, so a page
     /// costs about `count` entries whatever the set's size, and the
-    /// listing visits every partition of a partitioned topic. As with
+    /// listing visits every partition of a partitioned topic. For
+    /// [`State::Pool`], each partition's `pool` set is followed by its cold
+    /// pool: the buckets in order of start, read with the `cold_page`
+    /// script (docs/PROTOCOL.md "The cold pool"), each cold job with its
+    /// due time. As with
     /// `ZSCAN`, a job present throughout the listing is returned at least
     /// once (possibly twice); jobs that move meanwhile may be missed or seen
     /// twice; pages are sorted by score, the whole listing is not. A page
@@ -150,24 +155,22 @@ impl Queue {
         if id_prefix.len() > crate::keys::MAX_ID_LEN {
             return Err(Error::invalid("an id prefix is at most 200 bytes"));
         }
+        if !matches!(
+            state,
+            State::Pool | State::Ready | State::Running | State::Dead
+        ) {
+            return Err(Error::invalid(format!(
+                "cannot list {state} jobs: give pool, ready, running or dead"
+            )));
+        }
         let k = self.partitions(topic).await?;
-        let bad_cursor = || {
-            Error::invalid(format!(
-                "cursor {:?} is not one this listing returned (start again without a cursor)",
-                cursor.unwrap_or("")
-            ))
-        };
-        let (mut part, mut at): (u32, u64) = match cursor {
-            None => (0, 0),
-            Some(c) => {
-                let (p, z) = c.split_once('-').ok_or_else(bad_cursor)?;
-                let p: u32 = p.parse().map_err(|_| bad_cursor())?;
-                let z: u64 = z.parse().map_err(|_| bad_cursor())?;
-                if p >= k {
-                    return Err(bad_cursor());
-                }
-                (p, z)
-            }
+        let (mut part, mut at) = match cursor {
+            None => (0, At::Scan(0)),
+            Some(c) => parse_cursor(c, k, state).ok_or_else(|| {
+                Error::invalid(format!(
+                    "cursor {c:?} is not one this listing returned (start again without a cursor)"
+                ))
+            })?,
         };
         let mut pattern = String::with_capacity(id_prefix.len() * 2 + 1);
         for c in id_prefix.chars() {
@@ -179,47 +182,75 @@ impl Queue {
         pattern.push('*');
         let mut jobs: Vec<Listed> = Vec::new();
         loop {
-            let keys = self.keys(&partition_name(topic, part, k));
-            let key = match state {
-                State::Pool => keys.pool(),
-                State::Ready => keys.ready(),
-                State::Running => keys.running(),
-                State::Dead => keys.dead(),
-                other => {
-                    return Err(Error::invalid(format!(
-                        "cannot list {other} jobs: give pool, ready, running or dead"
-                    )))
+            let name = partition_name(topic, part, k);
+            let keys = self.keys(&name);
+            let want = (count - jobs.len().min(count)).max(10);
+            let next = match at {
+                At::Scan(z) => {
+                    let key = match state {
+                        State::Pool => keys.pool(),
+                        State::Ready => keys.ready(),
+                        State::Running => keys.running(),
+                        _ => keys.dead(),
+                    };
+                    let (next, items): (u64, Vec<(Vec<u8>, f64)>) = self
+                        .cmd(
+                            redis::cmd("ZSCAN")
+                                .arg(key)
+                                .arg(z)
+                                .arg("MATCH")
+                                .arg(&pattern)
+                                .arg("COUNT")
+                                .arg(want),
+                        )
+                        .await?;
+                    jobs.extend(items.into_iter().map(|(id, s)| Listed {
+                        id: String::from_utf8_lossy(&id).into_owned(),
+                        at_ms: s as i64,
+                    }));
+                    match (next, state) {
+                        (0, State::Pool) => self
+                            .next_cold_bucket(&keys, None)
+                            .await?
+                            .map(|start| At::Cold { start, offset: 0 }),
+                        (0, _) => None,
+                        (z, _) => Some(At::Scan(z)),
+                    }
+                }
+                At::Cold { start, offset } => {
+                    let (next, items) = self
+                        .cold_page(&name, start, offset, want.min(MAX_BATCH), id_prefix)
+                        .await?;
+                    jobs.extend(items);
+                    match next {
+                        Some(offset) => Some(At::Cold { start, offset }),
+                        None => self
+                            .next_cold_bucket(&keys, Some(start))
+                            .await?
+                            .map(|start| At::Cold { start, offset: 0 }),
+                    }
                 }
             };
-            let want = count - jobs.len().min(count);
-            let (next, items): (u64, Vec<(Vec<u8>, f64)>) = self
-                .cmd(
-                    redis::cmd("ZSCAN")
-                        .arg(key)
-                        .arg(at)
-                        .arg("MATCH")
-                        .arg(&pattern)
-                        .arg("COUNT")
-                        .arg(want.max(10)),
-                )
-                .await?;
-            jobs.extend(items.into_iter().map(|(id, s)| Listed {
-                id: String::from_utf8_lossy(&id).into_owned(),
-                at_ms: s as i64,
-            }));
-            at = next;
-            if at == 0 {
-                part += 1;
-                if part >= k {
-                    jobs.sort_by_key(|j| j.at_ms);
-                    return Ok(ListPage { jobs, cursor: None });
+            at = match next {
+                Some(at) => at,
+                None => {
+                    part += 1;
+                    if part >= k {
+                        jobs.sort_by_key(|j| j.at_ms);
+                        return Ok(ListPage { jobs, cursor: None });
+                    }
+                    At::Scan(0)
                 }
-            }
+            };
             if jobs.len() >= count {
                 jobs.sort_by_key(|j| j.at_ms);
+                let cursor = match at {
+                    At::Scan(z) => format!("{part}-{z}"),
+                    At::Cold { start, offset } => format!("{part}-c{start}-{offset}"),
+                };
                 return Ok(ListPage {
                     jobs,
-                    cursor: Some(format!("{part}-{at}")),
+                    cursor: Some(cursor),
                 });
             }
         }
@@ -460,7 +491,11 @@ impl Queue {
     /// exactly one of pool, ready, running, dead, and has a record exactly
     /// then, and has an attempts entry only then. Scans the four sets, the
     /// records and the attempts hash in pages; each page is checked
-    /// atomically, so jobs moving meanwhile are never reported falsely. For
+    /// atomically, so jobs moving meanwhile are never reported falsely. A
+    /// job in the cold pool must have an entry in its bucket: the buckets
+    /// of the cold jobs found are read, and a cold job missing from its
+    /// bucket is reported (after a second look, so a job moved meanwhile is
+    /// not), as is a cold bucket that starts below meta `cold_at`. For
     /// a partitioned topic, every partition is checked, and every id must be
     /// in the partition its id maps to.
     ///
@@ -483,6 +518,11 @@ impl Queue {
         let topic = &partition_name(logical, part, k);
         let keys = self.keys(topic);
         let mut found: BTreeMap<String, String> = BTreeMap::new();
+        // The cold jobs found, by bucket start, looked up in their buckets
+        // after the scans, or whenever they reach COLD_BATCH ids (memory
+        // stays bounded; a bucket may then be read more than once).
+        let mut cold: BTreeMap<i64, BTreeSet<String>> = BTreeMap::new();
+        let mut cold_ids = 0;
         let scans = [
             ("HSCAN", keys.jobs().to_string()),
             ("ZSCAN", keys.pool().to_string()),
@@ -519,14 +559,37 @@ impl Queue {
                     while !r.is_empty() {
                         let id = r.string()?;
                         let problem = r.string()?;
-                        found.insert(id, problem);
+                        // A cold job (not a problem by itself): it must be
+                        // in its bucket, looked up below.
+                        match problem.strip_prefix("cold ").map(str::parse::<i64>) {
+                            Some(Ok(start)) => {
+                                cold.entry(start).or_default().insert(id);
+                                cold_ids += 1;
+                            }
+                            _ => {
+                                found.insert(id, problem);
+                            }
+                        }
                     }
+                }
+                if cold_ids >= COLD_BATCH {
+                    for (id, problem) in self.cold_missing(topic, std::mem::take(&mut cold)).await?
+                    {
+                        found.entry(id).or_insert(problem);
+                    }
+                    cold_ids = 0;
                 }
                 cursor = next;
                 if cursor == 0 {
                     break;
                 }
             }
+        }
+        for (id, problem) in self.cold_missing(topic, cold).await? {
+            found.entry(id).or_insert(problem);
+        }
+        for (key, problem) in self.cold_below(topic).await? {
+            found.insert(key, problem);
         }
         Ok(found
             .into_iter()
@@ -543,7 +606,9 @@ impl Queue {
     /// the next due jobs and their due times, for [`State::Running`] the
     /// leases that expire next, for [`State::Dead`] the oldest deaths. A
     /// partitioned topic's partitions are merged. Read-only: one `ZRANGE`
-    /// per partition. For dashboards; use [`Queue::get`] for a job's record.
+    /// per partition; for the pool, also the cold buckets from the first
+    /// until they hold `count` jobs (each read whole, by `cold_page`).
+    /// For dashboards; use [`Queue::get`] for a job's record.
     ///
     /// ```no_run
     /// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
@@ -583,13 +648,57 @@ impl Queue {
                         .arg("WITHSCORES"),
                 )
                 .await?;
+            // With `count` jobs in pool, a cold job due after the last of
+            // them cannot be among the first `count`.
+            let last = (items.len() == count).then(|| items[count - 1].1 as i64);
             all.extend(items.into_iter().map(|(id, s)| Listed {
                 id: String::from_utf8_lossy(&id).into_owned(),
                 at_ms: s as i64,
             }));
+            if state == State::Pool {
+                all.extend(self.peek_cold(&name, count, last).await?);
+            }
         }
         all.sort_by_key(|j| j.at_ms);
         all.truncate(count);
         Ok(all)
     }
+}
+
+/// How many cold job ids `check` gathers before it looks them up in their
+/// buckets.
+const COLD_BATCH: usize = 100_000;
+
+/// Where a listing goes on in one partition: a `ZSCAN` cursor over the
+/// state's set, or (pool only, after `pool`) an offset into a cold bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum At {
+    Scan(u64),
+    Cold { start: i64, offset: u64 },
+}
+
+/// A cursor of [`Queue::list`]: `<partition>-<ZSCAN cursor>`, or for the
+/// pool `<partition>-c<bucket start>-<offset>`; `None` when it is not one
+/// (of a partition past `k`, or of a bucket for another state).
+fn parse_cursor(c: &str, k: u32, state: State) -> Option<(u32, At)> {
+    let (p, rest) = c.split_once('-')?;
+    let p: u32 = p.parse().ok()?;
+    if p >= k {
+        return None;
+    }
+    let at = match rest.strip_prefix('c') {
+        None => At::Scan(rest.parse().ok()?),
+        Some(bucket) => {
+            let (start, offset) = bucket.split_once('-')?;
+            let start: i64 = start.parse().ok()?;
+            if state != State::Pool || start < 0 || start % BUCKET_MS != 0 {
+                return None;
+            }
+            At::Cold {
+                start,
+                offset: offset.parse().ok()?,
+            }
+        }
+    };
+    Some((p, at))
 }

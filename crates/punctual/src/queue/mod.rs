@@ -5,6 +5,7 @@
 //! [`crate::raw`].
 
 mod admin;
+mod cold;
 mod enqueue;
 mod groups;
 mod inspect;
