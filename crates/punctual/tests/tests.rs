@@ -3,6 +3,7 @@
 mod util;
 
 mod cluster;
+mod cold;
 mod faults;
 mod flow;
 mod group_limits;
