@@ -140,6 +140,19 @@ async fn sets_of(c: &MultiplexedConnection, topic: &str, id: &str) -> Vec<&'stat
 /// Asserts that `id` is a cold job due at `due`: in no set, with an entry in
 /// its bucket, which is listed in `P:{T}:cold`; `get` says pool, due `due`.
 async fn assert_cold(q: &Queue, c: &MultiplexedConnection, topic: &str, id: &str, due: i64) {
+    assert_cold_in(q, c, topic, topic, id, due).await;
+}
+
+/// [`assert_cold`] for a job of `logical` whose keys are those of
+/// `topic` (a partition).
+async fn assert_cold_in(
+    q: &Queue,
+    c: &MultiplexedConnection,
+    logical: &str,
+    topic: &str,
+    id: &str,
+    due: i64,
+) {
     assert_eq!(
         sets_of(c, topic, id).await,
         Vec::<&str>::new(),
@@ -161,7 +174,11 @@ async fn assert_cold(q: &Queue, c: &MultiplexedConnection, topic: &str, id: &str
         cold_at <= due,
         "cold_at {cold_at} is after the due time {due} of cold job {id}"
     );
-    let info = q.get(topic, id).await.unwrap().expect("a cold job is live");
+    let info = q
+        .get(logical, id)
+        .await
+        .unwrap()
+        .expect("a cold job is live");
     assert_eq!((info.state, info.due_ms), (State::Pool, due), "{id}");
 }
 
@@ -256,6 +273,16 @@ fn assert_once_never_early(log: &Log, want: &BTreeMap<String, i64>) {
     assert!(missing.is_empty(), "never delivered: {missing:?}");
 }
 
+/// Waits until Redis's clock is past `ms` (up to 20 s).
+async fn wait_until(c: &MultiplexedConnection, ms: i64) {
+    eventually(
+        Duration::from_secs(20),
+        "the Redis clock to pass a time",
+        async || now_ms(c).await > ms,
+    )
+    .await;
+}
+
 /// Waits, if needed, until a window of `span` ms starting `lead` ms ahead of
 /// Redis's clock lies inside one bucket, and returns its start (a due time).
 async fn base_in_one_bucket(c: &MultiplexedConnection, lead: i64, span: i64) -> i64 {
@@ -330,14 +357,26 @@ async fn a_far_job_waits_in_its_minutes_bucket_and_a_near_one_in_pool() {
         peeked,
         [("near".to_string(), near.due_ms), ("far".to_string(), due)]
     );
-    let page = q.list(t, State::Pool, "", None, 100).await.unwrap();
-    let mut listed: Vec<(String, i64)> = page.jobs.into_iter().map(|l| (l.id, l.at_ms)).collect();
+    let mut listed: Vec<(String, i64)> = Vec::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..10 {
+        let page = q
+            .list(t, State::Pool, "", cursor.as_deref(), 100)
+            .await
+            .unwrap();
+        listed.extend(page.jobs.into_iter().map(|l| (l.id, l.at_ms)));
+        cursor = page.cursor;
+        if cursor.is_none() {
+            break;
+        }
+    }
+    assert_eq!(cursor, None, "the listing did not end");
     listed.sort();
+    listed.dedup();
     assert_eq!(
         listed,
         [("far".to_string(), due), ("near".to_string(), near.due_ms)]
     );
-    assert_eq!(page.cursor, None);
     assert_check(q, t, "with a cold job").await;
 
     // cold_after = 0: nothing is placed cold.
@@ -365,6 +404,130 @@ async fn a_far_job_waits_in_its_minutes_bucket_and_a_near_one_in_pool() {
     assert_in_pool(c, w, "soon", soon.due_ms).await;
     assert_eq!(cold_n(c, w).await, 1);
     assert_check(q, w, "with a small W").await;
+
+    // cold_after = 0 places nothing cold, but the cold pool already there is
+    // still moved (with W = 10 min).
+    set_cold_after(c, w, 0).await;
+    let got = raw::tick(q, &part(w), &TickLimits::default())
+        .await
+        .unwrap();
+    assert_eq!(got.promoted, 0, "{got:?}");
+    assert_in_pool(c, w, "min", min.due_ms).await;
+    assert_no_cold(c, w).await;
+    assert_eq!(q.stats(w).await.unwrap().pool, 2);
+    assert_check(q, w, "after the move with cold_after 0").await;
+}
+
+/// No job is placed cold below `cold_at`: a job in no set due before it
+/// would be an orphan, not a cold job.
+#[tokio::test]
+async fn a_job_due_before_cold_at_waits_in_pool() {
+    let f = Fixture::new().await;
+    let (q, c, t) = (&f.queue, &f.conn, "raised");
+    set_cold_after(c, t, 3000).await;
+    // As after ticks that emptied the buckets up to three hours from now.
+    let cold_at = bucket_of(now_ms(c).await + 3 * 3_600_000);
+    let _: i64 = cmd(
+        c,
+        redis::cmd("HSET")
+            .arg(key(t, "meta"))
+            .arg("cold_at")
+            .arg(cold_at),
+    )
+    .await;
+    q.enqueue(
+        t,
+        Job::new("x").id("below").delay(Duration::from_secs(3600)),
+    )
+    .await
+    .unwrap();
+    q.enqueue(t, Job::new("x").id("above").when(at(cold_at + 1000)))
+        .await
+        .unwrap();
+    let below = q.get(t, "below").await.unwrap().unwrap();
+    assert_eq!(below.state, State::Pool);
+    assert_in_pool(c, t, "below", below.due_ms).await;
+    assert_cold(q, c, t, "above", cold_at + 1000).await;
+    assert_eq!(cold_n(c, t).await, 1);
+    assert_check(q, t, "with jobs on both sides of cold_at").await;
+    // Rescheduled across it, both ways.
+    q.reschedule(t, "below", at(cold_at + 5000)).await.unwrap();
+    q.reschedule(t, "above", When::Delay(Duration::from_secs(7200)))
+        .await
+        .unwrap();
+    assert_cold(q, c, t, "below", cold_at + 5000).await;
+    let above = q.get(t, "above").await.unwrap().unwrap();
+    assert_in_pool(c, t, "above", above.due_ms).await;
+    assert_eq!(cold_n(c, t).await, 1);
+    assert_eq!(meta(c, t, "cold_at").await, Some(cold_at));
+    assert_eq!(q.stats(t).await.unwrap().pool, 2);
+    assert_check(q, t, "after rescheduling across cold_at").await;
+}
+
+/// A scheduler asleep on an empty topic (until its 30 s safety net) hears
+/// of a new first bucket, learns when to move it, and moves it before its
+/// jobs are due, though that is sooner than the safety net.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sleeping_scheduler_moves_a_new_bucket_before_its_jobs_are_due() {
+    let f = Fixture::new().await;
+    let (q, c, t) = (&f.queue, &f.conn, "wake");
+    // The next minute at least 4 s ahead, and (waiting for it if need be)
+    // at most 25 s ahead, well within the scheduler's 30 s sleep.
+    let start = loop {
+        let now = now_ms(c).await;
+        let start = bucket_of(now + 4000) + BUCKET_MS;
+        if start - now <= 25_000 {
+            break start;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    // The scheduler ticks once on the empty topic and sleeps.
+    let stop = CancellationToken::new();
+    let s = spawn_scheduler(q, t, SchedulerConfig::default(), &stop);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let now = now_ms(c).await;
+    // W such that the move is due 2 s from now: the jobs are cold.
+    let w = start - now - 2000;
+    set_cold_after(c, t, w).await;
+    let jobs: Vec<Job> = (0..20)
+        .map(|i| {
+            Job::new("x")
+                .id(format!("w{i:02}"))
+                .when(at(start + 50 * i))
+        })
+        .collect();
+    q.enqueue_batch(t, jobs).await.unwrap();
+    assert_eq!(buckets(c, t).await, [start]);
+    assert_eq!(bucket(c, t, start).await.len(), 20);
+    assert_eq!(zcard(c, t, "pool").await, 0);
+    assert_eq!(cold_n(c, t).await, 20);
+    eventually(Duration::from_secs(30), "the bucket's move", async || {
+        zcard(c, t, "pool").await == 20 || now_ms(c).await >= start
+    })
+    .await;
+    let moved_at = now_ms(c).await;
+    assert_eq!(zcard(c, t, "pool").await, 20, "not moved by {moved_at}");
+    assert!(
+        moved_at < start,
+        "moved at {moved_at}, after the first job was due at {start}"
+    );
+    assert!(
+        moved_at >= start - w,
+        "moved at {moved_at}, before the bucket's start {start} minus W {w}"
+    );
+    assert_no_cold(c, t).await;
+    for i in 0..20 {
+        let id = format!("w{i:02}");
+        assert_in_pool(c, t, &id, start + 50 * i).await;
+    }
+    assert_check(q, t, "after the move").await;
+    stop.cancel();
+    s.await.unwrap().unwrap();
+    for i in 0..20 {
+        let id = format!("w{i:02}");
+        assert_eq!(q.cancel(t, &id).await.unwrap(), Some(State::Pool));
+    }
+    assert_check(q, t, "at the end").await;
 }
 
 // ---- 2. cancel, reschedule, replace ----------------------------------------
@@ -607,13 +770,13 @@ async fn stale_and_duplicate_entries_move_each_job_once() {
         assert_check(q, t, &format!("with {left} entries left")).await;
         got
     };
-    f.wait_past(start - 3000).await;
+    wait_until(c, start - 3000).await;
     let got = tick(5).await;
     assert!(got.more, "a due bucket is left: {got:?}");
     assert_in_pool(c, t, "r", base + 600).await;
     assert_eq!(cold_n(c, t).await, 1, "r moved");
     // r runs before its other entries are read.
-    f.wait_past(base + 600).await;
+    wait_until(c, base + 600).await;
     let claimed = raw::claim(q, &p, 10, LONG_LEASE).await.unwrap();
     assert_eq!(
         claimed.iter().map(|d| d.id.as_str()).collect::<Vec<_>>(),
@@ -645,7 +808,7 @@ async fn stale_and_duplicate_entries_move_each_job_once() {
     assert!(q.get(t, "gone").await.unwrap().is_none());
     assert_eq!(raw::ack(q, &p, &[r.lease()]).await.unwrap(), [true]);
     // x runs once, at its due time.
-    f.wait_past(base + 900).await;
+    wait_until(c, base + 900).await;
     let mut got = Vec::new();
     for _ in 0..50 {
         got.extend(raw::claim(q, &p, 10, LONG_LEASE).await.unwrap());
@@ -716,7 +879,7 @@ async fn a_late_scheduler_moves_stale_and_duplicate_entries_while_a_worker_claim
     let stop = CancellationToken::new();
     let w = spawn_worker(q, t, &log, &stop);
     // Every job is due before the scheduler starts.
-    f.wait_past(base + 2000).await;
+    wait_until(c, base + 2000).await;
     // Watch the one-state rule while the move runs.
     let watching = CancellationToken::new();
     let watcher = {
@@ -974,7 +1137,7 @@ async fn cold_jobs_of_a_partitioned_topic_are_counted_and_run() {
         let id = format!("u{i:02}");
         let due = q.get(t, &id).await.unwrap().unwrap().due_ms;
         let home = punctual::partition_name(t, punctual::partition_of(&id, 4), 4);
-        assert_cold(q, c, &home, &id, due).await;
+        assert_cold_in(q, c, t, &home, &id, due).await;
         want.insert(id, due);
     }
     let mut per = Vec::new();
@@ -1005,7 +1168,7 @@ async fn cold_jobs_of_a_partitioned_topic_are_counted_and_run() {
     assert_check(q, t, "at the end").await;
     let far = q.get(t, "far").await.unwrap().unwrap();
     let home = punctual::partition_name(t, punctual::partition_of("far", 4), 4);
-    assert_cold(q, c, &home, "far", far.due_ms).await;
+    assert_cold_in(q, c, t, &home, "far", far.due_ms).await;
     let left: i64 = {
         let mut sum = 0;
         for name in &names {
