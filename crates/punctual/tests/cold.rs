@@ -924,7 +924,7 @@ async fn a_late_scheduler_moves_stale_and_duplicate_entries_while_a_worker_claim
 // ---- 5. retries and replays placed cold ------------------------------------
 
 #[tokio::test]
-async fn a_retry_with_a_long_backoff_and_a_paced_replay_go_cold() {
+async fn retries_reclaims_and_paced_replays_due_far_ahead_go_cold() {
     let f = Fixture::new().await;
     let (q, c, t) = (&f.queue, &f.conn, "retry");
     let p = part(t);
@@ -986,7 +986,8 @@ async fn a_retry_with_a_long_backoff_and_a_paced_replay_go_cold() {
         .unwrap();
     let d = claim_one(q, &p, Duration::from_millis(50)).await;
     assert_eq!(d.id, "h");
-    tokio::time::sleep(Duration::from_millis(80)).await;
+    // Past the lease's deadline (50 ms after the claim) by Redis's clock.
+    wait_until(c, d.claimed_us / 1000 + 60).await;
     let got = raw::tick(q, &p, &TickLimits::default()).await.unwrap();
     assert_eq!(got.reclaimed, 1, "{got:?}");
     let h = q.get(t, "h").await.unwrap().unwrap();
