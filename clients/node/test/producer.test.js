@@ -42,8 +42,9 @@ test('enqueue of a dead id says dead', async () => {
   const prefix = freshPrefix();
   const p = new punctual.Producer(redis, { prefix });
   await p.enqueue('orders', 'a', { id: 'order:9', delayMs: 60000 });
-  // Moved to dead as fail would (record kept, in the dead set only).
-  await redis.zRem(`${prefix}:{orders}:pool`, 'order:9');
+  // Moved to dead as fail would (record kept, in the dead set only). A
+  // minute ahead is within cold_after (10 min): the job is in the pool ZSET.
+  assert.equal(await redis.zRem(`${prefix}:{orders}:pool`, 'order:9'), 1);
   await redis.zAdd(`${prefix}:{orders}:dead`, { score: 1000, value: 'order:9' });
   assert.deepEqual(await p.enqueue('orders', 'b', { id: 'order:9' }), { id: 'order:9', status: 'dead' });
   const out = await p.enqueueBatch('orders', [{ payload: 'c', id: 'order:9' }, { payload: 'd', id: 'new' }]);
@@ -158,6 +159,45 @@ test('cancel and reschedule', async () => {
   assert.equal(await p.cancel('t', 'j'), null);
   assert.equal(await p.get('t', 'j'), null);
   assert.equal(await p.reschedule('t', 'j'), null);
+});
+
+test('a job due far ahead waits cold, in its minute\'s bucket', async () => {
+  // docs/PROTOCOL.md "The cold pool": due at least cold_after (10 min by
+  // default) ahead, a job waits in P:{T}:c:<minute>, not in the pool ZSET;
+  // get, reschedule and cancel still call it pool.
+  const prefix = freshPrefix();
+  const p = new punctual.Producer(redis, { prefix });
+  const k = (name) => `${prefix}:{t}:${name}`;
+  const coldN = async () => Number((await redis.hGet(k('meta'), 'cold_n')) ?? 0);
+  await p.enqueue('t', 'x', { id: 'far', delayMs: 3600000 });
+  await p.enqueue('t', 'x', { id: 'near', delayMs: 60000 });
+  const far = await p.get('t', 'far');
+  assert.equal(far.state, 'pool');
+  const start = far.dueMs - (far.dueMs % 60000);
+  assert.equal(await redis.zScore(k('pool'), 'far'), null);
+  assert.deepEqual(await redis.lRange(k(`c:${start}`), 0, -1), ['far']);
+  assert.deepEqual(await redis.zRange(k('cold'), 0, -1), [String(start)]);
+  assert.equal(await coldN(), 1);
+  const near = await p.get('t', 'near');
+  assert.equal(await redis.zScore(k('pool'), 'near'), near.dueMs);
+  const got = cli(prefix, 'get', 't', 'far');
+  if (got) assert.deepEqual([got.state, got.due_ms], ['pool', far.dueMs]);
+  cli(prefix, 'check', 't'); // exits non-zero on a problem
+  // Rescheduled within W: in the pool ZSET, no longer cold.
+  assert.equal(await p.reschedule('t', 'far', { delayMs: 120000 }), 'pool');
+  assert.equal(await redis.zScore(k('pool'), 'far'), (await p.get('t', 'far')).dueMs);
+  assert.equal(await coldN(), 0);
+  // Far again, then cancelled.
+  assert.equal(await p.reschedule('t', 'far', { delayMs: 7200000 }), 'pool');
+  const again = await p.get('t', 'far');
+  assert.equal(again.state, 'pool');
+  assert.equal(await redis.zScore(k('pool'), 'far'), null);
+  const bucket = await redis.lRange(k(`c:${again.dueMs - (again.dueMs % 60000)}`), 0, -1);
+  assert.ok(bucket.includes('far'), String(bucket));
+  assert.equal(await coldN(), 1);
+  assert.equal(await p.cancel('t', 'far'), 'pool');
+  assert.equal(await p.get('t', 'far'), null);
+  assert.equal(await coldN(), 0);
 });
 
 test('partitioned topic: crc32 routing, client-made ids', async () => {

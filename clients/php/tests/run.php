@@ -99,8 +99,9 @@ $tests['enqueue of a dead id says dead'] = function (Redis $r): void {
     $prefix = fresh_prefix();
     $p = new Producer($r, $prefix);
     $p->enqueue('orders', 'a', ['id' => 'order:9', 'delay_ms' => 60000]);
-    // Moved to dead as fail would (record kept, in the dead set only).
-    $r->zRem("$prefix:{orders}:pool", 'order:9');
+    // Moved to dead as fail would (record kept, in the dead set only). A
+    // minute ahead is within cold_after (10 min): the job is in the pool ZSET.
+    same(1, $r->zRem("$prefix:{orders}:pool", 'order:9'), 'order:9 was in the pool ZSET');
     $r->zAdd("$prefix:{orders}:dead", 1000, 'order:9');
     same(['id' => 'order:9', 'status' => 'dead'], $p->enqueue('orders', 'b', ['id' => 'order:9']));
     $out = $p->enqueueBatch('orders', [['payload' => 'c', 'id' => 'order:9'], ['payload' => 'd', 'id' => 'new']]);
@@ -202,6 +203,46 @@ $tests['cancel and reschedule'] = function (Redis $r): void {
     same(null, $p->cancel('t', 'j'));
     same(null, $p->get('t', 'j'));
     same(null, $p->reschedule('t', 'j'));
+};
+
+$tests["a job due far ahead waits cold, in its minute's bucket"] = function (Redis $r): void {
+    // docs/PROTOCOL.md "The cold pool": due at least cold_after (10 min by
+    // default) ahead, a job waits in P:{T}:c:<minute>, not in the pool ZSET;
+    // get, reschedule and cancel still call it pool.
+    $prefix = fresh_prefix();
+    $p = new Producer($r, $prefix);
+    $k = fn (string $name): string => "$prefix:{t}:$name";
+    $coldN = fn (): int => (int) $r->hGet($k('meta'), 'cold_n');
+    $p->enqueue('t', 'x', ['id' => 'far', 'delay_ms' => 3600000]);
+    $p->enqueue('t', 'x', ['id' => 'near', 'delay_ms' => 60000]);
+    $far = $p->get('t', 'far');
+    same('pool', $far['state']);
+    $start = $far['due_ms'] - $far['due_ms'] % 60000;
+    same(false, $r->zScore($k('pool'), 'far'), 'far is not in the pool ZSET');
+    same(['far'], $r->lRange($k("c:$start"), 0, -1), 'far is in its bucket');
+    same([(string) $start], $r->zRange($k('cold'), 0, -1), 'its bucket is listed');
+    same(1, $coldN(), 'cold_n');
+    $near = $p->get('t', 'near');
+    same((float) $near['due_ms'], $r->zScore($k('pool'), 'near'), 'near is in the pool ZSET');
+    if (($got = cli($prefix, 'get', 't', 'far')) !== null) {
+        same(['pool', $far['due_ms']], [$got['state'], $got['due_ms']], 'the Rust library reads it');
+    }
+    cli($prefix, 'check', 't');
+    // Rescheduled within W: in the pool ZSET, no longer cold.
+    same('pool', $p->reschedule('t', 'far', ['delay_ms' => 120000]));
+    same((float) $p->get('t', 'far')['due_ms'], $r->zScore($k('pool'), 'far'), 'rescheduled near');
+    same(0, $coldN(), 'cold_n after the reschedule');
+    // Far again, then cancelled.
+    same('pool', $p->reschedule('t', 'far', ['delay_ms' => 7200000]));
+    $again = $p->get('t', 'far');
+    same('pool', $again['state']);
+    same(false, $r->zScore($k('pool'), 'far'), 'rescheduled far');
+    $bucket = $r->lRange($k('c:' . ($again['due_ms'] - $again['due_ms'] % 60000)), 0, -1);
+    check(in_array('far', $bucket, true), 'far is in its new bucket');
+    same(1, $coldN(), 'cold_n after the second reschedule');
+    same('pool', $p->cancel('t', 'far'));
+    same(null, $p->get('t', 'far'));
+    same(0, $coldN(), 'cold_n after the cancel');
 };
 
 $tests['partitioned topic: crc32 routing, client-made ids'] = function (Redis $r): void {

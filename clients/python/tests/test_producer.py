@@ -65,8 +65,9 @@ class ProducerTest(unittest.TestCase):
 
     def test_re_enqueue_of_a_dead_id_says_dead(self):
         self.p.enqueue("orders", b"a", id="order:9", delay_ms=60_000)
-        # Moved to dead as fail would (record kept, in the dead set only).
-        self.r.zrem(self.prefix + ":{orders}:pool", "order:9")
+        # Moved to dead as fail would (record kept, in the dead set only). A
+        # minute ahead is within cold_after (10 min): the job is in the pool ZSET.
+        self.assertEqual(self.r.zrem(self.prefix + ":{orders}:pool", "order:9"), 1)
         self.r.zadd(self.prefix + ":{orders}:dead", {"order:9": 1000})
         e = self.p.enqueue("orders", b"b", id="order:9")
         self.assertEqual(e.status, "dead")
@@ -213,6 +214,46 @@ class ProducerTest(unittest.TestCase):
         self.assertIsNone(self.p.cancel("t", "j"))
         self.assertIsNone(self.p.get("t", "j"))
         self.assertIsNone(self.p.reschedule("t", "j"))
+
+    def test_a_job_due_far_ahead_waits_cold_in_its_minutes_bucket(self):
+        # docs/PROTOCOL.md "The cold pool": due at least cold_after (10 min
+        # by default) ahead, a job waits in P:{T}:c:<minute>, not in the
+        # pool ZSET; get, reschedule and cancel still call it pool.
+        def k(name):
+            return f"{self.prefix}:{{t}}:{name}"
+
+        def cold_n():
+            return int(self.r.hget(k("meta"), "cold_n") or 0)
+
+        self.p.enqueue("t", "x", id="far", delay_ms=3_600_000)
+        self.p.enqueue("t", "x", id="near", delay_ms=60_000)
+        far = self.p.get("t", "far")
+        self.assertEqual(far.state, "pool")
+        start = far.due_ms - far.due_ms % 60_000
+        self.assertIsNone(self.r.zscore(k("pool"), "far"))
+        self.assertEqual(self.r.lrange(k(f"c:{start}"), 0, -1), [b"far"])
+        self.assertEqual(self.r.zrange(k("cold"), 0, -1), [str(start).encode()])
+        self.assertEqual(cold_n(), 1)
+        near = self.p.get("t", "near")
+        self.assertEqual(self.r.zscore(k("pool"), "near"), near.due_ms)
+        if BIN:
+            got = self.cli("get", "t", "far")
+            self.assertEqual((got["state"], got["due_ms"]), ("pool", far.due_ms))
+            self.cli("check", "t")  # exits non-zero on a problem
+        # Rescheduled within W: in the pool ZSET, no longer cold.
+        self.assertEqual(self.p.reschedule("t", "far", delay_ms=120_000), "pool")
+        self.assertEqual(self.r.zscore(k("pool"), "far"), self.p.get("t", "far").due_ms)
+        self.assertEqual(cold_n(), 0)
+        # Far again, then cancelled.
+        self.assertEqual(self.p.reschedule("t", "far", delay_ms=7_200_000), "pool")
+        again = self.p.get("t", "far")
+        self.assertEqual(again.state, "pool")
+        self.assertIsNone(self.r.zscore(k("pool"), "far"))
+        self.assertIn(b"far", self.r.lrange(k(f"c:{again.due_ms - again.due_ms % 60_000}"), 0, -1))
+        self.assertEqual(cold_n(), 1)
+        self.assertEqual(self.p.cancel("t", "far"), "pool")
+        self.assertIsNone(self.p.get("t", "far"))
+        self.assertEqual(cold_n(), 0)
 
     def test_partitioned_topic_routes_by_crc32_and_makes_ids(self):
         self.r.hset(self.prefix + ":partitions", "hot", 3)

@@ -3,6 +3,7 @@
 mod util;
 
 mod cluster;
+mod cold;
 mod cold_admin;
 mod cold_listing;
 mod faults;
