@@ -107,7 +107,6 @@ end
 local move_w = cold_after()
 if move_w == 0 then move_w = COLD_AFTER end
 local budget, moved, moved_min, pool_min, pool_read = batch, 0, nil, nil, false
-local cold_to = nil
 local first = redis.call('ZRANGE', K_COLD, 0, 0)[1]
 while first and budget > 0 and tonumber(first) < now + move_w do
   local s = tonumber(first)
@@ -148,24 +147,23 @@ while first and budget > 0 and tonumber(first) < now + move_w do
   end
   if redis.call('EXISTS', key) == 1 then break end
   redis.call('ZREM', K_COLD, first)
-  cold_to = s + COLD_BUCKET
   first = redis.call('ZRANGE', K_COLD, 0, 0)[1]
 end
 if moved > 0 and moved_min and (not pool_min or moved_min < pool_min) then
   redis.call('PUBLISH', K_POOL, string.format('%d', moved_min))
 end
 if first and tonumber(first) < now + move_w then more = 1 end
--- cold_at rises past emptied buckets, and up to the first bucket left or
--- now + cold_after (rounded down to a bucket), whichever is earlier: every
--- cold job is due at or after its bucket's start. The first tick of a
--- topic writes it, which lets scripts place jobs cold (lib.lua).
+-- cold_at becomes the first bucket's start or now + cold_after (rounded
+-- down to a bucket), whichever is earlier: every cold job is due at or
+-- after its bucket's start, so at or after cold_at. (It may go down, when
+-- cold_after does: a job placed in a bucket moved before just makes it
+-- anew, and the index has it moved again.) The first tick of a topic
+-- writes it, which lets scripts place jobs cold (lib.lua).
 do
-  local at = cold_at()
   local to = now + move_w
   to = to - to % COLD_BUCKET
   if first and tonumber(first) < to then to = tonumber(first) end
-  if cold_to and cold_to > to then to = cold_to end
-  if not at or to > at then redis.call('HSET', K_META, 'cold_at', string.format('%d', to)) end
+  if to ~= cold_at() then redis.call('HSET', K_META, 'cold_at', string.format('%d', to)) end
 end
 
 -- Promote: pool -> ready for due jobs, bounded by batch and max ready.

@@ -45,7 +45,7 @@ async fn now_ms(c: &MultiplexedConnection) -> i64 {
     crate::util::redis_time_ms(c).await
 }
 
-/// Sets W for one (physical) topic.
+/// Sets W for one (physical) topic, and opens its cold pool.
 async fn set_cold_after(c: &MultiplexedConnection, topic: &str, ms: i64) {
     let _: i64 = cmd(
         c,
@@ -53,6 +53,25 @@ async fn set_cold_after(c: &MultiplexedConnection, topic: &str, ms: i64) {
             .arg(key(topic, "meta"))
             .arg("cold_after")
             .arg(ms),
+    )
+    .await;
+    open_cold(c, topic).await;
+}
+
+/// One tick on a (physical) topic: a topic gets cold jobs only once a
+/// scheduler ticked on it (its first tick writes cold_at), as `serve` does
+/// at its start.
+async fn open_cold(c: &MultiplexedConnection, topic: &str) {
+    let keys = crate::util::topic_keys(topic);
+    let _: redis::Value = cmd(
+        c,
+        redis::cmd("EVAL")
+            .arg(punctual::script_source("tick").unwrap())
+            .arg(keys.len())
+            .arg(&keys)
+            .arg(1000)
+            .arg(1_000_000)
+            .arg(1000),
     )
     .await;
 }
@@ -313,6 +332,7 @@ async fn a_far_job_waits_in_its_minutes_bucket_and_a_near_one_in_pool() {
     let f = Fixture::new().await;
     let (q, c, t) = (&f.queue, &f.conn, "place");
     let before = now_ms(c).await;
+    open_cold(c, t).await;
     q.enqueue(t, Job::new("x").id("far").delay(Duration::from_secs(3600)))
         .await
         .unwrap();
@@ -324,7 +344,7 @@ async fn a_far_job_waits_in_its_minutes_bucket_and_a_near_one_in_pool() {
     assert_eq!(bucket(c, t, start).await, ["far"]);
     assert_eq!(buckets(c, t).await, [start]);
     assert_eq!(cold_n(c, t).await, 1);
-    // The first placement sets cold_at to now + W (10 min) rounded down.
+    // The first tick set cold_at to now + W (10 min) rounded down.
     let cold_at = meta(c, t, "cold_at").await.expect("cold_at set");
     let after = now_ms(c).await;
     assert_eq!(cold_at % BUCKET_MS, 0, "cold_at {cold_at}");
@@ -536,6 +556,7 @@ async fn a_sleeping_scheduler_moves_a_new_bucket_before_its_jobs_are_due() {
 async fn cancel_reschedule_and_replace_of_cold_jobs() {
     let f = Fixture::new().await;
     let (q, c, t) = (&f.queue, &f.conn, "change");
+    open_cold(c, t).await;
     let hour = Duration::from_secs(3600);
 
     // Cancel: the job is gone, whatever its stale entry.
@@ -734,7 +755,15 @@ async fn stale_and_duplicate_entries_move_each_job_once() {
         .await
         .unwrap();
     assert_eq!(q.cancel(t, "gone").await.unwrap(), Some(State::Pool));
-    q.reschedule(t, "r", at(base + 300)).await.unwrap();
+    // A replace writes an entry more (a reschedule within the bucket would
+    // not: cold_admin.rs).
+    let replace = EnqueueOptions::default().replace(true);
+    let replace_r = async |due: i64| {
+        q.enqueue_with(t, vec![Job::new("r").id("r").when(at(due))], &replace)
+            .await
+            .unwrap();
+    };
+    replace_r(base + 300).await;
     q.enqueue(t, Job::new("x").id("x").when(at(base + 200)))
         .await
         .unwrap();
@@ -742,7 +771,7 @@ async fn stale_and_duplicate_entries_move_each_job_once() {
     q.enqueue(t, Job::new("x2").id("x").when(at(base + 900)))
         .await
         .unwrap();
-    q.reschedule(t, "r", at(base + 600)).await.unwrap();
+    replace_r(base + 600).await;
     assert_eq!(
         bucket(c, t, start).await,
         ["r", "gone", "r", "x", "x", "r"],
@@ -800,10 +829,14 @@ async fn stale_and_duplicate_entries_move_each_job_once() {
         raw::tick(q, &p, &limits).await.unwrap();
     }
     assert_no_cold(c, t).await;
+    // With no bucket left, cold_at is now + W rounded down to a minute.
+    let before = now_ms(c).await;
+    raw::tick(q, &p, &limits).await.unwrap();
     let cold_at = meta(c, t, "cold_at").await.unwrap();
+    let after = now_ms(c).await;
     assert!(
-        cold_at >= start + BUCKET_MS,
-        "cold_at {cold_at} passed no bucket"
+        bucket_of(before + 3000) <= cold_at && cold_at <= bucket_of(after + 3000),
+        "cold_at {cold_at}, ticked between {before} and {after}"
     );
     assert!(q.get(t, "gone").await.unwrap().is_none());
     assert_eq!(raw::ack(q, &p, &[r.lease()]).await.unwrap(), [true]);
@@ -833,6 +866,7 @@ async fn a_late_scheduler_moves_stale_and_duplicate_entries_while_a_worker_claim
     let f = Fixture::new().await;
     let (q, c, t) = (&f.queue, &f.conn, "dups-run");
     set_cold_after(c, t, 3000).await;
+    let replace = EnqueueOptions::default().replace(true);
     let base = base_in_one_bucket(c, 5000, 2000).await;
     let mut want = BTreeMap::new();
     let mut gone = Vec::new();
@@ -843,10 +877,12 @@ async fn a_late_scheduler_moves_stale_and_duplicate_entries_while_a_worker_claim
             .await
             .unwrap();
         match i {
-            // Rescheduled twice within the bucket: three entries.
+            // Replaced twice within the bucket: three entries.
             0..20 => {
-                q.reschedule(t, &id, at(first + 500)).await.unwrap();
-                q.reschedule(t, &id, at(first + 1000)).await.unwrap();
+                for due in [first + 500, first + 1000] {
+                    let again = vec![Job::new("x").id(id.as_str()).when(at(due))];
+                    q.enqueue_with(t, again, &replace).await.unwrap();
+                }
                 want.insert(id, first + 1000);
             }
             // Cancelled, then enqueued again with the same id.
@@ -927,6 +963,7 @@ async fn a_late_scheduler_moves_stale_and_duplicate_entries_while_a_worker_claim
 async fn retries_reclaims_and_paced_replays_due_far_ahead_go_cold() {
     let f = Fixture::new().await;
     let (q, c, t) = (&f.queue, &f.conn, "retry");
+    open_cold(c, t).await;
     let p = part(t);
     let hour = Duration::from_secs(3600);
     q.enqueue(
@@ -998,6 +1035,7 @@ async fn retries_reclaims_and_paced_replays_due_far_ahead_go_cold() {
     // A paced dead replay: the second job is due an hour after the first.
     let r = "replay";
     let rp = part(r);
+    open_cold(c, r).await;
     for id in ["d1", "d2"] {
         q.enqueue(r, Job::new("x").id(id).max_attempts(1))
             .await
