@@ -544,7 +544,8 @@ pub struct Tick {
     pub refused: bool,
     /// A batch limit was hit: tick again now.
     pub more: bool,
-    /// Time until the next due job in pool, by Redis's clock.
+    /// Time until the next due job in pool, or until the next move of a
+    /// cold bucket into pool when that is earlier, by Redis's clock.
     pub next_due: Option<Duration>,
     /// Time until the next lease deadline, by Redis's clock.
     pub next_lease: Option<Duration>,
