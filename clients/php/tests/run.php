@@ -213,6 +213,20 @@ $tests["a job due far ahead waits cold, in its minute's bucket"] = function (Red
     $p = new Producer($r, $prefix);
     $k = fn (string $name): string => "$prefix:{t}:$name";
     $coldN = fn (): int => (int) $r->hGet($k('meta'), 'cold_n');
+    // A topic gets cold jobs once a scheduler ticked on it (its first tick
+    // writes cold_at): one tick, as `punctual serve` runs at its start.
+    $bin = getenv('PUNCTUAL_BIN');
+    if (!$bin) {
+        echo "skip: PUNCTUAL_BIN not set\n";
+        return;
+    }
+    $proc = proc_open([$bin, 'script', 'tick'], [1 => ['pipe', 'w']], $pipes);
+    $tick = stream_get_contents($pipes[1]);
+    same(0, proc_close($proc), 'punctual script tick');
+    $names = ['pool', 'ready', 'running', 'dead', 'jobs', 'meta', 'stats', 'seq', 'attempts'];
+    $r->clearLastError();
+    $r->eval($tick, array_merge(array_map($k, $names), ['1000', '1000000', '1000']), 9);
+    same(false, $r->getLastError() !== null, 'the tick ran: ' . $r->getLastError());
     $p->enqueue('t', 'x', ['id' => 'far', 'delay_ms' => 3600000]);
     $p->enqueue('t', 'x', ['id' => 'near', 'delay_ms' => 60000]);
     $far = $p->get('t', 'far');

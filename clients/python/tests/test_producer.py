@@ -225,6 +225,13 @@ class ProducerTest(unittest.TestCase):
         def cold_n():
             return int(self.r.hget(k("meta"), "cold_n") or 0)
 
+        # A topic gets cold jobs once a scheduler ticked on it (its first
+        # tick writes cold_at): one tick, as `punctual serve` runs at start.
+        if not BIN:
+            self.skipTest("PUNCTUAL_BIN not set")
+        tick = subprocess.run([BIN, "script", "tick"], capture_output=True, text=True, check=True).stdout
+        names = ("pool", "ready", "running", "dead", "jobs", "meta", "stats", "seq", "attempts")
+        self.r.eval(tick, 9, *[k(n) for n in names], 1000, 1000000, 1000)
         self.p.enqueue("t", "x", id="far", delay_ms=3_600_000)
         self.p.enqueue("t", "x", id="near", delay_ms=60_000)
         far = self.p.get("t", "far")
