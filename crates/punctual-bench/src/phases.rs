@@ -627,17 +627,7 @@ pub(crate) async fn enqueue(b: &Bench) -> Result<(Report, Report)> {
         async move {
             let mut total = 0;
             for k in keys {
-                total += b
-                    .target
-                    .query::<Option<u64>>(
-                        redis::cmd("MEMORY")
-                            .arg("USAGE")
-                            .arg(k)
-                            .arg("SAMPLES")
-                            .arg(0),
-                    )
-                    .await?
-                    .unwrap_or(0);
+                total += memory_usage(b, &k).await?;
             }
             Ok::<u64, anyhow::Error>(total)
         }
@@ -707,20 +697,25 @@ async fn cold_usage(b: &Bench) -> Result<u64> {
             .await?;
         let keys = std::iter::once(index).chain(starts.iter().map(|s| format!("{base}c:{s}")));
         for k in keys {
-            total += b
-                .target
-                .query::<Option<u64>>(
-                    redis::cmd("MEMORY")
-                        .arg("USAGE")
-                        .arg(&k)
-                        .arg("SAMPLES")
-                        .arg(0),
-                )
-                .await?
-                .unwrap_or(0);
+            total += memory_usage(b, &k).await?;
         }
     }
     Ok(total)
+}
+
+/// `MEMORY USAGE key SAMPLES 0` (every element counted), 0 when the key is
+/// absent.
+async fn memory_usage(b: &Bench, key: &str) -> Result<u64> {
+    Ok(b.target
+        .query::<Option<u64>>(
+            redis::cmd("MEMORY")
+                .arg("USAGE")
+                .arg(key)
+                .arg("SAMPLES")
+                .arg(0),
+        )
+        .await?
+        .unwrap_or(0))
 }
 
 /// `drain` (worker + scheduler) and the `consume` segment (worker alone):

@@ -148,15 +148,8 @@ impl Queue {
             }
             let problem = format!("cold {start}");
             for page in missing.chunks(MAX_BATCH) {
-                let v = self
-                    .run(&SCRIPTS.check, topic, |inv| {
-                        inv.arg(page);
-                    })
-                    .await?;
-                let mut r = Reply::new("check", v)?;
-                while !r.is_empty() {
-                    let id = r.string()?;
-                    if r.string()? == problem {
+                for (id, p) in self.check_ids(topic, page).await? {
+                    if p == problem {
                         out.push((id, format!("cold, but not in its bucket {key}")));
                     }
                 }

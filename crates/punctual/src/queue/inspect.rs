@@ -514,6 +514,27 @@ impl Queue {
         Ok(out)
     }
 
+    /// One call of the check script on up to 1000 ids: the (id, problem)
+    /// pairs it reports.
+    pub(super) async fn check_ids<I: redis::ToRedisArgs + Sync>(
+        &self,
+        topic: &str,
+        ids: &[I],
+    ) -> Result<Vec<(String, String)>> {
+        let v = self
+            .run(&SCRIPTS.check, topic, |inv| {
+                inv.arg(ids);
+            })
+            .await?;
+        let mut r = Reply::new("check", v)?;
+        let mut out = Vec::new();
+        while !r.is_empty() {
+            let id = r.string()?;
+            out.push((id, r.string()?));
+        }
+        Ok(out)
+    }
+
     async fn check_partition(&self, logical: &str, part: u32, k: u32) -> Result<Vec<Violation>> {
         let topic = &partition_name(logical, part, k);
         let keys = self.keys(topic);
@@ -550,15 +571,7 @@ impl Queue {
                     }
                 }
                 for page in ids.chunks(MAX_BATCH) {
-                    let v = self
-                        .run(&SCRIPTS.check, topic, |inv| {
-                            inv.arg(page);
-                        })
-                        .await?;
-                    let mut r = Reply::new("check", v)?;
-                    while !r.is_empty() {
-                        let id = r.string()?;
-                        let problem = r.string()?;
+                    for (id, problem) in self.check_ids(topic, page).await? {
                         // A cold job (not a problem by itself): it must be
                         // in its bucket, looked up below.
                         match problem.strip_prefix("cold ").map(str::parse::<i64>) {
