@@ -553,3 +553,114 @@ async fn listing_bulk_cancel_paced_replay_and_topic_deletion_work_across_shards(
     assert!(!q.topics().await.unwrap().contains(&"p".to_string()));
     assert_eq!(q.partitions("p").await.unwrap(), 1);
 }
+
+/// The cold pool's keys are not among a script's KEYS (PROTOCOL.md "The
+/// cold pool"): while the topic's slot migrates, a script fails at the
+/// first one not on the node. Every script writes them first, so the
+/// failure writes nothing: here an enqueue of a far job, whose record
+/// would otherwise be left in no set and in no bucket (lost).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_migration_fails_a_cold_placement_before_it_writes_anything() {
+    let c = RedisCluster::start();
+    let q = connect(&c).await;
+    let t = "mig";
+    let p: punctual::raw::Partition = t.parse().unwrap();
+    // Every one of the nine keys exists on the source, so the node runs the
+    // script (it answers ASK or TRYAGAIN when a declared key is missing).
+    let limits = punctual::raw::TickLimits {
+        promote_batch: 1000,
+        max_ready: 1_000_000,
+        reclaim_batch: 1000,
+    };
+    punctual::raw::tick(&q, &p, &limits).await.unwrap();
+    for id in ["run", "die", "wait"] {
+        q.enqueue(t, Job::new("x").id(id)).await.unwrap();
+    }
+    q.enqueue(t, Job::new("x").id("soon").delay(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let got = punctual::raw::claim(&q, &p, 2, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let die = got.iter().find(|d| d.id == "die").expect("die claimed");
+    punctual::raw::fail(
+        &q,
+        &p,
+        &die.lease(),
+        "x",
+        punctual::raw::FailKind::Permanent,
+    )
+    .await
+    .unwrap();
+    let key = |n: &str| format!("punctual:{{{t}}}:{n}");
+    let names = [
+        "pool", "ready", "running", "dead", "jobs", "meta", "stats", "seq", "attempts",
+    ];
+    let src = c.master_of(&key("jobs")).unwrap();
+    let dst = (src + 1) % 3;
+    let id_of = |i: usize| {
+        c.node(i)
+            .cli(&["CLUSTER", "MYID"])
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    let (src_id, dst_id) = (id_of(src), id_of(dst));
+    for n in names {
+        assert_eq!(
+            c.node(src).cli(&["EXISTS", &key(n)]).unwrap().trim(),
+            "1",
+            "{n}"
+        );
+    }
+    let slot = c.keyslot(&key("jobs")).unwrap().to_string();
+    c.node(dst)
+        .cli(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &src_id])
+        .unwrap();
+    c.node(src)
+        .cli(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &dst_id])
+        .unwrap();
+
+    let script = punctual::script_source("enqueue").unwrap();
+    let mut args: Vec<String> = vec!["EVAL".into(), script, "9".into()];
+    args.extend(names.iter().map(|n| key(n)));
+    for a in ["1048576", "0", "1", "far", "x", "d7200000", "", ""] {
+        args.push(a.to_string());
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = c.node(src).cli(&args).unwrap_or_else(|e| e);
+    assert!(
+        out.contains("non local key") || out.contains("ERR") || out.contains("ASK"),
+        "the script must fail on the cold keys: {out}"
+    );
+    // Nothing was written: no record of "far", and the others as before.
+    assert_eq!(
+        c.node(src)
+            .cli(&["HEXISTS", &key("jobs"), "far"])
+            .unwrap()
+            .trim(),
+        "0"
+    );
+    assert_eq!(
+        c.node(src).cli(&["HLEN", &key("jobs")]).unwrap().trim(),
+        "4"
+    );
+
+    for i in [src, dst] {
+        c.node(i)
+            .cli(&["CLUSTER", "SETSLOT", &slot, "STABLE"])
+            .unwrap();
+    }
+    // After the migration is called off, the same enqueue places it cold.
+    q.enqueue(t, Job::new("x").id("far").delay(Duration::from_secs(7200)))
+        .await
+        .unwrap();
+    assert_eq!(q.get(t, "far").await.unwrap().unwrap().state, State::Pool);
+    assert_eq!(
+        c.node(src)
+            .cli(&["ZSCORE", &key("pool"), "far"])
+            .unwrap()
+            .trim(),
+        ""
+    );
+}
