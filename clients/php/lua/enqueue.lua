@@ -456,6 +456,8 @@ end
 -- the id is in P:{T}:fired; nothing changed).
 -- Errors: "PUNCTUAL_INVALID <reason>" and nothing is written, when any job of
 -- the batch is invalid.
+-- A job due now goes to ready, one due later to pool, or, due far ahead,
+-- to the cold pool (lib.lua's cold_place; PROTOCOL.md "The cold pool").
 
 local max_payload = int_arg(ARGV[1], 0, MAX_SAFE)
 local replace = ARGV[2] == '1'
