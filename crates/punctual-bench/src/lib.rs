@@ -64,7 +64,8 @@ pub enum Phase {
     /// The leanest scripts doing each step's Redis work on the same layout
     /// (runs first: the later phases report their ratio to it).
     Floor,
-    /// N jobs due in 1 h, with the batch API (also the `produce` segment).
+    /// N jobs due in 1 h, with the batch API, on a topic a scheduler ticked
+    /// once, so they wait in the cold pool (also the `produce` segment).
     #[value(alias = "produce")]
     Enqueue,
     /// Bytes of Redis memory per waiting job (after enqueue).

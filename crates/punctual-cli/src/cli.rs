@@ -53,8 +53,9 @@ pub(crate) enum Command {
     /// only those starting with a prefix.
     ///
     /// Each page is a bounded scan of the state's set in every partition
-    /// (ZSCAN), so listing a million jobs costs the same per page as
-    /// listing ten. Ids within a page are sorted by their time (due, lease
+    /// (ZSCAN; for pool, then the cold pool's lists of jobs due more than
+    /// ten minutes ahead, minute by minute), so listing a million jobs
+    /// costs the same per page as listing ten. Ids within a page are sorted by their time (due, lease
     /// deadline or death); the listing as a whole is not. A job present
     /// throughout is listed at least once.
     List(crate::admin::list::ListArgs),
