@@ -19,7 +19,8 @@ Every round starts from an empty Redis:
   claim_pool        1,000 jobs enqueued with 1 ms of delay, claimed from the
                     pool 50 ms later
   cold_move         (scripts with the cold pool only) 1,000 jobs enqueued due
-                    in 2 s with meta cold_after at 1 s (so placed cold), then
+                    in 2 s with meta cold_after at 1 s and one tick first
+                    (the topic's cold_at: so they are placed cold), then
                     cold_after back at its default and one tick, which moves
                     them into pool (checked: ZCARD pool is 1,000)
 
@@ -161,6 +162,7 @@ for _ in range(rounds):
     if cold:
         r.flushall()
         r.hset(K[5], 'cold_after', '1000')
+        r.evalsha(sha['tick'], 9, *K, str(N), '1000000', str(N))  # the topic's first tick: cold_at
         enqueue('d2000')
         assert r.zcard(K[0]) == 0
         r.hset(K[5], 'cold_after', '600000')

@@ -140,7 +140,7 @@ while first and budget > 0 and tonumber(first) < now + move_w do
     if #adds > 0 then
       if not pool_read then pool_min, pool_read = earliest(K_POOL), true end
       -- Counted at once: the next bucket's key may fail the script (lib.lua).
-      local added = redis.call('ZADD', K_POOL, unpack(adds))
+      local added = variadic('ZADD', K_POOL, adds)
       if added > 0 then redis.call('HINCRBY', K_META, 'cold_n', -added) end
       moved = moved + added
     end

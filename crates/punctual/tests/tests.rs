@@ -2,6 +2,7 @@
 
 mod util;
 
+mod bulk;
 mod cluster;
 mod cold;
 mod cold_admin;
