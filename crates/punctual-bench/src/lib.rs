@@ -197,7 +197,9 @@ pub struct BenchArgs {
     /// Jobs waiting in the pool while the measured jobs go through: loaded
     /// (due in 1 to 31 days) after the cleaning of each of drain, consume,
     /// precision, precision-load, promote and scripts, and left alone by
-    /// them. The other phases (the floor among them) run without it.
+    /// them. The topic is ticked once first, as `serve` does, so they wait
+    /// in the cold pool (a list per minute of due time, not the `pool`
+    /// sorted set). The other phases (the floor among them) run without it.
     #[arg(long, value_name = "N", default_value_t = 0,
           value_parser = clap::value_parser!(u64).range(0..=20_000_000))]
     pub pool: u64,

@@ -376,6 +376,8 @@ pub(crate) async fn fill_pool(b: &Bench) -> Result<u64> {
         return Ok(0);
     }
     let queue = b.queue().await?;
+    // As under `serve`, these jobs (1 to 31 days ahead) wait in the cold pool.
+    first_tick(b, &queue).await.context("pool")?;
     let bar = b.bar(n, "pool");
     let mut calls = futures::stream::iter((0..n).step_by(CHUNK as usize))
         .map(|s| {
@@ -406,6 +408,19 @@ pub(crate) async fn fill_pool(b: &Bench) -> Result<u64> {
         bail!("pool: {created} of {n} jobs created");
     }
     Ok(n)
+}
+
+/// One tick per partition, as a scheduler (`serve`) runs at its start: a
+/// topic gets its cold pool, where jobs due `cold_after` (10 minutes) or
+/// more ahead wait, only once a scheduler ticked on it (PROTOCOL.md "The
+/// cold pool").
+async fn first_tick(b: &Bench, queue: &Queue) -> Result<()> {
+    for physical in &b.target.parts {
+        raw::tick(queue, &physical.parse()?, &BENCH_TICK)
+            .await
+            .context("the first tick failed")?;
+    }
+    Ok(())
 }
 
 /// Min, p50, p99 and max of samples in microseconds, reported in ms.
@@ -570,14 +585,8 @@ pub(crate) async fn enqueue(b: &Bench) -> Result<(Report, Report)> {
             .await?;
     }
     b.clean().await?;
-    // One tick per partition, as a scheduler (`serve`) runs at its start: a
-    // topic gets its cold pool, where these jobs due in 1 h wait, only once
-    // a scheduler ticked on it (PROTOCOL.md "The cold pool").
-    for physical in &b.target.parts {
-        raw::tick(&queue, &physical.parse()?, &BENCH_TICK)
-            .await
-            .context("enqueue: the first tick failed")?;
-    }
+    // The jobs due in 1 h wait in the cold pool.
+    first_tick(b, &queue).await.context("enqueue")?;
     let before = Snapshot::take(&b.target).await?;
     let bar = b.bar(n, "enqueue");
     let (elapsed, created) =

@@ -11,7 +11,10 @@ counts the whole server's instructions during each measured call
 Every round starts from an empty Redis:
 
   enqueue_distinct  1,000 generated ids, a due time per job (100..2,000 ms)
-  enqueue           1,000 generated ids, all due in 1 h
+  enqueue           1,000 generated ids, all due in 1 h, into pool (a topic
+                    no scheduler ticked on: no cold pool)
+  enqueue_cold      the same after one tick (scripts with the cold pool only),
+                    as the bench's enqueue phase: into the cold pool
   claim_ready       1,000 jobs enqueued due now, claimed (lease 60 s); every
                     attempts entry is checked to be '0%d:%d' of the reply's
                     attempts and token
@@ -136,7 +139,7 @@ def floor_claim():
 
 res = {k: [] for k in ('enqueue_distinct', 'enqueue', 'claim_ready', 'ack', 'claim_pool',
                        'floor_enqueue', 'floor_promote', 'floor_claim', 'floor_ack')
-       + (('cold_move',) if cold else ())}
+       + (('cold_move', 'enqueue_cold') if cold else ())}
 enqueue('d0')
 ack(claim())  # warm-up
 for _ in range(rounds):
@@ -144,6 +147,11 @@ for _ in range(rounds):
     res['enqueue_distinct'].append(measure(lambda: enqueue(None))[1])
     r.flushall()
     res['enqueue'].append(measure(lambda: enqueue('d3600000'))[1])
+    if cold:
+        r.flushall()
+        r.evalsha(sha['tick'], 9, *K, str(N), '1000000', str(N))
+        res['enqueue_cold'].append(measure(lambda: enqueue('d3600000'))[1])
+        assert r.zcard(K[0]) == 0
     r.flushall()
     enqueue('d0')
     rep, t = measure(claim)
