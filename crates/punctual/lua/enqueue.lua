@@ -398,7 +398,7 @@ for i = 1, n do
       to_ready[nq + 1] = due_s
       to_ready[nq + 2] = id
       nq = nq + 2
-    elseif due >= cold_due and cold_place(id, due, now) then
+    elseif due >= cold_due and cold_place(id, due, now, cold_due) then
       where = 'cold'
     else
       to_pool[np + 1] = due_s

@@ -436,6 +436,37 @@ async fn a_far_job_waits_in_its_minutes_bucket_and_a_near_one_in_pool() {
     assert_no_cold(c, w).await;
     assert_eq!(q.stats(w).await.unwrap().pool, 2);
     assert_check(q, w, "after the move with cold_after 0").await;
+
+    // An unreadable cold_after counts as the default (10 min), for every job
+    // of a batch: an hour ahead cold, a minute ahead in pool.
+    let u = "unreadable";
+    let _: i64 = cmd(
+        c,
+        redis::cmd("HSET")
+            .arg(key(u, "meta"))
+            .arg("cold_after")
+            .arg("soon"),
+    )
+    .await;
+    open_cold(c, u).await;
+    q.enqueue_batch(
+        u,
+        vec![
+            Job::new("x").id("hour").delay(Duration::from_secs(3600)),
+            Job::new("x").id("minute").delay(Duration::from_secs(60)),
+            Job::new("x").id("hour2").delay(Duration::from_secs(3660)),
+        ],
+    )
+    .await
+    .unwrap();
+    for id in ["hour", "hour2"] {
+        let info = q.get(u, id).await.unwrap().unwrap();
+        assert_cold(q, c, u, id, info.due_ms).await;
+    }
+    let minute = q.get(u, "minute").await.unwrap().unwrap();
+    assert_in_pool(c, u, "minute", minute.due_ms).await;
+    assert_eq!(cold_n(c, u).await, 2);
+    assert_check(q, u, "with an unreadable cold_after").await;
 }
 
 /// No job is placed cold below `cold_at`: a job in no set due before it
