@@ -12,7 +12,7 @@
 -- stale entries (a cancelled or moved job, a duplicate) are skipped.
 
 local start, offset, count = int_arg(ARGV[1], 0, MAX_SAFE), int_arg(ARGV[2], 0, MAX_SAFE), int_arg(ARGV[3], 1, 1000)
-if not start or not offset or not count or #ARGV ~= 4 or start % 60000 ~= 0 then
+if not start or not offset or not count or #ARGV ~= 4 or start % COLD_BUCKET ~= 0 then
   return invalid('cold page expects a bucket start (a multiple of 60000), an offset, a count of 1 to 1000 and an id prefix')
 end
 local key = KEY_BASE .. 'c:' .. start
@@ -25,7 +25,7 @@ for _, id in ipairs(entries) do
   if not seen[id] and string.sub(id, 1, #prefix) == prefix then
     seen[id] = true
     local r = decode(redis.call('HGET', K_JOBS, id))
-    if r and r.due >= start and r.due < start + 60000
+    if r and r.due >= start and r.due < start + COLD_BUCKET
       and not redis.call('ZSCORE', K_POOL, id) and not redis.call('ZSCORE', K_READY, id)
       and not redis.call('ZSCORE', K_RUNNING, id) and not redis.call('ZSCORE', K_DEAD, id) then
       out[#out + 1] = id

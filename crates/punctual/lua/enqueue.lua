@@ -302,7 +302,7 @@ if #given > 0 then
       if recs[j] then
         has_rec[loose[j]] = true
         -- A cold job (PROTOCOL.md "The cold pool") is in no set.
-        local d = string.match(recs[j], '^[^:]*:(%w+):')
+        local d = string.match(recs[j], RECORD_DUE)
         if d and is_cold_due(tonumber(d, 36)) then cold_rec[loose[j]] = true end
       end
     end

@@ -172,6 +172,8 @@ end
 -- options"): ";" then a letter and a value, M = "<digits or empty>[;<opt>]*",
 -- with e<deadline, epoch ms, base 36>, t<timeout ms> and g<group>.
 local HEADER = '^([^:]*):(%w+):(%w+):([%d,]*):(%d+):()'
+-- A record's due time, D (base 36), alone: for a look at it without decode.
+local RECORD_DUE = '^[^:]*:(%w+):'
 -- A readable record without options, without captures. (A record with
 -- options fails it, and is read with decode.)
 local HEADER_CHECK = '^%d*:%w+:%w+:[%d,]*:%d+:'

@@ -124,7 +124,7 @@ while first and budget > 0 and tonumber(first) < now + move_w do
     local last36, d, ds = nil, nil, nil
     for i, id in ipairs(ids) do
       if recs[i] and not rd[i] and not rn[i] and not dd[i] and not seen[id] then
-        local d36 = string.match(recs[i], '^[^:]*:(%w+):')
+        local d36 = string.match(recs[i], RECORD_DUE)
         if d36 ~= last36 then
           last36, d = d36, d36 and tonumber(d36, 36)
           if d then ds = string.format('%d', d) end

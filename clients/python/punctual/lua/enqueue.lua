@@ -146,6 +146,8 @@ local function b36(n, width)
   if width and #s < width then s = string.rep('0', width - #s) .. s end
   return s
 end
+-- A record's due time, D (base 36), alone: for a look at it without decode.
+local RECORD_DUE = '^[^:]*:(%w+):'
 
 -- The options of an M field: max attempts (number or nil) and a table
 -- {deadline, timeout, group} (nil when M has no options), or false when M
@@ -789,7 +791,7 @@ if #given > 0 then
       if recs[j] then
         has_rec[loose[j]] = true
         -- A cold job (PROTOCOL.md "The cold pool") is in no set.
-        local d = string.match(recs[j], '^[^:]*:(%w+):')
+        local d = string.match(recs[j], RECORD_DUE)
         if d and is_cold_due(tonumber(d, 36)) then cold_rec[loose[j]] = true end
       end
     end
