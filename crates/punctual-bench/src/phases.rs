@@ -706,14 +706,14 @@ pub(crate) async fn enqueue(b: &Bench) -> Result<(Report, Report)> {
 /// `P:{T}:cold` and each list it names.
 async fn cold_usage(b: &Bench) -> Result<u64> {
     let mut total = 0;
-    for pool in b.target.keys(TopicKeys::pool) {
-        let base = pool.strip_suffix("pool").unwrap_or(&pool);
-        let index = format!("{base}cold");
-        let starts: Vec<String> = b
+    for physical in &b.target.parts {
+        let tk = keys_of(physical);
+        let index = tk.cold();
+        let starts: Vec<i64> = b
             .target
             .query(redis::cmd("ZRANGE").arg(&index).arg(0).arg(-1))
             .await?;
-        let keys = std::iter::once(index).chain(starts.iter().map(|s| format!("{base}c:{s}")));
+        let keys = std::iter::once(index).chain(starts.iter().map(|&s| tk.cold_bucket(s)));
         for k in keys {
             total += memory_usage(b, &k).await?;
         }

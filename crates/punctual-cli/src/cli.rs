@@ -53,11 +53,14 @@ pub(crate) enum Command {
     /// only those starting with a prefix.
     ///
     /// Each page is a bounded scan of the state's set in every partition
-    /// (ZSCAN; for pool, then the cold pool's lists of jobs due more than
-    /// ten minutes ahead, minute by minute), so listing a million jobs
-    /// costs the same per page as listing ten. Ids within a page are sorted by their time (due, lease
-    /// deadline or death); the listing as a whole is not. A job present
-    /// throughout is listed at least once.
+    /// (ZSCAN; for pool, then the cold pool's lists of jobs due
+    /// `cold_after` ahead, 10 minutes by default, minute by minute), so
+    /// listing a million jobs costs the same per page as listing ten. Ids
+    /// within a page are sorted by their time (due, lease deadline or
+    /// death); the listing as a whole is not. A job present throughout is
+    /// listed at least once, except a pool job the scheduler is moving out
+    /// of the cold pool while the listing runs (within 10 minutes of its
+    /// due time), which may be missed.
     List(crate::admin::list::ListArgs),
 
     /// Manage topics: `topic delete TOPIC` removes a topic that holds no job.

@@ -161,11 +161,12 @@ impl Queue {
     /// The cold buckets of `topic` (a physical name) that start below meta
     /// `cold_at` (at most 100), as problems: no job is placed below
     /// `cold_at`, and it passes a bucket only once the bucket is empty, so
-    /// such a bucket's jobs are no longer in the pool. `cold_at` only
-    /// rises, so a bucket below the value read first is below it still
-    /// when the buckets are read. (Two reads, not a `MULTI`: Redis refuses
-    /// to queue commands while it is over `maxmemory`, and `check` must
-    /// work then.)
+    /// such a bucket's jobs are no longer in the pool. `cold_at` may go
+    /// down (a tick after `cold_after` was lowered), and a bucket made
+    /// between two values is sound: so `cold_at` is read again after the
+    /// buckets, and only those below both readings count. (Reads, not a
+    /// `MULTI`: Redis refuses to queue commands while it is over
+    /// `maxmemory`, and `check` must work then.)
     pub(super) async fn cold_below(&self, topic: &str) -> Result<Vec<(String, String)>> {
         let keys = self.keys(topic);
         let cold_at: Option<String> = self
@@ -187,8 +188,16 @@ impl Queue {
                     .arg("WITHSCORES"),
             )
             .await?;
+        let again: Option<String> = self
+            .cmd(redis::cmd("HGET").arg(keys.meta()).arg("cold_at"))
+            .await?;
+        let bound = match again.and_then(|c| c.parse::<i64>().ok()) {
+            Some(again) => again.min(cold_at),
+            None => return Ok(Vec::new()),
+        };
         Ok(starts
             .iter()
+            .filter(|(_, s)| (*s as i64) < bound)
             .map(|(_, s)| {
                 let s = *s as i64;
                 (

@@ -120,7 +120,9 @@ impl Queue {
     /// due time. As with
     /// `ZSCAN`, a job present throughout the listing is returned at least
     /// once (possibly twice); jobs that move meanwhile may be missed or seen
-    /// twice; pages are sorted by score, the whole listing is not. A page
+    /// twice, and so may a cold job while the scheduler moves its bucket
+    /// into `pool` (the move pops the bucket's head, which shifts the
+    /// offsets of a bucket cursor); pages are sorted by score, the whole listing is not. A page
     /// holds about `count` ids (1 to 1000; a small set is returned whole).
     ///
     /// ```no_run
@@ -219,7 +221,7 @@ impl Queue {
                 }
                 At::Cold { start, offset } => {
                     let (next, items) = self
-                        .cold_page(&name, start, offset, want.min(MAX_BATCH), id_prefix)
+                        .cold_page(&name, start, offset, want, id_prefix)
                         .await?;
                     jobs.extend(items);
                     match next {
