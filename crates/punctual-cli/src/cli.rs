@@ -58,9 +58,9 @@ pub(crate) enum Command {
     /// listing a million jobs costs the same per page as listing ten. Ids
     /// within a page are sorted by their time (due, lease deadline or
     /// death); the listing as a whole is not. A job present throughout is
-    /// listed at least once, except a pool job the scheduler is moving out
-    /// of the cold pool while the listing runs (within 10 minutes of its
-    /// due time), which may be missed.
+    /// listed at least once, except a pool job the scheduler moves out of
+    /// the cold pool into the pool set after that set was scanned (within
+    /// 10 minutes of its due time), which may be missed.
     List(crate::admin::list::ListArgs),
 
     /// Manage topics: `topic delete TOPIC` removes a topic that holds no job.

@@ -111,7 +111,9 @@ local first = redis.call('ZRANGE', K_COLD, 0, 0)[1]
 while first and budget > 0 and tonumber(first) < now + move_w do
   local s = tonumber(first)
   local key = KEY_BASE .. 'c:' .. first
-  local ids = redis.call('LPOP', key, budget)
+  -- From the tail: a listing pages the bucket from its head by offset
+  -- (cold_page), and pops here shift none of its pages still to read.
+  local ids = redis.call('RPOP', key, budget)
   if ids then
     budget = budget - #ids
     local recs = redis.call('HMGET', K_JOBS, unpack(ids))

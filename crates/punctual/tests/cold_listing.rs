@@ -361,3 +361,56 @@ async fn check_reports_a_cold_job_missing_from_its_bucket_and_a_bucket_below_col
         "{v:?}"
     );
 }
+
+/// The scheduler moves a bucket in slices while a listing pages through it:
+/// a job still in the bucket at the end was listed (the move pops entries
+/// from the tail, so the offsets of the pages still to read do not shift).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bucket_moved_in_slices_during_a_listing_skips_no_job_left_in_it() {
+    let f = Fixture::new().await;
+    let t = "cold-move-list";
+    let now = f.now_ms().await;
+    let a = (now + 2 * 3_600_000) / MINUTE * MINUTE;
+    let batch = (0..30)
+        .map(|i| Job::new("p").id(format!("m:{i:02}")).at(at(a + 1000 * i)))
+        .collect();
+    f.queue.enqueue_batch(t, batch).await.unwrap();
+    make_cold(&f, t);
+    let bucket = key(t, &format!("c:{a}"));
+    assert_eq!(f.card(t, &format!("c:{a}")).await, 30);
+
+    let first = f.queue.list(t, State::Pool, "", None, 10).await.unwrap();
+    assert_eq!(first.cursor, Some(format!("0-c{a}-10")));
+    let mut listed: BTreeSet<String> = first.jobs.into_iter().map(|j| j.id).collect();
+    // The bucket is now within cold_after: one tick moves 10 of its entries.
+    f.cli(&["HSET", &key(t, "meta"), "cold_after", "10800000"]);
+    let limits = punctual::raw::TickLimits {
+        promote_batch: 10,
+        max_ready: 1_000_000,
+        reclaim_batch: 1000,
+    };
+    punctual::raw::tick(&f.queue, &crate::util::part(t), &limits)
+        .await
+        .unwrap();
+    assert_eq!(f.card(t, "pool").await, 10, "the tick moved 10 jobs");
+    let mut cursor = first.cursor;
+    while let Some(c) = cursor {
+        let page = f
+            .queue
+            .list(t, State::Pool, "", Some(&c), 10)
+            .await
+            .unwrap();
+        listed.extend(page.jobs.into_iter().map(|j| j.id));
+        cursor = page.cursor;
+    }
+    let left: Vec<String> = f
+        .cmd(redis::cmd("LRANGE").arg(&bucket).arg(0).arg(-1))
+        .await;
+    assert_eq!(left.len(), 20);
+    for id in &left {
+        assert!(
+            listed.contains(id),
+            "{id} stayed in its bucket but was not listed: {listed:?}"
+        );
+    }
+}

@@ -120,9 +120,9 @@ impl Queue {
     /// due time. As with
     /// `ZSCAN`, a job present throughout the listing is returned at least
     /// once (possibly twice); jobs that move meanwhile may be missed or seen
-    /// twice, and so may a cold job while the scheduler moves its bucket
-    /// into `pool` (the move pops the bucket's head, which shifts the
-    /// offsets of a bucket cursor); pages are sorted by score, the whole listing is not. A page
+    /// twice, and so may a cold job the scheduler moves into `pool` after
+    /// `pool` was scanned (a job that stays in its bucket is not skipped:
+    /// the move pops the bucket's tail, the listing reads from its head); pages are sorted by score, the whole listing is not. A page
     /// holds about `count` ids (1 to 1000; a small set is returned whole).
     ///
     /// ```no_run
