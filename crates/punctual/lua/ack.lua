@@ -6,8 +6,10 @@
 -- token may also be given as the attempts entry its claim wrote, "0A:T"
 -- (the live mark, the attempt and the token, as the claim's reply gave
 -- them): then a live lease is proven by one string comparison.
--- Returns one integer per pair: 1 acked, 0 refused (the job is no longer
--- running under that token: reclaimed, re-delivered, cancelled or replaced).
+-- Returns an array: the number of pairs acked, then the positions (1-based,
+-- increasing) of the pairs refused (the job is no longer running under that
+-- token: reclaimed, re-delivered, cancelled or replaced). So a call whose
+-- pairs were all acked gets one value back, not one per pair.
 -- Publishes on the ready channel when it frees a slot of a topic at its
 -- max_running (or of a group at its own, see release_groups).
 -- A lease is proven by its attempts entry alone when the entry carries the
@@ -23,7 +25,8 @@ end
 local ids = {}
 for i = 1, n do ids[i] = ARGV[2 * i - 1] end
 local atts = redis.call('HMGET', K_ATT, unpack(ids))
-local out, done, nd = {}, ids, n
+-- The refused positions (position -> true), made at the first refusal.
+local bad, done, nd = nil, ids, n
 local find, byte, match = string.find, string.byte, string.match
 for i = 1, n do
   local v, tok = atts[i], ARGV[2 * i]
@@ -39,9 +42,7 @@ for i = 1, n do
       ok = is_live_att(v) or redis.call('ZSCORE', K_RUNNING, ids[i]) ~= false
     end
   end
-  if ok then
-    out[i] = 1
-  else
+  if not ok then
     -- Checked only when refused, so a good ack pays nothing: a token that
     -- is not an integer (nor an entry "0A:T") is an error, not a refusal.
     tok = ARGV[2 * i]
@@ -50,17 +51,16 @@ for i = 1, n do
     if not int_arg(t, 0, MAX_SAFE) then
       return invalid('ack expects tokens as decimal integers (or attempts entries "0A:T"), got "' .. tok .. '"')
     end
-    out[i] = 0
-    if done == ids then
+    if not bad then
       -- The first refusal: from here on, only the accepted ids are deleted.
-      done, nd = {}, 0
+      bad, done, nd = {}, {}, 0
       for j = 1, i - 1 do
         nd = nd + 1
         done[nd] = ids[j]
       end
     end
-  end
-  if out[i] == 1 and done ~= ids then
+    bad[i] = true
+  elseif bad then
     nd = nd + 1
     done[nd] = ids[i]
   end
@@ -84,13 +84,21 @@ if nd > 0 then
   if acked < nd then
     -- An id given twice: its first pair acked it, the others are refused.
     local seen = {}
+    bad = bad or {}
     for i = 1, n do
-      if out[i] == 1 then
-        if seen[ids[i]] then out[i] = 0 else seen[ids[i]] = true end
+      if not bad[i] then
+        if seen[ids[i]] then bad[i] = true else seen[ids[i]] = true end
       end
     end
   end
   redis.call('HINCRBY', K_STATS, 'done', acked)
   if full then redis.call('PUBLISH', K_READY, '') end
 end
+local out = { 0 }
+if bad then
+  for i = 1, n do
+    if bad[i] then out[#out + 1] = i end
+  end
+end
+out[1] = n - (#out - 1)
 return out

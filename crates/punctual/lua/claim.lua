@@ -6,9 +6,13 @@
 -- repeat, even after a restart that lost writes (see reserve_tokens).
 -- KEYS: the nine topic keys. ARGV[1] k (1..1000), ARGV[2] lease in ms.
 -- Returns a flat array: the server time of the claim in microseconds, the
--- topic's max attempts, wait_ms, then four entries per job: id, token,
--- attempt, and the record as stored (the client decodes it: max attempts,
--- due, created, payload; the script only checks its header). An empty array
+-- topic's max attempts, wait_ms, the token base B and the number of jobs m,
+-- then two entries per job: id and the record as stored (the client decodes
+-- it: max attempts, due, created, payload; the script only checks its
+-- header). The j-th job's token is B + j. Then, for each job whose attempt
+-- is not 1, two entries: j and its attempt (a job not listed is on its first
+-- attempt). So the reply holds two values per job, as few as the floor's
+-- claim (ids and records): each value costs Redis and the client. An empty array
 -- when the topic is paused or ready is empty. A ready id whose record
 -- vanished (eviction, restore) is dropped and counted as "orphans"; one whose
 -- record cannot be read is moved to dead. A job whose expiry deadline
@@ -84,7 +88,7 @@ end
 if n <= 0 then
   read_clock()
   if redis.call('ZCARD', K_READY) == 0 and not (from_pool and pool_at(0) == 0) then return {} end
-  return { now_us, topic_max, wait, -1 }
+  return { now_us, topic_max, wait, 0, 0, -1 }
 end
 
 -- Read the earliest ready ids; they leave ready only after their leases
@@ -111,7 +115,7 @@ if meta[7] == '1' then
   if #ids == 0 then
     if gs and (held or not ran_out) then
       if redis.call('ZCARD', K_READY) == 0 then return {} end
-      return { now_us, topic_max, held or 1, -1 }
+      return { now_us, topic_max, held or 1, 0, 0, -1 }
     end
     ids = redis.call('ZRANGE', K_READY, 0, n - 1)
   end
@@ -131,7 +135,7 @@ if from_pool and #rids < n then
   end
 end
 if #ids == 0 then
-  if pool_next > 0 then return { now_us, topic_max, 0, pool_next } end
+  if pool_next > 0 then return { now_us, topic_max, 0, 0, 0, pool_next } end
   return {}
 end
 -- A limit held jobs back only when more were claimable than were taken:
@@ -165,10 +169,12 @@ local recs = redis.call('HMGET', K_JOBS, unpack(ids))
 local atts = redis.call('HMGET', K_ATT, unpack(ids))
 local first = reserve_tokens(#ids, now_us)
 
-local out, counts, leases, parked, gone = { now_us, topic_max, wait }, {}, {}, {}, {}
+local out, counts, leases, parked, gone = { now_us, topic_max, wait, first, 0 }, {}, {}, {}, {}
 local expired = {}
+-- The jobs handed out (m), and their attempts where not 1: pairs j, attempt.
+local m, retried, nr = 0, {}, 0
 -- Lengths kept by hand: the hot loop appends without the # operator.
-local no, nl = 3, 0
+local no, nl = 5, 0
 local format, find, sub, char = string.format, string.find, string.sub, string.char
 -- The attempts entries' pieces (below): "0A:" by attempts, and the token's
 -- high digits.
@@ -206,7 +212,8 @@ for i, id in ipairs(ids) do
     local a = atts[i]
     local attempts = 1
     if a then attempts = att_of(a) + 1 end
-    local token = first + i
+    m = m + 1
+    local token = first + m
     -- The attempts entry with the live mark (see is_live_att), "0A:T" as
     -- format('0%d:%d') writes it, made without a format per job: "0A:"
     -- once per distinct attempts, T's digits above its last three once per
@@ -230,10 +237,13 @@ for i, id in ipairs(ids) do
     leases[nl + 2] = id
     nl = nl + 2
     out[no + 1] = id
-    out[no + 2] = token
-    out[no + 3] = attempts
-    out[no + 4] = rec
-    no = no + 4
+    out[no + 2] = rec
+    no = no + 2
+    if attempts ~= 1 then
+      retried[nr + 1] = m
+      retried[nr + 2] = attempts
+      nr = nr + 2
+    end
   elseif rec then
     -- A record punctual cannot read: park it in dead for a person to inspect.
     parked[#parked + 1] = now
@@ -273,5 +283,7 @@ end
 if #leases > 0 and redis.call('ZCOUNT', K_RUNNING, '-inf', deadline) <= #leases / 2 then
   redis.call('PUBLISH', K_POOL, deadline)
 end
-out[#out + 1] = pool_next
+out[5] = m
+for i = 1, nr do out[no + i] = retried[i] end
+out[no + nr + 1] = pool_next
 return out

@@ -714,13 +714,24 @@ pub async fn claim_with_wait(
         ms if ms < 0 => Some(Wait::UntilRunningEnds),
         ms => Some(Wait::For(Duration::from_millis(ms as u64))),
     };
-    let mut out = Vec::with_capacity(r.len() / 4);
+    // The token base and the number of jobs; then two entries per job (the
+    // j-th job's token is base + j), pairs j, attempt for the jobs not on
+    // their first attempt, and the µs until the pool's next due time.
+    let base = r.int()?;
+    let m = r.int()?;
+    if m < 0 || m as usize * 2 + 1 > r.len() {
+        return Err(Error::protocol(
+            "claim",
+            "the job count does not match the reply",
+        ));
+    }
+    let m = m as usize;
+    let mut out = Vec::with_capacity(m);
+    // The positions (1-based) of the jobs not handed out: ids not UTF-8.
     let mut not_text = Vec::new();
-    // Four entries per job, then the µs until the pool's next due time.
-    while r.len() > 1 {
+    for j in 1..=m {
         let raw = r.bytes()?;
-        let token = r.int()?;
-        let attempt = r.int()?.clamp(0, u32::MAX as i64) as u32;
+        let token = base + j as i64;
         let record = r.bytes()?;
         let c = decode_claimed(record, topic_max).ok_or_else(|| {
             Error::protocol("claim", "a record the script passed cannot be decoded")
@@ -729,7 +740,7 @@ pub async fn claim_with_wait(
         let id = match String::from_utf8(raw) {
             Ok(id) => id,
             Err(e) => {
-                not_text.push((e.into_bytes(), token));
+                not_text.push((j, e.into_bytes(), token));
                 continue;
             }
         };
@@ -737,7 +748,7 @@ pub async fn claim_with_wait(
             topic: topic.to_string(),
             id,
             token,
-            attempt,
+            attempt: 1,
             max_attempts,
             due_ms: c.due,
             created_ms: c.created,
@@ -749,6 +760,23 @@ pub async fn claim_with_wait(
             received,
         });
     }
+    while r.len() > 1 {
+        let j = r.int()?;
+        let attempt = r.int()?.clamp(0, u32::MAX as i64) as u32;
+        if j < 1 || j as usize > m {
+            return Err(Error::protocol(
+                "claim",
+                "an attempt for a job not in the reply",
+            ));
+        }
+        let j = j as usize;
+        // Jobs not handed out before it shift its place in `out`.
+        let skipped = not_text.iter().take_while(|(k, _, _)| *k < j).count();
+        if not_text.iter().any(|(k, _, _)| *k == j) {
+            continue;
+        }
+        out[j - 1 - skipped].attempt = attempt;
+    }
     let next_due = match r.int()? {
         us if us < 0 => None,
         us => Some(Duration::from_micros(us as u64)),
@@ -756,7 +784,7 @@ pub async fn claim_with_wait(
     // An id that is not UTF-8 (stored before enqueue refused them) cannot
     // be handed out: a Delivery's id is text, and its ack would name
     // another id. It goes to dead at once, for a person to see.
-    for (raw, token) in not_text {
+    for (_, raw, token) in not_text {
         let dead = queue
             .run(&SCRIPTS.fail, topic, |inv| {
                 inv.arg(&raw[..])
@@ -781,6 +809,7 @@ pub async fn claim_with_wait(
 
 /// Acks jobs: they are done and deleted. Returns one flag per lease: acked,
 /// or refused because the lease is no longer held.
+/// (The script replies with the number acked and the positions refused.)
 ///
 /// ```no_run
 /// # async fn demo(queue: punctual::Queue, part: punctual::raw::Partition, job: punctual::Delivery) -> punctual::Result<()> {
@@ -799,9 +828,29 @@ pub async fn ack(queue: &Queue, part: &Partition, done: &[Lease]) -> Result<Vec<
                 }
             })
             .await?;
-        let f: Vec<i64> =
-            redis::from_redis_value(v).map_err(|e| Error::protocol("ack", e.to_string()))?;
-        flags.extend(f.into_iter().map(|x| x == 1));
+        let mut r = Reply::new("ack", v)?;
+        let acked = r.int()?;
+        let start = flags.len();
+        flags.resize(start + chunk.len(), true);
+        let mut refused = 0;
+        while !r.is_empty() {
+            match r.int()? {
+                p if p >= 1 && p as usize <= chunk.len() => flags[start + p as usize - 1] = false,
+                p => {
+                    return Err(Error::protocol(
+                        "ack",
+                        format!("a refused position {p} out of range"),
+                    ))
+                }
+            }
+            refused += 1;
+        }
+        if acked + refused != chunk.len() as i64 {
+            return Err(Error::protocol(
+                "ack",
+                "the counts do not add up to the pairs given",
+            ));
+        }
     }
     Ok(flags)
 }

@@ -361,8 +361,9 @@ async fn the_right_token_written_another_way_is_refused_and_changes_nothing() {
                 .await;
             match &r {
                 Err(e) => assert_eq!(e.code(), Some("PUNCTUAL_INVALID"), "{script} {form}: {e}"),
+                // ack: none acked, the first pair refused.
                 Ok(v) => assert!(
-                    matches!(v, redis::Value::Array(a) if a == &[redis::Value::Int(0)])
+                    matches!(v, redis::Value::Array(a) if a == &[redis::Value::Int(0), redis::Value::Int(1)])
                         || script == "fail",
                     "{script} {form:?} took the token: {v:?}"
                 ),
@@ -1045,6 +1046,79 @@ async fn a_stored_id_that_is_not_utf8_goes_to_dead_at_its_first_claim() {
     assert!(q.check(t).await.unwrap().is_empty());
 }
 
+/// claim replies with an attempt only for the jobs not on their first one,
+/// and a token base; ack with the count acked and the refused positions.
+/// The client must give each delivery its own attempt and token (also when
+/// a job before it was not handed out: an id that is not UTF-8) and each
+/// lease its own flag.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_delivery_and_each_ack_flag_is_its_own_in_the_compact_replies() {
+    let f = Fixture::new().await;
+    let (q, t) = (&f.queue, "compact");
+    let ids = ["a", "b", "c", "d"];
+    q.enqueue_batch(t, ids.iter().map(|id| Job::new("p").id(*id)).collect())
+        .await
+        .unwrap();
+    let mut c = f.conn.clone();
+    let bad: &[u8] = b"old\xff";
+    let rec: String = redis::cmd("HGET")
+        .arg(key(t, "jobs"))
+        .arg("a")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    // The id that is not UTF-8 comes first (score 0) and ran before, as did
+    // b and d (entries unmarked, as a retry leaves them).
+    let _: () = redis::pipe()
+        .cmd("HSET")
+        .arg(key(t, "jobs"))
+        .arg(bad)
+        .arg(&rec)
+        .ignore()
+        .cmd("ZADD")
+        .arg(key(t, "ready"))
+        .arg(0)
+        .arg(bad)
+        .ignore()
+        .cmd("HSET")
+        .arg(key(t, "attempts"))
+        .arg(bad)
+        .arg("4:1")
+        .arg("b")
+        .arg("2:5")
+        .arg("d")
+        .arg("6:9")
+        .ignore()
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let got = raw::claim(q, &part(t), 10, LONG_LEASE).await.unwrap();
+    let seen: Vec<(&str, u32)> = got.iter().map(|d| (d.id.as_str(), d.attempt)).collect();
+    assert_eq!(seen, [("a", 1), ("b", 3), ("c", 1), ("d", 7)]);
+    for d in &got {
+        let entry: String = redis::cmd("HGET")
+            .arg(key(t, "attempts"))
+            .arg(&d.id)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(entry, format!("0{}:{}", d.attempt, d.token), "job {}", d.id);
+    }
+    // a, b with a token not its own, c, a again, d.
+    let by = |id: &str| got.iter().find(|d| d.id == id).unwrap().lease();
+    let wrong = Lease::new("b", got[1].token + 1000);
+    let flags = raw::ack(q, &part(t), &[by("a"), wrong, by("c"), by("a"), by("d")])
+        .await
+        .unwrap();
+    assert_eq!(flags, [true, false, true, false, true]);
+    let b = q.get(t, "b").await.unwrap().expect("b is still there");
+    assert_eq!((b.state, b.attempts), (State::Running, 3));
+    for id in ["a", "c", "d"] {
+        assert!(q.get(t, id).await.unwrap().is_none(), "{id} was not acked");
+    }
+    assert_eq!(raw::ack(q, &part(t), &[by("b")]).await.unwrap(), [true]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oldest_dead_of_a_partitioned_topic_purges_an_id_that_is_not_utf8() {
     let f = Fixture::new().await;
@@ -1229,14 +1303,23 @@ async fn claim_writes_each_attempts_entry_as_the_attempt_and_token_it_returns() 
         .query_async(&mut c)
         .await
         .unwrap();
-    assert_eq!(reply.len(), 3 + 4 * 1000 + 1);
+    // Header (time, max, wait, token base, m), two entries per job, the
+    // three retried jobs' (j, attempt), the pool's next due time.
+    assert_eq!(reply.len(), 5 + 2 * 1000 + 2 * 3 + 1);
+    let int = |v: &redis::Value| redis::from_redis_value::<i64>(v.clone()).unwrap();
+    let (base, m) = (int(&reply[3]), int(&reply[4]));
+    assert_eq!(m, 1000);
+    let retried: std::collections::HashMap<i64, i64> = reply[5 + 2000..5 + 2000 + 6]
+        .chunks(2)
+        .map(|p| (int(&p[0]), int(&p[1])))
+        .collect();
     let entries: std::collections::HashMap<String, String> =
         f.cmd(redis::cmd("HGETALL").arg(&keys[8])).await;
     let mut attempts = std::collections::BTreeSet::new();
-    for job in reply[3..3 + 4 * 1000].chunks(4) {
+    for (j, job) in (1..).zip(reply[5..5 + 2 * 1000].chunks(2)) {
         let id: String = redis::from_redis_value(job[0].clone()).unwrap();
-        let token: i64 = redis::from_redis_value(job[1].clone()).unwrap();
-        let attempt: i64 = redis::from_redis_value(job[2].clone()).unwrap();
+        let token = base + j;
+        let attempt = retried.get(&j).copied().unwrap_or(1);
         attempts.insert(attempt);
         assert_eq!(entries[&id], format!("0{attempt}:{token}"), "job {id}");
     }
@@ -1266,7 +1349,7 @@ async fn ack_compares_tokens_as_the_strings_claim_returned() {
             .query_async(&mut c)
             .await
             .unwrap();
-        assert_eq!(got, [0], "token {wrong} (the lease's is {tok})");
+        assert_eq!(got, [0, 1], "token {wrong} (the lease's is {tok})");
     }
     assert!(f.queue.get(t, "run").await.unwrap().is_some());
     // Tokens are compared as the strings claim returned: the same value
@@ -1332,7 +1415,11 @@ async fn q_twice(f: &Fixture) {
         .query_async(&mut c)
         .await
         .unwrap();
-    assert_eq!(got, [1, 0], "the second pair of one id is refused");
+    assert_eq!(
+        got,
+        [1, 2],
+        "one pair acked, the second pair of one id refused"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
