@@ -181,8 +181,9 @@ local format, find, sub, char = string.format, string.find, string.sub, string.c
 local pre_of, high, high_s = {}, nil, nil
 -- The header of the last record that passed HEADER_CHECK: a record that
 -- starts with the same bytes passes too (jobs of a batch share their due
--- time and options), checked by one comparison instead of the pattern.
-local head, hl = nil, 0
+-- time and options), checked by one plain find instead of the pattern (a
+-- find makes no string; a string.sub would make, hash and intern one).
+local head = nil
 for i, id in ipairs(ids) do
   local rec = recs[i]
   -- A job whose expiry deadline has passed goes to dead, never handed out.
@@ -190,12 +191,12 @@ for i, id in ipairs(ids) do
   -- comparison when it starts with the header of the last one that passed.)
   local ok, r = false, nil
   if rec then
-    if head and sub(rec, 1, hl) == head then
+    if head and find(rec, head, 1, true) == 1 then
       ok = true
     else
       local _, e = find(rec, HEADER_CHECK)
       if e then
-        ok, head, hl = true, sub(rec, 1, e), e
+        ok, head = true, sub(rec, 1, e)
       else
         ok, r = claimable(rec, now)
       end
