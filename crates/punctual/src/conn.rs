@@ -111,14 +111,23 @@ fn must_not_repeat(cmd: &Cmd) -> bool {
         return true;
     };
     // ARGV: max payload, replace, n, then n groups of (id, payload, when,
-    // max attempts, backoff), then optionally the partition count.
-    let (Some(replace), Some(n)) = (argv.get(1), argv.get(2).and_then(|n| num(n))) else {
+    // max attempts, backoff), then optionally the partition count. Or the
+    // shared form: "=n", when, max attempts, backoff, then n pairs (id,
+    // payload), then optionally the count.
+    let (Some(replace), Some(count)) = (argv.get(1), argv.get(2)) else {
         return true;
     };
-    if *replace != b"0" || (argv.len() != 3 + 5 * n && argv.len() != 4 + 5 * n) {
+    let (at, stride, n) = match count.strip_prefix(b"=") {
+        Some(n) => (6, 2, num(n)),
+        None => (3, 5, num(count)),
+    };
+    let Some(n) = n else {
+        return true;
+    };
+    if *replace != b"0" || (argv.len() != at + stride * n && argv.len() != at + 1 + stride * n) {
         return true;
     }
-    (0..n).any(|i| argv[3 + 5 * i].is_empty())
+    (0..n).any(|i| argv[at + stride * i].is_empty())
 }
 
 /// Whether Redis certainly did not run the command that failed with `e`:
@@ -296,6 +305,42 @@ mod tests {
         assert!(
             must_not_repeat(&evalsha(enqueue, &["1048576", "0"])),
             "malformed"
+        );
+        // The shared form: "=n", when, max, backoff, then (id, payload) pairs.
+        let shared = |ids: &[&str], routed: bool| {
+            let mut argv = ["1048576", "0", &format!("={}", ids.len()), "d0", "", ""]
+                .map(String::from)
+                .to_vec();
+            for id in ids {
+                argv.extend([*id, "payload"].map(String::from));
+            }
+            if routed {
+                argv.push("3".into());
+            }
+            evalsha(enqueue, &argv)
+        };
+        assert!(
+            !must_not_repeat(&shared(&["a", "b"], false)),
+            "shared, ids: safe"
+        );
+        assert!(
+            !must_not_repeat(&shared(&["a", "b"], true)),
+            "shared, ids, count"
+        );
+        assert!(
+            must_not_repeat(&shared(&["a", ""], false)),
+            "shared, a generated id"
+        );
+        assert!(
+            must_not_repeat(&shared(&["", "b"], true)),
+            "shared, generated, count"
+        );
+        assert!(
+            must_not_repeat(&evalsha(
+                enqueue,
+                &["1048576", "0", "=2", "d0", "", "", "a", "p"]
+            )),
+            "shared, malformed"
         );
         for safe in [
             "ack",

@@ -1469,3 +1469,138 @@ async fn paced_replay_pairs_are_validated_whole_and_keep_the_id_idempotence() {
     );
     assert!(f.queue.check(t).await.unwrap().is_empty());
 }
+
+// ---- enqueue's shared form --------------------------------------------------
+
+/// Jobs alike but for id and payload may be sent in the shared form
+/// ("=n", when, max, backoff, then id, payload per job): the records are
+/// those of the five-argument form, the reply is the ids when one was
+/// generated (else none) and the statuses that are not 1, and bad counts
+/// are refused with nothing written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shared_form_stores_what_the_five_argument_form_stores() {
+    let f = Fixture::new().await;
+    let (five, shared) = (topic_keys("five"), topic_keys("shared"));
+    let mut c = f.conn.clone();
+    let (when, max, backoff) = ("d3600000", "3;t5000", "100,200");
+    let mut argv = vec!["65536", "0", "3"];
+    for (id, p) in [("j1", "p1"), ("j2", "p2"), ("", "p3")] {
+        argv.extend([id, p, when, max, backoff]);
+    }
+    let a: Vec<String> = eval("enqueue", &five, &argv)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(
+        [&a[..4], &a[5..]].concat(),
+        ["j1", "1", "j2", "1", "1"],
+        "{a:?}"
+    );
+    let argv = [
+        "65536", "0", "=3", when, max, backoff, "j1", "p1", "j2", "p2", "", "p3",
+    ];
+    let b: Vec<redis::Value> = eval("enqueue", &shared, &argv)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let text = |v: &redis::Value| redis::from_redis_value::<String>(v.clone()).unwrap();
+    assert_eq!(b.len(), 4, "k and three ids (one was generated): {b:?}");
+    assert_eq!(b[0], redis::Value::Int(3));
+    assert_eq!((text(&b[1]), text(&b[2])), ("j1".into(), "j2".into()));
+    let generated = text(&b[3]);
+    assert_eq!(generated.len(), 12);
+    // The same records but for the due time (D, the second field): each
+    // call read its own clock.
+    let no_due = |r: Vec<u8>| {
+        let mut f: Vec<&[u8]> = r.splitn(3, |&b| b == b':').collect();
+        f.remove(1);
+        f.concat()
+    };
+    for (x, y) in [
+        ("j1", "j1"),
+        ("j2", "j2"),
+        (a[4].as_str(), generated.as_str()),
+    ] {
+        let rx: Vec<u8> = f.cmd(redis::cmd("HGET").arg(&five[4]).arg(x)).await;
+        let ry: Vec<u8> = f.cmd(redis::cmd("HGET").arg(&shared[4]).arg(y)).await;
+        assert!(rx.ends_with(b"p1") || rx.ends_with(b"p2") || rx.ends_with(b"p3"));
+        assert_eq!(no_due(rx), no_due(ry), "{x} / {y}");
+    }
+    assert_eq!(f.queue.check("shared").await.unwrap(), vec![]);
+    // Given ids only: no ids back; j1 is live (status 0, the first pair).
+    let argv = ["65536", "0", "=2", when, "", "", "j1", "p", "j3", "p"];
+    let r: Vec<i64> = eval("enqueue", &shared, &argv)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(r, [0, 1, 0]);
+    assert!(f.queue.get("shared", "j3").await.unwrap().is_some());
+    // Counts that do not match the arguments: refused, nothing written.
+    let snap = f.snapshot().await;
+    for bad in [
+        vec!["65536", "0", "=2", when, "", "", "j4", "p"],
+        vec!["65536", "0", "=0", when, "", ""],
+        vec!["65536", "0", "=x", when, "", "", "j4", "p"],
+        vec!["65536", "0", "=1", when, "", "", "j4", "p", "1", "extra"],
+        vec!["65536", "0", "1", "j4", "p"],
+    ] {
+        let err = eval("enqueue", &shared, &bad)
+            .query_async::<redis::Value>(&mut c)
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Some("PUNCTUAL_INVALID"), "{bad:?}: {err}");
+    }
+    assert_eq!(f.snapshot().await, snap);
+}
+
+/// Queue::enqueue_batch sends alike jobs in the shared form: each job's
+/// status and id come back in its place (a live id, a new one, generated
+/// ones), as with jobs that differ (the five-argument form).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_alike_jobs_reports_each_status_in_its_place() {
+    let f = Fixture::new().await;
+    let t = "alike";
+    f.queue.enqueue(t, Job::new("x").id("live")).await.unwrap();
+    for differ in [false, true] {
+        let jobs: Vec<Job> = (0..4)
+            .map(|i| {
+                let j = match i {
+                    0 => Job::new("a").id(format!("new{differ}")),
+                    1 => Job::new("b").id("live"),
+                    _ => Job::new("c"),
+                };
+                // With differ, the last job's delay sets the batch apart.
+                match (differ, i) {
+                    (true, 3) => j.delay(Duration::from_secs(7)),
+                    _ => j.delay(Duration::from_secs(60)),
+                }
+            })
+            .collect();
+        let out = f.queue.enqueue_batch(t, jobs).await.unwrap();
+        let got: Vec<(&str, EnqueueStatus)> =
+            out.iter().map(|e| (e.id.as_str(), e.status)).collect();
+        assert_eq!(
+            got[0],
+            (format!("new{differ}").as_str(), EnqueueStatus::Created)
+        );
+        assert_eq!(got[1], ("live", EnqueueStatus::Duplicate));
+        for g in &got[2..] {
+            assert_eq!(g.1, EnqueueStatus::Created);
+            assert_eq!(g.0.len(), 12);
+            assert!(f.queue.get(t, g.0).await.unwrap().is_some(), "{g:?}");
+        }
+        assert_ne!(got[2].0, got[3].0);
+    }
+    // Given ids only (the script sends no ids back).
+    let jobs = vec![Job::new("d").id("live"), Job::new("e").id("fresh")];
+    let out = f.queue.enqueue_batch(t, jobs).await.unwrap();
+    let got: Vec<(&str, EnqueueStatus)> = out.iter().map(|e| (e.id.as_str(), e.status)).collect();
+    assert_eq!(
+        got,
+        [
+            ("live", EnqueueStatus::Duplicate),
+            ("fresh", EnqueueStatus::Created)
+        ]
+    );
+    assert_eq!(f.queue.check(t).await.unwrap(), vec![]);
+}

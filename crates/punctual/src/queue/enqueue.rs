@@ -131,7 +131,8 @@ impl Queue {
                     self.inner.max_payload
                 )));
             }
-            encoded.push(job.when.encode()?);
+            // The script's when, max attempts (with options) and backoff.
+            encoded.push([job.when.encode()?, job.max_arg(), job.backoff_arg()]);
         }
         // An id given twice in one batch: the first wins, the later ones are
         // duplicates and not sent (calls run concurrently, so Redis alone
@@ -242,42 +243,85 @@ impl Queue {
         replace: &str,
         idx: &[usize],
         jobs: &[Job],
-        encoded: &[String],
+        encoded: &[[String; 3]],
         ids: &[Option<String>],
     ) -> Result<Vec<Enqueued>> {
+        // Jobs alike in all but id and payload (a batch usually is) go in
+        // the shared form: their when, max attempts and backoff once, then
+        // two arguments per job instead of five (PROTOCOL.md "enqueue").
+        let shared = idx.len() > 1 && idx.iter().all(|&i| encoded[i] == encoded[idx[0]]);
         let v = self
             .run(&SCRIPTS.enqueue, physical, |inv| {
-                inv.arg(self.inner.max_payload.min(MAX_SAFE))
-                    .arg(replace)
-                    .arg(idx.len());
-                for &i in idx {
-                    let job = &jobs[i];
-                    inv.arg(ids[i].as_deref().unwrap_or(""))
-                        .arg(&job.payload[..])
-                        .arg(&encoded[i])
-                        .arg(job.max_arg())
-                        .arg(job.backoff_arg());
+                inv.arg(self.inner.max_payload.min(MAX_SAFE)).arg(replace);
+                if shared {
+                    let [when, max, backoff] = &encoded[idx[0]];
+                    inv.arg(format!("={}", idx.len()))
+                        .arg(when)
+                        .arg(max)
+                        .arg(backoff);
+                    for &i in idx {
+                        inv.arg(ids[i].as_deref().unwrap_or(""))
+                            .arg(&jobs[i].payload[..]);
+                    }
+                } else {
+                    inv.arg(idx.len());
+                    for &i in idx {
+                        let [when, max, backoff] = &encoded[i];
+                        inv.arg(ids[i].as_deref().unwrap_or(""))
+                            .arg(&jobs[i].payload[..])
+                            .arg(when)
+                            .arg(max)
+                            .arg(backoff);
+                    }
                 }
                 inv.arg(k);
             })
             .await?;
         let mut r = Reply::new("enqueue", v)?;
+        let status_of = |n: i64, id: &str| match n {
+            0 => Ok(EnqueueStatus::Duplicate),
+            2 => Ok(EnqueueStatus::Replaced),
+            3 => Ok(EnqueueStatus::Dead),
+            4 => Ok(EnqueueStatus::FiredBefore),
+            1 => Ok(EnqueueStatus::Created),
+            other => Err(Error::protocol(
+                "enqueue",
+                format!("unknown status {other} for {id:?}"),
+            )),
+        };
         let mut out = Vec::with_capacity(idx.len());
+        if shared {
+            // k ids (all n when one was generated, else none: ours), then
+            // pairs j, status for the jobs not created.
+            let k = r.int()?;
+            if k != 0 && k != idx.len() as i64 {
+                return Err(Error::protocol("enqueue", "one id per job expected"));
+            }
+            for &i in idx {
+                let id = match k {
+                    0 => ids[i].clone().ok_or_else(|| {
+                        Error::protocol("enqueue", "no ids returned for generated ones")
+                    })?,
+                    _ => r.string()?,
+                };
+                out.push(Enqueued {
+                    id,
+                    status: EnqueueStatus::Created,
+                });
+            }
+            while !r.is_empty() {
+                let j = r.int()?;
+                let e = usize::try_from(j - 1)
+                    .ok()
+                    .and_then(|j| out.get_mut(j))
+                    .ok_or_else(|| Error::protocol("enqueue", "a status for no job"))?;
+                e.status = status_of(r.int()?, &e.id)?;
+            }
+            return Ok(out);
+        }
         while !r.is_empty() {
             let id = r.string()?;
-            let status = match r.int()? {
-                0 => EnqueueStatus::Duplicate,
-                2 => EnqueueStatus::Replaced,
-                3 => EnqueueStatus::Dead,
-                4 => EnqueueStatus::FiredBefore,
-                1 => EnqueueStatus::Created,
-                other => {
-                    return Err(Error::protocol(
-                        "enqueue",
-                        format!("unknown status {other} for {id:?}"),
-                    ))
-                }
-            };
+            let status = status_of(r.int()?, &id)?;
             out.push(Enqueued { id, status });
         }
         if out.len() != idx.len() {
