@@ -537,8 +537,12 @@ local at, stride = 3, 5
 if shared then at, stride = 6, 2 end
 if not max_payload or (ARGV[2] ~= '0' and ARGV[2] ~= '1') or not n
   or (#ARGV ~= at + stride * n and #ARGV ~= at + 1 + stride * n) then
+  if shared then
+    return invalid('enqueue expects a max payload, replace (0 or 1), "=n" for 1 to 1000 jobs, their when, '
+      .. 'max attempts and backoff, n pairs of id and payload, and optionally the partition count')
+  end
   return invalid('enqueue expects a max payload, replace (0 or 1), 1 to 1000 jobs of five arguments each '
-    .. '(or "=n", a when, max attempts and backoff, and n pairs of id and payload) and optionally the partition count')
+    .. 'and optionally the partition count')
 end
 local routed = nil
 if #ARGV == at + 1 + stride * n then

@@ -15,6 +15,9 @@ Every round starts from an empty Redis:
                     no scheduler ticked on: no cold pool)
   enqueue_cold      the same after one tick (scripts with the cold pool only),
                     as the bench's enqueue phase: into the cold pool
+  enqueue_shared,   (scripts with enqueue's shared form only) enqueue and
+  enqueue_cold_shared  enqueue_cold in the shared form, as the Rust library
+                    sends a batch of alike jobs
   claim_ready       1,000 jobs enqueued due now, claimed (lease 60 s); every
                     attempts entry is checked to be '0%d:%d' of the reply's
                     attempts and token
@@ -70,6 +73,7 @@ for _ in range(200):
 K = [f'p:{{t}}:{k}' for k in 'pool ready running dead jobs meta stats seq attempts'.split()]
 sha = {n: r.script_load(assemble(n)) for n in ('enqueue', 'claim', 'ack', 'tick')}
 cold = 'cold_place' in open(f'{luadir}/lib.lua').read()
+shared = 'the shared form' in open(f'{luadir}/enqueue.lua').read()
 src = open(floor_rs).read()
 
 
@@ -98,6 +102,15 @@ def enqueue(when):
     for i in range(N):
         args += ['', payload, when or 'd%d' % (100 + i * 7919 % 1901), '', '']
     return r.evalsha(sha['enqueue'], 9, *K, *args)
+
+
+def enqueue_shared(when):
+    """The shared form (since round 8): when, max and backoff once."""
+    args = [str(1 << 30), '0', '=%d' % N, when, '', '']
+    for i in range(N):
+        args += ['', payload]
+    rep = r.evalsha(sha['enqueue'], 9, *K, *args)
+    assert rep[0] == N and len(rep) == N + 1, rep[:3]
 
 
 def claim():
@@ -145,7 +158,8 @@ def floor_claim():
 
 res = {k: [] for k in ('enqueue_distinct', 'enqueue', 'claim_ready', 'ack', 'claim_pool',
                        'floor_enqueue', 'floor_promote', 'floor_claim', 'floor_ack')
-       + (('cold_move', 'enqueue_cold') if cold else ())}
+       + (('cold_move', 'enqueue_cold') if cold else ())
+       + (('enqueue_shared', 'enqueue_cold_shared') if shared else ())}
 enqueue('d0')
 ack(claim())  # warm-up
 for _ in range(rounds):
@@ -157,6 +171,13 @@ for _ in range(rounds):
         r.flushall()
         r.evalsha(sha['tick'], 9, *K, str(N), '1000000', str(N))
         res['enqueue_cold'].append(measure(lambda: enqueue('d3600000'))[1])
+        assert r.zcard(K[0]) == 0
+    if shared:
+        r.flushall()
+        res['enqueue_shared'].append(measure(lambda: enqueue_shared('d3600000'))[1])
+        r.flushall()
+        r.evalsha(sha['tick'], 9, *K, str(N), '1000000', str(N))
+        res['enqueue_cold_shared'].append(measure(lambda: enqueue_shared('d3600000'))[1])
         assert r.zcard(K[0]) == 0
     r.flushall()
     enqueue('d0')
