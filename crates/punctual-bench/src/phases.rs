@@ -161,7 +161,7 @@ impl Recorder {
     }
 }
 
-/// In-process consumers: workers (--consumers, usually one), and a
+/// In-process consumers: workers (--consumers, two by default), and a
 /// scheduler when asked, each on a connection of its own (as the processes
 /// of `punctual serve` are).
 struct Consumer {
