@@ -506,15 +506,17 @@ end
 --   else ms values separated by commas).
 -- Or, when the jobs share their when, max attempts (with options) and
 -- backoff, ARGV[3] "=n" (the shared form), ARGV[4] when, ARGV[5] max
--- attempts, ARGV[6] backoff, then n pairs: id, payload. Each argument costs
--- Redis about 1,400 instructions to read and hand to Lua, so a batch of
--- alike jobs sends two per job instead of five.
--- ARGV[4 + 5n] (ARGV[7 + 2n] in the shared form), optional: the partition count the caller routed the jobs
+-- attempts, ARGV[6] backoff, then n pairs: id, payload. Or, when they share
+-- max attempts and backoff only, ARGV[3] "~n" (a shared form too), ARGV[4]
+-- max attempts, ARGV[5] backoff, then n triples: id, payload, when. Each
+-- argument costs Redis about 1,400 instructions to read and hand to Lua, so
+-- a batch of alike jobs sends two or three per job instead of five.
+-- ARGV[4 + 5n] (ARGV[7 + 2n] or ARGV[6 + 3n] in the shared forms), optional: the partition count the caller routed the jobs
 -- with (1 for a topic that is not partitioned). When given, and the topic's
 -- meta holds another count ("partitions", written by set_partitions), the
 -- call is refused with "PUNCTUAL_STALE ..." and nothing is written: read
 -- P:partitions again and route anew.
--- Returns: a flat array id1, status1, id2, status2 ... (in the shared form:
+-- Returns: a flat array id1, status1, id2, status2 ... (in the shared forms:
 -- k, then k ids (the n jobs' ids when one was generated, k = n, else none,
 -- k = 0: the caller knows them), then pairs j, status for the jobs whose
 -- status is not 1, j counting from 1), where status is
@@ -529,17 +531,30 @@ end
 
 local max_payload = int_arg(ARGV[1], 0, MAX_SAFE)
 local replace = ARGV[2] == '1'
--- The shared form ("=n"): the when, max and backoff of every job are
--- ARGV[4], ARGV[5], ARGV[6]. Job i's own arguments follow ARGV[at + stride * (i - 1)].
-local shared = string.byte(ARGV[3] or '', 1) == 61
+-- The shared forms: "=n", the when, max and backoff of every job in
+-- ARGV[4], ARGV[5], ARGV[6] (S_WHEN, S_MAX, S_BACKOFF); "~n", max and
+-- backoff in ARGV[4], ARGV[5]. Job i's own arguments follow
+-- ARGV[at + stride * (i - 1)]: id, payload, then what is not shared.
+local form = string.byte(ARGV[3] or '', 1)
+local shared = form == 61 or form == 126
 local n = int_arg(shared and string.sub(ARGV[3], 2) or ARGV[3], 1, 1000)
 local at, stride = 3, 5
-if shared then at, stride = 6, 2 end
+local S_WHEN, S_MAX, S_BACKOFF
+if form == 61 then
+  at, stride = 6, 2
+  S_WHEN, S_MAX, S_BACKOFF = ARGV[4], ARGV[5], ARGV[6]
+elseif form == 126 then
+  at, stride = 5, 3
+  S_MAX, S_BACKOFF = ARGV[4], ARGV[5]
+end
 if not max_payload or (ARGV[2] ~= '0' and ARGV[2] ~= '1') or not n
   or (#ARGV ~= at + stride * n and #ARGV ~= at + 1 + stride * n) then
-  if shared then
+  if form == 61 then
     return invalid('enqueue expects a max payload, replace (0 or 1), "=n" for 1 to 1000 jobs, their when, '
       .. 'max attempts and backoff, n pairs of id and payload, and optionally the partition count')
+  elseif form == 126 then
+    return invalid('enqueue expects a max payload, replace (0 or 1), "~n" for 1 to 1000 jobs, their '
+      .. 'max attempts and backoff, n triples of id, payload and when, and optionally the partition count')
   end
   return invalid('enqueue expects a max payload, replace (0 or 1), 1 to 1000 jobs of five arguments each '
     .. 'and optionally the partition count')
@@ -639,12 +654,7 @@ local backoff_ok = { [''] = true }
 for i = 1, n do
   local b = at + stride * (i - 1)
   local id, payload = ARGV[b + 1], ARGV[b + 2]
-  local when, max, backoff
-  if shared then
-    when, max, backoff = ARGV[4], ARGV[5], ARGV[6]
-  else
-    when, max, backoff = ARGV[b + 3], ARGV[b + 4], ARGV[b + 5]
-  end
+  local when, max, backoff = S_WHEN or ARGV[b + 3], S_MAX or ARGV[b + 4], S_BACKOFF or ARGV[b + 5]
   if id == '' then
     generate = generate + 1
   elseif #id > 200 then
@@ -894,7 +904,7 @@ for i = 1, n do
       due_s = string.format('%d', due)
     end
     records[nr + 1] = id
-    local m = shared and ARGV[5] or ARGV[b + 4]
+    local m = S_MAX or ARGV[b + 4]
     local o = opts[i]
     if o then
       -- Jobs of a batch mostly share their options and due time.
@@ -904,7 +914,7 @@ for i = 1, n do
       end
       m = last_m
     end
-    records[nr + 2] = m .. head .. (shared and ARGV[6] or ARGV[b + 5]) .. ':0:' .. ARGV[b + 2]
+    records[nr + 2] = m .. head .. (S_BACKOFF or ARGV[b + 5]) .. ':0:' .. ARGV[b + 2]
     nr = nr + 2
     if not grouped and m ~= '' and string.find(m, ';g', 1, true) then grouped = true end
     local where = 'pool'

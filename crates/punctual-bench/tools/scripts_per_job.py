@@ -15,9 +15,10 @@ Every round starts from an empty Redis:
                     no scheduler ticked on: no cold pool)
   enqueue_cold      the same after one tick (scripts with the cold pool only),
                     as the bench's enqueue phase: into the cold pool
-  enqueue_shared,   (scripts with enqueue's shared form only) enqueue and
-  enqueue_cold_shared  enqueue_cold in the shared form, as the Rust library
+  enqueue_shared,   (scripts with enqueue's shared forms only) enqueue and
+  enqueue_cold_shared  enqueue_cold in the shared form "=n", as the Rust library
                     sends a batch of alike jobs
+  enqueue_distinct_shared  enqueue_distinct in the form "~n" (a due time per job)
   claim_ready       1,000 jobs enqueued due now, claimed (lease 60 s); every
                     attempts entry is checked to be '0%d:%d' of the reply's
                     attempts and token
@@ -105,10 +106,16 @@ def enqueue(when):
 
 
 def enqueue_shared(when):
-    """The shared form (since round 8): when, max and backoff once."""
-    args = [str(1 << 30), '0', '=%d' % N, when, '', '']
-    for i in range(N):
-        args += ['', payload]
+    """The shared forms (since round 8): "=n", when, max and backoff once;
+    with no when given, "~n", max and backoff once, a due time per job."""
+    if when:
+        args = [str(1 << 30), '0', '=%d' % N, when, '', '']
+        for i in range(N):
+            args += ['', payload]
+    else:
+        args = [str(1 << 30), '0', '~%d' % N, '', '']
+        for i in range(N):
+            args += ['', payload, 'd%d' % (100 + i * 7919 % 1901)]
     rep = r.evalsha(sha['enqueue'], 9, *K, *args)
     assert rep[0] == N and len(rep) == N + 1, rep[:3]
 
@@ -159,7 +166,7 @@ def floor_claim():
 res = {k: [] for k in ('enqueue_distinct', 'enqueue', 'claim_ready', 'ack', 'claim_pool',
                        'floor_enqueue', 'floor_promote', 'floor_claim', 'floor_ack')
        + (('cold_move', 'enqueue_cold') if cold else ())
-       + (('enqueue_shared', 'enqueue_cold_shared') if shared else ())}
+       + (('enqueue_shared', 'enqueue_cold_shared', 'enqueue_distinct_shared') if shared else ())}
 enqueue('d0')
 ack(claim())  # warm-up
 for _ in range(rounds):
@@ -173,6 +180,8 @@ for _ in range(rounds):
         res['enqueue_cold'].append(measure(lambda: enqueue('d3600000'))[1])
         assert r.zcard(K[0]) == 0
     if shared:
+        r.flushall()
+        res['enqueue_distinct_shared'].append(measure(lambda: enqueue_shared(None))[1])
         r.flushall()
         res['enqueue_shared'].append(measure(lambda: enqueue_shared('d3600000'))[1])
         r.flushall()

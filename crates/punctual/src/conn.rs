@@ -112,14 +112,16 @@ fn must_not_repeat(cmd: &Cmd) -> bool {
     };
     // ARGV: max payload, replace, n, then n groups of (id, payload, when,
     // max attempts, backoff), then optionally the partition count. Or the
-    // shared form: "=n", when, max attempts, backoff, then n pairs (id,
-    // payload), then optionally the count.
+    // shared forms: "=n", when, max attempts, backoff, then n pairs (id,
+    // payload); "~n", max attempts, backoff, then n triples (id, payload,
+    // when); then optionally the count.
     let (Some(replace), Some(count)) = (argv.get(1), argv.get(2)) else {
         return true;
     };
-    let (at, stride, n) = match count.strip_prefix(b"=") {
-        Some(n) => (6, 2, num(n)),
-        None => (3, 5, num(count)),
+    let (at, stride, n) = match count.split_first() {
+        Some((b'=', n)) => (6, 2, num(n)),
+        Some((b'~', n)) => (5, 3, num(n)),
+        _ => (3, 5, num(count)),
     };
     let Some(n) = n else {
         return true;
@@ -334,6 +336,14 @@ mod tests {
         assert!(
             must_not_repeat(&shared(&["", "b"], true)),
             "shared, generated, count"
+        );
+        let mut tilde = ["1048576", "0", "~2", "", ""].map(String::from).to_vec();
+        tilde.extend(["a", "p", "d0", "b", "p", "d5"].map(String::from));
+        assert!(!must_not_repeat(&evalsha(enqueue, &tilde)), "~, ids: safe");
+        tilde[8] = String::new();
+        assert!(
+            must_not_repeat(&evalsha(enqueue, &tilde)),
+            "~, a generated id"
         );
         assert!(
             must_not_repeat(&evalsha(

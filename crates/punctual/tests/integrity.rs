@@ -1527,6 +1527,26 @@ async fn the_shared_form_stores_what_the_five_argument_form_stores() {
         assert_eq!(no_due(rx), no_due(ry), "{x} / {y}");
     }
     assert_eq!(f.queue.check("shared").await.unwrap(), vec![]);
+    // "~n": max and backoff shared, a when per job.
+    let tilde = topic_keys("tilde");
+    let argv = [
+        "65536", "0", "~3", max, backoff, "j1", "p1", when, "j2", "p2", when, "", "p3", when,
+    ];
+    let b: Vec<redis::Value> = eval("enqueue", &tilde, &argv)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!((b.len(), &b[0]), (4, &redis::Value::Int(3)), "{b:?}");
+    let generated = text(&b[3]);
+    for (x, y) in [
+        ("j1", "j1"),
+        ("j2", "j2"),
+        (a[4].as_str(), generated.as_str()),
+    ] {
+        let rx: Vec<u8> = f.cmd(redis::cmd("HGET").arg(&five[4]).arg(x)).await;
+        let ry: Vec<u8> = f.cmd(redis::cmd("HGET").arg(&tilde[4]).arg(y)).await;
+        assert_eq!(no_due(rx), no_due(ry), "~: {x} / {y}");
+    }
     // Given ids only: no ids back; j1 is live (status 0, the first pair).
     let argv = ["65536", "0", "=2", when, "", "", "j1", "p", "j3", "p"];
     let r: Vec<i64> = eval("enqueue", &shared, &argv)
@@ -1543,6 +1563,8 @@ async fn the_shared_form_stores_what_the_five_argument_form_stores() {
         vec!["65536", "0", "=x", when, "", "", "j4", "p"],
         vec!["65536", "0", "=1", when, "", "", "j4", "p", "1", "extra"],
         vec!["65536", "0", "1", "j4", "p"],
+        vec!["65536", "0", "~2", "", "", "j4", "p", when, "j5", "p"],
+        vec!["65536", "0", "~1", "", "", "j4", "p"],
     ] {
         let err = eval("enqueue", &shared, &bad)
             .query_async::<redis::Value>(&mut c)
@@ -1561,7 +1583,9 @@ async fn a_batch_of_alike_jobs_reports_each_status_in_its_place() {
     let f = Fixture::new().await;
     let t = "alike";
     f.queue.enqueue(t, Job::new("x").id("live")).await.unwrap();
-    for differ in [false, true] {
+    // Alike ("=n"), a delay of its own ("~n"), max attempts of its own (the
+    // five-argument form).
+    for differ in [0, 1, 2] {
         let jobs: Vec<Job> = (0..4)
             .map(|i| {
                 let j = match i {
@@ -1569,9 +1593,9 @@ async fn a_batch_of_alike_jobs_reports_each_status_in_its_place() {
                     1 => Job::new("b").id("live"),
                     _ => Job::new("c"),
                 };
-                // With differ, the last job's delay sets the batch apart.
                 match (differ, i) {
-                    (true, 3) => j.delay(Duration::from_secs(7)),
+                    (1, 3) => j.delay(Duration::from_secs(7)),
+                    (2, 3) => j.delay(Duration::from_secs(60)).max_attempts(3),
                     _ => j.delay(Duration::from_secs(60)),
                 }
             })

@@ -247,21 +247,34 @@ impl Queue {
         ids: &[Option<String>],
     ) -> Result<Vec<Enqueued>> {
         // Jobs alike in all but id and payload (a batch usually is) go in
-        // the shared form: their when, max attempts and backoff once, then
-        // two arguments per job instead of five (PROTOCOL.md "enqueue").
-        let shared = idx.len() > 1 && idx.iter().all(|&i| encoded[i] == encoded[idx[0]]);
+        // the shared form "=n": their when, max attempts and backoff once,
+        // then two arguments per job instead of five; jobs alike in max
+        // attempts and backoff in "~n": three per job (PROTOCOL.md
+        // "enqueue").
+        let first = &encoded[idx[0]];
+        let same = |k: usize| idx.iter().all(|&i| encoded[i][k] == first[k]);
+        let form = match (idx.len() > 1, same(0), same(1) && same(2)) {
+            (true, true, true) => Some('='),
+            (true, _, true) => Some('~'),
+            _ => None,
+        };
+        let shared = form.is_some();
         let v = self
             .run(&SCRIPTS.enqueue, physical, |inv| {
                 inv.arg(self.inner.max_payload.min(MAX_SAFE)).arg(replace);
-                if shared {
-                    let [when, max, backoff] = &encoded[idx[0]];
-                    inv.arg(format!("={}", idx.len()))
-                        .arg(when)
-                        .arg(max)
-                        .arg(backoff);
+                if let Some(form) = form {
+                    let [when, max, backoff] = first;
+                    inv.arg(format!("{form}{}", idx.len()));
+                    if form == '=' {
+                        inv.arg(when);
+                    }
+                    inv.arg(max).arg(backoff);
                     for &i in idx {
                         inv.arg(ids[i].as_deref().unwrap_or(""))
                             .arg(&jobs[i].payload[..]);
+                        if form == '~' {
+                            inv.arg(&encoded[i][0]);
+                        }
                     }
                 } else {
                     inv.arg(idx.len());
