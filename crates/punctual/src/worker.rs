@@ -1198,7 +1198,14 @@ async fn keep_leases(shared: Arc<Shared>, stop: CancellationToken) {
                         }
                         let mut inflight = shared.inflight.lock().unwrap();
                         let held = &mut inflight[ti];
-                        if held.get(&id).is_some_and(|(t, _)| *t == token) {
+                        // A run that has ended sent its outcome, and its ack
+                        // may have deleted the job after this round listed
+                        // it (a busy worker, every round): the ack or fail
+                        // says what happened, and forgets it.
+                        if held
+                            .get(&id)
+                            .is_some_and(|(t, run)| *t == token && !run.abort.is_finished())
+                        {
                             if let Some((_, run)) = held.remove(&id) {
                                 run.lost.cancel();
                             }

@@ -1532,6 +1532,26 @@ async fn the_shared_form_stores_what_the_five_argument_form_stores() {
     let argv = [
         "65536", "0", "~3", max, backoff, "j1", "p1", when, "j2", "p2", when, "", "p3", when,
     ];
+    // Each job's own when: G (due minus created, base 36) is its delay
+    // (or 1 ms more: the due time rounds the clock's µs up, created down).
+    let whens = topic_keys("whens");
+    let r: Vec<i64> = eval(
+        "enqueue",
+        &whens,
+        &[
+            "65536", "0", "~3", "", "", "w1", "p", "d60000", "w2", "p", "d7200000", "w3", "p", "d5",
+        ],
+    )
+    .query_async(&mut c)
+    .await
+    .unwrap();
+    assert_eq!(r, [0], "given ids, all created");
+    for (id, delay) in [("w1", 60_000), ("w2", 7_200_000), ("w3", 5)] {
+        let rec: String = f.cmd(redis::cmd("HGET").arg(&whens[4]).arg(id)).await;
+        let g = rec.split(':').nth(2).unwrap();
+        let g = i64::from_str_radix(g, 36).unwrap();
+        assert!(g == delay || g == delay + 1, "{id}: {rec}");
+    }
     let b: Vec<redis::Value> = eval("enqueue", &tilde, &argv)
         .query_async(&mut c)
         .await
