@@ -993,21 +993,13 @@ async fn a_partition_change_that_fails_midway_leaves_the_topic_open_to_producers
     assert!(f.queue.check(u).await.unwrap().is_empty());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stored_id_that_is_not_utf8_goes_to_dead_at_its_first_claim() {
-    // Written before the scripts refused such ids: claim cannot hand it out
-    // (Delivery::id is text, so its ack would name another id).
-    let f = Fixture::new().await;
-    let (q, t) = (&f.queue, "old-bytes");
-    q.enqueue(t, Job::new("fine").id("fine")).await.unwrap();
-    let mut c = f.conn.clone();
+/// Writes a job whose id is not UTF-8 (as stored before enqueue refused
+/// such ids) into ready with score 0, its record a copy of `like`'s.
+async fn plant_id_not_utf8(f: &Fixture, t: &str, like: &str) -> &'static [u8] {
     let bad: &[u8] = b"old\xff";
-    let rec: String = redis::cmd("HGET")
-        .arg(key(t, "jobs"))
-        .arg("fine")
-        .query_async(&mut c)
-        .await
-        .unwrap();
+    let rec: String = f
+        .cmd(redis::cmd("HGET").arg(key(t, "jobs")).arg(like))
+        .await;
     let _: () = redis::pipe()
         .cmd("HSET")
         .arg(key(t, "jobs"))
@@ -1019,9 +1011,21 @@ async fn a_stored_id_that_is_not_utf8_goes_to_dead_at_its_first_claim() {
         .arg(0)
         .arg(bad)
         .ignore()
-        .query_async(&mut c)
+        .query_async(&mut f.conn.clone())
         .await
         .unwrap();
+    bad
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stored_id_that_is_not_utf8_goes_to_dead_at_its_first_claim() {
+    // Written before the scripts refused such ids: claim cannot hand it out
+    // (Delivery::id is text, so its ack would name another id).
+    let f = Fixture::new().await;
+    let (q, t) = (&f.queue, "old-bytes");
+    q.enqueue(t, Job::new("fine").id("fine")).await.unwrap();
+    let mut c = f.conn.clone();
+    let bad = plant_id_not_utf8(&f, t, "fine").await;
     let got = raw::claim(q, &part(t), 10, LONG_LEASE).await.unwrap();
     let ids: Vec<&str> = got.iter().map(|d| d.id.as_str()).collect();
     assert_eq!(ids, vec!["fine"], "a non-UTF-8 id was handed out");
@@ -1060,26 +1064,10 @@ async fn each_delivery_and_each_ack_flag_is_its_own_in_the_compact_replies() {
         .await
         .unwrap();
     let mut c = f.conn.clone();
-    let bad: &[u8] = b"old\xff";
-    let rec: String = redis::cmd("HGET")
-        .arg(key(t, "jobs"))
-        .arg("a")
-        .query_async(&mut c)
-        .await
-        .unwrap();
     // The id that is not UTF-8 comes first (score 0) and ran before, as did
     // b and d (entries unmarked, as a retry leaves them).
+    let bad = plant_id_not_utf8(&f, t, "a").await;
     let _: () = redis::pipe()
-        .cmd("HSET")
-        .arg(key(t, "jobs"))
-        .arg(bad)
-        .arg(&rec)
-        .ignore()
-        .cmd("ZADD")
-        .arg(key(t, "ready"))
-        .arg(0)
-        .arg(bad)
-        .ignore()
         .cmd("HSET")
         .arg(key(t, "attempts"))
         .arg(bad)
