@@ -854,9 +854,14 @@ local pool_min = nil
 -- Jobs due at or after this go to the cold pool (cold_place), and replaced
 -- cold jobs leave it.
 local cold_due, cold_gone = cold_from(now), 0
--- The shared form's reply: the jobs' ids (made into `out` at the end, when
--- one was generated), the statuses that are not 1 (pairs j, status).
-local ids_out, odd, nodd = {}, {}, 0
+-- The shared forms' reply: k, the jobs' ids written into `out` as they go
+-- (when one was generated, k = n; else none, k = 0), then the statuses
+-- that are not 1 (pairs j, status, kept in `odd` until the end).
+local odd, nodd = {}, 0
+local ids_back = shared and generate > 0
+if shared then
+  out[1] = ids_back and n or 0
+end
 for i = 1, n do
   local b = at + stride * (i - 1)
   local id = ARGV[b + 1]
@@ -944,7 +949,7 @@ for i = 1, n do
     out[no + 2] = status
     no = no + 2
   else
-    ids_out[i] = id
+    if ids_back then out[i + 1] = id end
     if status ~= 1 then
       odd[nodd + 1] = i
       odd[nodd + 2] = status
@@ -953,14 +958,7 @@ for i = 1, n do
   end
 end
 if shared then
-  if generate > 0 then
-    out[1] = n
-    for i = 1, n do out[i + 1] = ids_out[i] end
-    no = n + 1
-  else
-    out[1] = 0
-    no = 1
-  end
+  no = #out
   for i = 1, nodd do out[no + i] = odd[i] end
 end
 
