@@ -359,6 +359,20 @@ local function cold_place(id, due, now, from)
   return true
 end
 
+-- cold_place for jobs all due at `due`, which the caller found due at or
+-- after cold_from(now): `ids` joins the bucket's list (kept, not copied,
+-- when the bucket has none yet).
+local function cold_place_all(ids, due)
+  local s = due - due % COLD_BUCKET
+  if not cold_ids then cold_ids = {} end
+  local l = cold_ids[s]
+  if not l then
+    cold_ids[s] = ids
+    return
+  end
+  for i = 1, #ids do l[#l + 1] = ids[i] end
+end
+
 -- Writes what cold_place collected: RPUSH per bucket, the index, cold_n.
 -- Called before the script's other writes (see above). A bucket that is
 -- new and now the first publishes the time it is to be moved (its start
@@ -862,7 +876,41 @@ local ids_back = shared and generate > 0
 if shared then
   out[1] = ids_back and n or 0
 end
-for i = 1, n do
+-- The Rust library's common batch: the shared form "=n" with every id
+-- generated and no candidate taken, and no per-job options. Every job gets
+-- its candidate id, the same header, due time and destination, and status
+-- 1, so the loop does only what differs per job (callgrind, a call of 1,000
+-- into the cold pool: 4,600 instructions per job less than the loop below).
+local uniform = form == 61 and generate == n and next(taken) == nil
+  and not string.find(S_MAX, ';', 1, true)
+if uniform then
+  local due = dues[1]
+  head = head_of(due)
+  due_s = string.format('%d', due)
+  local pre = S_MAX .. head .. S_BACKOFF .. ':0:'
+  for i = 1, n do
+    local id = cand[i]
+    records[2 * i - 1] = id
+    records[2 * i] = pre .. ARGV[at + 2 * i]
+    out[i + 1] = id
+  end
+  nr, seq, created = 2 * n, first_seq + n, n
+  -- Where the loop below would put each of them (cold_place: due at or
+  -- after cold_due).
+  if due > now and due >= cold_due then
+    cold_place_all(cand, due)
+  else
+    local to = to_ready
+    if due > now then
+      to, pool_min = to_pool, due
+    end
+    for i = 1, n do
+      to[2 * i - 1] = due_s
+      to[2 * i] = cand[i]
+    end
+  end
+end
+for i = 1, uniform and 0 or n do
   local b = at + stride * (i - 1)
   local id = ARGV[b + 1]
   local status = 1

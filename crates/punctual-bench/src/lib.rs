@@ -227,7 +227,15 @@ pub struct BenchArgs {
           value_parser = clap::value_parser!(u64).range(8..=200))]
     pub id_bytes: Option<u64>,
 
-    /// Enqueue batches (of 1,000 jobs, the script's limit) in flight at once.
+    /// Most jobs per enqueue script call of the bench's producers (the
+    /// library's `QueueBuilder::enqueue_chunk`, 1 to 1000): a batch of
+    /// 1,000 goes in calls of this many, pipelined.
+    #[arg(long, value_name = "N", default_value_t = punctual::DEFAULT_ENQUEUE_CHUNK as u64,
+          value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub enqueue_chunk: u64,
+
+    /// Enqueue batches (of 1,000 jobs, split into calls of --enqueue-chunk)
+    /// in flight at once.
     #[arg(long, value_name = "N", default_value_t = 8,
           value_parser = clap::value_parser!(u64).range(1..=256))]
     pub inflight: u64,

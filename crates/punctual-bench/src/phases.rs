@@ -233,8 +233,14 @@ impl Bench {
     /// Generous timeouts: a loaded machine, or Redis freeing millions of
     /// jobs (--pool), can keep it from answering for seconds.
     pub(super) async fn queue(&self) -> Result<Queue> {
+        self.queue_chunked(self.args.enqueue_chunk as usize).await
+    }
+
+    /// [`Bench::queue`] sending enqueue calls of `chunk` jobs.
+    pub(super) async fn queue_chunked(&self, chunk: usize) -> Result<Queue> {
         Ok(Queue::builder(self.target.url.as_str())
             .prefix(PREFIX)
+            .enqueue_chunk(chunk)
             .connect_timeout(Duration::from_secs(30))
             .response_timeout(Duration::from_secs(30))
             .connect()
@@ -306,8 +312,8 @@ impl Bench {
     }
 }
 
-/// Enqueues jobs `0..n` due `when`, in calls of 1,000 with `--inflight` at
-/// once. Returns the time taken (jobs are built before the clock starts) and
+/// Enqueues jobs `0..n` due `when`, in batches of 1,000 (each in calls of
+/// --enqueue-chunk) with `--inflight` batches at once. Returns the time taken (jobs are built before the clock starts) and
 /// how many were created.
 async fn load(
     b: &Bench,
@@ -604,6 +610,7 @@ pub(crate) async fn enqueue(b: &Bench) -> Result<(Report, Report)> {
         jobs_per_s: f64,
         secs: f64,
         payload_bytes: u64,
+        enqueue_chunk: u64,
         inflight: u64,
         #[serde(flatten)]
         layout: Layout,
@@ -621,6 +628,7 @@ pub(crate) async fn enqueue(b: &Bench) -> Result<(Report, Report)> {
             jobs_per_s: per_s(n, elapsed),
             secs: round(elapsed.as_secs_f64(), 3),
             payload_bytes: PAYLOAD_BYTES as u64,
+            enqueue_chunk: b.args.enqueue_chunk,
             inflight: b.args.inflight,
             layout: b.layout(),
             ok,
@@ -1564,7 +1572,8 @@ pub(crate) async fn calls(b: &Bench) -> Result<Report> {
 pub(crate) async fn scripts(b: &Bench) -> Result<Report> {
     let n = b.args.n;
     let pool = fill_pool(b).await?;
-    let q = b.queue().await?;
+    // Calls of 1,000 jobs, as the floor's.
+    let q = b.queue_chunked(CHUNK as usize).await?;
     let chunk = CHUNK as usize;
     let bar = b.bar(4 * n, "scripts");
     let mut cost = serde_json::Map::new();

@@ -538,6 +538,20 @@ local function cold_place(id, due, now, from)
   return true
 end
 
+-- cold_place for jobs all due at `due`, which the caller found due at or
+-- after cold_from(now): `ids` joins the bucket's list (kept, not copied,
+-- when the bucket has none yet).
+local function cold_place_all(ids, due)
+  local s = due - due % COLD_BUCKET
+  if not cold_ids then cold_ids = {} end
+  local l = cold_ids[s]
+  if not l then
+    cold_ids[s] = ids
+    return
+  end
+  for i = 1, #ids do l[#l + 1] = ids[i] end
+end
+
 -- Writes what cold_place collected: RPUSH per bucket, the index, cold_n.
 -- Called before the script's other writes (see above). A bucket that is
 -- new and now the first publishes the time it is to be moved (its start

@@ -53,9 +53,10 @@ pub enum Error {
     /// A Redis error.
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
-    /// A batch of more than 1,000 jobs (several script calls, each atomic)
-    /// failed part way: some calls were written, others not.
-    #[error("{source} (the batch of {total} jobs went in calls of up to 1,000: {} written, {} not; enqueue those again, ids make that safe)", written.len(), failed.len())]
+    /// A batch of several script calls (each atomic; see
+    /// [`Queue::enqueue_chunk`](crate::Queue::enqueue_chunk)) failed part
+    /// way: some calls were written, others not.
+    #[error("{source} (the batch of {total} jobs went in several calls, each atomic: {} written, {} not; enqueue those again, ids make that safe)", written.len(), failed.len())]
     PartialBatch {
         /// Jobs in the batch.
         total: usize,

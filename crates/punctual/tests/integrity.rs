@@ -1460,6 +1460,14 @@ async fn paced_replay_pairs_are_validated_whole_and_keep_the_id_idempotence() {
 
 // ---- enqueue's shared form --------------------------------------------------
 
+/// A record without its due time (D, the second field), to compare the
+/// records of calls that read different clocks.
+fn without_due(r: Vec<u8>) -> Vec<u8> {
+    let mut f: Vec<&[u8]> = r.splitn(3, |&b| b == b':').collect();
+    f.remove(1);
+    f.concat()
+}
+
 /// Jobs alike but for id and payload may be sent in the shared form
 /// ("=n", when, max, backoff, then id, payload per job): the records are
 /// those of the five-argument form, the reply is the ids when one was
@@ -1499,11 +1507,6 @@ async fn the_shared_form_stores_what_the_five_argument_form_stores() {
     assert_eq!(generated.len(), 12);
     // The same records but for the due time (D, the second field): each
     // call read its own clock.
-    let no_due = |r: Vec<u8>| {
-        let mut f: Vec<&[u8]> = r.splitn(3, |&b| b == b':').collect();
-        f.remove(1);
-        f.concat()
-    };
     for (x, y) in [
         ("j1", "j1"),
         ("j2", "j2"),
@@ -1512,7 +1515,7 @@ async fn the_shared_form_stores_what_the_five_argument_form_stores() {
         let rx: Vec<u8> = f.cmd(redis::cmd("HGET").arg(&five[4]).arg(x)).await;
         let ry: Vec<u8> = f.cmd(redis::cmd("HGET").arg(&shared[4]).arg(y)).await;
         assert!(rx.ends_with(b"p1") || rx.ends_with(b"p2") || rx.ends_with(b"p3"));
-        assert_eq!(no_due(rx), no_due(ry), "{x} / {y}");
+        assert_eq!(without_due(rx), without_due(ry), "{x} / {y}");
     }
     assert_eq!(f.queue.check("shared").await.unwrap(), vec![]);
     // "~n": max and backoff shared, a when per job.
@@ -1553,7 +1556,7 @@ async fn the_shared_form_stores_what_the_five_argument_form_stores() {
     ] {
         let rx: Vec<u8> = f.cmd(redis::cmd("HGET").arg(&five[4]).arg(x)).await;
         let ry: Vec<u8> = f.cmd(redis::cmd("HGET").arg(&tilde[4]).arg(y)).await;
-        assert_eq!(no_due(rx), no_due(ry), "~: {x} / {y}");
+        assert_eq!(without_due(rx), without_due(ry), "~: {x} / {y}");
     }
     // Given ids only: no ids back; j1 is live (status 0, the first pair).
     let argv = ["65536", "0", "=2", when, "", "", "j1", "p", "j3", "p"];
@@ -1581,6 +1584,103 @@ async fn the_shared_form_stores_what_the_five_argument_form_stores() {
         assert_eq!(err.code(), Some("PUNCTUAL_INVALID"), "{bad:?}: {err}");
     }
     assert_eq!(f.snapshot().await, snap);
+}
+
+/// The shared form with every id generated (the Rust library's usual
+/// batch) takes a loop of its own: each job gets its candidate id and the
+/// record, set and reply the general loop gives (here: the same batch with
+/// one given id among them), into ready, pool and the cold pool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_generated_ids_stores_what_the_general_loop_stores() {
+    let f = Fixture::new().await;
+    let mut c = f.conn.clone();
+    let text = |v: &redis::Value| redis::from_redis_value::<String>(v.clone()).unwrap();
+    for (when, set) in [("d0", "ready"), ("d60000", "pool"), ("d3600000", "cold")] {
+        let (gen, mixed) = (
+            topic_keys(&format!("gen-{set}")),
+            topic_keys(&format!("mix-{set}")),
+        );
+        // A topic opens its cold pool at its first tick (cold_after 10 min).
+        for keys in [&gen, &mixed] {
+            let _: redis::Value = eval("tick", keys, &["1000", "1000000", "1000"])
+                .query_async(&mut c)
+                .await
+                .unwrap();
+        }
+        let (max, backoff) = ("4", "10,20");
+        let argv = [
+            "65536", "0", "=3", when, max, backoff, "", "p1", "", "p2", "", "p3",
+        ];
+        let a: Vec<redis::Value> = eval("enqueue", &gen, &argv)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        let argv = [
+            "65536", "0", "=3", when, max, backoff, "", "p1", "given", "p2", "", "p3",
+        ];
+        let b: Vec<redis::Value> = eval("enqueue", &mixed, &argv)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!((a.len(), &a[0]), (4, &redis::Value::Int(3)), "{set}: {a:?}");
+        assert_eq!(b.len(), 4, "{set}: {b:?}");
+        let ids: Vec<String> = a[1..].iter().map(text).collect();
+        assert_eq!(
+            ids.iter().collect::<std::collections::HashSet<_>>().len(),
+            3,
+            "{ids:?}"
+        );
+        for (j, id) in ids.iter().enumerate() {
+            assert_eq!(id.len(), 12, "{id}");
+            let rx: Vec<u8> = f.cmd(redis::cmd("HGET").arg(&gen[4]).arg(id)).await;
+            let ry: Vec<u8> = f
+                .cmd(redis::cmd("HGET").arg(&mixed[4]).arg(text(&b[j + 1])))
+                .await;
+            assert!(rx.ends_with(format!("p{}", j + 1).as_bytes()), "{set} {id}");
+            assert_eq!(without_due(rx), without_due(ry), "{set}: job {j}");
+            if set == "cold" {
+                assert_eq!(
+                    f.queue
+                        .get(&format!("gen-{set}"), id)
+                        .await
+                        .unwrap()
+                        .unwrap()
+                        .state,
+                    State::Pool
+                );
+            } else {
+                let key = if set == "ready" { &gen[1] } else { &gen[0] };
+                let score: Option<f64> = f.cmd(redis::cmd("ZSCORE").arg(key).arg(id)).await;
+                assert!(score.is_some(), "{set}: {id} not in {key}");
+            }
+        }
+        for (keys, t) in [(&gen, "gen"), (&mixed, "mix")] {
+            let sets: Vec<usize> = {
+                let mut v = Vec::new();
+                for k in [&keys[0], &keys[1]] {
+                    v.push(f.cmd::<usize>(redis::cmd("ZCARD").arg(k)).await);
+                }
+                v
+            };
+            let want = match set {
+                "ready" => vec![0, 3],
+                "pool" => vec![3, 0],
+                _ => vec![0, 0],
+            };
+            assert_eq!(sets, want, "{t}-{set}: pool, ready");
+            let cold_n: Option<i64> = f.cmd(redis::cmd("HGET").arg(&keys[5]).arg("cold_n")).await;
+            assert_eq!(
+                cold_n.unwrap_or(0),
+                if set == "cold" { 3 } else { 0 },
+                "{t}-{set}"
+            );
+            assert_eq!(
+                f.queue.check(&format!("{t}-{set}")).await.unwrap(),
+                vec![],
+                "{t}-{set}"
+            );
+        }
+    }
 }
 
 /// Queue::enqueue_batch sends alike jobs in the shared form: each job's

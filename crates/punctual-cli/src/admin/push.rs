@@ -343,7 +343,8 @@ async fn batch(ctx: &Ctx, args: PushArgs) -> Result<()> {
     } else {
         let queue = ctx.queue().await?;
         let opts = EnqueueOptions::default().replace(args.replace);
-        // The library splits this into script calls of 1,000 jobs, pipelined.
+        // The library splits this into script calls of 250 jobs (its
+        // default enqueue chunk), pipelined.
         queue.enqueue_with(&args.topic, jobs, &opts).await?
     };
     let s = summary(&args.topic, &results);

@@ -7,7 +7,7 @@ use std::time::Duration;
 use futures::stream::{self, StreamExt};
 use redis::Value;
 
-use super::{Queue, MAX_BATCH, MAX_SAFE};
+use super::{Queue, MAX_SAFE};
 use crate::error::{Error, Result};
 use crate::job::{EnqueueOptions, EnqueueStatus, Enqueued, Job, State, When};
 use crate::keys::{validate_id, validate_topic};
@@ -16,18 +16,19 @@ use crate::reply::Reply;
 use crate::scripts::SCRIPTS;
 
 /// Which script call each of the jobs `pending` goes in: per partition (of
-/// `k`), at most 1,000 per call. A partitioned topic's missing ids are made
-/// here, since the id picks the partition.
+/// `k`), at most `chunk` per call. A partitioned topic's missing ids are
+/// made here, since the id picks the partition.
 fn route_jobs(
     topic: &str,
     k: u32,
+    chunk: usize,
     pending: &[usize],
     ids: &mut [Option<String>],
 ) -> Vec<(String, Vec<usize>)> {
     let mut groups = Vec::new();
     if k <= 1 {
-        for chunk in pending.chunks(MAX_BATCH) {
-            groups.push((topic.to_string(), chunk.to_vec()));
+        for part in pending.chunks(chunk) {
+            groups.push((topic.to_string(), part.to_vec()));
         }
         return groups;
     }
@@ -37,8 +38,8 @@ fn route_jobs(
         by_part.entry(partition_of(id, k)).or_default().push(i);
     }
     for (p, idx) in by_part {
-        for chunk in idx.chunks(MAX_BATCH) {
-            groups.push((partition_name(topic, p, k), chunk.to_vec()));
+        for part in idx.chunks(chunk) {
+            groups.push((partition_name(topic, p, k), part.to_vec()));
         }
     }
     groups
@@ -71,7 +72,8 @@ impl Queue {
         Ok(out.remove(0))
     }
 
-    /// Enqueues a batch: one script call per 1,000 jobs, pipelined. Every job
+    /// Enqueues a batch: one script call per [`enqueue_chunk`](Queue::enqueue_chunk)
+    /// jobs (250 by default), pipelined. Every job
     /// is validated before anything is written.
     ///
     /// ```no_run
@@ -159,7 +161,7 @@ impl Queue {
         while !pending.is_empty() {
             round += 1;
             let k = self.partitions(topic).await?;
-            let groups = route_jobs(topic, k, &pending, &mut ids);
+            let groups = route_jobs(topic, k, self.inner.enqueue_chunk, &pending, &mut ids);
             let results: Vec<(Vec<usize>, Result<Vec<Enqueued>>)> = stream::iter(groups)
                 .map(|(physical, idx)| {
                     let (jobs, encoded, ids) = (&jobs, &encoded, &ids);
@@ -208,7 +210,7 @@ impl Queue {
             }
         }
         if let Some(source) = first_error {
-            // Each call of up to 1,000 jobs is atomic; the batch as a whole
+            // Each call (up to enqueue_chunk jobs) is atomic; the batch as a whole
             // is not. Say exactly what was written.
             if placed.iter().flatten().all(Enqueued::is_duplicate) {
                 return Err(source);
