@@ -363,8 +363,9 @@ async fn load(
 const POOL_BASE: u64 = 1_000_000_000;
 
 /// A pool job's delay: 1 day, plus up to 30 days spread over the jobs;
-/// the jobs of one enqueue call (1,000) share theirs, so the script builds
-/// one record header per call and millions load quickly.
+/// the jobs of one batch (1,000, in calls of --enqueue-chunk) share theirs,
+/// so the script builds one record header per call and millions load
+/// quickly.
 fn pool_delay(i: u64) -> Duration {
     Duration::from_secs(86_400 + (i / CHUNK * 7_919) % (30 * 86_400))
 }
@@ -373,8 +374,8 @@ fn pool_delay(i: u64) -> Duration {
 const POOL_HORIZON: Duration = Duration::from_secs(3_600 * 12);
 
 /// Loads --pool jobs due in 1 to 31 days (after the phase's cleaning,
-/// before its own jobs and its first snapshot), in calls of 1,000 with
-/// --inflight at once, built as they go. Returns how many: the phase
+/// before its own jobs and its first snapshot), in batches of 1,000 (calls
+/// of --enqueue-chunk) with --inflight batches at once, built as they go. Returns how many: the phase
 /// expects that many jobs left in the pool, and records, at its end.
 pub(crate) async fn fill_pool(b: &Bench) -> Result<u64> {
     let n = b.args.pool;
@@ -2004,7 +2005,8 @@ pub(crate) async fn groups(b: &Bench) -> Result<Report> {
     let mut cases = vec![GroupCase::Off];
     cases.extend(b.args.groups.iter().map(|k| GroupCase::Even(*k)));
     cases.push(GroupCase::Tenants { big });
-    let q = b.queue().await?;
+    // Calls of 1,000, one at a time, as the floor's.
+    let q = b.queue_chunked(CHUNK as usize).await?;
     let bar = b.bar(cases.len() as u64, "groups");
     let (mut enqueue, mut claim, mut ack, mut x_off) =
         (Map::new(), Map::new(), Map::new(), Map::new());

@@ -16,13 +16,16 @@ Every round starts from an empty Redis:
   enqueue_cold      the same after one tick (scripts with the cold pool only),
                     as the bench's enqueue phase: into the cold pool
   enqueue_shared,   (scripts with enqueue's shared forms only) enqueue and
-  enqueue_cold_shared  enqueue_cold in the shared form "=n", as the Rust library
-                    sends a batch of alike jobs
+  enqueue_cold_shared  enqueue_cold in the shared form "=n", the form the Rust
+                    library sends a batch of alike jobs in (here in calls of
+                    1,000; the library's are 250 by default)
   enqueue_distinct_shared  enqueue_distinct in the form "~n" (a due time per job)
   claim_ready       1,000 jobs enqueued due now, claimed (lease 60 s); every
                     attempts entry is checked to be '0%d:%d' of the reply's
                     attempts and token
   ack               those 1,000, acked with the entries "0A:T"
+  promote           1,000 jobs enqueued with 1 ms of delay, promoted by one
+                    tick 50 ms later (checked: ZCARD ready is 1,000)
   claim_pool        1,000 jobs enqueued with 1 ms of delay, claimed from the
                     pool 50 ms later
   cold_move         (scripts with the cold pool only) 1,000 jobs enqueued due
@@ -163,7 +166,7 @@ def floor_claim():
     return rep
 
 
-res = {k: [] for k in ('enqueue_distinct', 'enqueue', 'claim_ready', 'ack', 'claim_pool',
+res = {k: [] for k in ('enqueue_distinct', 'enqueue', 'claim_ready', 'ack', 'promote', 'claim_pool',
                        'floor_enqueue', 'floor_promote', 'floor_claim', 'floor_ack')
        + (('cold_move', 'enqueue_cold') if cold else ())
        + (('enqueue_shared', 'enqueue_cold_shared', 'enqueue_distinct_shared') if shared else ())}
@@ -202,6 +205,12 @@ for _ in range(rounds):
     rep, t = measure(claim)
     res['claim_pool'].append(t)
     ack(rep)
+    r.flushall()
+    enqueue('d1')
+    time.sleep(0.05)
+    _, t = measure(lambda: r.evalsha(sha['tick'], 9, *K, str(N), '1000000', str(N)))
+    assert r.zcard(K[1]) == N
+    res['promote'].append(t)
     if cold:
         r.flushall()
         r.hset(K[5], 'cold_after', '1000')
@@ -232,5 +241,11 @@ for k, v in res.items():
     print(f'{k:17s} {med[k]:8.0f} instructions per job  rounds {[round(x / N) for x in v]}')
 for k, f in (('enqueue', 'floor_enqueue'), ('claim_ready', 'floor_claim'), ('ack', 'floor_ack')):
     print(f'{k} / {f}: {med[k] / med[f]:.2f}')
+if shared:
+    # The scripts phase's full path: enqueue (the shared form, into pool),
+    # promote, claim, ack; over the floor's four.
+    ours = med['enqueue_shared'] + med['promote'] + med['claim_ready'] + med['ack']
+    floor = med['floor_enqueue'] + med['floor_promote'] + med['floor_claim'] + med['floor_ack']
+    print(f'full path (enqueue_shared + promote + claim_ready + ack) / floor: {ours / floor:.2f}')
 print(f"enqueue + claim_ready + ack / floor's: "
       f"{(med['enqueue'] + med['claim_ready'] + med['ack']) / (med['floor_enqueue'] + med['floor_claim'] + med['floor_ack']):.2f}")

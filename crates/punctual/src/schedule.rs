@@ -1119,7 +1119,7 @@ impl Queue {
     }
 
     /// Enqueues the planned occurrences of `s` (fired guard on), by
-    /// partition, at most 1,000 per call.
+    /// partition, at most [`Queue::enqueue_chunk`] per call.
     async fn fire(&self, topic: &str, s: &Schedule, plan: &Plan) -> Result<usize> {
         let parts = self.partitions(topic).await?;
         let mut by_part: BTreeMap<String, Vec<(String, i64)>> = BTreeMap::new();
@@ -1132,7 +1132,7 @@ impl Queue {
         }
         let mut created = 0;
         for (physical, jobs) in by_part {
-            for chunk in jobs.chunks(MAX_BATCH) {
+            for chunk in jobs.chunks(self.enqueue_chunk()) {
                 let v = self
                     .run_fired(&SCRIPTS.enqueue, &physical, |inv| {
                         inv.arg(self.max_payload().min(MAX_SAFE))

@@ -2025,7 +2025,7 @@ async fn generated_ids_are_unique_and_sort_by_creation_order() {
 // ---- 14. large batches -------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn batches_over_1000_are_split_and_results_keep_input_order() {
+async fn large_batches_are_split_and_results_keep_input_order() {
     let f = Fixture::new().await;
     let (q, t) = (&f.queue, "big-batch");
     let n = 2500;
@@ -2068,16 +2068,6 @@ async fn batches_over_1000_are_split_and_results_keep_input_order() {
     }
 }
 
-/// The script calls of EVALSHA the server has run so far.
-fn evalsha_calls(f: &Fixture) -> u64 {
-    let stats = f.cli(&["info", "commandstats"]);
-    stats
-        .lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .map(|rest| rest.split(',').next().unwrap().parse().unwrap())
-        .unwrap_or(0)
-}
-
 /// A batch goes in calls of enqueue_chunk jobs (250 by default), so that no
 /// producer holds Redis long; the setting is bounded by the script's own
 /// limit of 1,000.
@@ -2089,19 +2079,27 @@ async fn a_batch_goes_in_calls_of_the_enqueue_chunk() {
     // Loads the script and registers the topic first.
     f.queue.enqueue(t, Job::new("warm")).await.unwrap();
     let jobs = |n: usize| (0..n).map(|i| Job::new(i.to_string())).collect::<Vec<_>>();
-    let before = evalsha_calls(&f);
+    let before = f.server.command_calls("evalsha");
     let r = f.queue.enqueue_batch(t, jobs(600)).await.unwrap();
     assert!(r.iter().all(|e| e.status == EnqueueStatus::Created));
-    assert_eq!(evalsha_calls(&f) - before, 3, "600 jobs in calls of 250");
+    assert_eq!(
+        f.server.command_calls("evalsha") - before,
+        3,
+        "600 jobs in calls of 250"
+    );
 
     let big = Queue::builder(f.server.url())
         .enqueue_chunk(punctual::MAX_BATCH)
         .connect()
         .await
         .unwrap();
-    let before = evalsha_calls(&f);
+    let before = f.server.command_calls("evalsha");
     big.enqueue_batch(t, jobs(1000)).await.unwrap();
-    assert_eq!(evalsha_calls(&f) - before, 1, "1,000 jobs in one call");
+    assert_eq!(
+        f.server.command_calls("evalsha") - before,
+        1,
+        "1,000 jobs in one call"
+    );
     assert_eq!(f.card(t, "ready").await, 1601);
 
     for bad in [0, punctual::MAX_BATCH + 1] {

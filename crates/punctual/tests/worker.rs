@@ -555,3 +555,53 @@ async fn a_job_that_kills_its_worker_every_time_ends_dead() {
     assert_eq!(job.attempts, 3);
     assert!(job.last_error.unwrap().contains("lease expired"));
 }
+
+/// A worker claims at most DEFAULT_CLAIM_BATCH (250) jobs per call by
+/// default, however many slots it has, and claim_batch sets another size.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_claims_at_most_the_default_claim_batch_per_call() {
+    let server = RedisServer::start();
+    let q = Queue::connect(server.url()).await.unwrap();
+    for (topic, batch, claims) in [("default", 0, 3), ("set", 1000, 1)] {
+        let jobs: Vec<Job> = (0..600).map(|i| Job::new(i.to_string())).collect();
+        q.enqueue_batch(topic, jobs).await.unwrap();
+        // One ZADD per claim that leased jobs (to running).
+        let before = server.command_calls("zadd");
+        let started = Arc::new(AtomicUsize::new(0));
+        let release = CancellationToken::new();
+        let (s2, r2) = (started.clone(), release.clone());
+        let config = WorkerConfig::default()
+            .concurrency(1000)
+            .claim_batch(batch)
+            .lease(Duration::from_secs(60))
+            .registry(punctual::registry::Registry::off());
+        let worker = Worker::new(q.clone(), config).handle(topic, move |_| {
+            let (s, r) = (s2.clone(), r2.clone());
+            async move {
+                s.fetch_add(1, Ordering::SeqCst);
+                r.cancelled().await;
+                Outcome::Done
+            }
+        });
+        let stop = CancellationToken::new();
+        let w = tokio::spawn(worker.run(stop.clone().cancelled_owned()));
+        eventually(Duration::from_secs(10), "600 handlers running", || async {
+            started.load(Ordering::SeqCst) == 600
+        })
+        .await;
+        // Handlers hold their slots: no ack and no other claim yet.
+        assert_eq!(
+            server.command_calls("zadd") - before,
+            claims,
+            "claim_batch {batch}"
+        );
+        release.cancel();
+        eventually(Duration::from_secs(10), "all acked", || async {
+            total_live(&q, topic).await == 0
+        })
+        .await;
+        stop.cancel();
+        w.await.unwrap().unwrap();
+    }
+    assert_eq!(punctual::DEFAULT_CLAIM_BATCH, 250);
+}

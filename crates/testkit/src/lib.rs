@@ -382,6 +382,29 @@ impl RedisServer {
         self.dir.path().join("redis.log")
     }
 
+    /// How many times this server has run `command` (lowercase, as `INFO
+    /// commandstats` names it: `evalsha`, `zadd`), the ones scripts ran
+    /// included; 0 when never.
+    ///
+    /// ```
+    /// let redis = punctual_testkit::RedisServer::start();
+    /// redis.cli(&["ZADD", "z", "1", "a"]).unwrap();
+    /// redis.cli(&["ZADD", "z", "2", "b"]).unwrap();
+    /// assert_eq!(redis.command_calls("zadd"), 2);
+    /// assert_eq!(redis.command_calls("hset"), 0);
+    /// ```
+    pub fn command_calls(&self, command: &str) -> u64 {
+        let stats = self
+            .cli(&["INFO", "commandstats"])
+            .unwrap_or_else(|e| panic!("INFO commandstats: {e}"));
+        let prefix = format!("cmdstat_{command}:calls=");
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .map(|rest| rest.split(',').next().unwrap_or("").parse().unwrap())
+            .unwrap_or(0)
+    }
+
     /// Runs `redis-cli` against this server; returns stdout.
     ///
     /// ```

@@ -877,10 +877,11 @@ if shared then
   out[1] = ids_back and n or 0
 end
 -- The Rust library's common batch: the shared form "=n" with every id
--- generated and no candidate taken, and no per-job options. Every job gets
+-- generated (on a topic that is not partitioned: a partitioned topic's ids
+-- are made by the client) and no candidate taken, and no per-job options. Every job gets
 -- its candidate id, the same header, due time and destination, and status
 -- 1, so the loop does only what differs per job (callgrind, a call of 1,000
--- into the cold pool: 4,600 instructions per job less than the loop below).
+-- into the cold pool: 4,100 instructions per job less than the loop below).
 local uniform = form == 61 and generate == n and next(taken) == nil
   and not string.find(S_MAX, ';', 1, true)
 if uniform then

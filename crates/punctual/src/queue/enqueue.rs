@@ -73,8 +73,11 @@ impl Queue {
     }
 
     /// Enqueues a batch: one script call per [`enqueue_chunk`](Queue::enqueue_chunk)
-    /// jobs (250 by default), pipelined. Every job
-    /// is validated before anything is written.
+    /// jobs (250 by default), pipelined. Every job is validated before
+    /// anything is written. Each call is atomic, a batch of several calls
+    /// is not: when some fail, the error is [`Error::PartialBatch`], with
+    /// the jobs written and those not. (Before 0.2 the calls carried 1,000
+    /// jobs; `enqueue_chunk(MAX_BATCH)` gives that back.)
     ///
     /// ```no_run
     /// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {

@@ -73,10 +73,12 @@ pub const MAX_BATCH: usize = 1000;
 /// A script call holds Redis's one thread until it ends: a call of 1,000
 /// jobs with a due time each takes 5 to 8 ms on a 2-core machine, and every
 /// claim, ack and enqueue of every other client waits behind it. A call of
-/// 250 holds it about a quarter of that, and costs Redis 3 to 5 % more per
-/// job than one of 1,000 (the call's own cost, about 300,000 instructions,
-/// spread over fewer jobs; 12 to 16 % more in calls of 100). A batch's
-/// calls are pipelined.
+/// 250 holds it about a quarter of that. It counts 3 to 5 % more
+/// instructions per job than one of 1,000 (each call costs about 300,000
+/// of its own; 12 to 16 % more in calls of 100), yet took 15 % less of
+/// Redis's time per job in the bench's enqueue phase: a smaller call's
+/// tables and strings stay in the CPU's caches (BENCHMARKS.md, round 9).
+/// A batch's calls are pipelined.
 ///
 /// ```
 /// assert_eq!(punctual::DEFAULT_ENQUEUE_CHUNK, 250);
@@ -215,7 +217,7 @@ impl QueueBuilder {
         }
         if !(1..=MAX_BATCH).contains(&self.enqueue_chunk) {
             return Err(Error::invalid(format!(
-                "invalid enqueue chunk {}: a script call carries 1 to {MAX_BATCH} jobs",
+                "invalid enqueue_chunk {}: an enqueue script call carries 1 to {MAX_BATCH} jobs",
                 self.enqueue_chunk
             )));
         }
