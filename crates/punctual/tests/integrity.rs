@@ -1683,6 +1683,64 @@ async fn a_batch_of_generated_ids_stores_what_the_general_loop_stores() {
     }
 }
 
+/// The same for "~n" (a when per job): each job of one call goes where its
+/// own due time says, ready, pool or the cold pool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_generated_ids_with_whens_of_their_own_stores_what_the_general_loop_stores() {
+    let f = Fixture::new().await;
+    let mut c = f.conn.clone();
+    let text = |v: &redis::Value| redis::from_redis_value::<String>(v.clone()).unwrap();
+    let (gen, mixed) = (topic_keys("gen-tilde"), topic_keys("mix-tilde"));
+    for keys in [&gen, &mixed] {
+        let _: redis::Value = eval("tick", keys, &["1000", "1000000", "1000"])
+            .query_async(&mut c)
+            .await
+            .unwrap();
+    }
+    let whens = ["d0", "d60000", "d3600000", "d60000"];
+    let mut argv = vec!["65536", "0", "~4", "4", "10,20"];
+    for (j, w) in whens.iter().enumerate() {
+        argv.extend(["", ["p0", "p1", "p2", "p3"][j], w]);
+    }
+    let a: Vec<redis::Value> = eval("enqueue", &gen, &argv)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    argv[8] = "given";
+    let b: Vec<redis::Value> = eval("enqueue", &mixed, &argv)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!((a.len(), &a[0]), (5, &redis::Value::Int(4)), "{a:?}");
+    assert_eq!(b.len(), 5, "{b:?}");
+    for j in 0..4 {
+        let (x, y) = (text(&a[j + 1]), text(&b[j + 1]));
+        let rx: Vec<u8> = f.cmd(redis::cmd("HGET").arg(&gen[4]).arg(&x)).await;
+        let ry: Vec<u8> = f.cmd(redis::cmd("HGET").arg(&mixed[4]).arg(&y)).await;
+        assert!(rx.ends_with(format!("p{j}").as_bytes()), "{x}");
+        assert_eq!(without_due(rx), without_due(ry), "job {j}");
+        for (keys, id) in [(&gen, &x), (&mixed, &y)] {
+            let in_ready: Option<f64> = f.cmd(redis::cmd("ZSCORE").arg(&keys[1]).arg(id)).await;
+            let in_pool: Option<f64> = f.cmd(redis::cmd("ZSCORE").arg(&keys[0]).arg(id)).await;
+            let want = match j {
+                0 => (true, false),
+                2 => (false, false),
+                _ => (false, true),
+            };
+            assert_eq!(
+                (in_ready.is_some(), in_pool.is_some()),
+                want,
+                "job {j}: {id}"
+            );
+        }
+    }
+    for (keys, t) in [(&gen, "gen-tilde"), (&mixed, "mix-tilde")] {
+        let cold_n: Option<i64> = f.cmd(redis::cmd("HGET").arg(&keys[5]).arg("cold_n")).await;
+        assert_eq!(cold_n, Some(1), "{t}");
+        assert_eq!(f.queue.check(t).await.unwrap(), vec![], "{t}");
+    }
+}
+
 /// Queue::enqueue_batch sends alike jobs in the shared form: each job's
 /// status and id come back in its place (a live id, a new one, generated
 /// ones), as with jobs that differ (the five-argument form).
