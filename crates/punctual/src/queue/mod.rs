@@ -76,8 +76,9 @@ pub const MAX_BATCH: usize = 1000;
 /// 250 holds it about a quarter of that. It counts 3 to 5 % more
 /// instructions per job than one of 1,000 (each call costs about 300,000
 /// of its own; 12 to 16 % more in calls of 100), yet took 15 % less of
-/// Redis's time per job in the bench's enqueue phase: a smaller call's
-/// tables and strings stay in the CPU's caches (BENCHMARKS.md, round 9).
+/// Redis's time per job in the bench's enqueue phase (likely because a
+/// smaller call's tables and strings stay in the CPU's caches;
+/// BENCHMARKS.md, round 9).
 /// A batch's calls are pipelined.
 ///
 /// ```
