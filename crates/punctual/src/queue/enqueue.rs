@@ -76,8 +76,10 @@ impl Queue {
     /// jobs (250 by default), pipelined. Every job is validated before
     /// anything is written. Each call is atomic, a batch of several calls
     /// is not: when some fail, the error is [`Error::PartialBatch`], with
-    /// the jobs written and those not. (Before 0.2 the calls carried 1,000
-    /// jobs; `enqueue_chunk(MAX_BATCH)` gives that back.)
+    /// the jobs written and those not. (A caller that needs up to 1,000
+    /// jobs written by one atomic call sets
+    /// [`QueueBuilder::enqueue_chunk`](crate::QueueBuilder::enqueue_chunk)
+    /// to [`MAX_BATCH`](crate::MAX_BATCH).)
     ///
     /// ```no_run
     /// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {

@@ -141,8 +141,8 @@ impl QueueBuilder {
 
     /// Most jobs one enqueue script call carries, 1 to [`MAX_BATCH`]
     /// (default [`DEFAULT_ENQUEUE_CHUNK`], 250): a larger batch is split into
-    /// pipelined calls of this many, each atomic. Larger calls cost Redis a
-    /// little less per job but hold it longer, so every other client's
+    /// pipelined calls of this many, each atomic. Larger calls count fewer
+    /// instructions per job but hold Redis longer, so every other client's
     /// calls (the workers' claims among them) wait longer behind them: the
     /// lateness of due jobs under load. Values outside 1..=1,000 are refused
     /// by [`connect`](Self::connect).
