@@ -27,7 +27,8 @@ use crate::registry::{Registry, Role};
 
 /// Most jobs a [`Worker`] claims per call by default (its concurrency when
 /// lower; [`WorkerConfig::claim_batch`] sets another). A claim holds Redis's
-/// one thread while it runs, about 1 ms for 250 jobs on a 2-core machine,
+/// one thread while it runs (claim and ack together took about 4.3 µs of
+/// Redis per job in the drain phase on a 2-core machine),
 /// and the worker reads and parses its reply before it claims again:
 /// claims of 250 kept Redis busier and drained 100,000 jobs about 12 %
 /// faster than claims of 1,000 (BENCHMARKS.md, round 9).

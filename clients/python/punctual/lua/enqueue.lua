@@ -888,6 +888,9 @@ local uniform = shared and generate == n and next(taken) == nil
   and not string.find(S_MAX, ';', 1, true)
 if uniform and form == 126 then
   -- "~n": id, payload, when per job; the header per run of equal due times.
+  -- The header and the destination are built as in the general loop, kept
+  -- inline in both: a function call per job cost 300 to 1,200 instructions
+  -- (callgrind).
   for i = 1, n do
     local id = cand[i]
     local due = dues[i]
