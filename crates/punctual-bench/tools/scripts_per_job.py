@@ -23,7 +23,8 @@ Every round starts from an empty Redis:
   claim_ready       1,000 jobs enqueued due now, claimed (lease 60 s); every
                     attempts entry is checked to be '0%d:%d' of the reply's
                     attempts and token
-  ack               those 1,000, acked with the entries "0A:T"
+  ack               those 1,000, acked with the entries "0A:T" (grouped by
+                    entry when ack has the grouped form: one group here)
   promote           1,000 jobs enqueued with 1 ms of delay, promoted by one
                     tick 50 ms later (checked: ZCARD ready is 1,000)
   claim_pool        1,000 jobs enqueued with 1 ms of delay, claimed from the
@@ -124,21 +125,36 @@ def enqueue_shared(when):
 
 
 def claim():
-    """The claimed jobs as (id, token, attempt), from either reply: since
-    round 8 a token base, the count and two entries per job (attempts 1
-    here), before it four entries per job."""
+    """The claimed jobs as (id, token, attempt), from any round's reply:
+    since round 10 the claim's token (shared by its jobs), the count and two
+    entries per job (attempts 1 here); in rounds 8 and 9 a token base B
+    there instead (the j-th job's token B + j); before, four entries per job."""
     rep = r.evalsha(sha['claim'], 9, *K, str(N), '60000')
     if len(rep) == 3 + 4 * N + 1:
         body = rep[3:-1]
         return [(body[i], body[i + 1], body[i + 2]) for i in range(0, len(body), 4)]
     assert len(rep) == 5 + 2 * N + 1 and rep[4] == N, len(rep)
+    if r.hget(K[8], rep[5 + 2]) == b'01:%d' % rep[3]:
+        return [(rep[5 + 2 * j], rep[3], 1) for j in range(N)]
     return [(rep[5 + 2 * j], rep[3] + j + 1, 1) for j in range(N)]
 
 
 def ack(jobs):
-    args = []
-    for id, token, attempt in jobs:
-        args += [id, b'0%d:%d' % (attempt, token)]
+    """The jobs acked with their entries "0A:T": grouped by entry when the
+    script has the grouped form (round 10), else in pairs."""
+    if 'the grouped form' in open(f'{luadir}/ack.lua').read():
+        groups = {}
+        for id, token, attempt in jobs:
+            groups.setdefault(b'0%d:%d' % (attempt, token), []).append(id)
+        args = ['', len(groups)]
+        for entry, ids in groups.items():
+            args += [entry, len(ids)]
+        for ids in groups.values():
+            args += ids
+    else:
+        args = []
+        for id, token, attempt in jobs:
+            args += [id, b'0%d:%d' % (attempt, token)]
     acked = r.evalsha(sha['ack'], 9, *K, *args)
     assert acked == [N] or acked == [1] * N, acked
 

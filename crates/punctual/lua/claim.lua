@@ -2,14 +2,16 @@
 -- claim: take up to k ready jobs and lease them, in one step, so a consumer
 -- that dies after the claim leaves a lease to reclaim, never a lost job.
 -- Counts the attempt now (attempts count at claim time). The records are only
--- read: attempts and the new token go to the attempts hash. Tokens never
--- repeat, even after a restart that lost writes (see reserve_tokens).
+-- read: attempts and the new token go to the attempts hash. A claim's token
+-- is given to no other claim, even after a restart that lost writes (see
+-- reserve_tokens).
 -- KEYS: the nine topic keys. ARGV[1] k (1..1000), ARGV[2] lease in ms.
 -- Returns a flat array: the server time of the claim in microseconds, the
--- topic's max attempts, wait_ms, the token base B and the number of jobs m,
--- then two entries per job: id and the record as stored (the client decodes
--- it: max attempts, due, created, payload; the script only checks its
--- header). The j-th job's token is B + j. Then, for each job whose attempt
+-- topic's max attempts, wait_ms, the claim's token T and the number of jobs
+-- m, then two entries per job: id and the record as stored (the client
+-- decodes it: max attempts, due, created, payload; the script only checks
+-- its header). Every job of the claim is leased under T: a lease is the
+-- pair (id, T), and T is never given to another claim. Then, for each job whose attempt
 -- is not 1, two entries: j and its attempt (a job not listed is on its first
 -- attempt). So the reply holds two values per job, as few as the floor's
 -- claim (ids and records): each value costs Redis and the client. An empty array
@@ -167,18 +169,20 @@ local deadline = now + lease
 local deadline_s = string.format('%d', deadline)
 local recs = redis.call('HMGET', K_JOBS, unpack(ids))
 local atts = redis.call('HMGET', K_ATT, unpack(ids))
-local first = reserve_tokens(#ids, now_us)
+-- One token for the whole claim: its jobs' attempts entries ("0A:T", the
+-- live mark, the attempt and T) are then one string per distinct attempt,
+-- and an ack of jobs from one claim sends T once (ack.lua's grouped form).
+local token = reserve_tokens(1, now_us) + 1
 
-local out, counts, leases, parked, gone = { now_us, topic_max, wait, first, 0 }, {}, {}, {}, {}
+local out, counts, leases, parked, gone = { now_us, topic_max, wait, token, 0 }, {}, {}, {}, {}
 local expired = {}
 -- The jobs handed out (m), and their attempts where not 1: pairs j, attempt.
 local m, retried, nr = 0, {}, 0
 -- Lengths kept by hand: the hot loop appends without the # operator.
 local no, nl = 5, 0
-local format, find, sub, char = string.format, string.find, string.sub, string.char
--- The attempts entries' pieces (below): "0A:" by attempts, and the token's
--- high digits.
-local pre_of, high, high_s = {}, nil, nil
+local format, find, sub = string.format, string.find, string.sub
+-- The attempts entries by attempt: "0A:T" as format('0%d:%d') writes it.
+local entry_of = {}
 -- The header of the last record that passed HEADER_CHECK: a record that
 -- starts with the same bytes passes too (jobs of a batch share their due
 -- time and options), checked by one plain find instead of the pattern (a
@@ -214,26 +218,13 @@ for i, id in ipairs(ids) do
     local attempts = 1
     if a then attempts = att_of(a) + 1 end
     m = m + 1
-    local token = first + m
-    -- The attempts entry with the live mark (see is_live_att), "0A:T" as
-    -- format('0%d:%d') writes it, made without a format per job: "0A:"
-    -- once per distinct attempts, T's digits above its last three once per
-    -- thousand tokens, and the last three by one string.char. (Tokens are
-    -- at least Redis's clock in us, so T has more than three digits.)
-    local pre = pre_of[attempts]
-    if not pre then
-      pre = format('0%d:', attempts)
-      pre_of[attempts] = pre
+    local entry = entry_of[attempts]
+    if not entry then
+      entry = format('0%d:%d', attempts, token)
+      entry_of[attempts] = entry
     end
-    local low = token % 1000
-    if token - low ~= high then
-      high = token - low
-      high_s = format('%d', high / 1000)
-    end
-    local d3 = low % 10
-    local d2 = (low - d3) / 10 % 10
     counts[nl + 1] = id
-    counts[nl + 2] = pre .. high_s .. char(48 + (low - d3 - 10 * d2) / 100, 48 + d2, 48 + d3)
+    counts[nl + 2] = entry
     leases[nl + 1] = deadline_s
     leases[nl + 2] = id
     nl = nl + 2

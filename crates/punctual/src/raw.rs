@@ -714,10 +714,10 @@ pub async fn claim_with_wait(
         ms if ms < 0 => Some(Wait::UntilRunningEnds),
         ms => Some(Wait::For(Duration::from_millis(ms as u64))),
     };
-    // The token base and the number of jobs; then two entries per job (the
-    // j-th job's token is base + j), pairs j, attempt for the jobs not on
-    // their first attempt, and the µs until the pool's next due time.
-    let base = r.int()?;
+    // The claim's token (every job of it is leased under it) and the number
+    // of jobs; then two entries per job, pairs j, attempt for the jobs not
+    // on their first attempt, and the µs until the pool's next due time.
+    let token = r.int()?;
     let m = r.int()?;
     if m < 0 || m as usize * 2 + 1 > r.len() {
         return Err(Error::protocol(
@@ -731,7 +731,6 @@ pub async fn claim_with_wait(
     let mut not_text = Vec::new();
     for j in 1..=m {
         let raw = r.bytes()?;
-        let token = base + j as i64;
         let record = r.bytes()?;
         let c = decode_claimed(record, topic_max).ok_or_else(|| {
             Error::protocol("claim", "a record the script passed cannot be decoded")
@@ -807,6 +806,48 @@ pub async fn claim_with_wait(
     })
 }
 
+/// How one `ack` call sends its leases. The jobs of one claim share its
+/// token, so leases are grouped by the argument their token goes as (the
+/// attempts entry, or the token alone): the script's grouped form sends each
+/// group's token once and one argument per job, not two (PROTOCOL.md
+/// "ack"). Pairs of id and token when that is not shorter (a call of one
+/// or two jobs, or of as many tokens as jobs).
+struct AckPlan {
+    /// The leases' positions in the call, group after group (in the pair
+    /// form, as given). The script's i-th id is `order[i - 1]`.
+    order: Vec<usize>,
+    /// Each group's first place in `order` and its count; empty for pairs.
+    groups: Vec<(usize, usize)>,
+}
+
+impl AckPlan {
+    fn of(leases: &[Lease]) -> AckPlan {
+        let mut order: Vec<usize> = (0..leases.len()).collect();
+        // Stable: a group's ids go in the order given.
+        order.sort_by_key(|&i| (leases[i].token, leases[i].attempt));
+        let mut groups: Vec<(usize, usize)> = Vec::new();
+        for (at, &i) in order.iter().enumerate() {
+            let key = (leases[i].token, leases[i].attempt);
+            match groups.last_mut() {
+                Some((first, count))
+                    if (leases[order[*first]].token, leases[order[*first]].attempt) == key =>
+                {
+                    *count += 1
+                }
+                _ => groups.push((at, 1)),
+            }
+        }
+        // Grouped: "", g, a token and a count per group, the ids.
+        if 2 + 2 * groups.len() + leases.len() >= 2 * leases.len() {
+            return AckPlan {
+                order: (0..leases.len()).collect(),
+                groups: Vec::new(),
+            };
+        }
+        AckPlan { order, groups }
+    }
+}
+
 /// Acks jobs: they are done and deleted. Returns one flag per lease: acked,
 /// or refused because the lease is no longer held.
 /// (The script replies with the number acked and the positions refused.)
@@ -820,11 +861,23 @@ pub async fn claim_with_wait(
 pub async fn ack(queue: &Queue, part: &Partition, done: &[Lease]) -> Result<Vec<bool>> {
     let mut flags = Vec::with_capacity(done.len());
     for chunk in done.chunks(MAX_BATCH) {
+        let plan = AckPlan::of(chunk);
         let v = queue
             .run(&SCRIPTS.ack, part.as_str(), |inv| {
                 let mut buf = [0u8; 32];
-                for l in chunk {
-                    inv.arg(&l.id).arg(l.ack_arg(&mut buf));
+                if plan.groups.is_empty() {
+                    for l in chunk {
+                        inv.arg(&l.id).arg(l.ack_arg(&mut buf));
+                    }
+                } else {
+                    inv.arg("").arg(plan.groups.len());
+                    for &(first, count) in &plan.groups {
+                        inv.arg(chunk[plan.order[first]].ack_arg(&mut buf))
+                            .arg(count);
+                    }
+                    for &i in &plan.order {
+                        inv.arg(&chunk[i].id);
+                    }
                 }
             })
             .await?;
@@ -835,7 +888,9 @@ pub async fn ack(queue: &Queue, part: &Partition, done: &[Lease]) -> Result<Vec<
         let mut refused = 0;
         while !r.is_empty() {
             match r.int()? {
-                p if p >= 1 && p as usize <= chunk.len() => flags[start + p as usize - 1] = false,
+                p if p >= 1 && p as usize <= chunk.len() => {
+                    flags[start + plan.order[p as usize - 1]] = false
+                }
                 p => {
                     return Err(Error::protocol(
                         "ack",
@@ -997,7 +1052,7 @@ pub(crate) async fn tick_with_grace(
 
 #[cfg(test)]
 mod tests {
-    use super::{decode_claimed, Lease, Partition};
+    use super::{decode_claimed, AckPlan, Lease, Partition};
 
     #[test]
     fn ack_args_are_the_attempts_entry_or_the_token() {
@@ -1010,6 +1065,40 @@ mod tests {
             widest.ack_arg(&mut buf),
             b"04294967295:-9223372036854775808"
         );
+    }
+
+    #[test]
+    fn acks_of_jobs_sharing_a_token_go_grouped_and_small_ones_in_pairs() {
+        let l = |id: &str, token, attempt| Lease::with_attempt(id, token, attempt);
+        // Two claims' jobs interleaved, one of them on its second attempt:
+        // 2 + 2 * 3 + 9 = 17 arguments instead of 18.
+        let leases = [
+            l("a", 9, 1),
+            l("b", 7, 1),
+            l("c", 9, 1),
+            l("d", 7, 1),
+            l("e", 9, 2),
+            l("f", 7, 1),
+            l("g", 9, 1),
+            l("h", 7, 1),
+            l("i", 9, 1),
+        ];
+        let plan = AckPlan::of(&leases);
+        assert_eq!(plan.order, [1, 3, 5, 7, 0, 2, 6, 8, 4]);
+        assert_eq!(plan.groups, [(0, 4), (4, 4), (8, 1)]);
+        // Without the last job, pairs are as short: 16 arguments either way.
+        let plan = AckPlan::of(&leases[..8]);
+        assert!(plan.groups.is_empty());
+        assert_eq!(plan.order, (0..8).collect::<Vec<_>>());
+        // One token: grouped from five jobs on (9 arguments against 10).
+        let one = |n: usize| AckPlan::of(&vec![l("x", 1, 1); n]).groups;
+        assert!(one(4).is_empty());
+        assert_eq!(one(5), [(0, 5)]);
+        assert_eq!(one(1000), [(0, 1000)]);
+        assert!(one(0).is_empty());
+        // The token alone (attempt unknown) is a group of its own.
+        let plan = AckPlan::of(&[vec![l("x", 1, 0); 5], vec![l("y", 1, 1); 5]].concat());
+        assert_eq!(plan.groups, [(0, 5), (5, 5)]);
     }
 
     #[test]

@@ -1051,7 +1051,7 @@ async fn a_stored_id_that_is_not_utf8_goes_to_dead_at_its_first_claim() {
 }
 
 /// claim replies with an attempt only for the jobs not on their first one,
-/// and a token base; ack with the count acked and the refused positions.
+/// and the claim's token; ack with the count acked and the refused positions.
 /// The client must give each delivery its own attempt and token (also when
 /// a job before it was not handed out: an id that is not UTF-8) and each
 /// lease its own flag.
@@ -1107,6 +1107,115 @@ async fn each_delivery_and_each_ack_flag_is_its_own_in_the_compact_replies() {
     assert_eq!(raw::ack(q, &part(t), &[by("b")]).await.unwrap(), [true]);
 }
 
+/// The jobs of one claim share its token, so an ack of many jobs goes in
+/// the grouped form (a token per group, one argument per job). Each flag is
+/// still the job's own: a stale lease (the job re-delivered under another
+/// token), a cancelled job and an id given twice are refused in their
+/// places, though the ids went to the script sorted by token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grouped_ack_refuses_each_stale_cancelled_or_repeated_job_in_its_place() {
+    let f = Fixture::new().await;
+    let (q, t) = (&f.queue, "grouped");
+    let ids: Vec<String> = (0..10).map(|i| format!("j{i}")).collect();
+    q.enqueue_batch(t, ids.iter().map(|id| Job::new("p").id(id)).collect())
+        .await
+        .unwrap();
+    let first = raw::claim(q, &part(t), 5, LONG_LEASE).await.unwrap();
+    let second = raw::claim(q, &part(t), 5, LONG_LEASE).await.unwrap();
+    assert_eq!((first.len(), second.len()), (5, 5));
+    for claim in [&first, &second] {
+        assert!(
+            claim.iter().all(|d| d.token == claim[0].token),
+            "the jobs of one claim share its token: {claim:?}"
+        );
+    }
+    assert!(second[0].token > first[0].token);
+    // first[3] re-delivered under a later token; second[0] cancelled.
+    f.cli(&[
+        "HSET",
+        &key(t, "attempts"),
+        &first[3].id,
+        &format!("02:{}", second[0].token + 1),
+    ]);
+    assert_eq!(
+        q.cancel(t, &second[0].id).await.unwrap(),
+        Some(State::Running)
+    );
+    // The two claims interleaved (second's first), then first[1] again.
+    let mut leases: Vec<Lease> = second
+        .iter()
+        .zip(&first)
+        .flat_map(|(s, f)| [s.lease(), f.lease()])
+        .collect();
+    leases.push(first[1].lease());
+    let flags = raw::ack(q, &part(t), &leases).await.unwrap();
+    let refused: Vec<usize> = (0..flags.len()).filter(|&i| !flags[i]).collect();
+    assert_eq!(refused, [0, 7, 10], "{leases:?}");
+    let left = q
+        .get(t, &first[3].id)
+        .await
+        .unwrap()
+        .expect("the re-delivered job stays");
+    assert_eq!(left.state, State::Running);
+    for d in first.iter().chain(&second).filter(|d| d.id != first[3].id) {
+        assert!(q.get(t, &d.id).await.unwrap().is_none(), "{} is left", d.id);
+    }
+    assert!(q.check(t).await.unwrap().is_empty());
+}
+
+/// The grouped form's own arguments are checked before anything is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_grouped_ack_is_refused_and_changes_nothing() {
+    let f = Fixture::new().await;
+    let t = "grouped-bad";
+    let token = seed(&f, t).await.to_string();
+    let keys = topic_keys(t);
+    let mut c = f.conn.clone();
+    let tok = token.as_str();
+    for argv in [
+        vec!["", "0", tok, "1", "run"],
+        vec!["", "x", tok, "1", "run"],
+        vec!["", "1", tok, "0", "run"],
+        vec!["", "1", tok, "2", "run"],
+        vec!["", "1", tok, "1", "run", "run"],
+        vec!["", "2", tok, "1", "run"],
+        vec!["", "1", tok, "1001", "run"],
+        vec!["", "1", "abc", "1", "run"],
+        vec![""],
+    ] {
+        let err = eval("ack", &keys, &argv)
+            .query_async::<redis::Value>(&mut c)
+            .await
+            .expect_err(&format!("{argv:?}"));
+        assert_eq!(err.code(), Some("PUNCTUAL_INVALID"), "{argv:?}: {err}");
+        let run = f.queue.get(t, "run").await.unwrap().unwrap();
+        assert_eq!(run.state, State::Running, "{argv:?}");
+    }
+    // An entry without the live mark is no proof, even when it is the one
+    // stored (as a job that left running keeps it): an error, as in pairs.
+    let unmarked = format!("1:{token}");
+    f.cli(&["HSET", &key(t, "attempts"), "run", &unmarked]);
+    let err = eval("ack", &keys, &["", "1", &unmarked, "1", "run"])
+        .query_async::<redis::Value>(&mut c)
+        .await
+        .expect_err("an unmarked entry");
+    assert_eq!(err.code(), Some("PUNCTUAL_INVALID"), "{err}");
+    f.cli(&["HSET", &key(t, "attempts"), "run", &format!("01:{token}")]);
+    // Well formed: a refusal by position, then the ack.
+    let stale = (token.parse::<i64>().unwrap() - 1).to_string();
+    let reply: Vec<i64> = eval("ack", &keys, &["", "1", &stale, "1", "run"])
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(reply, [0, 1]);
+    let reply: Vec<i64> = eval("ack", &keys, &["", "1", tok, "1", "run"])
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(reply, [1]);
+    assert!(f.queue.get(t, "run").await.unwrap().is_none());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oldest_dead_of_a_partitioned_topic_purges_an_id_that_is_not_utf8() {
     let f = Fixture::new().await;
@@ -1148,10 +1257,11 @@ async fn tokens_follow_the_counter_when_it_is_ahead_of_the_clock() {
     let ahead: i64 = 4_000_000_000_000_000;
     f.cli(&["SET", &key(t, "seq"), &ahead.to_string()]);
     let got = raw::claim(q, &part(t), 10, LONG_LEASE).await.unwrap();
+    // One token for the claim, both its jobs leased under it.
     let tokens: Vec<i64> = got.iter().map(|d| d.token).collect();
-    assert_eq!(tokens, vec![ahead + 1, ahead + 2]);
+    assert_eq!(tokens, vec![ahead + 1, ahead + 1]);
     let seq: i64 = f.cli(&["GET", &key(t, "seq")]).trim().parse().unwrap();
-    assert_eq!(seq, ahead + 2);
+    assert_eq!(seq, ahead + 1);
     // Behind the clock: tokens start above the claim's time in µs.
     f.cli(&["SET", &key(t, "seq"), "7"]);
     let pairs: Vec<Lease> = got.iter().map(|d| d.lease()).collect();
@@ -1291,11 +1401,11 @@ async fn claim_writes_each_attempts_entry_as_the_attempt_and_token_it_returns() 
         .query_async(&mut c)
         .await
         .unwrap();
-    // Header (time, max, wait, token base, m), two entries per job, the
-    // three retried jobs' (j, attempt), the pool's next due time.
+    // Header (time, max, wait, the claim's token, m), two entries per job,
+    // the three retried jobs' (j, attempt), the pool's next due time.
     assert_eq!(reply.len(), 5 + 2 * 1000 + 2 * 3 + 1);
     let int = |v: &redis::Value| redis::from_redis_value::<i64>(v.clone()).unwrap();
-    let (base, m) = (int(&reply[3]), int(&reply[4]));
+    let (token, m) = (int(&reply[3]), int(&reply[4]));
     assert_eq!(m, 1000);
     let retried: std::collections::HashMap<i64, i64> = reply[5 + 2000..5 + 2000 + 6]
         .chunks(2)
@@ -1306,7 +1416,6 @@ async fn claim_writes_each_attempts_entry_as_the_attempt_and_token_it_returns() 
     let mut attempts = std::collections::BTreeSet::new();
     for (j, job) in (1..).zip(reply[5..5 + 2 * 1000].chunks(2)) {
         let id: String = redis::from_redis_value(job[0].clone()).unwrap();
-        let token = base + j;
         let attempt = retried.get(&j).copied().unwrap_or(1);
         attempts.insert(attempt);
         assert_eq!(entries[&id], format!("0{attempt}:{token}"), "job {id}");
