@@ -11,9 +11,9 @@
 -- m, then two entries per job: id and the record as stored (the client
 -- decodes it: max attempts, due, created, payload; the script only checks
 -- its header). Every job of the claim is leased under T: a lease is the
--- pair (id, T), and T is never given to another claim. Then, for each job whose attempt
--- is not 1, two entries: j and its attempt (a job not listed is on its first
--- attempt). So the reply holds two values per job, as few as the floor's
+-- pair (id, T), and T is never given to another claim. Then, for each job
+-- whose attempt is not 1, two entries: j and its attempt (a job not listed
+-- is on its first attempt). So the reply holds two values per job, as few as the floor's
 -- claim (ids and records): each value costs Redis and the client. An empty array
 -- when the topic is paused or ready is empty. A ready id whose record
 -- vanished (eviction, restore) is dropped and counted as "orphans"; one whose
@@ -131,9 +131,19 @@ if from_pool and #rids < n then
   pids = redis.call('ZRANGE', K_POOL, '-inf', now, 'BYSCORE', 'LIMIT', 0, n - #rids)
   pool_next = pool_at(#pids)
   if #pids > 0 then
+    -- One claim leases an id once: all its jobs share one token, so a
+    -- second lease of the same id would be the same lease. An id in both
+    -- ready and pool (which check reports, and which should not happen) is
+    -- leased from ready, and leaves the pool below.
+    local in_ready = {}
     ids = {}
-    for i = 1, #rids do ids[i] = rids[i] end
-    for i = 1, #pids do ids[#rids + i] = pids[i] end
+    for i = 1, #rids do
+      ids[i] = rids[i]
+      in_ready[rids[i]] = true
+    end
+    for i = 1, #pids do
+      if not in_ready[pids[i]] then ids[#ids + 1] = pids[i] end
+    end
   end
 end
 if #ids == 0 then

@@ -80,7 +80,7 @@ if #out > 0 then
   end
   if #to_pool > 0 then variadic('ZADD', K_POOL, to_pool) end
   variadic('ZREM', K_DEAD, out)
-  -- Attempts start again from 0 (tokens never repeat, so none is kept).
+  -- Attempts start again from 0 (no token goes to two claims, so none is kept).
   variadic('HDEL', K_ATT, out)
   redis.call('HINCRBY', K_STATS, 'replayed', #out)
   if #to_ready > 0 then redis.call('PUBLISH', K_READY, '') end

@@ -575,7 +575,7 @@ if created > 0 then
     if st and st ~= dest[id] then redis.call('ZREM', STATE_KEY[st], id) end
   end
   -- A replaced job starts again: attempts reset. (Its old delivery cannot
-  -- ack the new one: it is no longer running, and tokens never repeat.)
+  -- ack the new one: it is no longer running, and no token goes to two claims.)
   local replaced = {}
   for id in pairs(old_state) do replaced[#replaced + 1] = id end
   if #replaced > 0 then variadic('HDEL', K_ATT, replaced) end

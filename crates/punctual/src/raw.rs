@@ -422,9 +422,10 @@ pub struct Delivery {
     pub topic: String,
     /// The job id.
     pub id: String,
-    /// The lease token (fencing): unique per claim within the topic, and
-    /// never handed out again, even after a Redis restart or failover that
-    /// lost writes (tokens are at least Redis's clock in microseconds).
+    /// The lease token (fencing): the claim's, shared by every job it
+    /// handed out, and given to no other claim of the topic, even after a
+    /// Redis restart or failover that lost writes (tokens are at least
+    /// Redis's clock in microseconds). The lease is the pair id, token.
     pub token: i64,
     /// Which delivery this is: 1 on the first.
     pub attempt: u32,
@@ -811,9 +812,11 @@ pub async fn claim_with_wait(
 /// attempts entry, or the token alone): the script's grouped form sends each
 /// group's token once and one argument per job, not two (PROTOCOL.md
 /// "ack"). Pairs of id and token when that is not shorter (a call of one
-/// or two jobs, or of as many tokens as jobs).
+/// or two jobs, or of as many tokens as jobs). A lease with an empty id is
+/// left out: no job has one (enqueue refuses it), and a first argument ""
+/// would read as the grouped form.
 struct AckPlan {
-    /// The leases' positions in the call, group after group (in the pair
+    /// The positions of the leases sent, group after group (in the pair
     /// form, as given). The script's i-th id is `order[i - 1]`.
     order: Vec<usize>,
     /// Each group's first place in `order` and its count; empty for pairs.
@@ -822,7 +825,10 @@ struct AckPlan {
 
 impl AckPlan {
     fn of(leases: &[Lease]) -> AckPlan {
-        let mut order: Vec<usize> = (0..leases.len()).collect();
+        let sent: Vec<usize> = (0..leases.len())
+            .filter(|&i| !leases[i].id.is_empty())
+            .collect();
+        let mut order = sent.clone();
         // Stable: a group's ids go in the order given.
         order.sort_by_key(|&i| (leases[i].token, leases[i].attempt));
         let mut groups: Vec<(usize, usize)> = Vec::new();
@@ -838,9 +844,9 @@ impl AckPlan {
             }
         }
         // Grouped: "", g, a token and a count per group, the ids.
-        if 2 + 2 * groups.len() + leases.len() >= 2 * leases.len() {
+        if 2 + 2 * groups.len() + order.len() >= 2 * order.len() {
             return AckPlan {
-                order: (0..leases.len()).collect(),
+                order: sent,
                 groups: Vec::new(),
             };
         }
@@ -849,7 +855,9 @@ impl AckPlan {
 }
 
 /// Acks jobs: they are done and deleted. Returns one flag per lease: acked,
-/// or refused because the lease is no longer held.
+/// or refused because the lease is no longer held (a lease with an empty
+/// id, which no job has, is refused without being sent). An id given twice
+/// with one token is acked once; its other places are refused.
 /// (The script replies with the number acked and the positions refused.)
 ///
 /// ```no_run
@@ -862,12 +870,17 @@ pub async fn ack(queue: &Queue, part: &Partition, done: &[Lease]) -> Result<Vec<
     let mut flags = Vec::with_capacity(done.len());
     for chunk in done.chunks(MAX_BATCH) {
         let plan = AckPlan::of(chunk);
+        let start = flags.len();
+        flags.resize(start + chunk.len(), false);
+        if plan.order.is_empty() {
+            continue;
+        }
         let v = queue
             .run(&SCRIPTS.ack, part.as_str(), |inv| {
                 let mut buf = [0u8; 32];
                 if plan.groups.is_empty() {
-                    for l in chunk {
-                        inv.arg(&l.id).arg(l.ack_arg(&mut buf));
+                    for &i in &plan.order {
+                        inv.arg(&chunk[i].id).arg(chunk[i].ack_arg(&mut buf));
                     }
                 } else {
                     inv.arg("").arg(plan.groups.len());
@@ -883,12 +896,13 @@ pub async fn ack(queue: &Queue, part: &Partition, done: &[Lease]) -> Result<Vec<
             .await?;
         let mut r = Reply::new("ack", v)?;
         let acked = r.int()?;
-        let start = flags.len();
-        flags.resize(start + chunk.len(), true);
+        for &i in &plan.order {
+            flags[start + i] = true;
+        }
         let mut refused = 0;
         while !r.is_empty() {
             match r.int()? {
-                p if p >= 1 && p as usize <= chunk.len() => {
+                p if p >= 1 && p as usize <= plan.order.len() => {
                     flags[start + plan.order[p as usize - 1]] = false
                 }
                 p => {
@@ -900,10 +914,10 @@ pub async fn ack(queue: &Queue, part: &Partition, done: &[Lease]) -> Result<Vec<
             }
             refused += 1;
         }
-        if acked + refused != chunk.len() as i64 {
+        if acked + refused != plan.order.len() as i64 {
             return Err(Error::protocol(
                 "ack",
-                "the counts do not add up to the pairs given",
+                "the counts do not add up to the jobs given",
             ));
         }
     }
@@ -1096,6 +1110,15 @@ mod tests {
         assert_eq!(one(5), [(0, 5)]);
         assert_eq!(one(1000), [(0, 1000)]);
         assert!(one(0).is_empty());
+        // Empty ids are left out, in either form.
+        let plan = AckPlan::of(&[l("", 1, 1), l("a", 1, 1), l("", 2, 1)]);
+        assert_eq!((plan.order, plan.groups), (vec![1], vec![]));
+        let mut six = vec![l("x", 1, 1); 6];
+        six[0].id.clear();
+        let plan = AckPlan::of(&six);
+        assert_eq!(plan.order, [1, 2, 3, 4, 5]);
+        assert_eq!(plan.groups, [(0, 5)]);
+        assert!(AckPlan::of(&[l("", 1, 1)]).order.is_empty());
         // The token alone (attempt unknown) is a group of its own.
         let plan = AckPlan::of(&[vec![l("x", 1, 0); 5], vec![l("y", 1, 1); 5]].concat());
         assert_eq!(plan.groups, [(0, 5), (5, 5)]);

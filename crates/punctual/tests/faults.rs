@@ -18,7 +18,9 @@ use punctual::{
 use redis::aio::MultiplexedConnection;
 use tokio_util::sync::CancellationToken;
 
-use crate::util::{conn, key, queue, redis_time_ms, topic_keys, RedisServer, LONG_LEASE};
+use crate::util::{
+    conn, key, queue, redis_time_ms, take_slowlog, topic_keys, RedisServer, LONG_LEASE,
+};
 use punctual_testkit::eventually;
 
 /// Jobs in pool, ready or running: not finished yet.
@@ -859,40 +861,6 @@ async fn a_full_redis_refuses_whole_scripts_loudly_and_recovers_when_memory_is_f
 }
 
 // ---- d. many jobs due at the same instant ---------------------------------
-
-/// One `SLOWLOG GET` entry: duration (µs) and arguments.
-fn parse_slowlog(v: redis::Value) -> Vec<(Duration, Vec<String>)> {
-    let entries: Vec<redis::Value> = redis::from_redis_value(v).expect("slowlog array");
-    entries
-        .into_iter()
-        .map(|e| {
-            let fields: Vec<redis::Value> = redis::from_redis_value(e).expect("slowlog entry");
-            let us: i64 = redis::from_redis_value(fields[2].clone()).expect("duration");
-            let args: Vec<Vec<u8>> = redis::from_redis_value(fields[3].clone()).expect("arguments");
-            let args = args
-                .into_iter()
-                .map(|a| String::from_utf8_lossy(&a).into_owned())
-                .collect();
-            (Duration::from_micros(us as u64), args)
-        })
-        .collect()
-}
-
-/// Every command Redis ran since the last call, then clears the log.
-async fn take_slowlog(c: &mut MultiplexedConnection) -> Vec<(Duration, Vec<String>)> {
-    let v: redis::Value = redis::cmd("SLOWLOG")
-        .arg("GET")
-        .arg(-1)
-        .query_async(c)
-        .await
-        .unwrap();
-    let _: () = redis::cmd("SLOWLOG")
-        .arg("RESET")
-        .query_async(c)
-        .await
-        .unwrap();
-    parse_slowlog(v)
-}
 
 /// The sorted run times of one script in a slow log.
 fn script_times(log: &[(Duration, Vec<String>)], script: &str) -> Vec<Duration> {

@@ -3,7 +3,7 @@
 //! topic names that cannot be used, script arguments that are not finite
 //! integers, KEYS that do not belong together, the oldest dead jobs of a
 //! partitioned topic, and bad input that must change nothing. Also: claim's
-//! attempts entries, which the script builds from pieces (issue 12).
+//! attempts entries, one token per claim and ack's grouped form (issue 12).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
@@ -12,7 +12,7 @@ use crate::util::{part, TICK_ALL};
 use punctual::raw::{self, FailKind, Failed, Lease};
 use punctual::{DeadSelector, EnqueueOptions, EnqueueStatus, ErrorKind, Job, Queue, State};
 
-use crate::util::{key, topic_keys, Fixture, RedisServer, LONG_LEASE, PREFIX};
+use crate::util::{key, take_slowlog, topic_keys, Fixture, RedisServer, LONG_LEASE, PREFIX};
 use punctual_testkit::eventually;
 
 /// Calls `op` until it succeeds (Redis may still be coming back).
@@ -1052,9 +1052,9 @@ async fn a_stored_id_that_is_not_utf8_goes_to_dead_at_its_first_claim() {
 
 /// claim replies with an attempt only for the jobs not on their first one,
 /// and the claim's token; ack with the count acked and the refused positions.
-/// The client must give each delivery its own attempt and token (also when
-/// a job before it was not handed out: an id that is not UTF-8) and each
-/// lease its own flag.
+/// The client must give each delivery its own attempt (also when a job
+/// before it was not handed out: an id that is not UTF-8), the claim's
+/// token, and each lease its own flag.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_delivery_and_each_ack_flag_is_its_own_in_the_compact_replies() {
     let f = Fixture::new().await;
@@ -1148,9 +1148,27 @@ async fn a_grouped_ack_refuses_each_stale_cancelled_or_repeated_job_in_its_place
         .flat_map(|(s, f)| [s.lease(), f.lease()])
         .collect();
     leases.push(first[1].lease());
+    let mut slow = f.conn.clone();
+    f.cli(&["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
+    take_slowlog(&mut slow).await;
     let flags = raw::ack(q, &part(t), &leases).await.unwrap();
     let refused: Vec<usize> = (0..flags.len()).filter(|&i| !flags[i]).collect();
     assert_eq!(refused, [0, 7, 10], "{leases:?}");
+    // It went in the grouped form: EVALSHA, the SHA, 9, the nine keys, then
+    // "" and two groups.
+    let ack = redis::Script::new(&punctual::script_source("ack").unwrap());
+    let log = take_slowlog(&mut slow).await;
+    let calls: Vec<&[String]> = log
+        .iter()
+        .map(|(_, args)| args.as_slice())
+        .filter(|args| args.get(1).map(String::as_str) == Some(ack.get_hash()))
+        .collect();
+    // (Twice when the first met NOSCRIPT: the script is loaded and the
+    // call sent again.)
+    assert!(!calls.is_empty(), "{log:?}");
+    for call in calls {
+        assert_eq!(call[12..14], ["", "2"], "{call:?}");
+    }
     let left = q
         .get(t, &first[3].id)
         .await
@@ -1161,6 +1179,74 @@ async fn a_grouped_ack_refuses_each_stale_cancelled_or_repeated_job_in_its_place
         assert!(q.get(t, &d.id).await.unwrap().is_none(), "{} is left", d.id);
     }
     assert!(q.check(t).await.unwrap().is_empty());
+}
+
+/// A grouped ack whose entries all match takes the fast path; an id given
+/// twice there is still acked once (its later place refused), and the
+/// leases of a claim whose jobs were reclaimed and claimed again are all
+/// refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grouped_ack_refuses_a_repeat_on_the_fast_path_and_a_reclaimed_claim() {
+    let f = Fixture::new().await;
+    let (q, t) = (&f.queue, "grouped-fast");
+    let jobs = (0..12)
+        .map(|i| Job::new("p").id(format!("k{i:02}")))
+        .collect();
+    q.enqueue_batch(t, jobs).await.unwrap();
+    let a = raw::claim(q, &part(t), 6, LONG_LEASE).await.unwrap();
+    let mut leases: Vec<Lease> = a.iter().map(|d| d.lease()).collect();
+    leases.push(a[2].lease());
+    let flags = raw::ack(q, &part(t), &leases).await.unwrap();
+    assert_eq!(flags, [true, true, true, true, true, true, false]);
+    // The other six: a lease of 1 ms, reclaimed by a tick (back to ready,
+    // backoff 0), then claimed again under a new token.
+    let b = raw::claim(q, &part(t), 6, Duration::from_millis(1))
+        .await
+        .unwrap();
+    assert_eq!(b.len(), 6);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    raw::tick(q, &part(t), &TICK_ALL).await.unwrap();
+    let c = raw::claim(q, &part(t), 6, LONG_LEASE).await.unwrap();
+    assert_eq!(c.len(), 6);
+    assert!(c[0].token > b[0].token);
+    let stale: Vec<Lease> = b.iter().map(|d| d.lease()).collect();
+    assert_eq!(raw::ack(q, &part(t), &stale).await.unwrap(), [false; 6]);
+    for d in &c {
+        let job = q.get(t, &d.id).await.unwrap().expect("still there");
+        assert_eq!((job.state, job.attempts), (State::Running, 2), "{}", d.id);
+    }
+    let fresh: Vec<Lease> = c.iter().map(|d| d.lease()).collect();
+    assert_eq!(raw::ack(q, &part(t), &fresh).await.unwrap(), [true; 6]);
+    // A lease with an empty id is refused without being sent (a first ""
+    // would read as the grouped form).
+    assert_eq!(
+        raw::ack(q, &part(t), &[Lease::new("", 5), Lease::new("k00", 5)])
+            .await
+            .unwrap(),
+        [false, false]
+    );
+    assert!(q.check(t).await.unwrap().is_empty());
+}
+
+/// One claim leases an id once (its jobs share one token): an id found in
+/// both ready and the pool, due (which should not happen), is handed out
+/// once and leaves both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_id_in_both_ready_and_the_pool_is_claimed_once() {
+    let f = Fixture::new().await;
+    let (q, t) = (&f.queue, "twice");
+    q.enqueue(t, Job::new("p").id("a")).await.unwrap();
+    assert_eq!(f.card(t, "ready").await, 1);
+    f.cli(&["ZADD", &key(t, "pool"), "1", "a"]);
+    let got = raw::claim(q, &part(t), 10, LONG_LEASE).await.unwrap();
+    let ids: Vec<&str> = got.iter().map(|d| d.id.as_str()).collect();
+    assert_eq!(ids, ["a"]);
+    assert_eq!((f.card(t, "pool").await, f.card(t, "ready").await), (0, 0));
+    assert!(q.check(t).await.unwrap().is_empty());
+    assert_eq!(
+        raw::ack(q, &part(t), &[got[0].lease()]).await.unwrap(),
+        [true]
+    );
 }
 
 /// The grouped form's own arguments are checked before anything is written.
@@ -1181,6 +1267,8 @@ async fn a_malformed_grouped_ack_is_refused_and_changes_nothing() {
         vec!["", "2", tok, "1", "run"],
         vec!["", "1", tok, "1001", "run"],
         vec!["", "1", "abc", "1", "run"],
+        vec!["", "1", tok, "x", "run"],
+        vec!["", "1001", tok, "1", "run"],
         vec![""],
     ] {
         let err = eval("ack", &keys, &argv)
@@ -1191,6 +1279,15 @@ async fn a_malformed_grouped_ack_is_refused_and_changes_nothing() {
         let run = f.queue.get(t, "run").await.unwrap().unwrap();
         assert_eq!(run.state, State::Running, "{argv:?}");
     }
+    // 600 + 600 ids: over 1,000 in all.
+    let many: Vec<String> = (0..1200).map(|i| format!("m{i}")).collect();
+    let mut argv = vec!["", "2", tok, "600", tok, "600"];
+    argv.extend(many.iter().map(String::as_str));
+    let err = eval("ack", &keys, &argv)
+        .query_async::<redis::Value>(&mut c)
+        .await
+        .expect_err("1,200 ids");
+    assert!(err.to_string().contains("1000 ids at most"), "{err}");
     // An entry without the live mark is no proof, even when it is the one
     // stored (as a job that left running keeps it): an error, as in pairs.
     let unmarked = format!("1:{token}");
@@ -1377,10 +1474,9 @@ async fn the_enqueue_script_refuses_every_character_validate_topic_refuses() {
 
 // ---- claim's attempts entries --------------------------------------------
 
-/// claim builds each attempts entry from pieces ("0A:" per attempt, the
-/// token's digits above its last three per thousand, the last three): every
-/// entry of a batch of 1,000 (whose tokens cross a thousand) is exactly
-/// "0", the attempt, ":" and the token of the reply, with mixed attempts.
+/// claim makes one attempts entry string per attempt (its jobs share its
+/// token): every entry of a batch of 1,000 is exactly "0", the job's
+/// attempt, ":" and the claim's token, with mixed attempts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claim_writes_each_attempts_entry_as_the_attempt_and_token_it_returns() {
     let f = Fixture::new().await;

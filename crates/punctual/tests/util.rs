@@ -175,3 +175,37 @@ pub(crate) const TICK_ALL: punctual::raw::TickLimits = punctual::raw::TickLimits
     max_ready: 1_000_000,
     reclaim_batch: 1000,
 };
+
+/// One `SLOWLOG GET` entry: duration (µs) and arguments.
+fn parse_slowlog(v: redis::Value) -> Vec<(Duration, Vec<String>)> {
+    let entries: Vec<redis::Value> = redis::from_redis_value(v).expect("slowlog array");
+    entries
+        .into_iter()
+        .map(|e| {
+            let fields: Vec<redis::Value> = redis::from_redis_value(e).expect("slowlog entry");
+            let us: i64 = redis::from_redis_value(fields[2].clone()).expect("duration");
+            let args: Vec<Vec<u8>> = redis::from_redis_value(fields[3].clone()).expect("arguments");
+            let args = args
+                .into_iter()
+                .map(|a| String::from_utf8_lossy(&a).into_owned())
+                .collect();
+            (Duration::from_micros(us as u64), args)
+        })
+        .collect()
+}
+
+/// Every command Redis ran since the last call, then clears the log.
+pub(crate) async fn take_slowlog(c: &mut MultiplexedConnection) -> Vec<(Duration, Vec<String>)> {
+    let v: redis::Value = redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg(-1)
+        .query_async(c)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("SLOWLOG")
+        .arg("RESET")
+        .query_async(c)
+        .await
+        .unwrap();
+    parse_slowlog(v)
+}
