@@ -16,10 +16,12 @@ Every round starts from an empty Redis:
   enqueue_cold      the same after one tick (scripts with the cold pool only),
                     as the bench's enqueue phase: into the cold pool
   enqueue_shared,   (scripts with enqueue's shared forms only) enqueue and
-  enqueue_cold_shared  enqueue_cold in the shared form "=n", the form the Rust
+  enqueue_cold_shared  enqueue_cold in the shared form "=n" ("=*n", no id
+                    arguments, with scripts that have it), the form the Rust
                     library sends a batch of alike jobs in (here in calls of
                     1,000; the library's are 250 by default)
-  enqueue_distinct_shared  enqueue_distinct in the form "~n" (a due time per job)
+  enqueue_distinct_shared  enqueue_distinct in the form "~n" ("~*n"; a due
+                    time per job)
   claim_ready       1,000 jobs enqueued due now, claimed (lease 60 s); every
                     attempts entry is checked to be '0%d:%d' of the reply's
                     attempts and token
@@ -79,6 +81,7 @@ K = [f'p:{{t}}:{k}' for k in 'pool ready running dead jobs meta stats seq attemp
 sha = {n: r.script_load(assemble(n)) for n in ('enqueue', 'claim', 'ack', 'tick')}
 cold = 'cold_place' in open(f'{luadir}/lib.lua').read()
 shared = 'the shared form' in open(f'{luadir}/enqueue.lua').read()
+starred = '"=*n"' in open(f'{luadir}/enqueue.lua').read()
 src = open(floor_rs).read()
 
 
@@ -111,17 +114,23 @@ def enqueue(when):
 
 def enqueue_shared(when):
     """The shared forms (since round 8): "=n", when, max and backoff once;
-    with no when given, "~n", max and backoff once, a due time per job."""
+    with no when given, "~n", max and backoff once, a due time per job.
+    Since round 10, as the Rust library sends them when every id is to be
+    generated: "=*n" and "~*n", no id arguments, the first id back."""
+    star = '*' if starred else ''
     if when:
-        args = [str(1 << 30), '0', '=%d' % N, when, '', '']
+        args = [str(1 << 30), '0', '=%s%d' % (star, N), when, '', '']
         for i in range(N):
-            args += ['', payload]
+            args += [payload] if starred else ['', payload]
     else:
-        args = [str(1 << 30), '0', '~%d' % N, '', '']
+        args = [str(1 << 30), '0', '~%s%d' % (star, N), '', '']
         for i in range(N):
-            args += ['', payload, 'd%d' % (100 + i * 7919 % 1901)]
+            args += ([] if starred else ['']) + [payload, 'd%d' % (100 + i * 7919 % 1901)]
     rep = r.evalsha(sha['enqueue'], 9, *K, *args)
-    assert rep[0] == N and len(rep) == N + 1, rep[:3]
+    if starred:
+        assert rep[0] == -1 and len(rep) == 2, rep[:3]
+    else:
+        assert rep[0] == N and len(rep) == N + 1, rep[:3]
 
 
 def claim():

@@ -12,7 +12,9 @@ use crate::util::{part, TICK_ALL};
 use punctual::raw::{self, FailKind, Failed, Lease};
 use punctual::{DeadSelector, EnqueueOptions, EnqueueStatus, ErrorKind, Job, Queue, State};
 
-use crate::util::{key, take_slowlog, topic_keys, Fixture, RedisServer, LONG_LEASE, PREFIX};
+use crate::util::{
+    key, radix36, take_slowlog, topic_keys, Fixture, RedisServer, LONG_LEASE, PREFIX,
+};
 use punctual_testkit::eventually;
 
 /// Calls `op` until it succeeds (Redis may still be coming back).
@@ -1943,6 +1945,83 @@ async fn a_batch_of_generated_ids_with_whens_of_their_own_stores_what_the_genera
         let cold_n: Option<i64> = f.cmd(redis::cmd("HGET").arg(&keys[5]).arg("cold_n")).await;
         assert_eq!(cold_n, Some(1), "{t}");
         assert_eq!(f.queue.check(t).await.unwrap(), vec![], "{t}");
+    }
+}
+
+/// "=*n" and "~*n" (every id generated, none sent): when no candidate was
+/// skipped, the reply is -1 and the first id, and the others follow it (the
+/// last four base-36 digits counted up); with one skipped, the reply lists
+/// them all, as "=n" does. Malformed counts are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_forms_without_ids_reply_with_the_first_id_when_none_was_skipped() {
+    let f = Fixture::new().await;
+    let mut c = f.conn.clone();
+    let text = |v: &redis::Value| redis::from_redis_value::<String>(v.clone()).unwrap();
+    let t = "starred";
+    let keys = topic_keys(t);
+    let argv = ["65536", "0", "=*3", "d0", "", "", "p1", "p2", "p3"];
+    let a: Vec<redis::Value> = eval("enqueue", &keys, &argv)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!((a.len(), &a[0]), (2, &redis::Value::Int(-1)), "{a:?}");
+    let first = text(&a[1]);
+    let (stamp, last) = first.split_at(first.len() - 4);
+    let n = i64::from_str_radix(last, 36).unwrap();
+    for (j, payload) in ["p1", "p2", "p3"].iter().enumerate() {
+        let id = format!("{stamp}{:0>4}", radix36((n + j as i64) % 1_679_616));
+        let job = f.queue.get(t, &id).await.unwrap().expect(&id);
+        assert_eq!(job.payload, payload.as_bytes(), "{id}");
+        assert_eq!(job.state, State::Ready);
+    }
+    // "~*2": payload and when per job.
+    let argv = ["65536", "0", "~*2", "", "", "q1", "d60000", "q2", "d0"];
+    let b: Vec<redis::Value> = eval("enqueue", &keys, &argv)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!((b.len(), &b[0]), (2, &redis::Value::Int(-1)), "{b:?}");
+    let first = text(&b[1]);
+    let job = f.queue.get(t, &first).await.unwrap().unwrap();
+    assert_eq!(
+        (job.payload.as_slice(), job.state),
+        (&b"q1"[..], State::Pool)
+    );
+    // The next candidate taken: every id listed, the taken one skipped.
+    let seq: i64 = f.cli(&["GET", &key(t, "seq")]).trim().parse().unwrap();
+    let now = f.now_ms().await;
+    let mut planted = redis::cmd("HSET");
+    planted.arg(key(t, "jobs"));
+    for ms in now..now + 3000 {
+        let id = format!("{:0>8}{:0>4}", radix36(ms), radix36((seq + 1) % 1_679_616));
+        planted.arg(id).arg(":mx3pabym:0::0:x");
+    }
+    let _: i64 = f.cmd(&planted).await;
+    let argv = ["65536", "0", "=*2", "d0", "", "", "r1", "r2"];
+    let d: Vec<redis::Value> = eval("enqueue", &keys, &argv)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert!(
+        f.now_ms().await < now + 3000,
+        "the call fell outside the window"
+    );
+    assert_eq!((d.len(), &d[0]), (3, &redis::Value::Int(2)), "{d:?}");
+    for (v, payload) in d[1..].iter().zip(["r1", "r2"]) {
+        let job = f.queue.get(t, &text(v)).await.unwrap().unwrap();
+        assert_eq!(job.payload, payload.as_bytes());
+    }
+    for bad in [
+        vec!["65536", "0", "=*3", "d0", "", "", "p1", "p2"],
+        vec!["65536", "0", "=*0", "d0", "", ""],
+        vec!["65536", "0", "~*2", "", "", "q1", "d0", "q2"],
+        vec!["65536", "0", "=*x", "d0", "", "", "p1"],
+    ] {
+        let err = eval("enqueue", &keys, &bad)
+            .query_async::<redis::Value>(&mut c)
+            .await
+            .expect_err(&format!("{bad:?}"));
+        assert_eq!(err.code(), Some("PUNCTUAL_INVALID"), "{bad:?}: {err}");
     }
 }
 

@@ -11,22 +11,7 @@ use punctual::{ErrorKind, Job, Outcome, Queue, State, When, Worker, WorkerConfig
 use punctual_testkit::{eventually, RedisCluster};
 use tokio_util::sync::CancellationToken;
 
-use crate::util::{key, part, topic_keys, Fixture, LONG_LEASE, TICK_ALL};
-
-/// Base 36, as the scripts write numbers in records.
-fn b36(mut n: i64) -> String {
-    const DIGITS: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
-    if n == 0 {
-        return "0".into();
-    }
-    let mut out = Vec::new();
-    while n > 0 {
-        out.push(DIGITS[(n % 36) as usize]);
-        n /= 36;
-    }
-    out.reverse();
-    String::from_utf8(out).unwrap()
-}
+use crate::util::{key, part, radix36 as b36, topic_keys, Fixture, LONG_LEASE, TICK_ALL};
 
 /// The record of `id` as stored.
 async fn record(f: &Fixture, t: &str, id: &str) -> String {

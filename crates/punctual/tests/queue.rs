@@ -12,7 +12,7 @@ use punctual::{
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::util::{key, topic_keys, Fixture, RedisServer, LONG_LEASE};
+use crate::util::{key, radix36, take_slowlog, topic_keys, Fixture, RedisServer, LONG_LEASE};
 use punctual_testkit::eventually;
 
 /// Promote and reclaim with generous limits (tests that check limits pass
@@ -2251,6 +2251,62 @@ async fn a_generated_id_never_overwrites_a_live_job() {
     assert_eq!(q.stats("t").await.unwrap().ready, 3001);
 }
 
+/// A batch whose ids are all to be generated goes without ids ("=*n",
+/// "~*n") and gets back the first id only; the library counts the others
+/// up from it, also where their last four digits wrap from zzzz to 0000.
+#[tokio::test]
+async fn a_batch_of_generated_ids_is_sent_without_ids_and_gets_them_across_the_wrap() {
+    let f = Fixture::new().await;
+    let q = &f.queue;
+    let _: () = f
+        .cmd(
+            redis::cmd("SET")
+                .arg(key("t", "seq"))
+                .arg(1_679_616 * 7 - 4),
+        )
+        .await;
+    let mut slow = f.conn.clone();
+    f.cli(&["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
+    take_slowlog(&mut slow).await;
+    let alike = (0..6).map(|i| Job::new(format!("a{i}"))).collect();
+    let alike = q.enqueue_batch("t", alike).await.unwrap();
+    let own = (0..6)
+        .map(|i| Job::new(format!("b{i}")).delay(Duration::from_millis(60_000 + i)))
+        .collect();
+    let own = q.enqueue_batch("t", own).await.unwrap();
+    let enqueue = redis::Script::new(&punctual::script_source("enqueue").unwrap());
+    let log = take_slowlog(&mut slow).await;
+    let forms: Vec<&str> = log
+        .iter()
+        .filter(|(_, args)| args.get(1).map(String::as_str) == Some(enqueue.get_hash()))
+        .filter_map(|(_, args)| args.get(14).map(String::as_str))
+        .collect();
+    assert!(
+        forms.contains(&"=*6") && forms.contains(&"~*6"),
+        "{forms:?}"
+    );
+    let suffixes: Vec<&str> = alike.iter().chain(&own).map(|e| &e.id[8..]).collect();
+    assert_eq!(
+        suffixes,
+        [
+            "zzzx", "zzzy", "zzzz", "0000", "0001", "0002", "0003", "0004", "0005", "0006", "0007",
+            "0008"
+        ]
+    );
+    for (i, e) in alike.iter().enumerate() {
+        let job = q.get("t", &e.id).await.unwrap().unwrap();
+        assert_eq!(job.payload, format!("a{i}").into_bytes());
+        assert_eq!(e.status, EnqueueStatus::Created);
+    }
+    for (i, e) in own.iter().enumerate() {
+        let job = q.get("t", &e.id).await.unwrap().unwrap();
+        assert_eq!(
+            (job.payload, job.state),
+            (format!("b{i}").into_bytes(), State::Pool)
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_batch_of_generated_ids_skips_a_live_one_in_its_middle() {
     let f = Fixture::new().await;
@@ -2295,15 +2351,4 @@ async fn a_batch_of_generated_ids_skips_a_live_one_in_its_middle() {
     let stamp = &got[0].id[..8];
     let clash = taken.iter().find(|id| id.starts_with(stamp)).unwrap();
     assert_eq!(q.get("t", clash).await.unwrap().unwrap().payload, b"mine");
-}
-
-fn radix36(mut n: i64) -> String {
-    let digits = b"0123456789abcdefghijklmnopqrstuvwxyz";
-    let mut out = Vec::new();
-    while n > 0 {
-        out.push(digits[(n % 36) as usize]);
-        n /= 36;
-    }
-    out.reverse();
-    String::from_utf8(out).unwrap()
 }

@@ -209,3 +209,19 @@ pub(crate) async fn take_slowlog(c: &mut MultiplexedConnection) -> Vec<(Duration
         .unwrap();
     parse_slowlog(v)
 }
+
+/// `n` in base 36 (`0-9a-z`), as the scripts write numbers in records and
+/// generated ids.
+pub(crate) fn radix36(mut n: i64) -> String {
+    let digits = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    if n == 0 {
+        return "0".into();
+    }
+    let mut out = Vec::new();
+    while n > 0 {
+        out.push(digits[(n % 36) as usize]);
+        n /= 36;
+    }
+    out.reverse();
+    String::from_utf8(out).unwrap()
+}
