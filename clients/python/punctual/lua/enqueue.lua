@@ -528,8 +528,9 @@ end
 -- "=*n" and "~*n": the same forms for jobs whose ids are all to be
 -- generated, with the ids left out: n payloads, or n pairs payload, when.
 -- One argument per job less (about 700 instructions per job, callgrind).
--- ARGV[4 + 5n] (ARGV[7 + 2n] or ARGV[6 + 3n] in the shared forms), optional: the partition count the caller routed the jobs
--- with (1 for a topic that is not partitioned). When given, and the topic's
+-- ARGV[4 + 5n] (ARGV[7 + 2n], ARGV[6 + 3n], ARGV[7 + n] or ARGV[6 + 2n] in
+-- "=n", "~n", "=*n" and "~*n"), optional: the partition count the caller
+-- routed the jobs with (1 for a topic that is not partitioned). When given, and the topic's
 -- meta holds another count ("partitions", written by set_partitions), the
 -- call is refused with "PUNCTUAL_STALE ..." and nothing is written: read
 -- P:partitions again and route anew.
