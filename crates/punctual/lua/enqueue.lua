@@ -35,8 +35,9 @@
 -- k, then k ids (the n jobs' ids when one was generated, k = n, else none,
 -- k = 0: the caller knows them), then pairs j, status for the jobs whose
 -- status is not 1, j counting from 1; in "=*n" and "~*n", when no candidate
--- id was skipped, -1 and the first id only: the j-th job's id is the first
--- one with its last four base-36 digits counted up by j - 1, modulo 36^4),
+-- id was skipped and the max attempts carry no per-job options (no ';'),
+-- -1 and the first id only: the j-th job's id is the first one with its
+-- last four base-36 digits counted up by j - 1, modulo 36^4),
 -- where status is
 -- 1 created, 0 duplicate (nothing changed), 2 replaced, 3 dead (the id is in
 -- the dead-letter set; nothing changed, so this job will not run: replay the

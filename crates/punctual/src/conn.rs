@@ -114,10 +114,14 @@ fn must_not_repeat(cmd: &Cmd) -> bool {
     // max attempts, backoff), then optionally the partition count. Or the
     // shared forms: "=n", when, max attempts, backoff, then n pairs (id,
     // payload); "~n", max attempts, backoff, then n triples (id, payload,
-    // when); then optionally the count.
+    // when); then optionally the count. Or "=*n" and "~*n", the shared
+    // forms with every id generated (none sent): never resent blindly.
     let (Some(replace), Some(count)) = (argv.get(1), argv.get(2)) else {
         return true;
     };
+    if matches!(count.get(..2), Some(b"=*" | b"~*")) {
+        return true;
+    }
     let (at, stride, n) = match count.split_first() {
         Some((b'=', n)) => (6, 2, num(n)),
         Some((b'~', n)) => (5, 3, num(n)),
@@ -308,6 +312,11 @@ mod tests {
             must_not_repeat(&evalsha(enqueue, &["1048576", "0"])),
             "malformed"
         );
+        // The forms without ids: every id is generated.
+        let starred = ["1048576", "0", "=*2", "d0", "", "", "p", "q"];
+        assert!(must_not_repeat(&evalsha(enqueue, &starred)), "=*n");
+        let starred = ["1048576", "0", "~*1", "", "", "p", "d0", "1"];
+        assert!(must_not_repeat(&evalsha(enqueue, &starred)), "~*n, count");
         // The shared form: "=n", when, max, backoff, then (id, payload) pairs.
         let shared = |ids: &[&str], routed: bool| {
             let mut argv = ["1048576", "0", &format!("={}", ids.len()), "d0", "", ""]

@@ -1987,6 +1987,14 @@ async fn the_forms_without_ids_reply_with_the_first_id_when_none_was_skipped() {
         (job.payload.as_slice(), job.state),
         (&b"q1"[..], State::Pool)
     );
+    let (stamp, last) = first.split_at(first.len() - 4);
+    let next = i64::from_str_radix(last, 36).unwrap() + 1;
+    let second = format!("{stamp}{:0>4}", radix36(next % 1_679_616));
+    let job = f.queue.get(t, &second).await.unwrap().unwrap();
+    assert_eq!(
+        (job.payload.as_slice(), job.state),
+        (&b"q2"[..], State::Ready)
+    );
     // The next candidate taken: every id listed, the taken one skipped.
     let seq: i64 = f.cli(&["GET", &key(t, "seq")]).trim().parse().unwrap();
     let now = f.now_ms().await;
