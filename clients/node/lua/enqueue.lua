@@ -31,7 +31,8 @@
 --                          (optional; enqueue and unfire only)
 -- Reached by name (same hash tag): P:{T}:cold, a ZSET of bucket starts, and
 -- P:{T}:c:<start>, LISTs of ids: the cold pool (see cold_place below);
--- meta cold_after, cold_at, cold_n.
+-- meta cold_after, cold_at, cold_n. P:{T}:retried, a SET of ids (K_RETRIED
+-- below); meta retried.
 --
 -- Record (never rewritten by claim, ack or extend): "M:D:G:B:E:" then E bytes
 -- of last error, then the payload. M max attempts (decimal, empty: topic
@@ -62,6 +63,14 @@ local K_POOL, K_READY, K_RUNNING, K_DEAD = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_JOBS, K_META, K_STATS, K_SEQ = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local K_ATT = KEYS[9]
 local K_FIRED = KEYS[10]
+-- P:{T}:retried, a SET: ids of waiting jobs (pool, ready or cold) whose
+-- attempts entry was kept when their lease ended (fail's retry, tick's
+-- reclaim), added by those two scripts and removed by the claim that takes
+-- the job, or by whatever deletes it. Once meta "retried" is 1 (claim sets
+-- it when the attempts hash is empty, so no entry predates the set), every
+-- waiting job with an entry is in it: a claim then reads the entries of
+-- these ids only, and a job of a claim not in it is on its first attempt.
+local K_RETRIED = KEY_BASE .. 'retried'
 -- Most deliveries a job may have (its own setting or the topic's).
 local MAX_ATTEMPTS = 10000
 -- Largest integer a Lua number (a double) holds exactly: 2^53.
@@ -1106,7 +1115,10 @@ if created > 0 then
   -- ack the new one: it is no longer running, and no token goes to two claims.)
   local replaced = {}
   for id in pairs(old_state) do replaced[#replaced + 1] = id end
-  if #replaced > 0 then variadic('HDEL', K_ATT, replaced) end
+  if #replaced > 0 then
+    variadic('HDEL', K_ATT, replaced)
+    variadic('SREM', K_RETRIED, replaced)
+  end
   redis.call('HINCRBY', K_STATS, 'enqueued', created)
   if K_FIRED then
     local marks, now_s = {}, string.format('%d', now)

@@ -17,6 +17,7 @@ if st == 'running' then
 end
 local had = redis.call('HDEL', K_JOBS, id)
 redis.call('HDEL', K_ATT, id)
+redis.call('SREM', K_RETRIED, id)
 if st == 'cold' then
   -- Its list entry stays, stale: tick drops it (the record is gone).
   cold_left(1)

@@ -6,7 +6,9 @@
 --   "in pool,ready" (more than one set), "no record (in running)",
 --   "record in no set", "unreadable record", "attempts entry without a record",
 --   "running without an attempts entry", "attempts entry marked live outside
---   running"; and "cold <start>" for a cold job (PROTOCOL.md "The cold
+--   running", "waiting with an attempts entry, not in P:{T}:retried" (once
+--   meta retried is 1: the next claim would count its attempts from 1; see
+--   lib.lua's K_RETRIED); and "cold <start>" for a cold job (PROTOCOL.md "The cold
 --   pool": in no set, its record due at or after cold_at), which is not a
 --   problem by itself: the caller checks that the list P:{T}:c:<start>
 --   holds the id.
@@ -14,6 +16,7 @@
 
 if #ARGV < 1 or #ARGV > 1000 then return invalid('check expects 1 to 1000 ids') end
 local out = {}
+local trusted = redis.call('HGET', K_META, 'retried') == '1'
 for _, id in ipairs(ARGV) do
   local sets = {}
   if redis.call('ZSCORE', K_POOL, id) then sets[#sets + 1] = 'pool' end
@@ -45,7 +48,11 @@ for _, id in ipairs(ARGV) do
   elseif sets[1] ~= 'running' and rec then
     -- The live mark outside running would let a stale token ack the job.
     local att = redis.call('HGET', K_ATT, id)
-    if att and is_live_att(att) then problem = 'attempts entry marked live outside running' end
+    if att and is_live_att(att) then
+      problem = 'attempts entry marked live outside running'
+    elseif att and trusted and sets[1] ~= 'dead' and redis.call('SISMEMBER', K_RETRIED, id) == 0 then
+      problem = 'waiting with an attempts entry, not in P:{T}:retried'
+    end
   end
   problem = problem or cold
   if problem then

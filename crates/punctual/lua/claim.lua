@@ -45,7 +45,7 @@ if not k or not lease or #ARGV ~= 2 then
   return invalid('claim expects 1 to 1000 jobs and a lease of 1 ms to ten years')
 end
 local meta = redis.call('HMGET', K_META, 'paused', 'max_attempts', 'rate', 'burst', 'max_running', 'bucket',
-  'groups', 'vtime', 'glimited')
+  'groups', 'vtime', 'glimited', 'retried')
 if meta[1] == '1' then return {} end
 local topic_max = int_arg(meta[2], 1, MAX_ATTEMPTS) or DEFAULT_MAX_ATTEMPTS
 -- Due pool jobs may be claimed (topics without groups).
@@ -178,7 +178,36 @@ local deadline = now + lease
 -- fills, so the ZADD's 1,000 equal scores cost 1,000 formattings.
 local deadline_s = string.format('%d', deadline)
 local recs = redis.call('HMGET', K_JOBS, unpack(ids))
-local atts = redis.call('HMGET', K_ATT, unpack(ids))
+-- The attempts entries of these jobs (false: none, the first attempt).
+-- Only a job sent back by fail or a reclaim has one while it waits, and it
+-- is in P:{T}:retried (K_RETRIED): once meta retried is 1, only the ids in
+-- that set are read, and a claim with none of them reads no entry at all.
+-- Until then (a topic whose entries may predate the set) every id's is.
+local trusted = meta[10] == '1'
+if not trusted and redis.call('EXISTS', K_ATT) == 0 then
+  -- No entry at all: none predates the set.
+  redis.call('HSET', K_META, 'retried', '1')
+  trusted = true
+end
+-- The ids of this claim in the set: they leave it below.
+local kept = {}
+if redis.call('SCARD', K_RETRIED) > 0 then
+  local member = redis.call('SMISMEMBER', K_RETRIED, unpack(ids))
+  for i = 1, #ids do
+    if member[i] == 1 then kept[#kept + 1] = ids[i] end
+  end
+end
+local atts
+if not trusted then
+  atts = redis.call('HMGET', K_ATT, unpack(ids))
+else
+  atts = {}
+  if #kept > 0 then
+    local vals, of = redis.call('HMGET', K_ATT, unpack(kept)), {}
+    for j = 1, #kept do of[kept[j]] = vals[j] end
+    for i = 1, #ids do atts[i] = of[ids[i]] or false end
+  end
+end
 -- One token for the whole claim: its jobs' attempts entries ("0A:T", the
 -- live mark, the attempt and T) are then one string per distinct attempt,
 -- and an ack of jobs from one claim sends T once (ack.lua's grouped form).
@@ -280,6 +309,8 @@ if #gone > 0 then
   variadic('HDEL', K_ATT, gone)
   redis.call('HINCRBY', K_STATS, 'orphans', #gone)
 end
+-- Every id of this claim left waiting: running, dead or gone.
+if #kept > 0 then variadic('SREM', K_RETRIED, kept) end
 -- Wake the schedulers when these leases end before every other one: an idle
 -- scheduler sleeps towards the earliest deadline it saw at its last tick.
 if #leases > 0 and redis.call('ZCOUNT', K_RUNNING, '-inf', deadline) <= #leases / 2 then

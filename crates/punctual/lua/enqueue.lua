@@ -603,7 +603,10 @@ if created > 0 then
   -- ack the new one: it is no longer running, and no token goes to two claims.)
   local replaced = {}
   for id in pairs(old_state) do replaced[#replaced + 1] = id end
-  if #replaced > 0 then variadic('HDEL', K_ATT, replaced) end
+  if #replaced > 0 then
+    variadic('HDEL', K_ATT, replaced)
+    variadic('SREM', K_RETRIED, replaced)
+  end
   redis.call('HINCRBY', K_STATS, 'enqueued', created)
   if K_FIRED then
     local marks, now_s = {}, string.format('%d', now)

@@ -68,6 +68,8 @@ if not retry then
   return { 'dead', now }
 end
 redis.call('HSET', K_JOBS, id, encode(r))
+-- It waits again with its attempts entry: the next claim reads it.
+redis.call('SADD', K_RETRIED, id)
 if wait == 0 then
   redis.call('ZADD', K_READY, r.due, id)
   index_ready({ r.due, id })

@@ -45,6 +45,8 @@ if #expired > 0 then
   -- Attempts entries that lose the live mark (see is_live_att): the reclaimed
   -- lease's token can no longer ack the job.
   local ended = {}
+  -- The jobs sent back to wait with an attempts entry (lib.lua's K_RETRIED).
+  local back = {}
   for i, id in ipairs(expired) do
     local r = decode(recs[i])
     local attempts = att_of(atts[i])
@@ -70,6 +72,7 @@ if #expired > 0 then
           to_pool[#to_pool + 1] = id
         end
         reclaimed = reclaimed + 1
+        if atts[i] then back[#back + 1] = id end
       end
       records[#records + 1] = encode(r)
     elseif recs[i] then
@@ -88,6 +91,7 @@ if #expired > 0 then
   if #to_dead > 0 then variadic('ZADD', K_DEAD, to_dead) end
   if #records > 0 then variadic('HSET', K_JOBS, records) end
   if #ended > 0 then variadic('HSET', K_ATT, ended) end
+  if #back > 0 then variadic('SADD', K_RETRIED, back) end
   index_ready(to_ready)
   variadic('ZREM', K_RUNNING, expired)
   if #gone > 0 then variadic('HDEL', K_ATT, gone) end

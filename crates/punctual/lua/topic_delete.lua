@@ -46,6 +46,6 @@ while i <= #buckets do
 end
 -- Group limits and their state (PROTOCOL.md "Group limits").
 redis.call('DEL', KEY_BASE .. 'gwait', KEY_BASE .. 'glimits', KEY_BASE .. 'grunning', KEY_BASE .. 'gbucket')
-redis.call('DEL', K_POOL, K_READY, K_RUNNING, K_DEAD, K_JOBS, K_META, K_STATS, K_SEQ, K_ATT)
+redis.call('DEL', K_POOL, K_READY, K_RUNNING, K_DEAD, K_JOBS, K_META, K_STATS, K_SEQ, K_ATT, K_RETRIED)
 if K_FIRED then redis.call('DEL', K_FIRED) end
 return 0

@@ -35,6 +35,7 @@ if cold > 0 then cold_left(cold) end
 variadic('ZREM', K_POOL, gone)
 variadic('HDEL', K_JOBS, gone)
 variadic('HDEL', K_ATT, gone)
+variadic('SREM', K_RETRIED, gone)
 variadic('ZREM', K_FIRED, gone)
 redis.call('HINCRBY', K_STATS, 'cancelled', #gone)
 return #gone

@@ -2086,3 +2086,157 @@ async fn a_batch_of_alike_jobs_reports_each_status_in_its_place() {
     );
     assert_eq!(f.queue.check(t).await.unwrap(), vec![]);
 }
+
+/// The members of P:{T}:retried, sorted.
+async fn retried(f: &Fixture, t: &str) -> Vec<String> {
+    let mut m: Vec<String> = f.cmd(redis::cmd("SMEMBERS").arg(key(t, "retried"))).await;
+    m.sort();
+    m
+}
+
+/// A job sent back to wait with its attempts entry, by fail's retry or by a
+/// reclaim, is in P:{T}:retried until a claim takes it: the claim counts its
+/// attempts on from its entry, though a claim reads entries only for the
+/// set's ids. A job that never failed is claimed on its first attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_sent_back_to_wait_keeps_counting_its_attempts() {
+    let f = Fixture::new().await;
+    let (q, t) = (&f.queue, "retried");
+    q.enqueue(t, Job::new("p").id("a")).await.unwrap();
+    q.enqueue(t, Job::new("p").id("b")).await.unwrap();
+    let first = raw::claim(q, &part(t), 2, LONG_LEASE).await.unwrap();
+    assert_eq!(first.iter().map(|d| d.attempt).collect::<Vec<_>>(), [1, 1]);
+    let meta: Option<String> = f
+        .cmd(redis::cmd("HGET").arg(key(t, "meta")).arg("retried"))
+        .await;
+    assert_eq!(meta.as_deref(), Some("1"), "a new topic's set is trusted");
+    let (a, b) = if first[0].id == "a" {
+        (&first[0], &first[1])
+    } else {
+        (&first[1], &first[0])
+    };
+    // a: failed, retried at once; b: acked.
+    let retry = FailKind::Retry {
+        after: Some(Duration::ZERO),
+    };
+    assert!(matches!(
+        raw::fail(q, &part(t), &a.lease(), "boom", retry)
+            .await
+            .unwrap(),
+        Failed::Retry
+    ));
+    assert_eq!(retried(&f, t).await, ["a"]);
+    assert_eq!(raw::ack(q, &part(t), &[b.lease()]).await.unwrap(), [true]);
+    q.enqueue(t, Job::new("p").id("c")).await.unwrap();
+    let second = raw::claim(q, &part(t), 2, Duration::from_millis(1))
+        .await
+        .unwrap();
+    let mut got: Vec<(&str, u32)> = second.iter().map(|d| (d.id.as_str(), d.attempt)).collect();
+    got.sort();
+    assert_eq!(got, [("a", 2), ("c", 1)]);
+    assert!(
+        retried(&f, t).await.is_empty(),
+        "the claim took a out of the set"
+    );
+    // Both leases expire: the reclaim sends both back, a after attempt 2
+    // (to the pool: the default ladder's second step is 5 s), c after 1 (to
+    // ready). a stays in the set when it is rescheduled to now.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let r = raw::tick(q, &part(t), &TICK_ALL).await.unwrap();
+    assert_eq!(r.reclaimed, 2);
+    assert_eq!(retried(&f, t).await, ["a", "c"]);
+    assert!(q.check(t).await.unwrap().is_empty());
+    assert_eq!(
+        q.reschedule(t, "a", punctual::When::Now).await.unwrap(),
+        Some(State::Pool)
+    );
+    assert_eq!(retried(&f, t).await, ["a", "c"]);
+    let third = raw::claim(q, &part(t), 2, LONG_LEASE).await.unwrap();
+    let mut got: Vec<(&str, u32)> = third.iter().map(|d| (d.id.as_str(), d.attempt)).collect();
+    got.sort();
+    assert_eq!(got, [("a", 3), ("c", 2)]);
+    assert!(retried(&f, t).await.is_empty());
+    let leases: Vec<Lease> = third.iter().map(|d| d.lease()).collect();
+    assert_eq!(raw::ack(q, &part(t), &leases).await.unwrap(), [true, true]);
+}
+
+/// A topic whose attempts entries may predate P:{T}:retried (written by a
+/// version without it: meta retried unset, the attempts hash not empty)
+/// has every claimed id's entry read, and is trusted only once the attempts
+/// hash is empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_from_before_the_retried_set_reads_every_entry() {
+    let f = Fixture::new().await;
+    let (q, t) = (&f.queue, "before-retried");
+    q.enqueue(t, Job::new("p").id("old")).await.unwrap();
+    // As an earlier version left a job reclaimed twice: waiting, with an
+    // unmarked entry, in no set.
+    let _: i64 = f
+        .cmd(
+            redis::cmd("HSET")
+                .arg(key(t, "attempts"))
+                .arg("old")
+                .arg("2:7"),
+        )
+        .await;
+    let d = claim_one(q, t).await;
+    assert_eq!((d.id.as_str(), d.attempt), ("old", 3));
+    let meta: Option<String> = f
+        .cmd(redis::cmd("HGET").arg(key(t, "meta")).arg("retried"))
+        .await;
+    assert_eq!(meta, None, "trusted while an entry was there");
+    assert_eq!(raw::ack(q, &part(t), &[d.lease()]).await.unwrap(), [true]);
+    // The attempts hash is empty now: the next claim trusts the set.
+    q.enqueue(t, Job::new("p").id("new")).await.unwrap();
+    let d = claim_one(q, t).await;
+    assert_eq!(d.attempt, 1);
+    let meta: Option<String> = f
+        .cmd(redis::cmd("HGET").arg(key(t, "meta")).arg("retried"))
+        .await;
+    assert_eq!(meta.as_deref(), Some("1"));
+}
+
+/// A retried job that leaves without a claim (cancelled, replaced) leaves
+/// P:{T}:retried too; and check reports a waiting job with an entry that the
+/// set is missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_job_that_is_cancelled_or_replaced_leaves_the_set() {
+    let f = Fixture::new().await;
+    let (q, t) = (&f.queue, "retried-gone");
+    for id in ["x", "y", "z"] {
+        q.enqueue(t, Job::new("p").id(id)).await.unwrap();
+    }
+    let got = raw::claim(q, &part(t), 3, LONG_LEASE).await.unwrap();
+    let later = FailKind::Retry {
+        after: Some(Duration::from_secs(3600)),
+    };
+    for d in &got {
+        let out = raw::fail(q, &part(t), &d.lease(), "later", later)
+            .await
+            .unwrap();
+        assert_eq!(out, Failed::Retry);
+    }
+    assert_eq!(retried(&f, t).await, ["x", "y", "z"]);
+    assert!(q.check(t).await.unwrap().is_empty());
+    q.cancel(t, "x").await.unwrap();
+    let replaced = q
+        .enqueue_with(
+            t,
+            vec![Job::new("again").id("y")],
+            &EnqueueOptions::default().replace(true),
+        )
+        .await
+        .unwrap();
+    assert_eq!(replaced[0].status, EnqueueStatus::Replaced);
+    assert_eq!(retried(&f, t).await, ["z"]);
+    // Taken out of the set by hand: check finds z.
+    let _: i64 = f
+        .cmd(redis::cmd("SREM").arg(key(t, "retried")).arg("z"))
+        .await;
+    let found = q.check(t).await.unwrap();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(
+        (found[0].id.as_str(), found[0].problem.as_str()),
+        ("z", "waiting with an attempts entry, not in P:{T}:retried")
+    );
+}

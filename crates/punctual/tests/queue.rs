@@ -441,6 +441,11 @@ async fn ack_takes_the_attempts_entry_of_the_claim() {
                 .arg(format!("1:{}", stale.token)),
         )
         .await;
+    // (A job waiting with an entry is in P:{T}:retried, as a reclaim
+    // leaves it.)
+    let _: i64 = f
+        .cmd(redis::cmd("SADD").arg(key(t, "retried")).arg("waiting"))
+        .await;
     let snap = f.snapshot().await;
     assert_eq!(ack(stale).await.unwrap(), [false]);
     assert_eq!(f.snapshot().await, snap, "a stale ack changed the topic");

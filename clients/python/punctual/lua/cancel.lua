@@ -31,7 +31,8 @@
 --                          (optional; enqueue and unfire only)
 -- Reached by name (same hash tag): P:{T}:cold, a ZSET of bucket starts, and
 -- P:{T}:c:<start>, LISTs of ids: the cold pool (see cold_place below);
--- meta cold_after, cold_at, cold_n.
+-- meta cold_after, cold_at, cold_n. P:{T}:retried, a SET of ids (K_RETRIED
+-- below); meta retried.
 --
 -- Record (never rewritten by claim, ack or extend): "M:D:G:B:E:" then E bytes
 -- of last error, then the payload. M max attempts (decimal, empty: topic
@@ -61,6 +62,14 @@ end
 local K_POOL, K_READY, K_RUNNING, K_DEAD = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_JOBS, K_META, K_STATS, K_SEQ = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local K_ATT = KEYS[9]
+-- P:{T}:retried, a SET: ids of waiting jobs (pool, ready or cold) whose
+-- attempts entry was kept when their lease ended (fail's retry, tick's
+-- reclaim), added by those two scripts and removed by the claim that takes
+-- the job, or by whatever deletes it. Once meta "retried" is 1 (claim sets
+-- it when the attempts hash is empty, so no entry predates the set), every
+-- waiting job with an entry is in it: a claim then reads the entries of
+-- these ids only, and a job of a claim not in it is on its first attempt.
+local K_RETRIED = KEY_BASE .. 'retried'
 -- Largest integer a Lua number (a double) holds exactly: 2^53.
 local MAX_SAFE = 9007199254740992
 -- Ten years in ms: longer delays are refused as absurd.
@@ -293,6 +302,7 @@ if st == 'running' then
 end
 local had = redis.call('HDEL', K_JOBS, id)
 redis.call('HDEL', K_ATT, id)
+redis.call('SREM', K_RETRIED, id)
 if st == 'cold' then
   -- Its list entry stays, stale: tick drops it (the record is gone).
   cold_left(1)
