@@ -32,7 +32,7 @@
 -- Reached by name (same hash tag): P:{T}:cold, a ZSET of bucket starts, and
 -- P:{T}:c:<start>, LISTs of ids: the cold pool (see cold_place below);
 -- meta cold_after, cold_at, cold_n. P:{T}:retried, a SET of ids (K_RETRIED
--- below); meta retried.
+-- below); meta retried, retried_n.
 --
 -- Record (never rewritten by claim, ack or extend): "M:D:G:B:E:" then E bytes
 -- of last error, then the payload. M max attempts (decimal, empty: topic
@@ -66,10 +66,15 @@ local K_FIRED = KEYS[10]
 -- P:{T}:retried, a SET: ids of waiting jobs (pool, ready or cold) whose
 -- attempts entry was kept when their lease ended (fail's retry, tick's
 -- reclaim), added by those two scripts and removed by the claim that takes
--- the job, or by whatever deletes it. Once meta "retried" is 1 (claim sets
--- it when the attempts hash is empty, so no entry predates the set), every
--- waiting job with an entry is in it: a claim then reads the entries of
--- these ids only, and a job of a claim not in it is on its first attempt.
+-- the job, or by whatever deletes it; meta retried_n counts its members
+-- (add_retried, drop_retried), so that a script touches the set only when
+-- it has some. Once meta "retried" is 1 (claim sets it when the attempts
+-- hash is empty, so no entry predates the set), every waiting job with an
+-- entry is in it: a claim then reads the entries of these ids only, and a
+-- job of a claim not in it is on its first attempt.
+-- The set is not among the KEYS: on a Redis Cluster whose slot is
+-- migrating, touching it when it is not on this node fails the script, so
+-- every script touches it before its other writes (as the cold pool's keys).
 local K_RETRIED = KEY_BASE .. 'retried'
 -- Most deliveries a job may have (its own setting or the topic's).
 local MAX_ATTEMPTS = 10000
@@ -281,6 +286,14 @@ local function variadic(cmd, key, args)
     end
   end
   return sum
+end
+
+-- Removes ids from P:{T}:retried, when meta retried_n says it has members
+-- (else the set is not touched). Called before a script's other writes.
+local function drop_retried(ids)
+  if (tonumber(redis.call('HGET', K_META, 'retried_n')) or 0) <= 0 then return end
+  local removed = variadic('SREM', K_RETRIED, ids)
+  if removed > 0 then redis.call('HINCRBY', K_META, 'retried_n', -removed) end
 end
 
 local function invalid(msg)
@@ -1076,7 +1089,11 @@ if shared then
 end
 
 if created > 0 then
-  -- The cold pool's keys first (lib.lua's cold_place).
+  -- Replaced jobs: their ids leave P:{T}:retried, and then the cold pool's
+  -- keys are written, before the others (lib.lua's K_RETRIED, cold_place).
+  local replaced = {}
+  for id in pairs(old_state) do replaced[#replaced + 1] = id end
+  if #replaced > 0 then drop_retried(replaced) end
   cold_flush()
   if cold_gone > 0 then cold_left(cold_gone) end
   local old_min = nil
@@ -1113,12 +1130,7 @@ if created > 0 then
   end
   -- A replaced job starts again: attempts reset. (Its old delivery cannot
   -- ack the new one: it is no longer running, and no token goes to two claims.)
-  local replaced = {}
-  for id in pairs(old_state) do replaced[#replaced + 1] = id end
-  if #replaced > 0 then
-    variadic('HDEL', K_ATT, replaced)
-    variadic('SREM', K_RETRIED, replaced)
-  end
+  if #replaced > 0 then variadic('HDEL', K_ATT, replaced) end
   redis.call('HINCRBY', K_STATS, 'enqueued', created)
   if K_FIRED then
     local marks, now_s = {}, string.format('%d', now)

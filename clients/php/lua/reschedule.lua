@@ -32,7 +32,7 @@
 -- Reached by name (same hash tag): P:{T}:cold, a ZSET of bucket starts, and
 -- P:{T}:c:<start>, LISTs of ids: the cold pool (see cold_place below);
 -- meta cold_after, cold_at, cold_n. P:{T}:retried, a SET of ids (K_RETRIED
--- below); meta retried.
+-- below); meta retried, retried_n.
 --
 -- Record (never rewritten by claim, ack or extend): "M:D:G:B:E:" then E bytes
 -- of last error, then the payload. M max attempts (decimal, empty: topic

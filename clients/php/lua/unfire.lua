@@ -32,7 +32,7 @@
 -- Reached by name (same hash tag): P:{T}:cold, a ZSET of bucket starts, and
 -- P:{T}:c:<start>, LISTs of ids: the cold pool (see cold_place below);
 -- meta cold_after, cold_at, cold_n. P:{T}:retried, a SET of ids (K_RETRIED
--- below); meta retried.
+-- below); meta retried, retried_n.
 --
 -- Record (never rewritten by claim, ack or extend): "M:D:G:B:E:" then E bytes
 -- of last error, then the payload. M max attempts (decimal, empty: topic
@@ -66,10 +66,15 @@ local K_FIRED = KEYS[10]
 -- P:{T}:retried, a SET: ids of waiting jobs (pool, ready or cold) whose
 -- attempts entry was kept when their lease ended (fail's retry, tick's
 -- reclaim), added by those two scripts and removed by the claim that takes
--- the job, or by whatever deletes it. Once meta "retried" is 1 (claim sets
--- it when the attempts hash is empty, so no entry predates the set), every
--- waiting job with an entry is in it: a claim then reads the entries of
--- these ids only, and a job of a claim not in it is on its first attempt.
+-- the job, or by whatever deletes it; meta retried_n counts its members
+-- (add_retried, drop_retried), so that a script touches the set only when
+-- it has some. Once meta "retried" is 1 (claim sets it when the attempts
+-- hash is empty, so no entry predates the set), every waiting job with an
+-- entry is in it: a claim then reads the entries of these ids only, and a
+-- job of a claim not in it is on its first attempt.
+-- The set is not among the KEYS: on a Redis Cluster whose slot is
+-- migrating, touching it when it is not on this node fails the script, so
+-- every script touches it before its other writes (as the cold pool's keys).
 local K_RETRIED = KEY_BASE .. 'retried'
 -- Largest integer a Lua number (a double) holds exactly: 2^53.
 local MAX_SAFE = 9007199254740992
@@ -211,6 +216,14 @@ local function variadic(cmd, key, args)
   return sum
 end
 
+-- Removes ids from P:{T}:retried, when meta retried_n says it has members
+-- (else the set is not touched). Called before a script's other writes.
+local function drop_retried(ids)
+  if (tonumber(redis.call('HGET', K_META, 'retried_n')) or 0) <= 0 then return end
+  local removed = variadic('SREM', K_RETRIED, ids)
+  if removed > 0 then redis.call('HINCRBY', K_META, 'retried_n', -removed) end
+end
+
 local function invalid(msg)
   return redis.error_reply('PUNCTUAL_INVALID ' .. msg)
 end
@@ -308,11 +321,12 @@ for i, id in ipairs(ARGV) do
   end
 end
 if #gone == 0 then return 0 end
+-- (Before any other write: lib.lua's K_RETRIED.)
+drop_retried(gone)
 if cold > 0 then cold_left(cold) end
 variadic('ZREM', K_POOL, gone)
 variadic('HDEL', K_JOBS, gone)
 variadic('HDEL', K_ATT, gone)
-variadic('SREM', K_RETRIED, gone)
 variadic('ZREM', K_FIRED, gone)
 redis.call('HINCRBY', K_STATS, 'cancelled', #gone)
 return #gone

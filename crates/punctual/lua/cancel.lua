@@ -10,6 +10,8 @@
 if #ARGV ~= 1 then return invalid('cancel expects one id') end
 local id = ARGV[1]
 local st = state_of(id)
+-- (Before any other write: lib.lua's K_RETRIED.)
+if st == 'pool' or st == 'ready' or st == 'cold' then drop_retried({ id }) end
 local full, glim = false, false
 if st == 'running' then
   full, glim = at_max_running()
@@ -17,7 +19,6 @@ if st == 'running' then
 end
 local had = redis.call('HDEL', K_JOBS, id)
 redis.call('HDEL', K_ATT, id)
-redis.call('SREM', K_RETRIED, id)
 if st == 'cold' then
   -- Its list entry stays, stale: tick drops it (the record is gone).
   cold_left(1)

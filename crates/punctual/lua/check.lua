@@ -8,7 +8,8 @@
 --   "running without an attempts entry", "attempts entry marked live outside
 --   running", "waiting with an attempts entry, not in P:{T}:retried" (once
 --   meta retried is 1: the next claim would count its attempts from 1; see
---   lib.lua's K_RETRIED); and "cold <start>" for a cold job (PROTOCOL.md "The cold
+--   lib.lua's K_RETRIED), "in P:{T}:retried, not waiting" (a member that
+--   is running, dead or gone: it keeps claims reading the set); and "cold <start>" for a cold job (PROTOCOL.md "The cold
 --   pool": in no set, its record due at or after cold_at), which is not a
 --   problem by itself: the caller checks that the list P:{T}:c:<start>
 --   holds the id.
@@ -17,6 +18,7 @@
 if #ARGV < 1 or #ARGV > 1000 then return invalid('check expects 1 to 1000 ids') end
 local out = {}
 local trusted = redis.call('HGET', K_META, 'retried') == '1'
+local n_retried = tonumber(redis.call('HGET', K_META, 'retried_n')) or 0
 for _, id in ipairs(ARGV) do
   local sets = {}
   if redis.call('ZSCORE', K_POOL, id) then sets[#sets + 1] = 'pool' end
@@ -53,6 +55,10 @@ for _, id in ipairs(ARGV) do
     elseif att and trusted and sets[1] ~= 'dead' and redis.call('SISMEMBER', K_RETRIED, id) == 0 then
       problem = 'waiting with an attempts entry, not in P:{T}:retried'
     end
+  end
+  if not problem and n_retried > 0 and not (#sets == 1 and (sets[1] == 'pool' or sets[1] == 'ready'
+      or sets[1] == 'cold')) and redis.call('SISMEMBER', K_RETRIED, id) == 1 then
+    problem = 'in P:{T}:retried, not waiting'
   end
   problem = problem or cold
   if problem then

@@ -45,8 +45,13 @@ if not k or not lease or #ARGV ~= 2 then
   return invalid('claim expects 1 to 1000 jobs and a lease of 1 ms to ten years')
 end
 local meta = redis.call('HMGET', K_META, 'paused', 'max_attempts', 'rate', 'burst', 'max_running', 'bucket',
-  'groups', 'vtime', 'glimited', 'retried')
+  'groups', 'vtime', 'glimited', 'retried', 'retried_n')
 if meta[1] == '1' then return {} end
+-- Jobs waiting with an attempts entry (P:{T}:retried, lib.lua's
+-- K_RETRIED): the set is touched only when it has members, and then here,
+-- before any write (it is not among the KEYS).
+local n_retried = tonumber(meta[11]) or 0
+if n_retried > 0 then redis.call('SCARD', K_RETRIED) end
 local topic_max = int_arg(meta[2], 1, MAX_ATTEMPTS) or DEFAULT_MAX_ATTEMPTS
 -- Due pool jobs may be claimed (topics without groups).
 local from_pool = meta[7] ~= '1'
@@ -191,7 +196,7 @@ if not trusted and redis.call('EXISTS', K_ATT) == 0 then
 end
 -- The ids of this claim in the set: they leave it below.
 local kept = {}
-if redis.call('SCARD', K_RETRIED) > 0 then
+if n_retried > 0 then
   local member = redis.call('SMISMEMBER', K_RETRIED, unpack(ids))
   for i = 1, #ids do
     if member[i] == 1 then kept[#kept + 1] = ids[i] end
@@ -227,8 +232,8 @@ local entry_of = {}
 -- time and options), checked by one plain find instead of the pattern (a
 -- find makes no string; a string.sub would make, hash and intern one).
 local head = nil
-for i, id in ipairs(ids) do
-  local rec = recs[i]
+for i = 1, #ids do
+  local id, rec = ids[i], recs[i]
   -- A job whose expiry deadline has passed goes to dead, never handed out.
   -- (A record without options is checked by one string.find, or by one
   -- comparison when it starts with the header of the last one that passed.)
@@ -310,7 +315,10 @@ if #gone > 0 then
   redis.call('HINCRBY', K_STATS, 'orphans', #gone)
 end
 -- Every id of this claim left waiting: running, dead or gone.
-if #kept > 0 then variadic('SREM', K_RETRIED, kept) end
+if #kept > 0 then
+  variadic('SREM', K_RETRIED, kept)
+  redis.call('HINCRBY', K_META, 'retried_n', -#kept)
+end
 -- Wake the schedulers when these leases end before every other one: an idle
 -- scheduler sleeps towards the earliest deadline it saw at its last tick.
 if #leases > 0 and redis.call('ZCOUNT', K_RUNNING, '-inf', deadline) <= #leases / 2 then

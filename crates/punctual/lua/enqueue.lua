@@ -564,7 +564,11 @@ if shared then
 end
 
 if created > 0 then
-  -- The cold pool's keys first (lib.lua's cold_place).
+  -- Replaced jobs: their ids leave P:{T}:retried, and then the cold pool's
+  -- keys are written, before the others (lib.lua's K_RETRIED, cold_place).
+  local replaced = {}
+  for id in pairs(old_state) do replaced[#replaced + 1] = id end
+  if #replaced > 0 then drop_retried(replaced) end
   cold_flush()
   if cold_gone > 0 then cold_left(cold_gone) end
   local old_min = nil
@@ -601,12 +605,7 @@ if created > 0 then
   end
   -- A replaced job starts again: attempts reset. (Its old delivery cannot
   -- ack the new one: it is no longer running, and no token goes to two claims.)
-  local replaced = {}
-  for id in pairs(old_state) do replaced[#replaced + 1] = id end
-  if #replaced > 0 then
-    variadic('HDEL', K_ATT, replaced)
-    variadic('SREM', K_RETRIED, replaced)
-  end
+  if #replaced > 0 then variadic('HDEL', K_ATT, replaced) end
   redis.call('HINCRBY', K_STATS, 'enqueued', created)
   if K_FIRED then
     local marks, now_s = {}, string.format('%d', now)

@@ -34,6 +34,9 @@ if retry then
   -- A delay counts from the rounded-up ms: never before now + wait.
   if wait == 0 then r.due = now else r.due = up + wait end
   to_cold = wait > 0 and cold_place(id, r.due, now)
+  -- It will wait with its attempts entry: the next claim reads it. (Before
+  -- any other write: lib.lua's K_RETRIED.)
+  add_retried({ id })
   if to_cold then cold_flush() end
 end
 -- The job leaves running on every path below: its entry loses the live mark
@@ -68,8 +71,6 @@ if not retry then
   return { 'dead', now }
 end
 redis.call('HSET', K_JOBS, id, encode(r))
--- It waits again with its attempts entry: the next claim reads it.
-redis.call('SADD', K_RETRIED, id)
 if wait == 0 then
   redis.call('ZADD', K_READY, r.due, id)
   index_ready({ r.due, id })

@@ -31,7 +31,7 @@
 -- Reached by name (same hash tag): P:{T}:cold, a ZSET of bucket starts, and
 -- P:{T}:c:<start>, LISTs of ids: the cold pool (see cold_place below);
 -- meta cold_after, cold_at, cold_n. P:{T}:retried, a SET of ids (K_RETRIED
--- below); meta retried.
+-- below); meta retried, retried_n.
 --
 -- Record (never rewritten by claim, ack or extend): "M:D:G:B:E:" then E bytes
 -- of last error, then the payload. M max attempts (decimal, empty: topic
@@ -65,10 +65,15 @@ local K_FIRED = KEYS[10]
 -- P:{T}:retried, a SET: ids of waiting jobs (pool, ready or cold) whose
 -- attempts entry was kept when their lease ended (fail's retry, tick's
 -- reclaim), added by those two scripts and removed by the claim that takes
--- the job, or by whatever deletes it. Once meta "retried" is 1 (claim sets
--- it when the attempts hash is empty, so no entry predates the set), every
--- waiting job with an entry is in it: a claim then reads the entries of
--- these ids only, and a job of a claim not in it is on its first attempt.
+-- the job, or by whatever deletes it; meta retried_n counts its members
+-- (add_retried, drop_retried), so that a script touches the set only when
+-- it has some. Once meta "retried" is 1 (claim sets it when the attempts
+-- hash is empty, so no entry predates the set), every waiting job with an
+-- entry is in it: a claim then reads the entries of these ids only, and a
+-- job of a claim not in it is on its first attempt.
+-- The set is not among the KEYS: on a Redis Cluster whose slot is
+-- migrating, touching it when it is not on this node fails the script, so
+-- every script touches it before its other writes (as the cold pool's keys).
 local K_RETRIED = KEY_BASE .. 'retried'
 
 local DEFAULT_MAX_ATTEMPTS = 6
@@ -460,6 +465,21 @@ local function variadic(cmd, key, args)
     end
   end
   return sum
+end
+
+-- Adds ids to P:{T}:retried (K_RETRIED), counting the new members in meta
+-- retried_n. Called before a script's other writes.
+local function add_retried(ids)
+  local added = variadic('SADD', K_RETRIED, ids)
+  if added > 0 then redis.call('HINCRBY', K_META, 'retried_n', added) end
+end
+
+-- Removes ids from P:{T}:retried, when meta retried_n says it has members
+-- (else the set is not touched). Called before a script's other writes.
+local function drop_retried(ids)
+  if (tonumber(redis.call('HGET', K_META, 'retried_n')) or 0) <= 0 then return end
+  local removed = variadic('SREM', K_RETRIED, ids)
+  if removed > 0 then redis.call('HINCRBY', K_META, 'retried_n', -removed) end
 end
 
 local function invalid(msg)

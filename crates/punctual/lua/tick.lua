@@ -40,7 +40,6 @@ if #expired > 0 then
   local atts = redis.call('HMGET', K_ATT, unpack(expired))
   local topic_max, topic_backoff = topic_defaults()
   local full, glim = at_max_running()
-  release_groups(expired, glim, recs)
   local records, to_pool, to_ready, to_dead, gone = {}, {}, {}, {}, {}
   -- Attempts entries that lose the live mark (see is_live_att): the reclaimed
   -- lease's token can no longer ack the job.
@@ -84,14 +83,16 @@ if #expired > 0 then
       gone[#gone + 1] = id
     end
   end
-  -- The cold pool's keys first (lib.lua's cold_place).
+  -- The keys that are not among the KEYS first (lib.lua's K_RETRIED and
+  -- cold_place), the groups' running counts with them.
+  if #back > 0 then add_retried(back) end
   cold_flush()
+  release_groups(expired, glim, recs)
   if #to_pool > 0 then variadic('ZADD', K_POOL, to_pool) end
   if #to_ready > 0 then variadic('ZADD', K_READY, to_ready) end
   if #to_dead > 0 then variadic('ZADD', K_DEAD, to_dead) end
   if #records > 0 then variadic('HSET', K_JOBS, records) end
   if #ended > 0 then variadic('HSET', K_ATT, ended) end
-  if #back > 0 then variadic('SADD', K_RETRIED, back) end
   index_ready(to_ready)
   variadic('ZREM', K_RUNNING, expired)
   if #gone > 0 then variadic('HDEL', K_ATT, gone) end

@@ -33,6 +33,8 @@ if redis.call('HGET', K_META, 'groups') == '1' then
     i = j + 1
   end
 end
+-- P:{T}:retried: no job is left, so no id of it is either.
+if (tonumber(redis.call('HGET', K_META, 'retried_n')) or 0) > 0 then redis.call('DEL', K_RETRIED) end
 -- The cold pool's buckets (PROTOCOL.md "The cold pool"): only stale
 -- entries are left, since no record is.
 local buckets = redis.call('ZRANGE', K_COLD, 0, -1)
@@ -46,6 +48,6 @@ while i <= #buckets do
 end
 -- Group limits and their state (PROTOCOL.md "Group limits").
 redis.call('DEL', KEY_BASE .. 'gwait', KEY_BASE .. 'glimits', KEY_BASE .. 'grunning', KEY_BASE .. 'gbucket')
-redis.call('DEL', K_POOL, K_READY, K_RUNNING, K_DEAD, K_JOBS, K_META, K_STATS, K_SEQ, K_ATT, K_RETRIED)
+redis.call('DEL', K_POOL, K_READY, K_RUNNING, K_DEAD, K_JOBS, K_META, K_STATS, K_SEQ, K_ATT)
 if K_FIRED then redis.call('DEL', K_FIRED) end
 return 0

@@ -31,11 +31,12 @@ for i, id in ipairs(ARGV) do
   end
 end
 if #gone == 0 then return 0 end
+-- (Before any other write: lib.lua's K_RETRIED.)
+drop_retried(gone)
 if cold > 0 then cold_left(cold) end
 variadic('ZREM', K_POOL, gone)
 variadic('HDEL', K_JOBS, gone)
 variadic('HDEL', K_ATT, gone)
-variadic('SREM', K_RETRIED, gone)
 variadic('ZREM', K_FIRED, gone)
 redis.call('HINCRBY', K_STATS, 'cancelled', #gone)
 return #gone

@@ -256,6 +256,17 @@ impl TopicKeys {
     pub fn cold(&self) -> String {
         format!("{}cold", self.base())
     }
+    /// The set of the ids of waiting jobs that kept an attempts entry (a
+    /// retry or a reclaim; see docs/PROTOCOL.md "Attempts and tokens"). Not
+    /// one of the nine keys the scripts take.
+    ///
+    /// ```
+    /// let k = punctual::TopicKeys::new("punctual", "orders");
+    /// assert_eq!(k.retried(), "punctual:{orders}:retried");
+    /// ```
+    pub fn retried(&self) -> String {
+        format!("{}retried", self.base())
+    }
     /// The cold bucket that starts at `start` (epoch ms, a multiple of
     /// 60,000): a list of the ids placed cold with a due time in
     /// `[start, start + 60000)`.

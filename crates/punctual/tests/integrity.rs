@@ -2087,10 +2087,14 @@ async fn a_batch_of_alike_jobs_reports_each_status_in_its_place() {
     assert_eq!(f.queue.check(t).await.unwrap(), vec![]);
 }
 
-/// The members of P:{T}:retried, sorted.
+/// The members of P:{T}:retried, sorted; meta retried_n must count them.
 async fn retried(f: &Fixture, t: &str) -> Vec<String> {
     let mut m: Vec<String> = f.cmd(redis::cmd("SMEMBERS").arg(key(t, "retried"))).await;
     m.sort();
+    let n: Option<i64> = f
+        .cmd(redis::cmd("HGET").arg(key(t, "meta")).arg("retried_n"))
+        .await;
+    assert_eq!(n.unwrap_or(0), m.len() as i64, "meta retried_n: {m:?}");
     m
 }
 
@@ -2229,14 +2233,84 @@ async fn a_retried_job_that_is_cancelled_or_replaced_leaves_the_set() {
         .unwrap();
     assert_eq!(replaced[0].status, EnqueueStatus::Replaced);
     assert_eq!(retried(&f, t).await, ["z"]);
-    // Taken out of the set by hand: check finds z.
+    // Taken out of the set by hand: check finds z. And a member that is
+    // not waiting (an id of no job, added by hand): check finds it too.
     let _: i64 = f
         .cmd(redis::cmd("SREM").arg(key(t, "retried")).arg("z"))
         .await;
+    let _: i64 = f
+        .cmd(redis::cmd("SADD").arg(key(t, "retried")).arg("ghost"))
+        .await;
+    assert_eq!(retried(&f, t).await, ["ghost"]);
     let found = q.check(t).await.unwrap();
-    assert_eq!(found.len(), 1, "{found:?}");
+    let found: Vec<(&str, &str)> = found
+        .iter()
+        .map(|v| (v.id.as_str(), v.problem.as_str()))
+        .collect();
     assert_eq!(
-        (found[0].id.as_str(), found[0].problem.as_str()),
-        ("z", "waiting with an attempts entry, not in P:{T}:retried")
+        found,
+        [
+            ("ghost", "in P:{T}:retried, not waiting"),
+            ("z", "waiting with an attempts entry, not in P:{T}:retried")
+        ]
     );
+}
+
+/// P:{T}:retried is not among the scripts' KEYS: on a Redis Cluster whose
+/// slot is migrating, touching it where it is not fails the script. So a
+/// script touches it only when meta retried_n says it has members, and
+/// then before any other write. Here the key holds a string, so that any
+/// touch fails (WRONGTYPE) as the migrating slot's would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_retried_set_is_touched_only_with_members_and_before_any_write() {
+    let f = Fixture::new().await;
+    let (q, t) = (&f.queue, "retried-touch");
+    let set = key(t, "retried");
+    let _: () = f.cmd(redis::cmd("SET").arg(&set).arg("not a set")).await;
+    for id in ["a", "b", "c"] {
+        q.enqueue(t, Job::new("p").id(id)).await.unwrap();
+    }
+    // No member: claim, ack, cancel and replace never touch it.
+    let got = raw::claim(q, &part(t), 2, LONG_LEASE).await.unwrap();
+    assert_eq!(got.len(), 2);
+    q.cancel(t, "c").await.unwrap();
+    let opts = EnqueueOptions::default().replace(true);
+    q.enqueue_with(t, vec![Job::new("p").id("c")], &opts)
+        .await
+        .unwrap();
+    assert_eq!(
+        raw::ack(q, &part(t), &[got[0].lease()]).await.unwrap(),
+        [true]
+    );
+    // A retry must add a member: it fails, and writes nothing.
+    let snap = f.snapshot().await;
+    let retry = FailKind::Retry {
+        after: Some(Duration::ZERO),
+    };
+    let err = raw::fail(q, &part(t), &got[1].lease(), "boom", retry)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("WRONGTYPE"), "{err}");
+    assert_eq!(f.snapshot().await, snap, "a failed fail wrote something");
+    // With members (as meta counts them), a claim touches the set before
+    // it writes anything; so do cancel and replace.
+    let _: i64 = f
+        .cmd(
+            redis::cmd("HSET")
+                .arg(key(t, "meta"))
+                .arg("retried_n")
+                .arg("1"),
+        )
+        .await;
+    let snap = f.snapshot().await;
+    let err = raw::claim(q, &part(t), 2, LONG_LEASE).await.unwrap_err();
+    assert!(err.to_string().contains("WRONGTYPE"), "{err}");
+    let err = q.cancel(t, "c").await.unwrap_err();
+    assert!(err.to_string().contains("WRONGTYPE"), "{err}");
+    let err = q
+        .enqueue_with(t, vec![Job::new("q").id("c")], &opts)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("WRONGTYPE"), "{err}");
+    assert_eq!(f.snapshot().await, snap, "a failed call wrote something");
 }

@@ -492,7 +492,7 @@ impl Queue {
     /// Verifies the one-state invariant on a live topic: every job id is in
     /// exactly one of pool, ready, running, dead, and has a record exactly
     /// then, and has an attempts entry only then. Scans the four sets, the
-    /// records and the attempts hash in pages; each page is checked
+    /// records, the attempts hash and the set of retried ids in pages; each page is checked
     /// atomically, so jobs moving meanwhile are never reported falsely. A
     /// job in the cold pool must have an entry in its bucket: the buckets
     /// of the cold jobs found are read, and a cold job missing from its
@@ -553,6 +553,7 @@ impl Queue {
             ("ZSCAN", keys.running().to_string()),
             ("ZSCAN", keys.dead().to_string()),
             ("HSCAN", keys.attempts().to_string()),
+            ("SSCAN", keys.retried()),
         ];
         for (scan, key) in &scans {
             let mut cursor: u64 = 0;
@@ -560,8 +561,10 @@ impl Queue {
                 let (next, items): (u64, Vec<Vec<u8>>) = self
                     .cmd(redis::cmd(scan).arg(key).arg(cursor).arg("COUNT").arg(500))
                     .await?;
-                // Both scans return member, value pairs: keep the members.
-                let ids: Vec<&[u8]> = items.iter().step_by(2).map(|v| &v[..]).collect();
+                // HSCAN and ZSCAN return member, value pairs: keep the
+                // members. SSCAN returns members.
+                let step = if *scan == "SSCAN" { 1 } else { 2 };
+                let ids: Vec<&[u8]> = items.iter().step_by(step).map(|v| &v[..]).collect();
                 for id in &ids {
                     let id = String::from_utf8_lossy(id);
                     let home = partition_of(&id, k);
