@@ -428,6 +428,74 @@ pub(crate) async fn run(b: &Bench, n: u64, chunk: usize) -> Result<Run> {
     })
 }
 
+/// The scripts phase's ratios to a floor's script µs per job (`floor`):
+/// each step, the path (promote, claim, ack), the full path (with
+/// enqueue), the claim from the pool against the floor's promote and claim,
+/// and the steady flow's full path (enqueue, claim from the pool, ack)
+/// against the floor's full path.
+pub(crate) fn path_ratios(
+    mine: &Map<String, Value>,
+    floor: &Map<String, Value>,
+) -> Map<String, Value> {
+    let ratio = |x: f64, f: f64| (f > 0.0 && x > 0.0).then(|| round(x / f, 2));
+    let mut out = Map::new();
+    for k in ["enqueue", "promote", "claim", "ack"] {
+        if let Some(x) = ratio(get(mine, k), get(floor, k)) {
+            out.insert(k.into(), json!(x));
+        }
+    }
+    let path = |m: &Map<String, Value>| get(m, "promote") + get(m, "claim") + get(m, "ack");
+    let full = |m: &Map<String, Value>| path(m) + get(m, "enqueue");
+    if let Some(x) = ratio(path(mine), path(floor)) {
+        out.insert("path".into(), json!(x));
+    }
+    if let Some(x) = ratio(full(mine), full(floor)) {
+        out.insert("full_path".into(), json!(x));
+    }
+    // The steady flow's path: a due job goes pool -> running in one claim,
+    // where the floor promotes it and then claims it. Against the floor's
+    // promote + claim, and the whole path against the floor's whole path.
+    let fpc = get(floor, "promote") + get(floor, "claim");
+    if let Some(x) = ratio(get(mine, "claim_pool"), fpc) {
+        out.insert("claim_pool".into(), json!(x));
+    }
+    let steady = get(mine, "enqueue") + get(mine, "claim_pool") + get(mine, "ack");
+    if mine.contains_key("claim_pool") {
+        if let Some(x) = ratio(steady, full(floor)) {
+            out.insert("steady_full_path".into(), json!(x));
+        }
+    }
+    out
+}
+
+/// `path_ratios` as text: "enqueue 1.2, promote 1.0, ...".
+pub(crate) fn ratios_text(out: &Map<String, Value>) -> String {
+    let text: Vec<String> = [
+        "enqueue",
+        "promote",
+        "claim",
+        "ack",
+        "path",
+        "full_path",
+        "claim_pool",
+        "steady_full_path",
+    ]
+    .iter()
+    .filter_map(|k| out.get(*k).map(|v| format!("{k} {v}")))
+    .collect();
+    text.join(", ")
+}
+
+/// The mean of floor runs' script µs per job, step by step.
+pub(crate) fn mean_script_us(runs: &[&Run]) -> Map<String, Value> {
+    let mut out = Map::new();
+    for k in ["enqueue", "promote", "claim", "ack"] {
+        let sum: f64 = runs.iter().map(|r| get(r.script_us(), k)).sum();
+        out.insert(k.into(), json!(round(sum / runs.len().max(1) as f64, 2)));
+    }
+    out
+}
+
 /// Adds to a report its ratios to the floor measured in the same run:
 /// Redis µs per job ÷ floor µs per job (1.0: punctual costs Redis no more
 /// than the leanest scripts doing the same work).
@@ -442,49 +510,11 @@ pub(crate) fn add_ratios(r: &mut Report, floor: &Report) {
         let Some(Value::Object(mine)) = r.get("script_us_per_job").cloned() else {
             return;
         };
-        let mut out = Map::new();
-        for k in ["enqueue", "promote", "claim", "ack"] {
-            if let Some(x) = ratio(get(&mine, k), get(&fscript, k)) {
-                out.insert(k.into(), json!(x));
-            }
-        }
+        let out = path_ratios(&mine, &fscript);
         let path = |m: &Map<String, Value>| get(m, "promote") + get(m, "claim") + get(m, "ack");
         let full = |m: &Map<String, Value>| path(m) + get(m, "enqueue");
-        if let Some(x) = ratio(path(&mine), path(&fscript)) {
-            out.insert("path".into(), json!(x));
-        }
-        if let Some(x) = ratio(full(&mine), full(&fscript)) {
-            out.insert("full_path".into(), json!(x));
-        }
-        // The steady flow's path: a due job goes pool -> running in one
-        // claim, where the floor promotes it and then claims it. Against
-        // the floor's promote + claim, and the whole path against the
-        // floor's whole path.
-        let fpc = get(&fscript, "promote") + get(&fscript, "claim");
-        if let Some(x) = ratio(get(&mine, "claim_pool"), fpc) {
-            out.insert("claim_pool".into(), json!(x));
-        }
-        let steady = get(&mine, "enqueue") + get(&mine, "claim_pool") + get(&mine, "ack");
-        if mine.contains_key("claim_pool") {
-            if let Some(x) = ratio(steady, full(&fscript)) {
-                out.insert("steady_full_path".into(), json!(x));
-            }
-        }
-        let text: Vec<String> = [
-            "enqueue",
-            "promote",
-            "claim",
-            "ack",
-            "path",
-            "full_path",
-            "claim_pool",
-            "steady_full_path",
-        ]
-        .iter()
-        .filter_map(|k| out.get(*k).map(|v| format!("{k} {v}")))
-        .collect();
         r.text
-            .push_str(&format!("\n           × floor: {}", text.join(", ")));
+            .push_str(&format!("\n           × floor: {}", ratios_text(&out)));
         #[derive(Serialize)]
         struct Ratios {
             full_path_us_per_job: f64,

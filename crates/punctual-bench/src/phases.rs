@@ -1572,6 +1572,12 @@ pub(crate) async fn calls(b: &Bench) -> Result<Report> {
 
 pub(crate) async fn scripts(b: &Bench) -> Result<Report> {
     let n = b.args.n;
+    // The floor's four steps on the same layout right before this phase's
+    // own (and, without --pool's jobs, right after them): a ratio of two
+    // figures measured seconds apart, where the floor phase's came minutes
+    // earlier, while the machine's speed drifts (BENCHMARKS.md round 11).
+    b.clean().await?;
+    let floor_before = super::floor::run(b, n, CHUNK as usize).await?;
     let pool = fill_pool(b).await?;
     // Calls of 1,000 jobs, as the floor's.
     let q = b.queue_chunked(CHUNK as usize).await?;
@@ -1709,6 +1715,17 @@ pub(crate) async fn scripts(b: &Bench) -> Result<Report> {
             )
             .await?;
     }
+    let floor_after = if pool == 0 {
+        Some(super::floor::run(b, n, CHUNK as usize).await?)
+    } else {
+        None
+    };
+    let floors: Vec<&super::floor::Run> = std::iter::once(&floor_before)
+        .chain(floor_after.as_ref())
+        .collect();
+    ok &= floors.iter().all(|f| f.ok);
+    let paired = super::floor::mean_script_us(&floors);
+    let paired_ratio = super::floor::path_ratios(&cost, &paired);
     let ceiling = (1e6 / total_us.max(1e-9)).round();
     /// The counts of a `scripts` run that is not ok.
     #[derive(Serialize)]
@@ -1727,6 +1744,11 @@ pub(crate) async fn scripts(b: &Bench) -> Result<Report> {
         script_us_per_job: &'a serde_json::Map<String, serde_json::Value>,
         redis_cpu_us_per_job: &'a serde_json::Map<String, serde_json::Value>,
         drain_ceiling_jobs_per_s: f64,
+        /// The floor measured in this phase: its script µs per job (the
+        /// mean of its runs before and after), and the ratios to it.
+        paired_floor_runs: usize,
+        paired_floor_us_per_job: &'a serde_json::Map<String, serde_json::Value>,
+        paired_floor_ratio: &'a serde_json::Map<String, serde_json::Value>,
         #[serde(skip_serializing_if = "is_zero")]
         pool: u64,
         #[serde(flatten)]
@@ -1743,6 +1765,9 @@ pub(crate) async fn scripts(b: &Bench) -> Result<Report> {
             script_us_per_job: &cost,
             redis_cpu_us_per_job: &cpu,
             drain_ceiling_jobs_per_s: ceiling,
+            paired_floor_runs: floors.len(),
+            paired_floor_us_per_job: &paired,
+            paired_floor_ratio: &paired_ratio,
             pool,
             layout: b.layout(),
             ok,
@@ -1772,6 +1797,16 @@ pub(crate) async fn scripts(b: &Bench) -> Result<Report> {
         part("enqueue_ids16"),
         part("enqueue_ids36"),
     );
+    r.text.push_str(&format!(
+        "\n           × the floor measured in this phase ({} run{}): {}",
+        floors.len(),
+        if floors.len() == 1 {
+            ""
+        } else {
+            "s, before and after"
+        },
+        super::floor::ratios_text(&paired_ratio)
+    ));
     Ok(r)
 }
 

@@ -137,6 +137,15 @@ fn every_phase_prints_an_ok_json_line_and_leaves_nothing_behind() {
         "steady_full_path",
     ] {
         assert!(s["floor_ratio"][k].as_f64().unwrap() > 0.0, "{s}");
+        assert!(s["paired_floor_ratio"][k].as_f64().unwrap() > 0.0, "{s}");
+    }
+    // The floor measured in the phase, before and after its own steps.
+    assert_eq!(s["paired_floor_runs"], 2, "{s}");
+    for step in ["enqueue", "promote", "claim", "ack"] {
+        assert!(
+            s["paired_floor_us_per_job"][step].as_f64().unwrap() > 0.0,
+            "{s}"
+        );
     }
     // The enqueue script also with a due time per job and with given ids.
     for k in ["enqueue_distinct", "enqueue_ids16", "enqueue_ids36"] {
@@ -221,6 +230,9 @@ fn precision_load_and_a_pool_handle_every_job_once_and_leave_nothing_behind() {
         // The pool's jobs were there throughout, and left alone.
         assert_eq!(l["pool"], 3000, "{l}");
     }
+    // With the pool's jobs, the scripts phase measures the floor before
+    // loading them only.
+    assert_eq!(lines[4]["paired_floor_runs"], 1, "{}", lines[4]);
     let drain = lines[0]["jobs_per_s"].as_f64().unwrap();
     let (fixed, half) = (&lines[1], &lines[2]);
     assert_eq!(
