@@ -68,7 +68,9 @@ chunked('ZADD', KEYS[1], za)
 return #za / 2
 "#;
 
-/// KEYS pool, ready. ARGV[1] batch. Moves due jobs pool -> ready.
+/// KEYS pool, ready. ARGV[1] batch. Moves due jobs pool -> ready. The
+/// jobs read are the pool's first ones, so they leave it by rank (one walk
+/// of the skiplist; a ZREM looks each up), as punctual's tick and claim do.
 const PROMOTE: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -81,11 +83,12 @@ for i = 1, #due, 2 do
   moves[#moves + 1] = due[i]
 end
 chunked('ZADD', KEYS[2], moves)
-chunked('ZREM', KEYS[1], ids)
+redis.call('ZREMRANGEBYRANK', KEYS[1], 0, #ids - 1)
 return #ids
 "#;
 
-/// KEYS ready, running, jobs. ARGV[1] k, ARGV[2] lease ms. Returns the ids
+/// KEYS ready, running, jobs. ARGV[1] k, ARGV[2] lease ms (ready's first
+/// ids, which leave it by rank, as the promote's). Returns the ids
 /// and their records, raw. The deadline goes to ZADD as a string made once:
 /// a Lua number is formatted per argument ("%.17g"), which punctual's claim
 /// does not pay either.
@@ -101,7 +104,7 @@ for i, id in ipairs(ids) do
   leases[2 * i] = id
 end
 chunked('ZADD', KEYS[2], leases)
-chunked('ZREM', KEYS[1], ids)
+redis.call('ZREMRANGEBYRANK', KEYS[1], 0, #ids - 1)
 return { ids, recs }
 "#;
 

@@ -101,6 +101,10 @@ end
 -- Read the earliest ready ids; they leave ready only after their leases
 -- are written (destination before source).
 local ids
+-- Whether the ready ids are ready's first ones (ranks 0 to #ids - 1): then
+-- they leave by ZREMRANGEBYRANK, one walk of the skiplist, where a ZREM
+-- looks each one up (nothing in between writes ready or pool).
+local by_rank = false
 -- Group limits (meta glimited = 1): the state of the groups met (lib.lua).
 local gs
 if meta[9] == '1' then
@@ -125,9 +129,11 @@ if meta[7] == '1' then
       return { now_us, topic_max, held or 1, 0, 0, -1 }
     end
     ids = redis.call('ZRANGE', K_READY, 0, n - 1)
+    by_rank = true
   end
 else
   ids = redis.call('ZRANGE', K_READY, 0, n - 1)
+  by_rank = true
 end
 -- The ids from ready (rids) and from the pool (pids); ids holds both.
 local rids, pids, pool_next = ids, nil, -1
@@ -305,9 +311,14 @@ if #expired > 0 then
   variadic('HSET', K_JOBS, expired)
   redis.call('HINCRBY', K_STATS, 'expired', #expired / 2)
 end
-variadic('ZREM', K_READY, rids)
+if not by_rank then
+  variadic('ZREM', K_READY, rids)
+elseif #rids > 0 then
+  redis.call('ZREMRANGEBYRANK', K_READY, 0, #rids - 1)
+end
 if pids and #pids > 0 then
-  variadic('ZREM', K_POOL, pids)
+  -- The pool's first ones too (ZRANGE from -inf, by score).
+  redis.call('ZREMRANGEBYRANK', K_POOL, 0, #pids - 1)
   redis.call('HINCRBY', K_STATS, 'promoted', #pids)
 end
 if #gone > 0 then
