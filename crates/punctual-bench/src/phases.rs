@@ -1724,6 +1724,9 @@ pub(crate) async fn scripts(b: &Bench) -> Result<Report> {
         .chain(floor_after.as_ref())
         .collect();
     ok &= floors.iter().all(|f| f.ok);
+    // A floor run that is not ok reports its own counts.
+    let floor_counts: Vec<&super::floor::Counts> =
+        floors.iter().filter_map(|f| f.counts.as_ref()).collect();
     let paired = super::floor::mean_script_us(&floors);
     let paired_ratio = super::floor::path_ratios(&cost, &paired);
     let ceiling = (1e6 / total_us.max(1e-9)).round();
@@ -1749,6 +1752,8 @@ pub(crate) async fn scripts(b: &Bench) -> Result<Report> {
         paired_floor_runs: usize,
         paired_floor_us_per_job: &'a serde_json::Map<String, serde_json::Value>,
         paired_floor_ratio: &'a serde_json::Map<String, serde_json::Value>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        paired_floor_counts: Vec<&'a super::floor::Counts>,
         #[serde(skip_serializing_if = "is_zero")]
         pool: u64,
         #[serde(flatten)]
@@ -1768,6 +1773,7 @@ pub(crate) async fn scripts(b: &Bench) -> Result<Report> {
             paired_floor_runs: floors.len(),
             paired_floor_us_per_job: &paired,
             paired_floor_ratio: &paired_ratio,
+            paired_floor_counts: floor_counts,
             pool,
             layout: b.layout(),
             ok,

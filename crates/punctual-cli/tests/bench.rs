@@ -139,13 +139,15 @@ fn every_phase_prints_an_ok_json_line_and_leaves_nothing_behind() {
         assert!(s["floor_ratio"][k].as_f64().unwrap() > 0.0, "{s}");
         assert!(s["paired_floor_ratio"][k].as_f64().unwrap() > 0.0, "{s}");
     }
-    // The floor measured in the phase, before and after its own steps.
+    // The floor measured in the phase, before and after its own steps: each
+    // ratio is the phase's µs per job over that floor's (to rounding).
     assert_eq!(s["paired_floor_runs"], 2, "{s}");
     for step in ["enqueue", "promote", "claim", "ack"] {
-        assert!(
-            s["paired_floor_us_per_job"][step].as_f64().unwrap() > 0.0,
-            "{s}"
-        );
+        let f = s["paired_floor_us_per_job"][step].as_f64().unwrap();
+        let mine = s["script_us_per_job"][step].as_f64().unwrap();
+        let x = s["paired_floor_ratio"][step].as_f64().unwrap();
+        assert!(f > 0.0, "{s}");
+        assert!((x - mine / f).abs() <= 0.011 + 0.01 * x, "{step}: {s}");
     }
     // The enqueue script also with a due time per job and with given ids.
     for k in ["enqueue_distinct", "enqueue_ids16", "enqueue_ids36"] {

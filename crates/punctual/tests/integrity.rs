@@ -2314,3 +2314,51 @@ async fn the_retried_set_is_touched_only_with_members_and_before_any_write() {
     assert!(err.to_string().contains("WRONGTYPE"), "{err}");
     assert_eq!(f.snapshot().await, snap, "a failed call wrote something");
 }
+
+/// claim and tick remove the ids they read by rank (ZREMRANGEBYRANK): a
+/// claim of fewer jobs than are due takes ready's first ones, then the
+/// pool's first due ones, and leaves exactly the others, in order; a tick
+/// whose room under max ready is less than its batch promotes the pool's
+/// first ones and leaves the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_or_a_promotion_of_some_due_jobs_leaves_exactly_the_others() {
+    let f = Fixture::new().await;
+    let (q, t) = (&f.queue, "by-rank");
+    let ids = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let members = |name: &'static str| {
+        let k = key(t, name);
+        let f = &f;
+        async move {
+            let m: Vec<String> = f.cmd(redis::cmd("ZRANGE").arg(k).arg(0).arg(-1)).await;
+            m
+        }
+    };
+    for id in ["r1", "r2", "r3", "r4"] {
+        q.enqueue(t, Job::new("p").id(id)).await.unwrap();
+    }
+    for id in ["p1", "p2", "p3", "p4", "p5", "p6"] {
+        let job = Job::new("p").id(id).delay(Duration::from_millis(1));
+        q.enqueue(t, job).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let got = raw::claim(q, &part(t), 2, LONG_LEASE).await.unwrap();
+    let got: Vec<&str> = got.iter().map(|d| d.id.as_str()).collect();
+    assert_eq!(got, ["r1", "r2"]);
+    assert_eq!(members("ready").await, ids(&["r3", "r4"]));
+    let got = raw::claim(q, &part(t), 3, LONG_LEASE).await.unwrap();
+    let got: Vec<&str> = got.iter().map(|d| d.id.as_str()).collect();
+    assert_eq!(got, ["r3", "r4", "p1"]);
+    assert!(members("ready").await.is_empty());
+    assert_eq!(members("pool").await, ids(&["p2", "p3", "p4", "p5", "p6"]));
+    // Room for 2 under a max ready of 2: p2 and p3 are promoted.
+    let tick = raw::TickLimits {
+        max_ready: 2,
+        ..TICK_ALL
+    };
+    let r = raw::tick(q, &part(t), &tick).await.unwrap();
+    assert_eq!(r.promoted, 2, "{r:?}");
+    assert_eq!(members("ready").await, ids(&["p2", "p3"]));
+    assert_eq!(members("pool").await, ids(&["p4", "p5", "p6"]));
+    assert!(q.check(t).await.unwrap().is_empty());
+}
