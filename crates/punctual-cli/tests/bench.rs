@@ -264,6 +264,19 @@ fn precision_load_and_a_pool_handle_every_job_once_and_leave_nothing_behind() {
             "{p}"
         );
         assert!(p["target"]["met"].is_boolean(), "{p}");
+        // The rate the producer reached: n over the seconds it took to send.
+        let (sent, achieved) = (
+            p["sent_secs"].as_f64().unwrap(),
+            p["achieved_rate"].as_f64().unwrap(),
+        );
+        assert!(sent > 0.0, "{p}");
+        let n = p["n"].as_f64().unwrap();
+        assert!((achieved - n / sent).abs() <= 0.01 * achieved + 1.0, "{p}");
+        assert_eq!(
+            p["target"]["rate_reached"].as_bool(),
+            Some(achieved >= 0.95 * p["rate"].as_f64().unwrap()),
+            "{p}"
+        );
         let late = &p["late"];
         let parts: u64 = ["in_bench_stall", "in_redis_stall_only", "in_neither"]
             .iter()
