@@ -77,7 +77,8 @@ pub enum Phase {
     /// Precision under load, two runs of --secs: at --load-rate jobs/s
     /// (20,000), then at half the drain rate measured in the same run (the
     /// drain phase runs first when not asked for). Target: p99 ≤ 10 ms,
-    /// max ≤ 50 ms, never early. Not part of `all`.
+    /// max ≤ 50 ms, never early, with the producer at ≥ 95 % of the rate
+    /// (each run reports the rate it reached). Not part of `all`.
     PrecisionLoad,
     /// Redis commands per second of idle consumers (concurrency 64).
     Idle,
