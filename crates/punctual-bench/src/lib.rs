@@ -89,7 +89,7 @@ pub enum Phase {
     Consume,
     /// Each script on the job's path alone (enqueue, tick, claim, ack),
     /// called back to back with batches of 1,000: Redis time per job, also
-    /// against the floor's run in this phase right before and after
+    /// against the floor's run in this phase right before and after.
     Scripts,
     /// One job per call (a producer that enqueues per request, a light
     /// flow): Redis µs per call of enqueue, claim from the pool and ack,

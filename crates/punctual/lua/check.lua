@@ -9,7 +9,8 @@
 --   running", "waiting with an attempts entry, not in P:{T}:retried" (once
 --   meta retried is 1: the next claim would count its attempts from 1; see
 --   lib.lua's K_RETRIED), "in P:{T}:retried, not waiting" (a member that
---   is running, dead or gone: it keeps claims reading the set); and "cold <start>" for a cold job (PROTOCOL.md "The cold
+--   is running, dead or gone: it keeps claims reading the set); and
+--   "cold <start>" for a cold job (PROTOCOL.md "The cold
 --   pool": in no set, its record due at or after cold_at), which is not a
 --   problem by itself: the caller checks that the list P:{T}:c:<start>
 --   holds the id.

@@ -192,8 +192,8 @@ else
     end
     variadic('ZADD', K_READY, moves)
     index_ready(moves)
-    -- The pool's first ones (ZRANGE from -inf, by score; nothing since
-    -- wrote the pool): one walk of the skiplist, where ZREM looks each up.
+    -- The pool's first ones (read by score from -inf; nothing has written
+    -- the pool since): one walk of the skiplist, where ZREM looks each up.
     redis.call('ZREMRANGEBYRANK', K_POOL, 0, #ids - 1)
     promoted = #ids
     redis.call('HINCRBY', K_STATS, 'promoted', promoted)
