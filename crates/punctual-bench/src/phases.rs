@@ -1592,8 +1592,8 @@ pub(crate) async fn scripts(b: &Bench) -> Result<Report> {
     let n = b.args.n;
     // The floor's four steps on the same layout right before this phase's
     // own (and, without --pool's jobs, right after them): a ratio of two
-    // figures measured seconds apart, where the floor phase's came minutes
-    // earlier, while the machine's speed drifts (BENCHMARKS.md round 11).
+    // figures measured seconds apart, where the floor phase's came earlier
+    // in the run, while the machine's speed drifts (BENCHMARKS.md round 11).
     b.clean().await?;
     let floor_before = super::floor::run(b, n, CHUNK as usize).await?;
     let pool = fill_pool(b).await?;
