@@ -154,7 +154,7 @@ async fn api_changes_are_recorded_with_the_client_address() {
         (
             "POST",
             "/api/v1/topics/orders/dead/replay",
-            Some(r#"{"ids": ["d1"]}"#),
+            Some(r#"{"ids": ["d1"], "rate": "50/10s"}"#),
         ),
         (
             "POST",
@@ -199,6 +199,7 @@ async fn api_changes_are_recorded_with_the_client_address() {
     }
     assert_eq!(entries[0]["detail"]["purged"], 1, "{v:#}");
     assert_eq!(entries[2]["detail"]["id"], "order:1", "{v:#}");
+    assert_eq!(entries[1]["detail"]["rate"], "50/10s", "{v:#}");
 
     let (status, v) = api.call("GET", "/api/v1/audit?limit=2", None, None).await;
     assert_eq!(status, 200, "{v}");
@@ -269,4 +270,39 @@ async fn the_trail_keeps_the_newest_10000_entries() {
     let newest = audit_json(&url, &["--limit", "1"]);
     assert_eq!(newest[0]["from"], os_user().as_str(), "{newest:?}");
     assert_eq!(audit_json(&url, &["--limit", "10000"]).len(), 10_000);
+}
+
+#[tokio::test]
+async fn a_paced_replay_is_recorded_and_reported_as_its_rate_or_spread() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let q = Queue::connect(url.as_str()).await.unwrap();
+    make_dead(&q, "orders", &["r1", "r2", "s1"]).await;
+
+    let (code, out, err) = punctual(
+        &url,
+        &["dead", "replay", "orders", "r1", "r2", "--rate", "100/s"],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("due from now until 10ms from now (100/s"),
+        "the message names the pacing: {out}"
+    );
+    // One job paced: due now, not "from now until 0ms from now".
+    let (code, out, err) = punctual(&url, &["dead", "replay", "orders", "s1", "--spread", "10m"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(!out.contains("0ms from now"), "{out}");
+    assert!(out.contains("due now"), "{out}");
+
+    let entries = audit_json(&url, &[]);
+    assert_eq!(entries[0]["detail"]["spread"], "10m", "{:#}", entries[0]);
+    assert_eq!(entries[1]["detail"]["rate"], "100/s", "{:#}", entries[1]);
+    for e in &entries {
+        assert!(e["detail"].get("pace").is_none(), "no debug text: {e}");
+    }
+    let (code, text, err) = punctual(&url, &["audit"]);
+    assert_eq!(code, 0, "{text}{err}");
+    assert!(text.contains("rate=100/s"), "{text}");
+    assert!(text.contains("spread=10m"), "{text}");
+    assert!(!text.contains("Rate {"), "{text}");
 }

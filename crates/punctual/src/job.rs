@@ -839,6 +839,37 @@ impl ReplayPace {
         Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX))
     }
 
+    /// The pacing as a user writes it, for messages and the audit trail:
+    /// `("rate", "100/s")`, `("rate", "50/10s")`, `("spread", "10m")`;
+    /// `None` for [`ReplayPace::Now`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use punctual::ReplayPace;
+    /// let pace = ReplayPace::Rate { jobs: 100, per: Duration::from_secs(1) };
+    /// assert_eq!(pace.describe(), Some(("rate", "100/s".to_string())));
+    /// let pace = ReplayPace::Rate { jobs: 50, per: Duration::from_secs(10) };
+    /// assert_eq!(pace.describe(), Some(("rate", "50/10s".to_string())));
+    /// let pace = ReplayPace::Spread(Duration::from_secs(600));
+    /// assert_eq!(pace.describe(), Some(("spread", "10m".to_string())));
+    /// assert_eq!(ReplayPace::Now.describe(), None);
+    /// ```
+    pub fn describe(&self) -> Option<(&'static str, String)> {
+        match *self {
+            ReplayPace::Now => None,
+            ReplayPace::Rate { jobs, per } => {
+                let per = exact_span(per);
+                let per = per
+                    .strip_prefix("1")
+                    .filter(|u| u.starts_with(|c: char| c.is_ascii_alphabetic()))
+                    .map(str::to_string)
+                    .unwrap_or(per);
+                Some(("rate", format!("{jobs}/{per}")))
+            }
+            ReplayPace::Spread(window) => Some(("spread", exact_span(window))),
+        }
+    }
+
     /// Checks the pacing: a rate of at least one job per period of at least
     /// 1 ms, a window of at least 1 ms, at most ten years.
     ///
@@ -868,6 +899,23 @@ impl ReplayPace {
             }
         }
     }
+}
+
+/// A duration in its largest whole unit (`10m`, `90s`, `1500ms`), as
+/// `--delay`, `--spread` and rates parse it back.
+fn exact_span(d: Duration) -> String {
+    let ms = d.as_millis();
+    for (unit, size) in [
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1_000),
+    ] {
+        if ms >= size && ms % size == 0 {
+            return format!("{}{unit}", ms / size);
+        }
+    }
+    format!("{ms}ms")
 }
 
 #[cfg(test)]

@@ -257,8 +257,8 @@ async fn replay(ctx: &Ctx, args: DeadReplayArgs) -> Result<()> {
     let replayed = replayed?;
     let n = replayed.len();
     let mut detail = audit::counted("replayed", &replayed);
-    if pace != ReplayPace::Now {
-        detail["pace"] = json!(format!("{pace:?}"));
+    if let Some((key, value)) = pace.describe() {
+        detail[key] = json!(value);
     }
     audit::cli(&queue, "dead.replay", &args.topic, detail).await;
     let last_due = pace.offset(n.saturating_sub(1), n);
@@ -275,11 +275,19 @@ async fn replay(ctx: &Ctx, args: DeadReplayArgs) -> Result<()> {
             args.topic
         ))?;
     } else {
+        let (_, how) = pace.describe().unwrap_or_default();
+        let when = if last_due.is_zero() {
+            "due now".to_string()
+        } else {
+            format!(
+                "due from now until {} from now",
+                span(last_due.as_millis() as u64)
+            )
+        };
         emit(&format!(
-            "replayed {} of topic {:?}: attempts reset, due from now until {} from now (in pool; a scheduler releases them)\n",
+            "replayed {} of topic {:?}: attempts reset, {when} ({how}; in pool, a scheduler releases them)\n",
             super::plural(n, "dead job", "dead jobs"),
             args.topic,
-            span(last_due.as_millis() as u64)
         ))?;
     }
     let done: HashSet<&String> = replayed.iter().collect();

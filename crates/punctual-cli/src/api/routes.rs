@@ -682,8 +682,8 @@ async fn dead_replay(
         .dead_replay_paced(&topic, which, pace, |_| {})
         .await?;
     let mut detail = counted("replayed", &ids);
-    if pace != ReplayPace::Now {
-        detail["pace"] = json!(format!("{pace:?}"));
+    if let Some((key, value)) = pace.describe() {
+        detail[key] = json!(value);
     }
     who.record(&s.queue, "dead.replay", &topic, detail).await;
     let mut out = json!({"replayed": ids.len(), "ids": ids});
