@@ -63,7 +63,8 @@ pub(crate) enum Command {
     /// 10 minutes of its due time), which may be missed.
     List(crate::admin::list::ListArgs),
 
-    /// Manage topics: `topic delete TOPIC` removes a topic that holds no job.
+    /// Manage topics: pause and resume their claims, set their limits,
+    /// delete one that holds no job.
     #[command(subcommand)]
     Topic(crate::admin::topic::TopicCommand),
 

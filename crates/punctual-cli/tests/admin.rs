@@ -902,3 +902,53 @@ async fn delete_topic_is_refused_while_any_job_exists_and_then_removes_every_key
         "0"
     );
 }
+
+// ---- pause and resume ------------------------------------------------------
+
+#[tokio::test]
+async fn topic_pause_and_resume_stop_and_restart_claims_and_are_audited() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let q = Queue::connect(url.clone()).await.unwrap();
+    let topic: raw::Partition = "orders".parse().unwrap();
+    q.enqueue("orders", Job::new("x").id("order:1"))
+        .await
+        .unwrap();
+
+    let out = punctual(&["--redis", &url, "topic", "pause", "orders"], &[]).ok();
+    assert!(out.stdout.contains("paused topic \"orders\""), "{out:?}");
+    assert!(q.stats("orders").await.unwrap().paused);
+    let claimed = raw::claim(&q, &topic, 10, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert!(claimed.is_empty(), "a paused topic hands out nothing");
+
+    let out = punctual(
+        &["--redis", &url, "--json", "topic", "resume", "orders"],
+        &[],
+    )
+    .ok();
+    assert_eq!(out.json(), json!({"topic": "orders", "paused": false}));
+    assert!(!q.stats("orders").await.unwrap().paused);
+    let claimed = raw::claim(&q, &topic, 10, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1, "resumed: the job is claimed");
+
+    let trail = punctual(&["--redis", &url, "audit", "--json"], &[])
+        .ok()
+        .json();
+    let actions: Vec<&str> = trail
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["action"].as_str().unwrap_or("?"))
+        .collect();
+    assert_eq!(actions, ["resume", "pause"], "{trail:#}");
+    assert_eq!(trail[0]["who"], "cli", "{trail:#}");
+
+    // A bad topic name changes nothing and says why.
+    let out = punctual(&["--redis", &url, "topic", "pause", "a{b}"], &[]);
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("brace"), "{out:?}");
+}

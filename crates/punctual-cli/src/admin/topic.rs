@@ -1,4 +1,5 @@
 //! `punctual topic delete TOPIC`: remove a topic that holds no job;
+//! `punctual topic pause|resume TOPIC`: stop and restart its claims;
 //! `punctual topic limits TOPIC` (in `limits.rs`).
 
 use anyhow::Result;
@@ -26,6 +27,20 @@ pub(crate) enum TopicCommand {
         after_help = "Example:\n  punctual dead purge old-topic --all && punctual topic delete old-topic"
     )]
     Delete(TopicDeleteArgs),
+
+    /// Pause a topic: workers on every host claim none of its jobs until
+    /// `topic resume`. Jobs still become due (pool to ready), producers
+    /// still enqueue, running jobs finish; `stats` shows PAUSED yes.
+    ///
+    /// The same as the dashboard's Pause button and `POST
+    /// /api/v1/topics/TOPIC/pause`; recorded in the audit trail.
+    #[command(after_help = "Example:\n  punctual topic pause orders && punctual stats orders")]
+    Pause(TopicArg),
+
+    /// Resume a paused topic: its workers are woken and claim again.
+    #[command(after_help = "Example:\n  punctual topic resume orders")]
+    Resume(TopicArg),
+
     /// Show or set a topic's limits: a rate (claims per period) and a most
     /// running count, for the whole topic over every worker on every host.
     ///
@@ -55,11 +70,46 @@ pub(crate) struct TopicDeleteArgs {
     pub topic: String,
 }
 
+/// Arguments of `topic pause` and `topic resume`.
+#[derive(Debug, Args)]
+pub(crate) struct TopicArg {
+    /// The topic.
+    pub topic: String,
+}
+
 /// Runs a `topic` subcommand.
 pub(crate) async fn run(ctx: &Ctx, cmd: TopicCommand) -> Result<()> {
     match cmd {
         TopicCommand::Delete(a) => delete(ctx, a).await,
+        TopicCommand::Pause(a) => pause_or_resume(ctx, a, true).await,
+        TopicCommand::Resume(a) => pause_or_resume(ctx, a, false).await,
         TopicCommand::Limits(a) => super::limits::run(ctx, a).await,
+    }
+}
+
+async fn pause_or_resume(ctx: &Ctx, args: TopicArg, pause: bool) -> Result<()> {
+    punctual::validate_topic(&args.topic)?;
+    let queue = ctx.queue().await?;
+    let action = if pause {
+        queue.pause(&args.topic).await?;
+        "pause"
+    } else {
+        queue.resume(&args.topic).await?;
+        "resume"
+    };
+    super::audit::cli(&queue, action, &args.topic, json!({})).await;
+    if ctx.json() {
+        emit_json(&json!({"topic": args.topic, "paused": pause}))
+    } else if pause {
+        emit(&format!(
+            "paused topic {:?}: no worker claims its jobs until `punctual topic resume {}` (they still become due)\n",
+            args.topic, args.topic
+        ))
+    } else {
+        emit(&format!(
+            "resumed topic {:?}: its workers claim again\n",
+            args.topic
+        ))
     }
 }
 
