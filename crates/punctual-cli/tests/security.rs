@@ -331,12 +331,15 @@ async fn a_huge_retry_after_is_capped() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn serve_started_while_redis_loads_waits_for_it() {
+/// A redis-server reloading a dataset that takes about `keys` × 4 ms to
+/// load (`DEBUG RELOAD` with `key-load-delay`), answering LOADING
+/// meanwhile; and the `redis-cli` running the reload (it returns when the
+/// load is done).
+async fn redis_loading(keys: u32) -> (RedisServer, std::process::Child) {
     let redis = RedisServer::start_with(&["--enable-debug-command", "yes"]);
-    // A dataset that takes seconds to load: 1000 keys, 4 ms each, with the
-    // server answering (LOADING) while it loads.
-    redis.cli(&["DEBUG", "POPULATE", "1000"]).unwrap();
+    redis
+        .cli(&["DEBUG", "POPULATE", &keys.to_string()])
+        .unwrap();
     redis
         .cli(&["CONFIG", "SET", "key-load-delay", "4000"])
         .unwrap();
@@ -348,7 +351,7 @@ async fn serve_started_while_redis_loads_waits_for_it() {
             "1024",
         ])
         .unwrap();
-    let mut reload = Command::new("redis-cli")
+    let reload = Command::new("redis-cli")
         .args(["-p", &redis.port().to_string(), "DEBUG", "RELOAD"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -358,6 +361,13 @@ async fn serve_started_while_redis_loads_waits_for_it() {
         redis.cli(&["PING"]).is_ok_and(|o| o.contains("LOADING"))
     })
     .await;
+    (redis, reload)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn serve_started_while_redis_loads_waits_for_it() {
+    // Seconds of loading: 1000 keys, 4 ms each.
+    let (redis, mut reload) = redis_loading(1000).await;
     let srv = Server::serve(&redis.url(), None, "", "[topics.t]\nexec = [\"true\"]\n").await;
     assert!(
         srv.log().contains("loading its dataset"),
@@ -436,4 +446,47 @@ async fn the_bearer_scheme_is_case_insensitive() {
     .await
     .unwrap();
     assert_eq!(status(&r), 401, "{r}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn push_while_redis_loads_waits_for_it_and_a_producer_waits_a_bounded_time() {
+    // About 4 s of loading: 1000 keys, 4 ms each.
+    let (redis, mut reload) = redis_loading(1000).await;
+
+    // The library's producer path, with a wait shorter than the load: it
+    // retries, then gives up saying why, having written nothing.
+    let short = Queue::builder(redis.url())
+        .loading_wait(Duration::from_millis(300))
+        .connect()
+        .await
+        .unwrap();
+    let t0 = Instant::now();
+    let err = short
+        .enqueue("t", Job::new("x").id("early"))
+        .await
+        .unwrap_err();
+    assert!(
+        t0.elapsed() >= Duration::from_millis(300),
+        "gave up after {:?}, before its wait",
+        t0.elapsed()
+    );
+    assert!(err.to_string().contains("loading"), "{err}");
+    assert!(err.is_passing(), "{err}");
+
+    // The CLI waits (default: up to 30 s) and says so on stderr.
+    let out = Command::new(BIN)
+        .args(["--redis", &redis.url(), "push", "t", "x", "--id", "p1"])
+        .env_remove("PUNCTUAL_LOG")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", output_text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("loading its dataset"), "{stderr}");
+    let _ = reload.wait();
+    let q = Queue::connect(redis.url()).await.unwrap();
+    assert!(
+        q.get("t", "p1").await.unwrap().is_some(),
+        "the job was pushed"
+    );
+    assert!(q.get("t", "early").await.unwrap().is_none());
 }

@@ -156,6 +156,12 @@ impl Error {
         }
     }
 
+    /// Whether Redis answered `LOADING`: it is reading its dataset (after a
+    /// restart) and ran nothing.
+    pub(crate) fn is_loading(&self) -> bool {
+        matches!(self, Error::Redis(r) if r.code() == Some("LOADING"))
+    }
+
     pub(crate) fn invalid(msg: impl Into<String>) -> Self {
         Error::Invalid(msg.into())
     }

@@ -89,7 +89,7 @@ pub use options::{validate_group, MAX_GROUP_LEN};
 pub use partition::{partition_name, partition_of, MAX_PARTITIONS};
 pub use queue::{
     GroupHold, GroupInfo, GroupLimits, Queue, QueueBuilder, SkippedTopic, Topics,
-    DEFAULT_ENQUEUE_CHUNK, DEFAULT_MAX_PAYLOAD, DEFAULT_PREFIX, MAX_BATCH,
+    DEFAULT_ENQUEUE_CHUNK, DEFAULT_LOADING_WAIT, DEFAULT_MAX_PAYLOAD, DEFAULT_PREFIX, MAX_BATCH,
 };
 pub use raw::Delivery;
 pub use redact::{redact, split_seeds};

@@ -45,6 +45,41 @@ fn route_jobs(
     groups
 }
 
+/// Waits out a Redis that answers `LOADING` (it runs no command while it
+/// reads its dataset, so a resend cannot write twice), for at most the
+/// queue's `loading_wait` since `since`.
+struct LoadingWait {
+    since: std::time::Instant,
+    backoff: Duration,
+}
+
+impl LoadingWait {
+    fn new() -> Self {
+        LoadingWait {
+            since: std::time::Instant::now(),
+            backoff: Duration::from_millis(100),
+        }
+    }
+
+    /// Whether to send again after `e`: when it is `LOADING` and the wait
+    /// is not over, after a sleep (with a warning).
+    async fn again(&mut self, queue: &Queue, e: &Error) -> bool {
+        let limit = queue.inner.loading_wait;
+        let waited = self.since.elapsed();
+        if !e.is_loading() || waited >= limit {
+            return false;
+        }
+        let nap = self.backoff.min(limit - waited);
+        tracing::warn!(
+            "Redis at {} is loading its dataset; enqueueing again in {nap:?} (waiting up to {limit:?} in all)",
+            queue.url_redacted()
+        );
+        tokio::time::sleep(nap).await;
+        self.backoff = (self.backoff * 2).min(Duration::from_secs(2));
+        true
+    }
+}
+
 /// The enqueue script's refusal of a call routed with a stale partition
 /// count.
 fn is_stale_layout(e: &Error) -> bool {
@@ -163,9 +198,17 @@ impl Queue {
         let mut first_error = None;
         let mut accepted = false;
         let mut round = 0;
+        let mut loading = LoadingWait::new();
         while !pending.is_empty() {
             round += 1;
-            let k = self.partitions(topic).await?;
+            let k = match self.partitions(topic).await {
+                Ok(k) => k,
+                Err(e) if loading.again(self, &e).await => {
+                    round = 0;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             let groups = route_jobs(topic, k, self.inner.enqueue_chunk, &pending, &mut ids);
             let results: Vec<(Vec<usize>, Result<Vec<Enqueued>>)> = stream::iter(groups)
                 .map(|(physical, idx)| {
@@ -181,6 +224,7 @@ impl Queue {
                 .collect()
                 .await;
             pending.clear();
+            let mut refused_loading = None;
             for (idx, out) in results {
                 match out {
                     Ok(out) => {
@@ -192,11 +236,24 @@ impl Queue {
                     // The partition count changed since it was read (see
                     // set_partitions): nothing was written; route again.
                     Err(e) if is_stale_layout(&e) && round < 5 => pending.extend(idx),
+                    // Not run: sent again once the wait below allows.
+                    Err(e) if e.is_loading() => {
+                        refused_loading.get_or_insert(e);
+                        pending.extend(idx);
+                    }
                     Err(e) => {
                         failed.extend(idx);
                         first_error.get_or_insert(e);
                     }
                 }
+            }
+            if let Some(e) = refused_loading {
+                if !loading.again(self, &e).await {
+                    // The wait is over: what is still pending failed.
+                    failed.append(&mut pending);
+                    first_error.get_or_insert(e);
+                }
+                round = 0;
             }
             if !pending.is_empty() {
                 pending.sort_unstable();

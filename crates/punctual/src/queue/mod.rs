@@ -88,6 +88,14 @@ pub const MAX_BATCH: usize = 1000;
 /// ```
 pub const DEFAULT_ENQUEUE_CHUNK: usize = 250;
 
+/// How long an enqueue waits, by default, for a Redis that is loading its
+/// dataset ([`QueueBuilder::loading_wait`]).
+///
+/// ```
+/// assert_eq!(punctual::DEFAULT_LOADING_WAIT.as_secs(), 30);
+/// ```
+pub const DEFAULT_LOADING_WAIT: Duration = Duration::from_secs(30);
+
 /// Settings of a [`Queue`], built with [`Queue::builder`].
 ///
 /// ```no_run
@@ -110,6 +118,7 @@ pub struct QueueBuilder {
     enqueue_chunk: usize,
     connect_timeout: Duration,
     response_timeout: Duration,
+    loading_wait: Duration,
 }
 
 impl QueueBuilder {
@@ -196,6 +205,29 @@ impl QueueBuilder {
         self
     }
 
+    /// How long an enqueue waits for a Redis that is loading its dataset
+    /// (after a restart it answers `LOADING` until its AOF or RDB is read;
+    /// default [`DEFAULT_LOADING_WAIT`], 30 s). The enqueue is sent again
+    /// with backoff (100 ms doubling, at most 2 s apart), logging a warning;
+    /// Redis runs no command while loading, so a resend cannot write a job
+    /// twice. Past the wait the `LOADING` error is returned
+    /// ([`Error::is_passing`](crate::Error::is_passing)). Zero: no wait.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> punctual::Result<()> {
+    /// use std::time::Duration;
+    /// // A web request should not hang for long: fail fast, enqueue later.
+    /// let queue = punctual::Queue::builder("redis://127.0.0.1:6379")
+    ///     .loading_wait(Duration::from_secs(2))
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn loading_wait(mut self, t: Duration) -> Self {
+        self.loading_wait = t;
+        self
+    }
+
     /// Connects. Fails if Redis does not answer, or at once (without
     /// connecting) if a setting is invalid.
     ///
@@ -235,6 +267,7 @@ impl QueueBuilder {
                 prefix: self.prefix,
                 max_payload: self.max_payload,
                 enqueue_chunk: self.enqueue_chunk,
+                loading_wait: self.loading_wait,
                 registered: Mutex::new(HashSet::new()),
                 skipped_logged: Mutex::new(HashSet::new()),
                 partitions: Mutex::new(HashMap::new()),
@@ -269,6 +302,8 @@ struct Inner {
     max_payload: usize,
     /// Most jobs per enqueue script call.
     enqueue_chunk: usize,
+    /// How long an enqueue waits for a loading Redis.
+    loading_wait: Duration,
     registered: Mutex<HashSet<String>>,
     /// Invalid names in the set of known topics, logged once each.
     skipped_logged: Mutex<HashSet<String>>,
@@ -305,6 +340,7 @@ impl Queue {
             enqueue_chunk: DEFAULT_ENQUEUE_CHUNK,
             connect_timeout: Duration::from_secs(2),
             response_timeout: Duration::from_secs(10),
+            loading_wait: DEFAULT_LOADING_WAIT,
         }
     }
 
