@@ -37,4 +37,4 @@ __all__ = [
     "generate_id", "once_key", "partition_of", "run", "run_async", "validate_group", "validate_id",
     "validate_topic",
 ]
-__version__ = "0.1.0"
+__version__ = "0.3.0"

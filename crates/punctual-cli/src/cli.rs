@@ -17,7 +17,7 @@ use clap::{Parser, Subcommand};
 /// Redis (`TIME`), so the clock of the host running this command does not
 /// matter for delays.
 #[derive(Debug, Parser)]
-#[command(name = "punctual", version, max_term_width = 100)]
+#[command(name = "punctual", version = version(), max_term_width = 100)]
 #[command(after_help = "\
 Exit status:
   0  success
@@ -242,6 +242,31 @@ pub(crate) enum Command {
     /// The exec handler of `demo` (internal).
     #[command(name = "__demo-handler", hide = true)]
     DemoHandler,
+
+    /// Write the man pages (punctual.1 and one per command) into DIR.
+    #[command(
+        hide = true,
+        after_help = "Example:\n  punctual man target/man && man -l target/man/punctual.1"
+    )]
+    Man(crate::manual::ManArgs),
+
+    /// Print the completion script of a shell (bash, zsh, fish) to stdout.
+    #[command(
+        hide = true,
+        after_help = "Examples:\n  punctual completions bash > ~/.local/share/bash-completion/completions/punctual\n  punctual completions zsh > ~/.zfunc/_punctual\n  punctual completions fish > ~/.config/fish/completions/punctual.fish"
+    )]
+    Completions(crate::manual::CompletionsArgs),
+}
+
+/// The version `--version` prints: `0.3.0 (commit 1a2b3c4d5e6f)`, the
+/// commit from the build (`build.rs`); the version alone when the build
+/// knew none (not built from a git checkout).
+pub(crate) fn version() -> &'static str {
+    static VERSION: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    VERSION.get_or_init(|| match env!("PUNCTUAL_COMMIT") {
+        "" => env!("CARGO_PKG_VERSION").to_string(),
+        commit => format!("{} (commit {commit})", env!("CARGO_PKG_VERSION")),
+    })
 }
 
 impl Command {
@@ -269,6 +294,8 @@ impl Command {
                 | Command::Scheduler(_)
                 | Command::Script(_)
                 | Command::DemoHandler
+                | Command::Man(_)
+                | Command::Completions(_)
         )
     }
 
@@ -293,7 +320,9 @@ impl Command {
             | Command::Audit(_)
             | Command::Import(_)
             | Command::Ps(_)
-            | Command::Doctor(_) => "warn",
+            | Command::Doctor(_)
+            | Command::Man(_)
+            | Command::Completions(_) => "warn",
             Command::Serve(_)
             | Command::Api(_)
             | Command::Demo(_)

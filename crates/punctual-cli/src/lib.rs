@@ -12,6 +12,7 @@
 //! - `api/`: the HTTP API and the dashboard (`punctual api`, and
 //!   `serve --http`).
 //! - `doctor`: `punctual doctor`, checks of the Redis configuration.
+//! - `manual`: `punctual man` and `punctual completions`, for packagers.
 //! - `bench.rs`: `punctual bench`, the benchmark protocol (crate `punctual-bench`).
 
 use std::process::ExitCode;
@@ -30,6 +31,7 @@ mod doctor;
 mod exit;
 mod health;
 mod input;
+mod manual;
 mod output;
 mod serve;
 
@@ -176,5 +178,7 @@ async fn dispatch(
         Command::Worker(a) => serve::cmd::worker(a, handlers).await,
         Command::Scheduler(a) => serve::cmd::scheduler(a).await,
         Command::DemoHandler => demo::handler(),
+        Command::Man(a) => manual::man(a),
+        Command::Completions(a) => manual::completions(a),
     }
 }

@@ -48,12 +48,9 @@ fn systemd_unit_passes_systemd_analyze_verify() {
     // binary under test, in a copy of the unit.
     let dir = tempfile::tempdir().unwrap();
     let text = std::fs::read_to_string(&unit).unwrap();
-    assert!(
-        text.contains("ExecStart=/usr/local/bin/punctual serve"),
-        "{text}"
-    );
+    assert!(text.contains("ExecStart=/usr/bin/punctual serve"), "{text}");
     let copy = dir.path().join("punctual.service");
-    std::fs::write(&copy, text.replace("/usr/local/bin/punctual", support::BIN)).unwrap();
+    std::fs::write(&copy, text.replace("/usr/bin/punctual", support::BIN)).unwrap();
     // Without systemd as PID 1 (a container), verify still loads and lints
     // the unit file offline; --man=no: no man pages to look up.
     let out = Command::new(&analyze)
