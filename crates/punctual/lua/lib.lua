@@ -963,8 +963,18 @@ local function claim_groups(n, gs, now)
         -- to (it was replaced into another group, or cancelled and enqueued
         -- again into another): dropped, never served through that group
         -- (the job is served through its own group's index).
-        local m = rec and string.match(rec, '^([^:]*):')
-        if not (m and group_of_field(m) ~= names[i]) then
+        -- (One match on the record; only a record whose group differs
+        -- pays for group_of_field, index_ready's reading of it, which
+        -- differs from this one for an unreadable field only.)
+        local same = true
+        if rec then
+          local g = string.match(rec, '^[^:]-;g([^;:]*)') or ''
+          if g ~= names[i] then
+            local m = string.match(rec, '^([^:]*):')
+            same = not m or group_of_field(m) == names[i]
+          end
+        end
+        if same then
           picked[id] = true
           ids[#ids + 1] = id
           recs[#ids] = rec
