@@ -109,8 +109,10 @@ pub(crate) enum Command {
     /// also looks (SCAN of every master, at most a million keys) for topics
     /// that hold jobs but are missing from the set of known topics (a
     /// producer stopped between its enqueue and registering the topic),
-    /// checks them and reports each as "unlisted topic". Exits 1 when a
-    /// violation is found.
+    /// checks them and reports each as "unlisted topic". Also reports a
+    /// group held until one of its running jobs ends with fewer of its jobs
+    /// running than its max_running (nothing would release it). Exits 1
+    /// when a violation is found.
     Check(crate::admin::check::CheckArgs),
 
     /// List punctual's Lua scripts, or print one so producers in other

@@ -329,3 +329,171 @@ async fn a_member_whose_id_is_dead_in_punctual_is_left_in_place() {
     assert!(!still.trim().is_empty(), "{still:?}");
     assert_eq!(q.stats("orders").await.unwrap().pool, 4);
 }
+
+/// Claims and acks every due job of "orders": how many ran.
+async fn run_all(q: &Queue) -> usize {
+    use punctual::raw::{self, Partition};
+    let part = Partition::of("orders", 0, 1).unwrap();
+    let mut ran = 0;
+    loop {
+        let got = raw::claim(q, &part, 100, Duration::from_secs(60))
+            .await
+            .unwrap();
+        if got.is_empty() {
+            return ran;
+        }
+        ran += got.len();
+        let leases: Vec<_> = got.iter().map(|d| d.lease()).collect();
+        assert!(raw::ack(q, &part, &leases)
+            .await
+            .unwrap()
+            .iter()
+            .all(|a| *a));
+    }
+}
+
+/// Three members due a minute ago.
+fn fill_due(redis: &RedisServer) -> i64 {
+    let now_s: i64 = redis
+        .cli(&["TIME"])
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    for i in 0..3 {
+        redis
+            .cli(&["ZADD", KEY, &(now_s - 60).to_string(), &member(i)])
+            .unwrap();
+    }
+    now_s
+}
+
+/// Issue 29 item 4: an import stopped between its enqueue and its ZREM
+/// (here: its user may not ZREM, so the ZREM fails after the enqueue),
+/// whose jobs then run and are acked: the rerun enqueues none of them
+/// again (3 members, 3 runs, not 6).
+#[tokio::test]
+async fn a_rerun_after_a_stop_before_the_zrem_runs_no_job_twice() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    fill_due(&redis);
+    let q = Queue::connect(url.as_str()).await.unwrap();
+    redis
+        .cli(&[
+            "ACL", "SETUSER", "nozrem", "on", ">pw", "~*", "&*", "+@all", "-zrem",
+        ])
+        .unwrap();
+    let limited = url.replacen("redis://", "redis://nozrem:pw@", 1);
+    let (code, out, err) = run_import(&limited, &[]);
+    assert_ne!(code, 0, "the ZREM was refused: {out}{err}");
+    assert_eq!(zcard(&redis), 3, "stopped before the ZREM");
+    assert_eq!(run_all(&q).await, 3, "the three jobs ran");
+
+    let (code, out, err) = run_import(&url, &["--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(
+        (v["imported"].as_u64(), v["already"].as_u64()),
+        (Some(0), Some(3)),
+        "{v}"
+    );
+    assert_eq!(zcard(&redis), 0);
+    assert_eq!(run_all(&q).await, 0, "no job of the three runs twice");
+    let journal = redis
+        .cli(&["EXISTS", &format!("{KEY}:punctual-import")])
+        .unwrap();
+    assert_eq!(journal.trim(), "0", "the journal is empty");
+}
+
+/// A member added again after its job ran (the old producer scheduling
+/// the same order again) is a new job: imported again, not taken for one
+/// an interrupted run left.
+#[tokio::test]
+async fn a_member_added_again_after_its_job_ran_is_imported_again() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    fill_due(&redis);
+    let q = Queue::connect(url.as_str()).await.unwrap();
+    let (code, out, err) = run_import(&url, &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(run_all(&q).await, 3);
+    fill_due(&redis);
+    let (code, out, err) = run_import(&url, &["--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(v["imported"], 3, "{v}");
+    assert_eq!(run_all(&q).await, 3);
+}
+
+/// Issue 28 item 6: --id-template makes the ids the new producer writes,
+/// so a legacy member and a job of the new producer for the same order
+/// share one id.
+#[tokio::test]
+async fn id_template_makes_the_new_producers_ids() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let q = Queue::connect(url.as_str()).await.unwrap();
+    // The new producer already wrote order 100002.
+    q.enqueue("orders", punctual::Job::new("new").id("order:100002"))
+        .await
+        .unwrap();
+    for (score, m) in [
+        ("1893456000", r#"{"order_id":100001,"shop":"s1"}"#),
+        ("1893456001", r#"{"order_id":100002,"shop":"s1"}"#),
+        ("1893456002", r#"{"order_id":"x7","shop":"s2"}"#),
+    ] {
+        redis.cli(&["ZADD", KEY, score, m]).unwrap();
+    }
+    let import = |extra: &[&str]| {
+        let mut a = vec!["import", "zset", KEY, "--topic", "orders"];
+        a.extend_from_slice(extra);
+        punctual(&url, &a)
+    };
+    let (code, _, err) = import(&["--id-template", "order:{order_id"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("without '}'"), "{err}");
+    let (code, _, err) = import(&[
+        "--id-template",
+        "order:{order_id}",
+        "--id-field",
+        "order_id",
+    ]);
+    assert_eq!(code, 2, "one or the other: {err}");
+
+    let (code, out, err) = import(&["--id-template", "order:{order_id}"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains("order:100002") && err.contains("another payload"),
+        "the new producer's job and the legacy member share the id: {err}"
+    );
+    assert_eq!(zcard(&redis), 1);
+    for id in ["order:100001", "order:x7"] {
+        assert!(q.get("orders", id).await.unwrap().is_some(), "{id}");
+    }
+    // Several fields, and text around them.
+    redis
+        .cli(&[
+            "ZADD",
+            "legacy:more",
+            "1893456000",
+            r#"{"order_id":5,"shop":"s9"}"#,
+        ])
+        .unwrap();
+    let (code, out, err) = punctual(
+        &url,
+        &[
+            "import",
+            "zset",
+            "legacy:more",
+            "--topic",
+            "orders",
+            "--id-template",
+            "{shop}/o-{order_id}!",
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(q.get("orders", "s9/o-5!").await.unwrap().is_some());
+}

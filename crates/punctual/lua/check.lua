@@ -15,8 +15,34 @@
 --   problem by itself: the caller checks that the list P:{T}:c:<start>
 --   holds the id.
 -- An id in no set and without a record is fine: it finished meanwhile.
+-- With no ids (ARGV empty), checks the held groups instead (PROTOCOL.md
+-- "Group limits"): returns a flat array group, problem for each group in
+-- P:{T}:gwait until one of its running jobs ends (score inf) while fewer
+-- jobs of it run than its max_running (or it has none): nothing would
+-- release it, and its ready jobs would never run. At most 1000 groups.
 
-if #ARGV < 1 or #ARGV > 1000 then return invalid('check expects 1 to 1000 ids') end
+if #ARGV == 0 then
+  local out = {}
+  if redis.call('HGET', K_META, 'glimited') ~= '1' then return out end
+  local held = redis.call('ZRANGE', KEY_BASE .. 'gwait', '+inf', '+inf', 'BYSCORE', 'LIMIT', 0, 1000)
+  if #held == 0 then return out end
+  local default = redis.call('HGET', K_META, 'group_max_running')
+  local own = redis.call('HMGET', KEY_BASE .. 'glimits', unpack(held))
+  local running = redis.call('HMGET', KEY_BASE .. 'grunning', unpack(held))
+  for i, grp in ipairs(held) do
+    local max = default
+    if own[i] then max = string.match(own[i], '^[^;]*;[^;]*;([^;]*)$') end
+    max = int_arg(max, 1, MAX_SAFE)
+    local r = tonumber(running[i]) or 0
+    if not max or r < max then
+      out[#out + 1] = grp
+      out[#out + 1] = string.format('held until one of its running jobs ends, with %d of its max_running %s '
+        .. 'running: nothing releases it and its ready jobs never run', r, max and string.format('%d', max) or 'none')
+    end
+  end
+  return out
+end
+if #ARGV > 1000 then return invalid('check expects 1 to 1000 ids (or none: the held groups)') end
 local out = {}
 local trusted = redis.call('HGET', K_META, 'retried') == '1'
 local n_retried = tonumber(redis.call('HGET', K_META, 'retried_n')) or 0

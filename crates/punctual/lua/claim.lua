@@ -29,7 +29,8 @@
 -- by group, the group with the lowest virtual time first, from the group
 -- indexes P:{T}:g:<group>, dropping index entries whose job left ready.
 -- Group limits (meta glimited = 1, PROTOCOL.md "Group limits"): a group takes
--- no more than its own rate and max_running allow; wait_ms also reports
+-- no more than its own rate and max_running allow (only the jobs leased
+-- take room: one sent to dead or dropped does not); wait_ms also reports
 -- when groups held back by them are all that is left.
 -- The steady flow (no groups; ARCHITECTURE.md "Workers claim due jobs
 -- straight from the pool"): when ready yields fewer than n ids, pool entries
@@ -112,10 +113,12 @@ if meta[9] == '1' then
   gs = { g = {} }
 end
 local held
+-- The records of the ids when claim_groups read them already.
+local grecs
 if meta[7] == '1' then
   -- Groups (PROTOCOL.md "Groups"): lib.lua's claim_groups picks them.
   local vt, ran_out
-  ids, vt, ran_out, held = claim_groups(n, gs, now)
+  ids, vt, ran_out, held, grecs = claim_groups(n, gs, now)
   if vt then redis.call('HSET', K_META, 'vtime', vt) end
   -- Never an empty answer while ready holds jobs: when the steps went to
   -- stale entries only (or ready holds jobs no index has, which should not
@@ -130,6 +133,7 @@ if meta[7] == '1' then
     end
     ids = redis.call('ZRANGE', K_READY, 0, n - 1)
     by_rank = true
+    grecs = nil
   end
 else
   ids = redis.call('ZRANGE', K_READY, 0, n - 1)
@@ -188,7 +192,7 @@ local deadline = now + lease
 -- is formatted ("%.17g", about 3,600 instructions) for every argument it
 -- fills, so the ZADD's 1,000 equal scores cost 1,000 formattings.
 local deadline_s = string.format('%d', deadline)
-local recs = redis.call('HMGET', K_JOBS, unpack(ids))
+local recs = grecs or redis.call('HMGET', K_JOBS, unpack(ids))
 -- The attempts entries of these jobs (false: none, the first attempt).
 -- Only a job sent back by fail or a reclaim has one while it waits, and it
 -- is in P:{T}:retried (K_RETRIED): once meta retried is 1, only the ids in

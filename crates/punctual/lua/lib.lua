@@ -856,10 +856,15 @@ end
 -- whose time has come return first (at the topic's virtual time); a group
 -- takes at most its room, and one left without room goes to gwait (so do
 -- groups met without room, at most 1000 per call: after a change of
--- limits). Returns the ids, the virtual time to store (nil: none served),
--- whether the groups ran out (rather than the steps), and, when they ran out
--- with groups held back, the wait to report: ms to the earliest gwait entry,
--- or -1 (until a running job ends).
+-- limits). Only jobs the claim will lease (a record that reads, not
+-- expired) take a group's room: one that goes to dead or is dropped does
+-- not. An index entry whose job's record names another group (a stale
+-- one, see index_ready) is dropped, not served. Returns the ids, the
+-- virtual time to store (nil: none served), whether the groups ran out
+-- (rather than the steps), when they ran out with groups held back, the
+-- wait to report: ms to the earliest gwait entry, or -1 (until a running
+-- job ends), and the records of the ids (false for a missing one), read
+-- once for the checks above and reused by claim.
 local function claim_groups(n, gs, now)
   local K_GROUPS, K_GWAIT = KEY_BASE .. 'groups', KEY_BASE .. 'gwait'
   if gs then
@@ -875,7 +880,7 @@ local function claim_groups(n, gs, now)
       redis.call('ZREM', K_GWAIT, unpack(back))
     end
   end
-  local ids, picked, steps, held_steps = {}, {}, 4 * n + 16, 1000
+  local ids, recs, picked, steps, held_steps = {}, {}, {}, 4 * n + 16, 1000
   local vt, ran_out = nil, false
   while #ids < n and steps > 0 and held_steps > 0 do
     local need = math.min(n - #ids, steps)
@@ -936,14 +941,48 @@ local function claim_groups(n, gs, now)
         owner[#all] = i
       end
     end
-    local live = {}
+    -- live: the ids served per group; took: those the claim will lease
+    -- (a record that reads and has not expired), the only ones that take
+    -- the group's room and tokens. Counting a job that goes to dead or is
+    -- dropped would hold the group at its max_running with nothing of it
+    -- running, and nothing would ever release it.
+    local live, took = {}, {}
     if #all > 0 then
       local sc = redis.call('ZMSCORE', K_READY, unpack(all))
+      local cand, cown = {}, {}
       for j, id in ipairs(all) do
         if sc[j] and not picked[id] then
+          cand[#cand + 1] = id
+          cown[#cand] = owner[j]
+        end
+      end
+      local crecs = #cand > 0 and redis.call('HMGET', K_JOBS, unpack(cand)) or {}
+      for j, id in ipairs(cand) do
+        local rec, i = crecs[j], cown[j]
+        -- An entry left in the index of a group the job no longer belongs
+        -- to (it was replaced into another group, or cancelled and enqueued
+        -- again into another): dropped, never served through that group
+        -- (the job is served through its own group's index).
+        -- (One match on the record; only a record whose group differs
+        -- pays for group_of_field, index_ready's reading of it, which
+        -- differs from this one for an unreadable field only.)
+        local same = true
+        if rec then
+          local g = string.match(rec, '^[^:]-;g([^;:]*)') or ''
+          if g ~= names[i] then
+            local m = string.match(rec, '^([^:]*):')
+            same = not m or group_of_field(m) == names[i]
+          end
+        end
+        if same then
           picked[id] = true
           ids[#ids + 1] = id
-          live[owner[j]] = (live[owner[j]] or 0) + 1
+          recs[#ids] = rec
+          live[i] = (live[i] or 0) + 1
+          if gs and rec then
+            local ok, expired = claimable(rec, now)
+            if ok and not expired then took[i] = (took[i] or 0) + 1 end
+          end
         end
       end
     end
@@ -956,7 +995,7 @@ local function claim_groups(n, gs, now)
           gone[#gone + 1] = names[i]
         elseif l > 0 then
           local s = st[i]
-          if s then s.taken = s.taken + l end
+          if s then s.taken = s.taken + (took[i] or 0) end
           if s and group_room(s) <= 0 then
             group_hold(s, names[i], now)
           else
@@ -976,7 +1015,7 @@ local function claim_groups(n, gs, now)
       if e[2] == 'inf' then held = -1 else held = math.max(1, tonumber(e[2]) - now) end
     end
   end
-  return ids, vt, ran_out, held
+  return ids, vt, ran_out, held, recs
 end
 
 -- claim's accounting with group limits: each leased job (`leases`: the

@@ -372,6 +372,11 @@ pub(crate) fn check_max_attempts(m: u32) -> Result<()> {
 pub struct EnqueueOptions {
     /// Replace a live job with the same id instead of reporting a duplicate.
     pub replace: bool,
+    /// Mark each job created in `P:{T}:fired` (kept 7 days), in the same
+    /// script as its enqueue, and create none whose id is marked there
+    /// ([`EnqueueStatus::FiredBefore`]): what makes an import rerun after an
+    /// interruption enqueue nothing twice, even for jobs that ran meanwhile.
+    pub mark: bool,
 }
 
 impl EnqueueOptions {
@@ -382,6 +387,18 @@ impl EnqueueOptions {
     /// ```
     pub fn replace(mut self, yes: bool) -> Self {
         self.replace = yes;
+        self
+    }
+
+    /// Mark the jobs created in `P:{T}:fired` (7 days), and create none
+    /// whose id is marked there (see [`EnqueueOptions::mark`] the field,
+    /// and [`crate::Queue::marks`]).
+    ///
+    /// ```
+    /// assert!(punctual::EnqueueOptions::default().mark(true).mark);
+    /// ```
+    pub fn mark(mut self, yes: bool) -> Self {
+        self.mark = yes;
         self
     }
 }
@@ -415,8 +432,9 @@ pub enum EnqueueStatus {
     /// ([`crate::Queue::dead_replay`]) or enqueue with replace.
     Dead,
     /// This occurrence of a schedule was fired before (it is in
-    /// `P:{T}:fired`, which keeps the last 7 days); nothing changed. Only
-    /// the firer of [`crate::schedule`] enqueues with the fired key, so
+    /// `P:{T}:fired`, which keeps the last 7 days), or this id was enqueued
+    /// with [`EnqueueOptions::mark`] before; nothing changed. Only the
+    /// firer of [`crate::schedule`] and marked enqueues use the fired key, so
     /// only it sees this status.
     #[serde(rename = "fired_before")]
     FiredBefore,

@@ -865,19 +865,29 @@ impl Queue {
 
     /// Takes back the occurrences of `s` fired ahead (after `now`, up to its
     /// watermark) that are not due yet, and lowers the watermark to `now`.
+    /// For catch-up `spread`, also the missed occurrences whose due time was
+    /// spread ahead of now: found by their fired marks (`P:{T}:fired`),
+    /// made within the spread window (at most [`FIRED_KEEP`]) before now.
     async fn take_back(&self, topic: &str, k: &Keys, s: &Schedule, now: i64) -> Result<u64> {
         let wm: Option<i64> = self
             .cmd(redis::cmd("HGET").arg(&k.last).arg(&s.name))
             .await?;
         let Some(wm) = wm else { return Ok(0) };
-        if wm <= now {
+        let mut ids: Vec<String> = Vec::new();
+        if wm > now {
+            ids.extend(
+                s.occurrences(now, wm, MAX_BATCH * 10)?
+                    .into_iter()
+                    .map(|o| occurrence_id(&s.name, o)),
+            );
+        }
+        if let (CatchUp::Spread, Some(window)) = (s.catch_up, s.spread_ms) {
+            let window = window.min(FIRED_KEEP.as_millis() as u64) as i64;
+            ids.extend(self.spread_fired(topic, &s.name, now - window).await?);
+        }
+        if ids.is_empty() {
             return Ok(0);
         }
-        let ids: Vec<String> = s
-            .occurrences(now, wm, MAX_BATCH * 10)?
-            .into_iter()
-            .map(|o| occurrence_id(&s.name, o))
-            .collect();
         let parts = self.partitions(topic).await?;
         let mut by_part: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for id in ids {
@@ -900,10 +910,48 @@ impl Queue {
                     .map_err(|e| Error::protocol("unfire", e.to_string()))?;
             }
         }
-        let _: i64 = self
-            .cmd(redis::cmd("HSET").arg(&k.last).arg(&s.name).arg(now))
-            .await?;
+        if wm > now {
+            let _: i64 = self
+                .cmd(redis::cmd("HSET").arg(&k.last).arg(&s.name).arg(now))
+                .await?;
+        }
         Ok(removed)
+    }
+
+    /// The ids of `name`'s occurrences fired at or after `since` (ms), from
+    /// the fired marks of every partition of `topic`, read in pages of
+    /// 1000 (the ones `unfire` leaves alone, due or run, are among them).
+    async fn spread_fired(&self, topic: &str, name: &str, since: i64) -> Result<Vec<String>> {
+        let prefix = format!("{name}@");
+        let mut out = Vec::new();
+        for physical in self.partition_names(topic).await? {
+            let key = self.fired_key(&physical);
+            let mut offset = 0;
+            loop {
+                let page: Vec<String> = self
+                    .cmd(
+                        redis::cmd("ZRANGE")
+                            .arg(&key)
+                            .arg(since)
+                            .arg("+inf")
+                            .arg("BYSCORE")
+                            .arg("LIMIT")
+                            .arg(offset)
+                            .arg(MAX_BATCH),
+                    )
+                    .await?;
+                let n = page.len();
+                out.extend(page.into_iter().filter(|id| {
+                    id.strip_prefix(&prefix)
+                        .is_some_and(|o| !o.is_empty() && o.bytes().all(|b| b.is_ascii_digit()))
+                }));
+                if n < MAX_BATCH {
+                    break;
+                }
+                offset += MAX_BATCH;
+            }
+        }
+        Ok(out)
     }
 
     async fn publish(&self, k: &Keys, name: &str) {

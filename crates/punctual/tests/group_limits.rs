@@ -565,3 +565,137 @@ async fn topic_delete_leaves_no_index_of_a_held_group() {
         .unwrap();
     assert!(left.is_empty(), "keys left after topic delete: {left:?}");
 }
+
+/// Enqueues one job due now in `group` with the given options.
+async fn enqueue_one(q: &Queue, topic: &str, job: Job) {
+    let opts = EnqueueOptions::default().replace(true);
+    q.enqueue_with(topic, vec![job], &opts).await.unwrap();
+}
+
+/// Claims (up to three times) until `id` is delivered; the deliveries.
+async fn claim_until(q: &Queue, p: &raw::Partition, id: &str) -> Vec<punctual::Delivery> {
+    let mut all = Vec::new();
+    for _ in 0..3 {
+        let got = raw::claim(q, p, 10, LONG_LEASE).await.unwrap();
+        all.extend(got);
+        if all.iter().any(|d| d.id == id) {
+            break;
+        }
+    }
+    all
+}
+
+/// A group at max_running 1 whose first ready job expired before any claim:
+/// the claim sends it to dead and serves the next job of the group; the
+/// expired one takes no room, and the group is not left held with nothing
+/// running (issue 29, item 1).
+#[tokio::test]
+async fn an_expired_job_does_not_hold_its_group() {
+    let s = RedisServer::start();
+    let q = Queue::connect(s.url()).await.unwrap();
+    let (t, p) = ("gexpired", part("gexpired"));
+    q.set_group_limits(t, None, &Limits::default().max_running(1))
+        .await
+        .unwrap();
+    // Due 10 s ago with an expiry of 1 ms: its deadline has passed.
+    let past = std::time::SystemTime::now() - Duration::from_secs(10);
+    enqueue_one(
+        &q,
+        t,
+        Job::new("x")
+            .id("a1")
+            .group("a")
+            .at(past)
+            .expire(Duration::from_millis(1)),
+    )
+    .await;
+    enqueue_one(&q, t, Job::new("x").id("a2").group("a")).await;
+    let got = claim_until(&q, &p, "a2").await;
+    assert_eq!(ids(&got), ["a2"], "the group's next job is served");
+    assert_eq!(
+        q.get(t, "a1").await.unwrap().map(|j| j.state),
+        Some(punctual::State::Dead)
+    );
+    assert_eq!(running(&q, t).await, HashMap::from([("a".into(), 1)]));
+    assert!(q.check(t).await.unwrap().is_empty());
+    // Its job ends: nothing of the group is left held.
+    raw::ack(&q, &p, &[got[0].lease()]).await.unwrap();
+    let g = q.groups(t).await.unwrap();
+    assert!(g.iter().all(|g| g.held.is_none()), "{g:?}");
+}
+
+/// A job that moved from group a to group b while ready (a replace) keeps
+/// a stale entry in a's index: a claim must not serve it through a, past
+/// b's max_running (issue 29, item 3). The same after a cancel and a new
+/// enqueue of the id into another group.
+#[tokio::test]
+async fn a_stale_group_index_entry_does_not_exceed_max_running() {
+    let s = RedisServer::start();
+    let q = Queue::connect(s.url()).await.unwrap();
+    let (t, p) = ("gstale", part("gstale"));
+    q.set_group_limits(t, None, &Limits::default().max_running(1))
+        .await
+        .unwrap();
+    enqueue_one(&q, t, Job::new("y").id("y").group("b")).await;
+    let y = raw::claim(&q, &p, 10, LONG_LEASE).await.unwrap();
+    assert_eq!(ids(&y), ["y"]);
+    // x: pushed in a, then replaced into b (b is at its max_running).
+    enqueue_one(&q, t, Job::new("x").id("x").group("a")).await;
+    enqueue_one(&q, t, Job::new("x").id("x").group("b")).await;
+    // z: pushed in a, cancelled, then pushed again into b.
+    enqueue_one(&q, t, Job::new("z").id("z").group("a")).await;
+    assert!(q.cancel(t, "z").await.unwrap().is_some());
+    enqueue_one(&q, t, Job::new("z").id("z").group("b")).await;
+    let got = raw::claim(&q, &p, 10, LONG_LEASE).await.unwrap();
+    assert!(
+        got.is_empty(),
+        "served past b's max_running: {:?}",
+        ids(&got)
+    );
+    assert_eq!(running(&q, t).await, HashMap::from([("b".into(), 1)]));
+    // y ends: b's next job runs, one at a time.
+    raw::ack(&q, &p, &[y[0].lease()]).await.unwrap();
+    let got = raw::claim(&q, &p, 10, LONG_LEASE).await.unwrap();
+    assert_eq!(got.len(), 1, "{:?}", ids(&got));
+    assert_eq!(running(&q, t).await, HashMap::from([("b".into(), 1)]));
+}
+
+/// `check` reports a group held until one of its running jobs ends while
+/// fewer than its max_running are running: nothing would release it.
+#[tokio::test]
+async fn check_reports_a_group_held_with_nothing_running() {
+    let s = RedisServer::start();
+    let q = Queue::connect(s.url()).await.unwrap();
+    let t = "gstuck";
+    q.set_group_limits(t, None, &Limits::default().max_running(1))
+        .await
+        .unwrap();
+    enqueue_one(&q, t, Job::new("x").id("a2").group("a")).await;
+    assert!(q.check(t).await.unwrap().is_empty());
+    // The state issue 29 item 1 left: a held at "until a running job
+    // ends", with none of its jobs running.
+    let mut c = redis::Client::open(s.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = redis::pipe()
+        .cmd("ZREM")
+        .arg("punctual:{gstuck}:groups")
+        .arg("a")
+        .ignore()
+        .cmd("ZADD")
+        .arg("punctual:{gstuck}:gwait")
+        .arg("+inf")
+        .arg("a")
+        .ignore()
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let v = q.check(t).await.unwrap();
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert!(
+        v[0].problem.contains("held") && v[0].problem.contains("0 of its max_running 1"),
+        "{v:?}"
+    );
+}

@@ -532,3 +532,87 @@ async fn an_occurrence_carries_the_schedules_payload_and_job_options() {
     assert_eq!(job.timeout_ms, Some(5000));
     assert_eq!(job.deadline_ms, Some(job.due_ms + 60_000));
 }
+
+/// The occurrences of `name` waiting in the pool, due after `after` (ms).
+async fn pool_ahead(q: &Queue, topic: &str, name: &str, after: i64) -> Vec<punctual::Listed> {
+    let prefix = format!("{name}@");
+    q.peek(topic, State::Pool, 1000)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|l| l.id.starts_with(&prefix) && l.at_ms > after)
+        .collect()
+}
+
+/// An `every 1m` schedule with catch-up spread over 1 h, 10 minutes down:
+/// its missed occurrences are due over the next hour. `pause` and `rm`
+/// take those back too, not only the occurrences after now (issue 29,
+/// item 5).
+async fn spread_taken_back(change: &str) {
+    let server = RedisServer::start();
+    let q = Queue::connect(server.url()).await.unwrap();
+    let topic = "t";
+    let stored = q
+        .schedule_put(
+            topic,
+            Schedule::every("tick", Duration::from_secs(60))
+                .payload("tick")
+                .spread(Duration::from_secs(3600)),
+        )
+        .await
+        .unwrap();
+    // Ten minutes down: created (and last handled) 10 min 30 s ago.
+    let mut old = stored.clone();
+    old.created_ms -= 630_000;
+    let mut c = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = redis::pipe()
+        .hset(
+            "punctual:{t}:schedules",
+            "tick",
+            serde_json::to_string(&old).unwrap(),
+        )
+        .ignore()
+        .hset("punctual:{t}:schedules:last", "tick", old.created_ms)
+        .ignore()
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let stop = CancellationToken::new();
+    spawn_schedulers(&q, topic, 1, &stop);
+    eventually(
+        Duration::from_secs(10),
+        "the missed occurrences spread ahead",
+        async || {
+            pool_ahead(&q, topic, "tick", q.redis_now_ms().await.unwrap() + 60_000)
+                .await
+                .len()
+                >= 8
+        },
+    )
+    .await;
+    stop.cancel();
+    match change {
+        "rm" => assert!(q.schedule_remove(topic, "tick").await.unwrap()),
+        _ => assert!(q.schedule_pause(topic, "tick").await.unwrap()),
+    }
+    let now = q.redis_now_ms().await.unwrap();
+    let left = pool_ahead(&q, topic, "tick", now).await;
+    assert!(
+        left.is_empty(),
+        "{change} left occurrences due ahead: {left:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rm_takes_back_occurrences_spread_ahead() {
+    spread_taken_back("rm").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_takes_back_occurrences_spread_ahead() {
+    spread_taken_back("pause").await;
+}

@@ -2,21 +2,38 @@
 //! (members are JSON, scores are due times) into a topic, safely.
 //!
 //! Each member becomes a job due at its score (absolute time), with the
-//! member's text as payload and its id field as job id. A member is removed
-//! from the ZSET (`ZREM` of exactly that member) only after punctual's
-//! enqueue of it returned, so a crash at any point loses nothing; a rerun
-//! finds what a crash left behind live in punctual already (the id is a
-//! duplicate and the live job's payload is this member) and only removes
-//! it; a member whose id is live with another payload stays and is
-//! reported. Members that are not JSON, lack the id
-//! field, or have an unusable score stay where they are and are reported.
+//! member's text as payload and its id field (or an id template filled from
+//! its fields) as job id. A member is removed from the ZSET (`ZREM` of
+//! exactly that member) only after punctual's enqueue of it returned, so a
+//! crash at any point loses nothing. Nothing is doubled by a rerun either,
+//! even when the jobs a crashed run enqueued have run and been acked
+//! meanwhile:
+//!
+//! - the enqueue marks each job it creates in `P:{T}:fired` (7 days), in
+//!   the same script, and creates no job whose id is marked there
+//!   (`EnqueueOptions::mark`);
+//! - before the enqueue, each member's entry in a journal (a HASH in the
+//!   source key's slot, `journal_key`) records the id's mark as it was
+//!   (`-`: none), unless an interrupted run left one; the journal entry
+//!   leaves with the member, in one `MULTI` with the `ZREM`;
+//! - a member refused as marked whose mark differs from its journal entry
+//!   was enqueued by an interrupted run: it is only removed. One whose mark
+//!   is the one it had before (another member with this id, imported
+//!   earlier) is imported as the new job it is: compared with the live job
+//!   when there is one, else unmarked and enqueued again.
+//!
+//! A member whose id is live with another payload, or dead, stays and is
+//! reported. Members that are not JSON, lack the id field, or have an
+//! unusable score stay where they are and are reported. The marks live 7
+//! days: a rerun more than 7 days after an interruption may enqueue again
+//! the jobs that run enqueued and that have run since.
 
 use std::collections::HashSet;
 use std::time::{Duration, UNIX_EPOCH};
 
 use anyhow::{Context as _, Result};
 use clap::{Args, Subcommand, ValueEnum};
-use punctual::{EnqueueStatus, Job, Queue};
+use punctual::{EnqueueOptions, EnqueueStatus, Job, Queue};
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value as RValue};
@@ -40,21 +57,29 @@ pub(crate) enum ImportCommand {
     /// into a topic.
     ///
     /// Each member becomes a job due at its score (an absolute time), with
-    /// the member's text as payload and the value of --id-field as job id.
+    /// the member's text as payload and the value of --id-field (or the id
+    /// --id-template makes of its fields) as job id.
     /// A member is removed from KEY only after punctual accepted it, so the
-    /// import can be killed at any point and run again: nothing is lost and
-    /// nothing doubled (a member whose id is live in the topic already, with
-    /// this member as payload, is only removed; with another payload, or
-    /// when the id is dead in the topic, it is left and reported). Members that are not JSON, lack the id field or have
-    /// an unusable score stay in KEY and are reported (exit 1). Stop the
-    /// old consumer first; the old producer may keep writing (run the
-    /// import again to move what it added).
+    /// import can be killed at any point and run again within 7 days:
+    /// nothing is lost and nothing doubled, even if the jobs the killed run
+    /// enqueued have run since. Each job it creates is marked in the topic
+    /// (P:{T}:fired, kept 7 days), and each member in flight is noted in
+    /// the hash KEY:punctual-import (in KEY's slot) until its ZREM; a rerun
+    /// after more than 7 days may enqueue those jobs again. A member whose
+    /// id is live in the topic already, with this member as payload, is
+    /// only removed; with another payload, or when the id is dead in the
+    /// topic, it is left and reported. Members that are not JSON, lack the
+    /// id field or have an unusable score stay in KEY and are reported
+    /// (exit 1). Stop the old consumer first; the old producer may keep
+    /// writing (run the import again to move what it added).
     #[command(after_help = "\
 Examples:
   # say what would happen, change nothing
   punctual import zset delayed:orders --topic orders --id-field uuid --dry-run
   # then move them
-  punctual import zset delayed:orders --topic orders --id-field uuid")]
+  punctual import zset delayed:orders --topic orders --id-field uuid
+  # ids as the new producer writes them: {\"order_id\":100001} -> order:100001
+  punctual import zset delayed:orders --topic orders --id-template 'order:{order_id}'")]
     Zset(ZsetArgs),
 }
 
@@ -81,8 +106,21 @@ pub(crate) struct ZsetArgs {
 
     /// The field of each member's JSON object holding its unique id (a
     /// string or an integer), which becomes the job id.
-    #[arg(long, value_name = "FIELD")]
-    pub id_field: String,
+    #[arg(
+        long,
+        value_name = "FIELD",
+        required_unless_present = "id_template",
+        conflicts_with = "id_template"
+    )]
+    pub id_field: Option<String>,
+
+    /// The job id made from each member's fields, so that imported ids
+    /// match what the new producer writes: each {FIELD} is replaced by the
+    /// value of that top-level field (a string or an integer), e.g.
+    /// 'order:{order_id}' makes order:100001 of {"order_id":100001}. Other
+    /// text is kept as is; braces are only for fields.
+    #[arg(long, value_name = "TEMPLATE", value_parser = parse_template)]
+    pub id_template: Option<Template>,
 
     /// How the scores are due times: auto (per member: 1e11 or more is
     /// milliseconds, else seconds; right for every date from 1973 to 5138),
@@ -101,6 +139,93 @@ pub(crate) struct ZsetArgs {
     /// Deliveries before a job goes to dead (default: the topic's setting).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_attempts: Option<u32>,
+}
+
+/// An id template: literal text and `{field}` placeholders, in order.
+#[derive(Debug, Clone)]
+pub(crate) struct Template(Vec<Part>);
+
+#[derive(Debug, Clone)]
+enum Part {
+    Text(String),
+    Field(String),
+}
+
+fn parse_template(s: &str) -> Result<Template, String> {
+    let mut parts = Vec::new();
+    let mut rest = s;
+    while !rest.is_empty() {
+        match rest.find(['{', '}']) {
+            None => {
+                parts.push(Part::Text(rest.to_string()));
+                break;
+            }
+            Some(i) if rest.as_bytes()[i] == b'}' => {
+                return Err(format!(
+                    "a '}}' without '{{' in {s:?}: write each field as {{FIELD}}, e.g. 'order:{{order_id}}'"
+                ))
+            }
+            Some(i) => {
+                if i > 0 {
+                    parts.push(Part::Text(rest[..i].to_string()));
+                }
+                let after = &rest[i + 1..];
+                let Some(end) = after.find('}') else {
+                    return Err(format!(
+                        "a '{{' without '}}' in {s:?}: write each field as {{FIELD}}, e.g. 'order:{{order_id}}'"
+                    ));
+                };
+                let field = &after[..end];
+                if field.is_empty() || field.contains('{') {
+                    return Err(format!(
+                        "{{{field}}} in {s:?} is not a field name: write each field as {{FIELD}}, e.g. 'order:{{order_id}}'"
+                    ));
+                }
+                parts.push(Part::Field(field.to_string()));
+                rest = &after[end + 1..];
+            }
+        }
+    }
+    if !parts.iter().any(|p| matches!(p, Part::Field(_))) {
+        return Err(format!(
+            "{s:?} names no field, so every member would get the same id: write each field as {{FIELD}}, e.g. 'order:{{order_id}}'"
+        ));
+    }
+    Ok(Template(parts))
+}
+
+/// A field's value as id text: a string or an integer.
+fn id_value(o: &serde_json::Map<String, Value>, field: &str) -> Result<String, String> {
+    match o.get(field) {
+        None | Some(Value::Null) => Err(format!("no {field:?} field")),
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(Value::Number(n)) if n.is_i64() || n.is_u64() => Ok(n.to_string()),
+        Some(other) => Err(format!("{field:?} is {other}, not a string or an integer")),
+    }
+}
+
+/// The journal of the members in flight: a HASH member -> the fired mark
+/// their id had before their enqueue (`-`: none), named after the source
+/// key and in its cluster slot, so that the `ZREM` of a member and the
+/// `HDEL` of its entry go in one `MULTI`. `None` when no such name exists
+/// (on a cluster, a key with braces but no hash tag).
+fn journal_key(key: &str, cluster: bool) -> Option<String> {
+    // A key with a hash tag keeps it with a suffix.
+    if let Some(open) = key.find('{') {
+        if let Some(len) = key[open + 1..].find('}') {
+            if len > 0 {
+                return Some(format!("{key}:punctual-import"));
+            }
+        }
+    }
+    if !key.contains(['{', '}']) {
+        return Some(if cluster {
+            format!("{{{key}}}:punctual-import")
+        } else {
+            format!("{key}:punctual-import")
+        });
+    }
+    (!cluster).then(|| format!("{key}:punctual-import"))
 }
 
 /// A connection for commands on the source key: the node, or a cluster.
@@ -193,21 +318,24 @@ fn job_of(
     args: &ZsetArgs,
     max_payload: usize,
     report: &mut Report,
-) -> Result<Job, String> {
+) -> Result<(Job, String), String> {
     let v: Value = serde_json::from_slice(member).map_err(|e| format!("not JSON ({e})"))?;
     let Value::Object(o) = &v else {
         return Err("not a JSON object".into());
     };
-    let id = match o.get(&args.id_field) {
-        None | Some(Value::Null) => return Err(format!("no {:?} field", args.id_field)),
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Number(n)) if n.is_i64() || n.is_u64() => n.to_string(),
-        Some(other) => {
-            return Err(format!(
-                "{:?} is {other}, not a string or an integer",
-                args.id_field
-            ))
+    let id = match (&args.id_template, &args.id_field) {
+        (Some(Template(parts)), _) => {
+            let mut id = String::new();
+            for p in parts {
+                match p {
+                    Part::Text(t) => id.push_str(t),
+                    Part::Field(f) => id.push_str(&id_value(o, f)?),
+                }
+            }
+            id
         }
+        (None, Some(field)) => id_value(o, field)?,
+        (None, None) => return Err("no --id-field or --id-template".into()),
     };
     if member.len() > max_payload {
         return Err(format!(
@@ -239,7 +367,7 @@ fn job_of(
         Scores::Auto => (score * 1000.0, false),
     };
     let mut job = Job::new(member.to_vec())
-        .id(id)
+        .id(id.clone())
         .at(UNIX_EPOCH + Duration::from_millis(ms.round() as u64));
     if let Some(m) = args.max_attempts {
         job = job.max_attempts(m);
@@ -250,7 +378,7 @@ fn job_of(
     } else {
         report.as_s += 1;
     }
-    Ok(job)
+    Ok((job, id))
 }
 
 async fn zset(ctx: &Ctx, args: ZsetArgs) -> Result<()> {
@@ -276,6 +404,12 @@ async fn zset(ctx: &Ctx, args: ZsetArgs) -> Result<()> {
             )))
         }
     }
+    let journal = journal_key(&args.key, queue.is_cluster()).ok_or_else(|| {
+        exit::problem(format!(
+            "{:?} has braces but no hash tag, so no key of its cluster slot can be named for the import's journal: rename it (RENAME to a name without braces, or with a {{tag}}) and run the import again",
+            args.key
+        ))
+    })?;
     let mut report = Report::default();
     let mut seen: HashSet<Vec<u8>> = HashSet::new();
     let mut cursor: u64 = 0;
@@ -289,14 +423,16 @@ async fn zset(ctx: &Ctx, args: ZsetArgs) -> Result<()> {
             .await?;
         let mut members = Vec::new();
         let mut jobs = Vec::new();
+        let mut ids = Vec::new();
         for (member, score) in items {
             // ZSCAN may return a member twice.
             if !seen.insert(member.clone()) {
                 continue;
             }
             match job_of(&member, score, &args, queue.max_payload(), &mut report) {
-                Ok(job) => {
+                Ok((job, id)) => {
                     jobs.push(job);
+                    ids.push(id);
                     members.push(member);
                 }
                 Err(reason) => report.bad.push(Bad {
@@ -308,60 +444,8 @@ async fn zset(ctx: &Ctx, args: ZsetArgs) -> Result<()> {
         if args.dry_run {
             report.imported += jobs.len();
         } else if !jobs.is_empty() {
-            let results = queue.enqueue_batch(&args.topic, jobs).await?;
-            // Only now, and only what punctual holds, leaves the ZSET.
-            let mut zrem = redis::cmd("ZREM");
-            zrem.arg(&args.key);
-            let mut removing = 0;
-            for (r, m) in results.iter().zip(&members) {
-                if r.status == EnqueueStatus::Dead {
-                    // Not imported: the id is in punctual's dead set, so
-                    // this job would never run. The member stays.
-                    report.bad.push(Bad {
-                        member: one_line(&String::from_utf8_lossy(m), 80),
-                        reason: format!(
-                            "id {:?} is dead in topic {:?}: replay or purge it (punctual dead replay/purge), then run the import again",
-                            r.id, args.topic
-                        ),
-                    });
-                    continue;
-                }
-                if r.status == EnqueueStatus::Duplicate {
-                    // Live already: this very member (imported before a
-                    // crash), or another member with the same id, which
-                    // must not vanish.
-                    let live = queue.get(&args.topic, &r.id).await?;
-                    let reason = match live {
-                        Some(info) if info.payload == *m => {
-                            report.already += 1;
-                            None
-                        }
-                        Some(_) => Some(format!(
-                            "id {:?} is live in topic {:?} with another payload (a second member with this id?): cancel that job or change this member's id",
-                            r.id, args.topic
-                        )),
-                        None => Some(format!(
-                            "id {:?} was live in topic {:?} a moment ago and is gone now: run the import again",
-                            r.id, args.topic
-                        )),
-                    };
-                    if let Some(reason) = reason {
-                        report.bad.push(Bad {
-                            member: one_line(&String::from_utf8_lossy(m), 80),
-                            reason,
-                        });
-                        continue;
-                    }
-                } else {
-                    report.imported += 1;
-                }
-                zrem.arg(m);
-                removing += 1;
-            }
-            if removing > 0 {
-                let n: usize = zrem.query_async(&mut src).await?;
-                report.removed += n;
-            }
+            let batch = Batch { jobs, ids, members };
+            import_batch(&queue, &mut src, &args, &journal, batch, &mut report).await?;
         }
         cursor = next;
         if cursor == 0 {
@@ -393,6 +477,164 @@ async fn zset(ctx: &Ctx, args: ZsetArgs) -> Result<()> {
             msg.push_str(&format!("; and {} more", report.bad.len() - NAMED));
         }
         return Err(exit::problem(msg));
+    }
+    Ok(())
+}
+
+/// The text a journal entry holds for a mark: its ms, or `-` for none.
+fn mark_text(m: Option<i64>) -> String {
+    m.map_or_else(|| "-".to_string(), |ms| ms.to_string())
+}
+
+/// What to do with a member whose id has a job in the topic (live or dead)
+/// or had one: `Ok(true)` only remove it (this very member is there),
+/// `Err(reason)` leave it and report, `Ok(false)` no job: import it.
+fn against_live(
+    info: Option<punctual::JobInfo>,
+    member: &[u8],
+    id: &str,
+    topic: &str,
+) -> Result<bool, String> {
+    match info {
+        None => Ok(false),
+        Some(info) if info.state == punctual::State::Dead => Err(format!(
+            "id {id:?} is dead in topic {topic:?}: replay or purge it (punctual dead replay/purge), then run the import again"
+        )),
+        Some(info) if info.payload == member => Ok(true),
+        Some(_) => Err(format!(
+            "id {id:?} is live in topic {topic:?} with another payload (a second member with this id?): cancel that job or change this member's id"
+        )),
+    }
+}
+
+/// One batch of good members: their jobs and the jobs' ids, in order.
+struct Batch {
+    jobs: Vec<Job>,
+    ids: Vec<String>,
+    members: Vec<Vec<u8>>,
+}
+
+/// Imports one batch (see the module's comment): journal, marked enqueue,
+/// then the `ZREM` of what punctual holds and the `HDEL` of the batch's
+/// journal entries in one `MULTI`.
+async fn import_batch(
+    queue: &Queue,
+    src: &mut Source,
+    args: &ZsetArgs,
+    journal: &str,
+    batch: Batch,
+    report: &mut Report,
+) -> Result<()> {
+    let topic = &args.topic;
+    let Batch { jobs, ids, members } = batch;
+    // 1. The journal: each member's mark before its enqueue, unless an
+    //    interrupted run noted it already (then that entry stays).
+    let before = queue.marks(topic, &ids).await?;
+    let mut pipe = redis::pipe();
+    for (m, b) in members.iter().zip(&before) {
+        pipe.cmd("HSETNX")
+            .arg(journal)
+            .arg(m)
+            .arg(mark_text(*b))
+            .ignore();
+    }
+    pipe.cmd("HMGET").arg(journal).arg(&members);
+    let (noted,): (Vec<Option<String>>,) = pipe.query_async(src).await?;
+    // 2. The marked enqueue.
+    let opts = EnqueueOptions::default().mark(true);
+    let results = queue.enqueue_with(topic, jobs.clone(), &opts).await?;
+    // 3. What each status means for its member.
+    let mut remove: Vec<&[u8]> = Vec::new();
+    let mut again: Vec<usize> = Vec::new();
+    let bad = |m: &[u8], reason: String, report: &mut Report| {
+        report.bad.push(Bad {
+            member: one_line(&String::from_utf8_lossy(m), 80),
+            reason,
+        })
+    };
+    let marked: Vec<usize> = (0..results.len())
+        .filter(|&i| results[i].status == EnqueueStatus::FiredBefore)
+        .collect();
+    let marked_ids: Vec<String> = marked.iter().map(|&i| ids[i].clone()).collect();
+    let now_marks = queue.marks(topic, &marked_ids).await?;
+    let now_mark: std::collections::HashMap<usize, Option<i64>> =
+        marked.iter().copied().zip(now_marks).collect();
+    for (i, r) in results.iter().enumerate() {
+        let m = &members[i][..];
+        match r.status {
+            EnqueueStatus::Created | EnqueueStatus::Replaced => {
+                report.imported += 1;
+                remove.push(m);
+            }
+            EnqueueStatus::FiredBefore
+                if noted[i].as_deref() != Some(mark_text(now_mark[&i]).as_str()) =>
+            {
+                // Marked since its journal entry: enqueued by a run that
+                // stopped before its ZREM (the job may have run since).
+                report.already += 1;
+                remove.push(m);
+            }
+            _ => {
+                // A job with this id is there, or was (another member's,
+                // imported earlier, when the mark is the one noted).
+                match against_live(queue.get(topic, &r.id).await?, m, &r.id, topic) {
+                    Ok(true) => {
+                        report.already += 1;
+                        remove.push(m);
+                    }
+                    Err(reason) => bad(m, reason, report),
+                    Ok(false) if r.status == EnqueueStatus::FiredBefore => again.push(i),
+                    Ok(false) => bad(
+                        m,
+                        format!(
+                            "id {:?} was live in topic {topic:?} a moment ago and is gone now: run the import again",
+                            r.id
+                        ),
+                        report,
+                    ),
+                }
+            }
+        }
+    }
+    // A new member for an id whose earlier job has finished: unmarked and
+    // enqueued again (its journal entry still holds the old mark, so a
+    // crash from here on is told apart as above).
+    if !again.is_empty() {
+        let again_ids: Vec<String> = again.iter().map(|&i| ids[i].clone()).collect();
+        queue.unmark(topic, &again_ids).await?;
+        let jobs2: Vec<Job> = again.iter().map(|&i| jobs[i].clone()).collect();
+        let results2 = queue.enqueue_with(topic, jobs2, &opts).await?;
+        for (&i, r) in again.iter().zip(&results2) {
+            let m = &members[i][..];
+            if matches!(r.status, EnqueueStatus::Created | EnqueueStatus::Replaced) {
+                report.imported += 1;
+                remove.push(m);
+            } else {
+                bad(
+                    m,
+                    format!(
+                        "id {:?} was enqueued in topic {topic:?} by someone else meanwhile: run the import again",
+                        r.id
+                    ),
+                    report,
+                );
+            }
+        }
+    }
+    // 4. Only now, and only what punctual holds, leaves the ZSET, with the
+    //    batch's journal entries (those of the members left too: a rerun
+    //    notes them afresh).
+    let mut tx = redis::pipe();
+    tx.atomic();
+    if !remove.is_empty() {
+        tx.cmd("ZREM").arg(&args.key).arg(&remove);
+    }
+    tx.cmd("HDEL").arg(journal).arg(&members).ignore();
+    if remove.is_empty() {
+        let () = tx.query_async(src).await?;
+    } else {
+        let (n,): (usize,) = tx.query_async(src).await?;
+        report.removed += n;
     }
     Ok(())
 }

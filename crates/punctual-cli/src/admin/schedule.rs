@@ -45,10 +45,12 @@ pub(crate) enum ScheduleCommand {
     /// List a topic's schedules with their next occurrence.
     List(TopicArg),
     /// Remove a schedule; occurrences it fired ahead and not yet due are
-    /// cancelled.
+    /// cancelled, and so are missed ones that catch-up spread made due
+    /// later.
     Rm(NameArgs),
     /// Pause a schedule: it fires nothing until resumed; occurrences fired
-    /// ahead and not yet due are cancelled.
+    /// ahead and not yet due are cancelled, and so are missed ones that
+    /// catch-up spread made due later (resume does not fire those again).
     Pause(NameArgs),
     /// Resume a paused schedule; the occurrences missed while it was paused
     /// are handled by its catch-up policy.

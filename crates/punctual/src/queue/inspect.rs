@@ -499,7 +499,9 @@ impl Queue {
     /// bucket is reported (after a second look, so a job moved meanwhile is
     /// not), as is a cold bucket that starts below meta `cold_at`. For
     /// a partitioned topic, every partition is checked, and every id must be
-    /// in the partition its id maps to.
+    /// in the partition its id maps to. A group held until one of its running
+    /// jobs ends while fewer of its jobs run than its max_running (nothing
+    /// would release it) is reported with an empty id.
     ///
     /// ```no_run
     /// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
@@ -609,14 +611,30 @@ impl Queue {
         for (key, problem) in self.cold_below(topic).await? {
             found.insert(key, problem);
         }
-        Ok(found
+        let mut out: Vec<Violation> = found
             .into_iter()
             .map(|(id, problem)| Violation {
                 topic: topic.to_string(),
                 id,
                 problem,
             })
-            .collect())
+            .collect();
+        // The held groups (the check script with no ids): a group held
+        // until a running job ends with fewer running than its max_running.
+        let v = self.run(&SCRIPTS.check, topic, |_| {}).await?;
+        let mut r = Reply::new("check", v)?;
+        while !r.is_empty() {
+            let group = r.string()?;
+            out.push(Violation {
+                topic: topic.to_string(),
+                id: String::new(),
+                problem: format!(
+                    "group {group:?} {}; any change of the group limits returns every held group (e.g. `punctual groups {logical} limit {group} --max-running N`)",
+                    r.string()?
+                ),
+            });
+        }
+        Ok(out)
     }
 
     /// The first `count` (1 to 1000) ids of one state, in score order, with

@@ -439,9 +439,23 @@ impl Queue {
         topic: &str,
         args: impl FnOnce(&mut redis::ScriptInvocation<'_>),
     ) -> Result<Value> {
+        self.run_plus(script, topic, None, args).await
+    }
+
+    /// [`Queue::run`] with an optional tenth key after the nine.
+    pub(crate) async fn run_plus(
+        &self,
+        script: &Script,
+        topic: &str,
+        tenth: Option<&str>,
+        args: impl FnOnce(&mut redis::ScriptInvocation<'_>),
+    ) -> Result<Value> {
         let keys = self.keys(topic);
         let mut inv = script.prepare_invoke();
         for k in &keys.keys {
+            inv.key(k);
+        }
+        if let Some(k) = tenth {
             inv.key(k);
         }
         args(&mut inv);
