@@ -29,11 +29,11 @@ from .producer import (
     validate_id,
     validate_topic,
 )
-from .worker import Dead, Job, Retry, Worker, once_key, run, run_async
+from .worker import Dead, Job, NotUnderServe, Retry, Worker, once_key, run, run_async
 
 __all__ = [
     "DEFAULT_MAX_PAYLOAD", "DEFAULT_PREFIX", "Dead", "Duration", "Enqueued", "InvalidInput", "Job",
-    "JobInfo", "NewJob", "PartialBatch", "Producer", "Retry", "Worker", "encode_options",
+    "JobInfo", "NewJob", "NotUnderServe", "PartialBatch", "Producer", "Retry", "Worker", "encode_options",
     "generate_id", "once_key", "partition_of", "run", "run_async", "validate_group", "validate_id",
     "validate_topic",
 ]

@@ -93,12 +93,37 @@ def once_key(prefix: str, topic: str, job_id: str, step: str) -> str:
     return f"{prefix}:once:{topic}:{job_id}:{step}"
 
 
+class NotUnderServe(SystemExit):
+    """The program was not started by ``punctual serve`` (run by hand, or by
+    another tool): raised by :func:`run`, :func:`run_async` and
+    :meth:`Worker.run`. A ``SystemExit``, so uncaught it prints its message
+    (no traceback) and exits with status 1."""
+
+
+def _check_protocol() -> None:
+    """serve sets PUNCTUAL_PROTOCOL; only then are fds 3 and 4 its pipes
+    (run by hand they may be anything the shell or interpreter left open)."""
+    v = os.environ.get("PUNCTUAL_PROTOCOL", "")
+    if v == "":
+        raise NotUnderServe(
+            "punctual: PUNCTUAL_PROTOCOL is not set: this program is a resident handler; run it under "
+            "`punctual serve` (a topic with resident = [...]), which sets it and sends jobs on fd 3; "
+            "see docs/RESIDENT.md"
+        )
+    if v != str(PROTOCOL):
+        raise NotUnderServe(
+            f"punctual: PUNCTUAL_PROTOCOL is {v!r}; this client speaks protocol {PROTOCOL}: "
+            "use a client release that matches your punctual serve"
+        )
+
+
 def _open(env: str, default: int, mode: str):
+    _check_protocol()
     fd = int(os.environ.get(env, default))
     try:
         os.fstat(fd)
     except OSError:
-        raise RuntimeError(
+        raise NotUnderServe(
             f"punctual: fd {fd} is not open: run this program under `punctual serve` "
             "(a topic with resident = [...]); see docs/RESIDENT.md"
         ) from None
