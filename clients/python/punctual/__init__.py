@@ -13,6 +13,7 @@ resident handler loop of ``punctual serve`` (docs/RESIDENT.md).
 """
 
 from .producer import (
+    AsyncProducer,
     DEFAULT_MAX_PAYLOAD,
     DEFAULT_PREFIX,
     Duration,
@@ -32,7 +33,7 @@ from .producer import (
 from .worker import Dead, Job, NotUnderServe, Retry, Worker, once_key, run, run_async
 
 __all__ = [
-    "DEFAULT_MAX_PAYLOAD", "DEFAULT_PREFIX", "Dead", "Duration", "Enqueued", "InvalidInput", "Job",
+    "AsyncProducer", "DEFAULT_MAX_PAYLOAD", "DEFAULT_PREFIX", "Dead", "Duration", "Enqueued", "InvalidInput", "Job",
     "JobInfo", "NewJob", "NotUnderServe", "PartialBatch", "Producer", "Retry", "Worker", "encode_options",
     "generate_id", "once_key", "partition_of", "run", "run_async", "validate_group", "validate_id",
     "validate_topic",
