@@ -30,12 +30,13 @@ from .producer import (
     validate_id,
     validate_topic,
 )
+from .tasks import Task, configure, current_job, task
 from .worker import Dead, Job, NotUnderServe, Retry, Worker, once_key, run, run_async
 
 __all__ = [
     "AsyncProducer", "DEFAULT_MAX_PAYLOAD", "DEFAULT_PREFIX", "Dead", "Duration", "Enqueued", "InvalidInput", "Job",
-    "JobInfo", "NewJob", "NotUnderServe", "PartialBatch", "Producer", "Retry", "Worker", "encode_options",
+    "JobInfo", "NewJob", "NotUnderServe", "PartialBatch", "Producer", "Retry", "Task", "Worker", "configure", "current_job", "task", "encode_options",
     "generate_id", "once_key", "partition_of", "run", "run_async", "validate_group", "validate_id",
     "validate_topic",
 ]
-__version__ = "0.1.0"
+__version__ = "0.3.0"

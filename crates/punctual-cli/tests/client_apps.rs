@@ -1,0 +1,197 @@
+//! Apps written the way another tool's users write them, unchanged but for
+//! their import lines, run under the real `punctual serve` with the client
+//! installed as a user installs it:
+//!
+//! - Python: an RQ-style module of plain functions (clients/python/tests/
+//!   apps/shop), enqueued with `Queue.enqueue_in`/`enqueue_at`/`Retry`, plus
+//!   one `@punctual.task`; the client `pip install`ed into a venv that
+//!   serve's config names (`python -m punctual shop.tasks`, `cwd`).
+//! - Node: a BullMQ-style app (clients/node/test/apps/shop.js), `Queue.add`/
+//!   `addBulk`/`getJob`/`changeDelay` and `new Worker(name, processor,
+//!   {concurrency})` on an ioredis connection; the client `npm pack`ed and
+//!   installed from the tarball.
+//!
+//! Each: every job runs once, never early (Redis's clock at the start
+//! against the due time), retries and dead as the app configured them, a
+//! crash of the program mid-job retried at once (not after the timeout).
+
+mod support;
+#[path = "support/provision.rs"]
+mod provision;
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use punctual::{Queue, State};
+use punctual_testkit::{eventually, RedisServer};
+use serde_json::Value;
+use support::{output_text, Service};
+
+/// The JSON lines a list holds.
+fn list(rc: &redis::Client, key: &str) -> Vec<Value> {
+    let mut conn = rc.get_connection().unwrap();
+    let items: Vec<String> = redis::cmd("LRANGE")
+        .arg(key)
+        .arg(0)
+        .arg(-1)
+        .query(&mut conn)
+        .unwrap();
+    items
+        .iter()
+        .map(|s| serde_json::from_str(s).unwrap())
+        .collect()
+}
+
+/// serve with one resident topic `shop` running `argv` in `cwd`.
+fn serve(url: &str, argv: &[String], cwd: &Path, env: &str) -> Service {
+    let mut svc = Service::new();
+    let argv: Vec<String> = argv.iter().map(|a| format!("{a:?}")).collect();
+    let text = format!(
+        "redis = {url:?}\nworkers = 1\n\n[topics.shop]\nresident = [{}]\ncwd = {:?}\n\
+         processes = 2\ntimeout = \"120s\"\nbackoff = [\"100ms\"]\nmax_attempts = 4\n\
+         env = {{ SHOP_REDIS_URL = {url:?}{env} }}\n",
+        argv.join(", "),
+        cwd.display().to_string(),
+    );
+    std::fs::write(svc.path("punctual.toml"), text).unwrap();
+    svc.start();
+    svc
+}
+
+/// Every run recorded on `shop:ran`: never early, and per job id the runs.
+fn runs_by_id(rc: &redis::Client) -> HashMap<String, Vec<Value>> {
+    let mut by: HashMap<String, Vec<Value>> = HashMap::new();
+    for r in list(rc, "shop:ran") {
+        let (now, due) = (r["now_ms"].as_i64().unwrap(), r["due_ms"].as_i64().unwrap());
+        assert!(now >= due, "{r}: started {} ms early", due - now);
+        by.entry(r["id"].as_str().unwrap().to_string())
+            .or_default()
+            .push(r);
+    }
+    by
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_rq_style_app_under_serve() {
+    if provision::skipped("python") {
+        return;
+    }
+    let venv = provision::python_app_venv().unwrap_or_else(|e| panic!("{e}"));
+    let py = venv.join("bin/python");
+    let app = provision::clients_dir().join("python/tests/apps");
+    let server = RedisServer::start();
+    let url = server.url();
+    let rc = redis::Client::open(url.as_str()).unwrap();
+    let q = Queue::connect(url.as_str()).await.unwrap();
+    let argv = [
+        py.display().to_string(),
+        "-m".into(),
+        "punctual".into(),
+        "shop.tasks".into(),
+        "shop.native".into(),
+    ];
+    let svc = serve(&url, &argv, &app, "");
+
+    // The app's own enqueue script, with the venv's python, as the app runs it.
+    let out = Command::new(&py)
+        .arg("shop/enqueue.py")
+        .current_dir(&app)
+        .env("SHOP_REDIS_URL", &url)
+        .env("PYTHONPATH", &app)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", output_text(&out));
+    let enqueued: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(enqueued.len(), 27);
+    let statuses: Vec<&str> = enqueued
+        .iter()
+        .map(|e| e["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(statuses.iter().filter(|s| **s == "created").count(), 26);
+    assert_eq!(enqueued[24]["id"], "at:2000");
+    assert_eq!(enqueued[24]["status"], "duplicate", "the same job id again");
+    let ids: HashSet<String> = enqueued
+        .iter()
+        .map(|e| e["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ids.len(), 26);
+
+    let wait = Duration::from_secs(60);
+    eventually(wait, "every job reaches its end", || async {
+        let by = runs_by_id(&rc);
+        let mut settled = true;
+        for id in &ids {
+            let job = q.get("shop", id).await.unwrap();
+            settled &= match id.as_str() {
+                "refund:8" => job.is_some_and(|j| j.state == State::Dead),
+                _ => job.is_none() && by.contains_key(id),
+            };
+        }
+        settled
+    })
+    .await;
+    let by = runs_by_id(&rc);
+    for e in &enqueued {
+        let id = e["id"].as_str().unwrap();
+        let runs = &by[id];
+        let want = match id {
+            "charge:7" => 3,  // ConnectionError twice, then done
+            "refund:8" => 2,  // Retry(max=1): two attempts, then dead
+            "crash:9" => 2,   // the interpreter died in the first
+            "remind:flaky" => 2,
+            _ => 1,
+        };
+        assert_eq!(runs.len(), want, "{id}: {runs:?}");
+        let attempts: Vec<i64> = runs.iter().map(|r| r["attempt"].as_i64().unwrap()).collect();
+        assert_eq!(attempts, (1..=want as i64).collect::<Vec<_>>(), "{id}");
+        if let Some(delay) = e["delay_ms"].as_i64() {
+            // Due when asked: the delay from enqueue on, by Redis's clock
+            // (rounded up to the ms: the delay, or 1 ms more).
+            let measured =
+                runs[0]["due_ms"].as_i64().unwrap() - runs[0]["created_ms"].as_i64().unwrap();
+            assert!(
+                measured == delay || measured == delay + 1,
+                "{id}: due - created = {measured}, asked {delay}"
+            );
+        }
+    }
+    // Arguments as the app passed them (JSON).
+    let orders: HashSet<i64> = list(&rc, "shop:ran")
+        .iter()
+        .filter(|r| r["what"] == "close_order")
+        .map(|r| r["arg"].as_i64().unwrap())
+        .collect();
+    assert_eq!(orders, (1000..1020).chain([2000]).collect());
+    assert_eq!(by["remind:flaky"][0]["arg"], serde_json::json!(["flaky", "mail"]));
+    let remind_u1: Vec<&Value> = by
+        .values()
+        .flatten()
+        .filter(|r| r["arg"] == serde_json::json!(["u1", "sms"]))
+        .collect();
+    assert_eq!(remind_u1.len(), 1);
+    // Retry(max=1, interval=0.1): dead after 2 attempts, with the cause.
+    let dead = q.get("shop", "refund:8").await.unwrap().unwrap();
+    assert_eq!(dead.attempts, 2);
+    assert_eq!(
+        dead.last_error.as_deref(),
+        Some("ValueError: card declined")
+    );
+    // Retry intervals as given: 0.1 s, then 0.2 s (Redis's clock).
+    let charge = &by["charge:7"];
+    let gap1 = charge[1]["due_ms"].as_i64().unwrap() - charge[0]["now_ms"].as_i64().unwrap();
+    let gap2 = charge[2]["due_ms"].as_i64().unwrap() - charge[1]["now_ms"].as_i64().unwrap();
+    assert!(gap1 >= 100, "first retry due {gap1} ms after the failure");
+    assert!(gap2 >= 200, "second retry due {gap2} ms after the failure");
+    // A crash (os._exit mid-job) is retried at once, not after the 120 s
+    // timeout: the second attempt's due time is the crash plus the backoff.
+    let crash = &by["crash:9"];
+    let redo = crash[1]["due_ms"].as_i64().unwrap() - crash[0]["now_ms"].as_i64().unwrap();
+    assert!(redo < 60_000, "the crashed job came back after {redo} ms");
+    drop(svc);
+}
