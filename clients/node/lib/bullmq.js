@@ -228,7 +228,9 @@ for (const m of ['pause', 'resume', 'drain', 'obliterate', 'clean', 'getJobs', '
  * once. Returning: done. Throwing: retried (the job's attempts/backoff, else
  * the topic's); UnrecoverableError: dead. A Worker whose name is not the
  * topic serve runs the program for stays idle (one program may declare the
- * workers of several queues). Outside serve it prints what to do and exits 1.
+ * workers of several queues). When serve closes fd 3 and the jobs in hand
+ * are answered, it exits the process. Outside serve it prints what to do
+ * and exits 1.
  */
 class Worker {
   constructor(name, processor, { concurrency = 1, autorun = true, connection: _c, prefix: _p, ...rest } = {}) {
@@ -282,10 +284,15 @@ class Worker {
         return this.processor(job);
       },
       { inflight: this.concurrency },
-    ).catch((e) => {
-      console.error(e.message);
-      process.exit(1);
-    });
+    ).then(
+      // serve closed fd 3 and every job in hand is answered: exit, as serve
+      // expects (the app's own connections would keep the process alive).
+      () => process.exit(0),
+      (e) => {
+        console.error(e.message);
+        process.exit(1);
+      },
+    );
     return this.running;
   }
 

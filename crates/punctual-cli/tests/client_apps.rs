@@ -195,3 +195,127 @@ async fn python_rq_style_app_under_serve() {
     assert!(redo < 60_000, "the crashed job came back after {redo} ms");
     drop(svc);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_bullmq_style_app_under_serve() {
+    if provision::skipped("node") {
+        return;
+    }
+    // The client as a user installs it: npm pack, npm install of the tarball.
+    let app = provision::node_app_dir().unwrap_or_else(|e| panic!("{e}"));
+    for f in ["shop-queue.js", "shop-worker.js"] {
+        std::fs::copy(
+            provision::clients_dir().join("node/test/apps").join(f),
+            app.join(f),
+        )
+        .unwrap();
+    }
+    let server = RedisServer::start();
+    let url = server.url();
+    let rc = redis::Client::open(url.as_str()).unwrap();
+    let q = Queue::connect(url.as_str()).await.unwrap();
+    let svc = serve(&url, &["node".into(), "shop-worker.js".into()], &app, "");
+
+    let out = Command::new("node")
+        .arg("shop-queue.js")
+        .current_dir(&app)
+        .env("SHOP_REDIS_URL", &url)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", output_text(&out));
+    let enqueued: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(enqueued.len(), 29);
+    let status = |id: &str| -> Vec<&str> {
+        enqueued
+            .iter()
+            .filter(|e| e["id"] == id)
+            .map(|e| e["status"].as_str().unwrap())
+            .collect()
+    };
+    assert_eq!(status("later:2000"), ["created", "duplicate"]);
+    assert_eq!(status("gone:3000"), ["removed"]);
+    let ids: HashSet<String> = enqueued
+        .iter()
+        .map(|e| e["id"].as_str().unwrap().to_string())
+        .filter(|id| id != "gone:3000")
+        .collect();
+    assert_eq!(ids.len(), 27);
+
+    let wait = Duration::from_secs(60);
+    eventually(wait, "every job reaches its end", || async {
+        let by = runs_by_id(&rc);
+        let mut settled = true;
+        for id in &ids {
+            let job = q.get("shop", id).await.unwrap();
+            settled &= match id.as_str() {
+                "refund:8" | "fatal:12" => job.is_some_and(|j| j.state == State::Dead),
+                _ => job.is_none() && by.contains_key(id),
+            };
+        }
+        settled
+    })
+    .await;
+    assert!(q.get("shop", "gone:3000").await.unwrap().is_none());
+    let by = runs_by_id(&rc);
+    assert!(!by.contains_key("gone:3000"), "a removed job never runs");
+    for e in &enqueued {
+        let id = e["id"].as_str().unwrap();
+        if id == "gone:3000" || e["status"] == "duplicate" {
+            continue;
+        }
+        let runs = &by[id];
+        let attempts: Vec<i64> = runs
+            .iter()
+            .map(|r| r["attempt"].as_i64().unwrap())
+            .collect();
+        match id {
+            "charge:7" => assert_eq!(attempts, [1, 2, 3], "fixed backoff, 3 attempts"),
+            "refund:8" => assert_eq!(attempts, [1, 2], "attempts: 2, then dead"),
+            "fatal:12" => assert_eq!(attempts, [1], "UnrecoverableError: dead at once"),
+            // The crash may be recorded or not before the program died; it
+            // ends done on a later attempt.
+            id if id.starts_with("crash:") => {
+                assert!(attempts.len() <= 3 && attempts.windows(2).all(|w| w[1] == w[0] + 1), "{id}: {attempts:?}")
+            }
+            _ => assert_eq!(attempts, [1], "{id} runs once"),
+        }
+        assert_eq!(runs[0]["name"], e["name"], "{id}: the job name is kept");
+        if let Some(delay) = e["delay"].as_i64() {
+            let measured =
+                runs[0]["due_ms"].as_i64().unwrap() - runs[0]["created_ms"].as_i64().unwrap();
+            assert!(
+                measured == delay || measured == delay + 1,
+                "{id}: due - created = {measured}, asked {delay}"
+            );
+        }
+    }
+    let orders: HashSet<i64> = list(&rc, "shop:ran")
+        .iter()
+        .filter(|r| r["name"] == "close-order")
+        .map(|r| r["data"]["orderId"].as_i64().unwrap())
+        .collect();
+    assert_eq!(orders, (1000..1020).chain([2000]).collect());
+    // changeDelay: due 400 ms after the change, not 10 minutes.
+    let later = &by["later:2000"][0];
+    assert!(later["due_ms"].as_i64().unwrap() - later["created_ms"].as_i64().unwrap() < 60_000);
+    let refund = q.get("shop", "refund:8").await.unwrap().unwrap();
+    assert_eq!(refund.last_error.as_deref(), Some("Error: card declined"));
+    assert_eq!(refund.attempts, 2);
+    let fatal = q.get("shop", "fatal:12").await.unwrap().unwrap();
+    assert_eq!(fatal.last_error.as_deref(), Some("order does not exist"));
+    // Fixed backoff of 100 ms between the charge's attempts (Redis's clock).
+    let charge = &by["charge:7"];
+    for w in charge.windows(2) {
+        let gap = w[1]["due_ms"].as_i64().unwrap() - w[0]["now_ms"].as_i64().unwrap();
+        assert!(gap >= 100, "retry due {gap} ms after the failure, backoff 100 ms");
+    }
+    // The crashes (process.exit, an uncaught exception, an unhandled
+    // rejection) ended their programs and were retried at once: every job is
+    // done well inside the topic's 120 s timeout, which a hung program would
+    // have waited out (issue 29, item 14).
+    drop(svc);
+}
