@@ -319,3 +319,58 @@ async fn node_bullmq_style_app_under_serve() {
     // have waited out (issue 29, item 14).
     drop(svc);
 }
+
+/// The clients carry the project's version, and package as users install
+/// them: `pip wheel ./clients/python` builds punctual-VERSION's wheel,
+/// `npm pack` makes punctual-VERSION.tgz (installed by the Node app test).
+#[test]
+fn client_packages_carry_the_project_version_and_build() {
+    let version = env!("CARGO_PKG_VERSION");
+    let dir = provision::clients_dir();
+    let pyproject = std::fs::read_to_string(dir.join("python/pyproject.toml")).unwrap();
+    assert!(
+        pyproject.contains(&format!("\nversion = \"{version}\"\n")),
+        "clients/python/pyproject.toml's version is not {version}"
+    );
+    let init = std::fs::read_to_string(dir.join("python/punctual/__init__.py")).unwrap();
+    assert!(init.contains(&format!("__version__ = \"{version}\"")));
+    let package: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("node/package.json")).unwrap())
+            .unwrap();
+    assert_eq!(package["version"], version, "clients/node/package.json");
+    let lock: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("node/package-lock.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(lock["version"], version, "clients/node/package-lock.json");
+    let composer: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("php/composer.json")).unwrap())
+            .unwrap();
+    if let Some(v) = composer.get("version") {
+        assert_eq!(v, version, "clients/php/composer.json");
+    }
+
+    if !provision::skipped("python") {
+        let venv = provision::python_app_venv().unwrap_or_else(|e| panic!("{e}"));
+        let out_dir = tempfile::tempdir().unwrap();
+        let out = Command::new(venv.join("bin/pip"))
+            .args(["wheel", "--quiet", "--no-deps", "--wheel-dir"])
+            .arg(out_dir.path())
+            .arg(dir.join("python"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", output_text(&out));
+        let wheel = out_dir
+            .path()
+            .join(format!("punctual-{version}-py3-none-any.whl"));
+        assert!(wheel.exists(), "no {}", wheel.display());
+    }
+    if !provision::skipped("node") {
+        let app = provision::node_app_dir().unwrap_or_else(|e| panic!("{e}"));
+        assert!(app.join(format!("punctual-{version}.tgz")).exists());
+        // Installed from the tarball: a copy with its dependency, not a symlink.
+        let installed = app.join("node_modules/punctual");
+        assert!(!installed.symlink_metadata().unwrap().file_type().is_symlink());
+        assert!(installed.join("bullmq.js").exists() && installed.join("lua/enqueue.lua").exists());
+    }
+}
