@@ -15,9 +15,9 @@
 //! against the due time), retries and dead as the app configured them, a
 //! crash of the program mid-job retried at once (not after the timeout).
 
-mod support;
 #[path = "support/provision.rs"]
 mod provision;
+mod support;
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -141,14 +141,17 @@ async fn python_rq_style_app_under_serve() {
         let id = e["id"].as_str().unwrap();
         let runs = &by[id];
         let want = match id {
-            "charge:7" => 3,  // ConnectionError twice, then done
-            "refund:8" => 2,  // Retry(max=1): two attempts, then dead
-            "crash:9" => 2,   // the interpreter died in the first
+            "charge:7" => 3, // ConnectionError twice, then done
+            "refund:8" => 2, // Retry(max=1): two attempts, then dead
+            "crash:9" => 2,  // the interpreter died in the first
             "remind:flaky" => 2,
             _ => 1,
         };
         assert_eq!(runs.len(), want, "{id}: {runs:?}");
-        let attempts: Vec<i64> = runs.iter().map(|r| r["attempt"].as_i64().unwrap()).collect();
+        let attempts: Vec<i64> = runs
+            .iter()
+            .map(|r| r["attempt"].as_i64().unwrap())
+            .collect();
         assert_eq!(attempts, (1..=want as i64).collect::<Vec<_>>(), "{id}");
         if let Some(delay) = e["delay_ms"].as_i64() {
             // Due when asked: the delay from enqueue on, by Redis's clock
@@ -168,7 +171,10 @@ async fn python_rq_style_app_under_serve() {
         .map(|r| r["arg"].as_i64().unwrap())
         .collect();
     assert_eq!(orders, (1000..1020).chain([2000]).collect());
-    assert_eq!(by["remind:flaky"][0]["arg"], serde_json::json!(["flaky", "mail"]));
+    assert_eq!(
+        by["remind:flaky"][0]["arg"],
+        serde_json::json!(["flaky", "mail"])
+    );
     let remind_u1: Vec<&Value> = by
         .values()
         .flatten()
@@ -279,7 +285,10 @@ async fn node_bullmq_style_app_under_serve() {
             // The crash may be recorded or not before the program died; it
             // ends done on a later attempt.
             id if id.starts_with("crash:") => {
-                assert!(attempts.len() <= 3 && attempts.windows(2).all(|w| w[1] == w[0] + 1), "{id}: {attempts:?}")
+                assert!(
+                    attempts.len() <= 3 && attempts.windows(2).all(|w| w[1] == w[0] + 1),
+                    "{id}: {attempts:?}"
+                )
             }
             _ => assert_eq!(attempts, [1], "{id} runs once"),
         }
@@ -311,7 +320,10 @@ async fn node_bullmq_style_app_under_serve() {
     let charge = &by["charge:7"];
     for w in charge.windows(2) {
         let gap = w[1]["due_ms"].as_i64().unwrap() - w[0]["now_ms"].as_i64().unwrap();
-        assert!(gap >= 100, "retry due {gap} ms after the failure, backoff 100 ms");
+        assert!(
+            gap >= 100,
+            "retry due {gap} ms after the failure, backoff 100 ms"
+        );
     }
     // The crashes (process.exit, an uncaught exception, an unhandled
     // rejection) ended their programs and were retried at once: every job is
@@ -338,10 +350,9 @@ fn client_packages_carry_the_project_version_and_build() {
         serde_json::from_str(&std::fs::read_to_string(dir.join("node/package.json")).unwrap())
             .unwrap();
     assert_eq!(package["version"], version, "clients/node/package.json");
-    let lock: Value = serde_json::from_str(
-        &std::fs::read_to_string(dir.join("node/package-lock.json")).unwrap(),
-    )
-    .unwrap();
+    let lock: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("node/package-lock.json")).unwrap())
+            .unwrap();
     assert_eq!(lock["version"], version, "clients/node/package-lock.json");
     let composer: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("php/composer.json")).unwrap())
@@ -370,7 +381,11 @@ fn client_packages_carry_the_project_version_and_build() {
         assert!(app.join(format!("punctual-{version}.tgz")).exists());
         // Installed from the tarball: a copy with its dependency, not a symlink.
         let installed = app.join("node_modules/punctual");
-        assert!(!installed.symlink_metadata().unwrap().file_type().is_symlink());
+        assert!(!installed
+            .symlink_metadata()
+            .unwrap()
+            .file_type()
+            .is_symlink());
         assert!(installed.join("bullmq.js").exists() && installed.join("lua/enqueue.lua").exists());
     }
 }

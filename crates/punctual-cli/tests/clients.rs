@@ -25,9 +25,9 @@
 //! (a comma-separated list) skips a language on purpose, with a printed
 //! notice.
 
-mod support;
 #[path = "support/provision.rs"]
 mod provision;
+mod support;
 
 use std::collections::{HashMap, HashSet};
 use std::io::Write;

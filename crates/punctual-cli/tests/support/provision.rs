@@ -139,7 +139,11 @@ pub(crate) fn node() -> Result<(), String> {
         if !probe(Path::new("node"), &["-e", "1"], &dir) {
             return Err("node is not installed".into());
         }
-        if probe(Path::new("node"), &["-e", "require('redis'); require('ioredis')"], &dir) {
+        if probe(
+            Path::new("node"),
+            &["-e", "require('redis'); require('ioredis')"],
+            &dir,
+        ) {
             return Ok(());
         }
         run(
