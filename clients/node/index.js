@@ -5,6 +5,7 @@
 const { Producer, PartialBatch, crc32, partitionOf, generateId, DEFAULT_PREFIX, DEFAULT_MAX_PAYLOAD } = require('./lib/producer');
 const { InvalidInput, quote } = require('./lib/validate');
 const { run, Job, Retry, Dead, onceKey, PROTOCOL } = require('./lib/worker');
+const { limits } = require('./lib/clients');
 
 module.exports = {
   Producer,
@@ -22,4 +23,5 @@ module.exports = {
   PROTOCOL,
   DEFAULT_PREFIX,
   DEFAULT_MAX_PAYLOAD,
+  limits,
 };

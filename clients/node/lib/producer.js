@@ -11,6 +11,7 @@ const zlib = require('node:zlib');
 const { RESP_TYPES } = require('redis');
 const { InvalidInput, encodeJob, encodeWhen, validateId, validatePrefix, validateTopic } = require('./validate');
 const { Schedules } = require('./schedules');
+const { adapt } = require('./clients');
 
 const DEFAULT_PREFIX = 'punctual';
 const DEFAULT_MAX_PAYLOAD = 64 * 1024;
@@ -132,7 +133,9 @@ function parseOptions(s) {
 class Producer {
   /**
    * @param client a connected client of the `redis` package (createClient or
-   *   createCluster); replies are read as Buffers, so payloads keep their bytes.
+   *   createCluster), or an ioredis Redis or Cluster; replies are read as
+   *   Buffers, so payloads keep their bytes. A command Redis answers LOADING
+   *   is retried for up to 60 s (`limits.loadingWaitMs`).
    * @param {{prefix?: string, maxPayload?: number}} options
    */
   constructor(client, { prefix = DEFAULT_PREFIX, maxPayload = DEFAULT_MAX_PAYLOAD } = {}) {
@@ -140,7 +143,8 @@ class Producer {
     if (!Number.isSafeInteger(maxPayload) || maxPayload < 1) {
       throw new InvalidInput(`invalid maxPayload ${String(maxPayload)}: give a number of bytes (an integer, at least 1)`);
     }
-    this.client = client.withTypeMapping({ [RESP_TYPES.BLOB_STRING]: Buffer });
+    const { buffers, strings } = adapt(client, RESP_TYPES);
+    this.client = buffers;
     this.prefix = prefix;
     this.maxPayload = maxPayload;
     this.scripts = {};
@@ -150,7 +154,7 @@ class Producer {
     }
     this.registered = new Set();
     this.partitionCache = new Map();
-    this.schedules = new Schedules(client, prefix, maxPayload, {
+    this.schedules = new Schedules(strings, prefix, maxPayload, {
       physicals: async (topic) => {
         const k = await this.partitions(topic);
         return Array.from({ length: k }, (_, i) => partitionName(topic, i, k));

@@ -4,6 +4,7 @@
 // stdout and stderr are not part of the protocol: console.log freely.
 
 const fs = require('node:fs');
+const net = require('node:net');
 const readline = require('node:readline');
 
 const PROTOCOL = 1;
@@ -87,6 +88,27 @@ function replyFor(id, err) {
   return { type: 'retry', id, error: err instanceof Error ? `${cls}: ${err.message}` : `thrown: ${String(err)}` };
 }
 
+/**
+ * Refuses to run outside `punctual serve`: serve sets PUNCTUAL_PROTOCOL, and
+ * only then are fds 3 and 4 its pipes (run by hand, they may be anything the
+ * shell or the interpreter left open).
+ */
+function checkProtocol() {
+  const v = process.env.PUNCTUAL_PROTOCOL;
+  if (v === undefined || v === '') {
+    throw new Error(
+      'punctual: PUNCTUAL_PROTOCOL is not set: this program is a resident handler; run it under `punctual serve` ' +
+        '(a topic with resident = [...]), which sets it and sends jobs on fd 3; see docs/RESIDENT.md',
+    );
+  }
+  if (v !== String(PROTOCOL)) {
+    throw new Error(
+      `punctual: PUNCTUAL_PROTOCOL is ${JSON.stringify(v)}; this client speaks protocol ${PROTOCOL}: ` +
+        'use a client release that matches your punctual serve',
+    );
+  }
+}
+
 function openFd(env, fallback) {
   const fd = Number(process.env[env] ?? fallback);
   try {
@@ -101,6 +123,21 @@ function openFd(env, fallback) {
 }
 
 /**
+ * A stream over one of serve's pipes. A pipe is read through libuv's event
+ * loop (net.Socket): a read on the thread pool (fs.createReadStream) would
+ * sit blocked in read(2), and keep the process alive after process.exit, an
+ * uncaught exception or an unhandled rejection. Anything else (a file, in a
+ * test) falls back to the fs streams.
+ */
+function pipeStream(fd, readable) {
+  const kind = fs.fstatSync(fd);
+  if (kind.isFIFO() || kind.isSocket()) {
+    return new net.Socket({ fd, readable, writable: !readable });
+  }
+  return readable ? fs.createReadStream(null, { fd }) : fs.createWriteStream(null, { fd });
+}
+
+/**
  * Says ready, then runs `handler(job)` for each job punctual sends, up to
  * `inflight` at once (async handlers run concurrently), until fd 3 ends
  * (EOF: punctual wants the program to exit); then waits for the jobs in
@@ -111,13 +148,14 @@ async function run(handler, { inflight = 1 } = {}) {
   if (!Number.isInteger(inflight) || inflight < 1 || inflight > 1000) {
     throw new RangeError('inflight must be 1 to 1000');
   }
+  checkProtocol();
   const jobsFd = openFd('PUNCTUAL_JOBS_FD', 3);
   const repliesFd = openFd('PUNCTUAL_REPLIES_FD', 4);
-  const out = fs.createWriteStream(null, { fd: repliesFd });
+  const out = pipeStream(repliesFd, false);
   const send = (msg) => out.write(JSON.stringify(msg) + '\n');
   send({ type: 'ready', protocol: PROTOCOL, inflight });
 
-  const input = fs.createReadStream(null, { fd: jobsFd });
+  const input = pipeStream(jobsFd, true);
   const lines = readline.createInterface({ input, crlfDelay: Infinity });
   const pending = new Set();
   for await (const line of lines) {

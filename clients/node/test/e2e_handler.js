@@ -1,7 +1,10 @@
 'use strict';
 // The resident handler used by the tests (worker.test.js's fake driver and
 // crates/punctual-cli/tests/clients.rs), the same as the Python one: what it
-// does depends on the payload {"do": ok|print|retry|dead|raise|hang|slow|once},
+// does depends on the payload {"do": ok|print|retry|dead|raise|hang|slow|once|
+// exit|uncaught|unhandled} (the last three crash the program on the first
+// attempt: process.exit(7), an exception thrown from a timer, a rejected
+// promise nobody awaits),
 // and every delivery is recorded with RPUSH on $E2E_KEY:seen (default e2e:TOPIC:seen). It takes up to
 // E2E_INFLIGHT jobs at once (default 4).
 
@@ -31,7 +34,20 @@ async function main() {
         payload_hex: job.payload.toString('hex'), do: d,
       });
       const key = process.env.E2E_KEY || `e2e:${job.topic}`;
-      if (d === 'print') {
+      if (job.attempt === 1 && d === 'exit') {
+        await redis.rPush(key + ':crashed', seen);
+        process.exit(7);
+      } else if (job.attempt === 1 && d === 'uncaught') {
+        await redis.rPush(key + ':crashed', seen);
+        setTimeout(() => {
+          throw new BoomError('uncaught in a timer');
+        }, 0);
+        await sleep(3600 * 1000);
+      } else if (job.attempt === 1 && d === 'unhandled') {
+        await redis.rPush(key + ':crashed', seen);
+        Promise.reject(new BoomError('rejected, nobody awaits'));
+        await sleep(3600 * 1000);
+      } else if (d === 'print') {
         console.log('{"type":"done","id":"not-a-reply"}');
         console.log('junk on stdout');
         console.error('junk on stderr');

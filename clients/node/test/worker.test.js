@@ -21,7 +21,7 @@ class FakeServe {
   constructor(argv, env = {}) {
     this.child = spawn(argv[0], argv.slice(1), {
       stdio: ['ignore', 'pipe', 'pipe', 'pipe', 'pipe'],
-      env: { ...process.env, ...env },
+      env: { ...process.env, PUNCTUAL_PROTOCOL: '1', ...env },
     });
     this.out = '';
     this.err = '';
@@ -100,10 +100,38 @@ test('replies for each outcome, concurrency, exit on EOF', async () => {
   );
 });
 
+// A program that crashes must exit, whatever it held: punctual serve sees the
+// exit at once and retries its jobs (a hang would hold them for the full
+// timeout). fd 3 stays open here, as under serve. (Guarded by the test's own
+// timeout: a hang fails it.)
+for (const how of ['exit', 'uncaught', 'unhandled']) {
+  test(`a crash (${how}) in the handler exits the program`, { timeout: 20000 }, async () => {
+    const fake = new FakeServe([process.execPath, path.join(__dirname, 'e2e_handler.js')], { E2E_KEY: `e2e:crash-${how}` });
+    assert.deepEqual(await fake.read(), { type: 'ready', protocol: 1, inflight: 4 });
+    fake.job(`c-${how}`, { do: how });
+    const code = await fake.exited;
+    assert.notEqual(code, 0, fake.err);
+    assert.equal((await redis.lRange(`e2e:crash-${how}:crashed`, 0, -1)).length, 1);
+    if (how !== 'exit') assert.match(fake.err, /BoomError/);
+    fake.child.stdio[3].destroy();
+  });
+}
+
+test('run by hand (no PUNCTUAL_PROTOCOL, fds 3 and 4 open) it refuses with what to do', () => {
+  const code = `require(${JSON.stringify(path.join(__dirname, '..'))}).run(() => {}).then(() => console.log('ran'))`;
+  const env = { ...process.env };
+  delete env.PUNCTUAL_PROTOCOL;
+  // fds 3 and 4 are open (pipes), as a shell or an interpreter may leave them.
+  const r = spawnSync(process.execPath, ['-e', code], { env, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe', 'pipe', 'pipe'], timeout: 20000 });
+  assert.notEqual(r.status, 0, r.stdout + r.stderr);
+  assert.equal(r.stdout, '');
+  assert.match(r.stderr, /PUNCTUAL_PROTOCOL is not set: this program is a resident handler; run it under `punctual serve`/);
+});
+
 test('outside serve it says what to do', () => {
   const code = `require(${JSON.stringify(path.join(__dirname, '..'))}).run(() => {}).catch((e) => { console.error(e.message); process.exit(3); })`;
   const r = spawnSync(process.execPath, ['-e', code], {
-    env: { ...process.env, PUNCTUAL_JOBS_FD: '97', PUNCTUAL_REPLIES_FD: '98' },
+    env: { ...process.env, PUNCTUAL_PROTOCOL: '1', PUNCTUAL_JOBS_FD: '97', PUNCTUAL_REPLIES_FD: '98' },
     encoding: 'utf8',
   });
   assert.equal(r.status, 3);

@@ -13,6 +13,7 @@ resident handler loop of ``punctual serve`` (docs/RESIDENT.md).
 """
 
 from .producer import (
+    AsyncProducer,
     DEFAULT_MAX_PAYLOAD,
     DEFAULT_PREFIX,
     Duration,
@@ -29,11 +30,12 @@ from .producer import (
     validate_id,
     validate_topic,
 )
-from .worker import Dead, Job, Retry, Worker, once_key, run, run_async
+from .tasks import Task, configure, current_job, task
+from .worker import Dead, Job, NotUnderServe, Retry, Worker, once_key, run, run_async
 
 __all__ = [
-    "DEFAULT_MAX_PAYLOAD", "DEFAULT_PREFIX", "Dead", "Duration", "Enqueued", "InvalidInput", "Job",
-    "JobInfo", "NewJob", "PartialBatch", "Producer", "Retry", "Worker", "encode_options",
+    "AsyncProducer", "DEFAULT_MAX_PAYLOAD", "DEFAULT_PREFIX", "Dead", "Duration", "Enqueued", "InvalidInput", "Job",
+    "JobInfo", "NewJob", "NotUnderServe", "PartialBatch", "Producer", "Retry", "Task", "Worker", "configure", "current_job", "task", "encode_options",
     "generate_id", "once_key", "partition_of", "run", "run_async", "validate_group", "validate_id",
     "validate_topic",
 ]

@@ -10,13 +10,14 @@ the messages of the Rust library and the CLI.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import math
 import secrets
 import time
 import unicodedata
 import zlib
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from importlib import resources
 from typing import Any, Iterable, Optional, Union
 
@@ -50,6 +51,7 @@ _DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
 
 Payload = Union[bytes, str]
 Duration = Union[int, float, timedelta]
+Time = Union[int, float, datetime]
 
 
 class InvalidInput(ValueError):
@@ -77,10 +79,10 @@ class NewJob:
 
     payload: Payload
     id: Optional[str] = None
-    delay_ms: Optional[int] = None
-    at_ms: Optional[int] = None
+    delay_ms: Optional[Duration] = None
+    at_ms: Optional[Time] = None
     max_attempts: Optional[int] = None
-    backoff_ms: Optional[Iterable[int]] = None
+    backoff_ms: Optional[Iterable[Duration]] = None
     expire_ms: Optional[Duration] = None
     timeout_ms: Optional[Duration] = None
     group: Optional[str] = None
@@ -251,25 +253,48 @@ def _int(v: Any) -> bool:
 
 
 def _ms(v: Any) -> Optional[int]:
-    """Milliseconds as a whole number: an int as it is, a finite float
-    rounded up (1.5 -> 2, so a job is never due early), else None. The
-    scripts take plain decimal digits only ("1.5e3" or "60000.0" are
-    refused), so a float never reaches Redis as it is."""
+    """Milliseconds as a whole number: an int as it is, a finite float or a
+    ``timedelta`` rounded up (1.5 -> 2, so a job is never due early), else
+    None. The scripts take plain decimal digits only ("1.5e3" or "60000.0"
+    are refused), so a float never reaches Redis as it is."""
     if _int(v):
         return v
     if isinstance(v, float) and math.isfinite(v):
         return math.ceil(v)
+    if isinstance(v, timedelta):
+        return -(-v // timedelta(milliseconds=1))
     return None
 
 
-def encode_when(delay_ms: Optional[int], at_ms: Optional[int]) -> str:
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def _epoch_ms(v: Any) -> Optional[int]:
+    """A point in time as epoch ms: a number as :func:`_ms`, or an aware
+    ``datetime`` (rounded up to the ms). A naive datetime is refused: its
+    zone is a guess (``datetime.now()`` is local time, ``utcnow()`` UTC)."""
+    if isinstance(v, datetime):
+        if v.tzinfo is None or v.tzinfo.utcoffset(v) is None:
+            raise InvalidInput(
+                f"invalid due time {v.isoformat()}: a datetime without a time zone is ambiguous; "
+                "give an aware one (datetime.now(timezone.utc), django.utils.timezone.now())"
+            )
+        return -(-(v - _EPOCH) // timedelta(milliseconds=1))
+    if isinstance(v, timedelta):
+        return None
+    return _ms(v)
+
+
+def encode_when(delay_ms: Optional[Duration], at_ms: Optional[Time]) -> str:
     """The script's encoding of a due time: ``d<ms>`` or ``a<epoch ms>``."""
     if delay_ms is not None and at_ms is not None:
         raise InvalidInput("give a delay or a due time, not both")
     if at_ms is not None:
-        ms = _ms(at_ms)
+        ms = _epoch_ms(at_ms)
         if ms is None:
-            raise InvalidInput(f"invalid due time {at_ms!r}: give epoch milliseconds as a number")
+            raise InvalidInput(
+                f"invalid due time {at_ms!r}: give epoch milliseconds as a number or a datetime"
+            )
         at_ms = ms
         if at_ms < 0:
             raise InvalidInput("invalid due time: before 1970; give a time after the epoch")
@@ -278,7 +303,7 @@ def encode_when(delay_ms: Optional[int], at_ms: Optional[int]) -> str:
         return "d0"
     ms = _ms(delay_ms)
     if ms is None:
-        raise InvalidInput(f"invalid delay {delay_ms!r}: give milliseconds as a number")
+        raise InvalidInput(f"invalid delay {delay_ms!r}: give milliseconds as a number or a timedelta")
     delay_ms = ms
     if delay_ms < 0:
         raise InvalidInput(f"invalid delay {delay_ms}ms: delays may not be negative")
@@ -290,8 +315,6 @@ def encode_when(delay_ms: Optional[int], at_ms: Optional[int]) -> str:
 def _duration_ms(what: str, v: Any) -> int:
     """A duration as whole ms: ms as a number (a float rounded up) or a
     ``timedelta`` (rounded up to the ms)."""
-    if isinstance(v, timedelta):
-        return -(-v // timedelta(milliseconds=1))
     ms = _ms(v)
     if ms is None:
         raise InvalidInput(f"invalid {what} {v!r}: give milliseconds as a number or a timedelta")
@@ -354,12 +377,12 @@ def _encode_job(job: NewJob, max_payload: int) -> tuple:
     backoff = ""
     if job.backoff_ms is not None:
         if isinstance(job.backoff_ms, (str, bytes)) or not hasattr(job.backoff_ms, "__iter__"):
-            raise InvalidInput("backoff must be a list of delays in milliseconds")
+            raise InvalidInput("backoff must be a list of delays (milliseconds or timedeltas)")
         steps = []
         for given in job.backoff_ms:
             step = _ms(given)
             if step is None:
-                raise InvalidInput(f"invalid backoff step {given!r}: give milliseconds as numbers")
+                raise InvalidInput(f"invalid backoff step {given!r}: give milliseconds as numbers or timedeltas")
             steps.append(step)
             if step < 0:
                 raise InvalidInput(f"invalid backoff step {step}ms: steps may not be negative")
@@ -423,12 +446,105 @@ class _Script:
         self.sha = hashlib.sha1(self.text).hexdigest()
 
 
-class Producer:
-    """Enqueues and inspects jobs in one Redis (or Redis Cluster).
+# ---- one body, two drivers ---------------------------------------------------
+#
+# Each operation is written once, as a generator that yields what it needs
+# from Redis (a _Cmd) or a pause (a _Sleep) and gets the reply (or the
+# exception) back. Producer drives it with a blocking client, AsyncProducer
+# with redis.asyncio.
 
-    ``client`` is a ``redis.Redis`` or ``redis.cluster.RedisCluster`` made
-    with the default ``decode_responses=False`` (payloads are bytes).
-    """
+# How long a command is retried while Redis answers LOADING (it is reading
+# its dataset from disk after a restart): ids make the resend safe.
+LOADING_WAIT_S = 60.0
+
+
+class _Cmd:
+    __slots__ = ("name", "args", "kwargs")
+
+    def __init__(self, name: str, *args, **kwargs):
+        self.name, self.args, self.kwargs = name, args, kwargs
+
+
+class _Sleep:
+    __slots__ = ("seconds",)
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+
+
+def _loading_error(started: float, e: Exception) -> Exception:
+    return redis.exceptions.BusyLoadingError(
+        f"{e} (Redis was still loading its dataset after {time.monotonic() - started:.0f} s of retries; "
+        "wait for it to finish, or raise punctual.producer.LOADING_WAIT_S)"
+    )
+
+
+def _drive(client, gen):
+    """Runs an operation's generator against a blocking client."""
+    value, exc = None, None
+    while True:
+        try:
+            op = gen.throw(exc) if exc is not None else gen.send(value)
+        except StopIteration as stop:
+            return stop.value
+        value, exc = None, None
+        if isinstance(op, _Sleep):
+            time.sleep(op.seconds)
+            continue
+        started, pause = time.monotonic(), 0.05
+        while True:
+            try:
+                value = getattr(client, op.name)(*op.args, **op.kwargs)
+                break
+            except redis.exceptions.BusyLoadingError as e:
+                if time.monotonic() - started > LOADING_WAIT_S:
+                    exc = _loading_error(started, e)
+                    break
+                time.sleep(pause)
+                pause = min(pause * 2, 1.0)
+            except Exception as e:  # noqa: BLE001 - handed to the operation
+                exc = e
+                break
+
+
+async def _drive_async(client, gen):
+    """Runs an operation's generator against a redis.asyncio client."""
+    import asyncio
+
+    value, exc = None, None
+    while True:
+        try:
+            op = gen.throw(exc) if exc is not None else gen.send(value)
+        except StopIteration as stop:
+            return stop.value
+        value, exc = None, None
+        if isinstance(op, _Sleep):
+            await asyncio.sleep(op.seconds)
+            continue
+        started, pause = time.monotonic(), 0.05
+        while True:
+            try:
+                value = await getattr(client, op.name)(*op.args, **op.kwargs)
+                break
+            except redis.exceptions.BusyLoadingError as e:
+                if time.monotonic() - started > LOADING_WAIT_S:
+                    exc = _loading_error(started, e)
+                    break
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 1.0)
+            except Exception as e:  # noqa: BLE001 - handed to the operation
+                exc = e
+                break
+
+
+def _is_async_client(client) -> bool:
+    """A redis.asyncio client (its commands are coroutines)."""
+    return inspect.iscoroutinefunction(getattr(client, "execute_command", None))
+
+
+class _Core:
+    """What Producer and AsyncProducer share: checks, routing and the
+    operations' bodies (generators, see _drive)."""
 
     def __init__(self, client, prefix: str = DEFAULT_PREFIX, max_payload: int = DEFAULT_MAX_PAYLOAD):
         if not isinstance(prefix, str) or prefix == "" or "{" in prefix or "}" in prefix:
@@ -452,7 +568,7 @@ class Producer:
         """The nine keys of one topic (or partition ``T#i``), in script order."""
         return [f"{self.prefix}:{{{topic}}}:{n}" for n in _KEYS]
 
-    def _call(self, name: str, topic: str, *argv, fired: bool = False):
+    def _g_call(self, name: str, topic: str, *argv, fired: bool = False):
         """EVALSHA of script ``name`` with the nine keys of ``topic`` (and,
         with ``fired``, its tenth, ``P:{T}:fired``)."""
         script = self._scripts[name]
@@ -461,24 +577,23 @@ class Producer:
             keys.append(f"{self.prefix}:{{{topic}}}:fired")
         try:
             try:
-                return self.client.evalsha(script.sha, len(keys), *keys, *argv)
+                return (yield _Cmd("evalsha", script.sha, len(keys), *keys, *argv))
             except redis.exceptions.NoScriptError:
                 # Empty script cache (restart, failover, SCRIPT FLUSH): EVAL
                 # runs the text and caches it on the node that holds the keys.
-                return self.client.eval(script.text, len(keys), *keys, *argv)
+                return (yield _Cmd("eval", script.text, len(keys), *keys, *argv))
         except redis.exceptions.ResponseError as e:
             msg = str(e)
             if msg.startswith("PUNCTUAL_INVALID"):
                 raise InvalidInput(msg[len("PUNCTUAL_INVALID "):]) from None
             raise
 
-    def partitions(self, topic: str) -> int:
-        """How many partitions ``topic`` has (1: not partitioned); cached 1 s."""
+    def _g_partitions(self, topic: str):
         validate_topic(topic)
         hit = self._partitions.get(topic)
         if hit and time.monotonic() - hit[1] < 1.0:
             return hit[0]
-        v = self.client.hget(f"{self.prefix}:partitions", topic)
+        v = yield _Cmd("hget", f"{self.prefix}:partitions", topic)
         try:
             k = min(max(int(v), 1), MAX_PARTITIONS) if v is not None else 1
         except ValueError:
@@ -486,8 +601,8 @@ class Producer:
         self._partitions[topic] = (k, time.monotonic())
         return k
 
-    def _route(self, topic: str, job_id: str) -> str:
-        k = self.partitions(topic)
+    def _g_route(self, topic: str, job_id: str):
+        k = yield from self._g_partitions(topic)
         return partition_name(topic, partition_of(job_id, k), k)
 
     @staticmethod
@@ -508,47 +623,9 @@ class Producer:
             groups += [(partition_name(topic, p, k), idx[s:s + MAX_BATCH]) for s in range(0, len(idx), MAX_BATCH)]
         return groups
 
-    def _register(self, topic: str) -> None:
-        if topic not in self._registered:
-            self.client.sadd(f"{self.prefix}:topics", topic)
-            self._registered.add(topic)
-
     # ---- operations -----------------------------------------------------
 
-    def enqueue(
-        self,
-        topic: str,
-        payload: Payload,
-        *,
-        id: Optional[str] = None,
-        delay_ms: Optional[int] = None,
-        at_ms: Optional[int] = None,
-        max_attempts: Optional[int] = None,
-        backoff_ms: Optional[Iterable[int]] = None,
-        expire_ms: Optional[Duration] = None,
-        timeout_ms: Optional[Duration] = None,
-        group: Optional[str] = None,
-        replace: bool = False,
-    ) -> Enqueued:
-        """Enqueues one job, due now, ``delay_ms`` after Redis gets it, or
-        at ``at_ms`` (epoch ms, Redis clock). Without ``id`` one is generated.
-        ``replace`` replaces a live job of that id instead of reporting a
-        duplicate.
-
-        Per-job options (docs/PROTOCOL.md, "Per-job options"): ``expire_ms``
-        (ms or a ``timedelta``, 1 ms to ten years): the job may start only
-        until its due time plus this, later it goes to dead unrun;
-        ``timeout_ms`` (same range): the handler timeout for this job instead
-        of the topic's; ``group`` (1 to 64 bytes of ``[A-Za-z0-9_.@-]``): the
-        group the job is served fairly in."""
-        job = NewJob(payload, id, delay_ms, at_ms, max_attempts, backoff_ms, expire_ms, timeout_ms, group)
-        return self.enqueue_batch(topic, [job], replace=replace)[0]
-
-    def enqueue_batch(self, topic: str, jobs: Iterable, *, replace: bool = False) -> list:
-        """Enqueues jobs (:class:`NewJob` or dicts of its fields): one atomic
-        script call per 1,000 jobs (per partition). Every job is checked
-        before anything is written. An id given twice: the first wins, the
-        others are reported as duplicates."""
+    def _g_enqueue_batch(self, topic: str, jobs: Iterable, replace: bool):
         validate_topic(topic)
         jobs = [j if isinstance(j, NewJob) else NewJob(**j) for j in jobs]
         if not jobs:
@@ -575,7 +652,7 @@ class Producer:
         accepted = False
         while pending:
             rounds += 1
-            k = self.partitions(topic)
+            k = yield from self._g_partitions(topic)
             stale: list = []
             for physical, idx in self._groups(topic, k, pending, ids):
                 # The count routed with goes last: the script refuses the call
@@ -586,7 +663,7 @@ class Producer:
                     argv += [ids[i] or "", payload, when, max_attempts, backoff]
                 argv.append(k)
                 try:
-                    reply = self._call("enqueue", physical, *argv)
+                    reply = yield from self._g_call("enqueue", physical, *argv)
                     if len(reply) != 2 * len(idx):
                         raise redis.exceptions.ResponseError("unexpected reply from Redis to enqueue")
                     for n, i in enumerate(idx):
@@ -603,10 +680,11 @@ class Producer:
                 # The partition count changed since it was read: read it
                 # again and route those jobs anew.
                 self._partitions.pop(topic, None)
-                time.sleep(0.02 * rounds)
-        if accepted:
+                yield _Sleep(0.02 * rounds)
+        if accepted and topic not in self._registered:
             # Listed only once a script took a job: a refused call changes nothing.
-            self._register(topic)
+            yield _Cmd("sadd", f"{self.prefix}:topics", topic)
+            self._registered.add(topic)
         if first_error is not None:
             if all(p is None or p.is_duplicate for p in placed):
                 raise first_error
@@ -614,11 +692,11 @@ class Producer:
             raise PartialBatch(len(jobs), written, sorted(failed), first_error)
         return placed
 
-    def get(self, topic: str, job_id: str) -> Optional[JobInfo]:
-        """One job by id, or None when no such job is live."""
+    def _g_get(self, topic: str, job_id: str):
         validate_topic(topic)
         validate_id(job_id)
-        r = self._call("get", self._route(topic, job_id), job_id)
+        physical = yield from self._g_route(topic, job_id)
+        r = yield from self._g_call("get", physical, job_id)
         if r is None:
             return None
         state = _text(r[0])
@@ -631,24 +709,108 @@ class Producer:
             **(parse_options(_text(r[11])) if len(r) > 11 and r[11] else {}),
         )
 
-    def cancel(self, topic: str, job_id: str) -> Optional[str]:
-        """Cancels a job in any state; returns the state it was in, or None
-        when no such job was live."""
+    def _g_cancel(self, topic: str, job_id: str):
         validate_topic(topic)
         validate_id(job_id)
-        r = self._call("cancel", self._route(topic, job_id), job_id)
+        physical = yield from self._g_route(topic, job_id)
+        r = yield from self._g_call("cancel", physical, job_id)
         return None if r is None else _text(r)
 
-    def reschedule(self, topic: str, job_id: str, *, delay_ms: Optional[int] = None,
-                   at_ms: Optional[int] = None) -> Optional[str]:
-        """Gives a waiting job (pool or ready) a new due time (now when
-        neither is given). Returns the state it was in; a running or dead
-        job is left alone and its state returned; None when not live."""
+    def _g_reschedule(self, topic: str, job_id: str, delay_ms, at_ms):
         validate_topic(topic)
         validate_id(job_id)
         when = encode_when(delay_ms, at_ms)
-        r = self._call("reschedule", self._route(topic, job_id), job_id, when)
+        physical = yield from self._g_route(topic, job_id)
+        r = yield from self._g_call("reschedule", physical, job_id, when)
         return None if r is None else _text(r[0])
+
+
+_ENQUEUE_DOC = """Enqueues one job, due now, ``delay_ms`` after Redis gets it (ms or a
+        ``timedelta``), or at ``at_ms`` (epoch ms or an aware ``datetime``; the
+        job is due then by Redis's clock). Without ``id`` one is generated.
+        ``replace`` replaces a live job of that id instead of reporting a
+        duplicate. ``max_attempts`` and ``backoff_ms`` (a list of ms or
+        timedeltas, one per retry, the last repeated) override the topic's.
+
+        Per-job options (docs/PROTOCOL.md, "Per-job options"): ``expire_ms``
+        (ms or a ``timedelta``, 1 ms to ten years): the job may start only
+        until its due time plus this, later it goes to dead unrun;
+        ``timeout_ms`` (same range): the handler timeout for this job instead
+        of the topic's; ``group`` (1 to 64 bytes of ``[A-Za-z0-9_.@-]``): the
+        group the job is served fairly in."""
+
+
+class Producer(_Core):
+    """Enqueues and inspects jobs in one Redis (or Redis Cluster).
+
+    ``client`` is a ``redis.Redis`` or ``redis.cluster.RedisCluster`` made
+    with the default ``decode_responses=False`` (payloads are bytes). Given
+    a ``redis.asyncio`` client, ``Producer(client)`` makes an
+    :class:`AsyncProducer` (the same methods, awaited).
+
+    A command Redis answers with LOADING (reading its dataset after a
+    restart) is retried for up to ``LOADING_WAIT_S`` (60 s); ids make the
+    resend safe.
+    """
+
+    def __new__(cls, client=None, *args, **kwargs):
+        if cls is Producer and _is_async_client(client):
+            return AsyncProducer(client, *args, **kwargs)
+        return super().__new__(cls)
+
+    def partitions(self, topic: str) -> int:
+        """How many partitions ``topic`` has (1: not partitioned); cached 1 s."""
+        return _drive(self.client, self._g_partitions(topic))
+
+    def _call(self, name: str, topic: str, *argv, fired: bool = False):
+        return _drive(self.client, self._g_call(name, topic, *argv, fired=fired))
+
+    def _route(self, topic: str, job_id: str) -> str:
+        return _drive(self.client, self._g_route(topic, job_id))
+
+    def enqueue(
+        self,
+        topic: str,
+        payload: Payload,
+        *,
+        id: Optional[str] = None,
+        delay_ms: Optional[Duration] = None,
+        at_ms: Optional[Time] = None,
+        max_attempts: Optional[int] = None,
+        backoff_ms: Optional[Iterable[Duration]] = None,
+        expire_ms: Optional[Duration] = None,
+        timeout_ms: Optional[Duration] = None,
+        group: Optional[str] = None,
+        replace: bool = False,
+    ) -> Enqueued:
+        job = NewJob(payload, id, delay_ms, at_ms, max_attempts, backoff_ms, expire_ms, timeout_ms, group)
+        return self.enqueue_batch(topic, [job], replace=replace)[0]
+
+    enqueue.__doc__ = _ENQUEUE_DOC
+
+    def enqueue_batch(self, topic: str, jobs: Iterable, *, replace: bool = False) -> list:
+        """Enqueues jobs (:class:`NewJob` or dicts of its fields): one atomic
+        script call per 1,000 jobs (per partition). Every job is checked
+        before anything is written. An id given twice: the first wins, the
+        others are reported as duplicates."""
+        return _drive(self.client, self._g_enqueue_batch(topic, jobs, replace))
+
+    def get(self, topic: str, job_id: str) -> Optional[JobInfo]:
+        """One job by id, or None when no such job is live."""
+        return _drive(self.client, self._g_get(topic, job_id))
+
+    def cancel(self, topic: str, job_id: str) -> Optional[str]:
+        """Cancels a job in any state; returns the state it was in, or None
+        when no such job was live."""
+        return _drive(self.client, self._g_cancel(topic, job_id))
+
+    def reschedule(self, topic: str, job_id: str, *, delay_ms: Optional[Duration] = None,
+                   at_ms: Optional[Time] = None) -> Optional[str]:
+        """Gives a waiting job (pool or ready) a new due time (now when
+        neither is given; ``delay_ms`` and ``at_ms`` as for :meth:`enqueue`).
+        Returns the state it was in; a running or dead job is left alone and
+        its state returned; None when not live."""
+        return _drive(self.client, self._g_reschedule(topic, job_id, delay_ms, at_ms))
 
     # ---- schedules (docs/PROTOCOL.md, "Schedules") ------------------------
 
@@ -669,27 +831,88 @@ class Producer:
         ``latest``, ``skip`` or ``spread`` (over ``spread_ms``).
         A schedule added again keeps its creation time. This client fires
         nothing: ``punctual serve`` does."""
-        return self._schedules.add(
+        return _drive(self.client, self._schedules.add(
             topic, name, cron=cron, every_ms=every_ms, tz=tz, payload=payload,
             max_attempts=max_attempts, expire_ms=expire_ms, timeout_ms=timeout_ms, group=group,
-            catch_up=catch_up, spread_ms=spread_ms, paused=paused)
+            catch_up=catch_up, spread_ms=spread_ms, paused=paused))
 
     def schedule_list(self, topic: str) -> list:
         """The schedules of ``topic`` as stored (dicts), by name. An entry
         that is not a JSON object comes as ``{"name", "unreadable"}``."""
-        return self._schedules.list(topic)
+        return _drive(self.client, self._schedules.list(topic))
 
     def schedule_remove(self, topic: str, name: str) -> bool:
         """Removes a schedule (and its watermark); False when there was none.
         Occurrences already enqueued stay: cancel them by id
         (``<name>@<ms>``) if they must not run."""
-        return self._schedules.remove(topic, name)
+        return _drive(self.client, self._schedules.remove(topic, name))
 
     def schedule_pause(self, topic: str, name: str) -> bool:
         """Pauses a schedule: it fires nothing until resumed. False when there is none."""
-        return self._schedules.set_paused(topic, name, True)
+        return _drive(self.client, self._schedules.set_paused(topic, name, True))
 
     def schedule_resume(self, topic: str, name: str) -> bool:
         """Resumes a schedule; the firer applies its catch-up policy to the
         occurrences missed while paused. False when there is none."""
-        return self._schedules.set_paused(topic, name, False)
+        return _drive(self.client, self._schedules.set_paused(topic, name, False))
+
+
+class AsyncProducer(_Core):
+    """:class:`Producer` for asyncio: the same methods, awaited, on a
+    ``redis.asyncio.Redis`` (or ``redis.asyncio.RedisCluster``) made with
+    ``decode_responses=False``::
+
+        producer = punctual.AsyncProducer(redis.asyncio.Redis.from_url(url))
+        await producer.enqueue("orders", payload, delay_ms=timedelta(minutes=30))
+    """
+
+    async def partitions(self, topic: str) -> int:
+        """How many partitions ``topic`` has (1: not partitioned); cached 1 s."""
+        return await _drive_async(self.client, self._g_partitions(topic))
+
+    async def enqueue(self, topic: str, payload: Payload, *, id: Optional[str] = None,
+                      delay_ms: Optional[Duration] = None, at_ms: Optional[Time] = None,
+                      max_attempts: Optional[int] = None, backoff_ms: Optional[Iterable[Duration]] = None,
+                      expire_ms: Optional[Duration] = None, timeout_ms: Optional[Duration] = None,
+                      group: Optional[str] = None, replace: bool = False) -> Enqueued:
+        job = NewJob(payload, id, delay_ms, at_ms, max_attempts, backoff_ms, expire_ms, timeout_ms, group)
+        return (await self.enqueue_batch(topic, [job], replace=replace))[0]
+
+    enqueue.__doc__ = _ENQUEUE_DOC
+
+    async def enqueue_batch(self, topic: str, jobs: Iterable, *, replace: bool = False) -> list:
+        """As :meth:`Producer.enqueue_batch`."""
+        return await _drive_async(self.client, self._g_enqueue_batch(topic, jobs, replace))
+
+    async def get(self, topic: str, job_id: str) -> Optional[JobInfo]:
+        """As :meth:`Producer.get`."""
+        return await _drive_async(self.client, self._g_get(topic, job_id))
+
+    async def cancel(self, topic: str, job_id: str) -> Optional[str]:
+        """As :meth:`Producer.cancel`."""
+        return await _drive_async(self.client, self._g_cancel(topic, job_id))
+
+    async def reschedule(self, topic: str, job_id: str, *, delay_ms: Optional[Duration] = None,
+                         at_ms: Optional[Time] = None) -> Optional[str]:
+        """As :meth:`Producer.reschedule`."""
+        return await _drive_async(self.client, self._g_reschedule(topic, job_id, delay_ms, at_ms))
+
+    async def schedule_add(self, topic: str, name: str, **spec) -> dict:
+        """As :meth:`Producer.schedule_add`."""
+        return await _drive_async(self.client, self._schedules.add(topic, name, **spec))
+
+    async def schedule_list(self, topic: str) -> list:
+        """As :meth:`Producer.schedule_list`."""
+        return await _drive_async(self.client, self._schedules.list(topic))
+
+    async def schedule_remove(self, topic: str, name: str) -> bool:
+        """As :meth:`Producer.schedule_remove`."""
+        return await _drive_async(self.client, self._schedules.remove(topic, name))
+
+    async def schedule_pause(self, topic: str, name: str) -> bool:
+        """As :meth:`Producer.schedule_pause`."""
+        return await _drive_async(self.client, self._schedules.set_paused(topic, name, True))
+
+    async def schedule_resume(self, topic: str, name: str) -> bool:
+        """As :meth:`Producer.schedule_resume`."""
+        return await _drive_async(self.client, self._schedules.set_paused(topic, name, False))

@@ -30,7 +30,9 @@ from .producer import (
     MAX_BATCH,
     MAX_DELAY_MS,
     InvalidInput,
+    _Cmd,
     _duration_ms,
+    _Sleep,
     _text,
     debug_quote,
     encode_options,
@@ -123,7 +125,8 @@ def build(name: str, *, cron: Optional[str], every_ms: Any, tz: Optional[str], p
 
 class Schedules:
     """The schedule operations of a :class:`punctual.Producer` (its
-    ``schedule_*`` methods)."""
+    ``schedule_*`` methods), as generators run by its driver (sync or
+    asyncio)."""
 
     def __init__(self, producer):
         self.p = producer
@@ -131,50 +134,50 @@ class Schedules:
     def key(self, topic: str, suffix: str = "") -> str:
         return f"{self.p.prefix}:{{{topic}}}:schedules{suffix}"
 
-    def _now_ms(self) -> int:
-        sec, usec = self.p.client.time()
+    def _now_ms(self):
+        sec, usec = yield _Cmd("time")
         return int(sec) * 1000 + int(usec) // 1000
 
-    def _publish(self, topic: str, name: str) -> None:
-        self.p.client.publish(self.key(topic), name)
+    def _publish(self, topic: str, name: str):
+        yield _Cmd("publish", self.key(topic), name)
 
     def _lock(self, topic: str):
         """Takes the firers' lock of ``topic``, waiting while a firer's pass
         (or another change) holds it."""
         key, token = self.key(topic, ":lock"), secrets.token_hex(8)
         deadline = time.monotonic() + (LOCK_MS + 2000) / 1000
-        while not self.p.client.set(key, token, nx=True, px=LOCK_MS):
+        while not (yield _Cmd("set", key, token, nx=True, px=LOCK_MS)):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the schedules' lock {key} stayed held for over {LOCK_MS // 1000 + 2} s; try again")
-            time.sleep(0.02)
+            yield _Sleep(0.02)
         return key, token
 
-    def _unlock(self, lock) -> None:
+    def _unlock(self, lock):
         try:
-            self.p.client.eval(_UNLOCK, 1, *lock)
+            yield _Cmd("eval", _UNLOCK, 1, *lock)
         except redis.exceptions.RedisError:
             pass  # it expires by itself
 
-    def _take_back(self, topic: str, name: str) -> int:
+    def _take_back(self, topic: str, name: str):
         """Under the lock: takes back the occurrences of ``name`` fired ahead
         (after now, up to its watermark) that are not due yet, with the
         ``unfire`` script, and lowers the watermark to now. Returns how many
         were taken back."""
-        now = self._now_ms()
-        wm = self.p.client.hget(self.key(topic, ":last"), name)
+        now = yield from self._now_ms()
+        wm = yield _Cmd("hget", self.key(topic, ":last"), name)
         try:
             wm = int(wm)
         except (TypeError, ValueError):
             return 0
         if wm <= now:
             return 0
-        k = self.p.partitions(topic)
+        k = yield from self.p._g_partitions(topic)
         head, removed = name + "@", 0
         for physical in [partition_name(topic, i, k) for i in range(k)]:
             fired = f"{self.p.prefix}:{{{physical}}}:fired"
             ids, offset = [], 0
             while True:
-                page = self.p.client.zrangebyscore(fired, now - FIRED_LOOKBACK_MS, "+inf",
+                page = yield _Cmd("zrangebyscore", fired, now - FIRED_LOOKBACK_MS, "+inf",
                                                    start=offset, num=MAX_BATCH)
                 for raw in page:
                     job_id = _text(raw)
@@ -185,12 +188,12 @@ class Schedules:
                     break
                 offset += MAX_BATCH
             for s in range(0, len(ids), MAX_BATCH):
-                removed += int(self.p._call("unfire", physical, *ids[s:s + MAX_BATCH], fired=True))
-        self.p.client.hset(self.key(topic, ":last"), name, now)
+                removed += int((yield from self.p._g_call("unfire", physical, *ids[s:s + MAX_BATCH], fired=True)))
+        yield _Cmd("hset", self.key(topic, ":last"), name, now)
         return removed
 
-    def _read(self, topic: str, name: str) -> Optional[dict]:
-        raw = self.p.client.hget(self.key(topic), name)
+    def _read(self, topic: str, name: str):
+        raw = yield _Cmd("hget", self.key(topic), name)
         if raw is None:
             return None
         try:
@@ -208,26 +211,26 @@ class Schedules:
         s = build(name, cron=cron, every_ms=every_ms, tz=tz, payload=payload, options=options,
                   catch_up=catch_up, spread_ms=spread_ms, paused=paused, created_ms=0,
                   max_payload=self.p.max_payload)
-        lock = self._lock(topic)
+        lock = yield from self._lock(topic)
         try:
-            old = self._read(topic, name)
+            old = yield from self._read(topic, name)
             created = old.get("created_ms") if old else None
             # A schedule written again keeps its creation time: the phase of
             # an interval, and the start of its watermark. A new timing takes
             # back what the old one fired ahead.
-            s["created_ms"] = created if isinstance(created, int) and not isinstance(created, bool) else self._now_ms()
+            s["created_ms"] = created if isinstance(created, int) and not isinstance(created, bool) else (yield from self._now_ms())
             if old and any(old.get(f) != s.get(f) for f in ("cron", "every_ms", "tz")):
-                self._take_back(topic, name)
-            self.p.client.hset(self.key(topic), name, json.dumps(s, separators=(",", ":"), ensure_ascii=False))
+                yield from self._take_back(topic, name)
+            yield _Cmd("hset", self.key(topic), name, json.dumps(s, separators=(",", ":"), ensure_ascii=False))
         finally:
-            self._unlock(lock)
-        self._publish(topic, name)
+            yield from self._unlock(lock)
+        yield from self._publish(topic, name)
         return s
 
     def list(self, topic: str) -> list:
         validate_topic(topic)
         out = []
-        for name, raw in self.p.client.hgetall(self.key(topic)).items():
+        for name, raw in (yield _Cmd("hgetall", self.key(topic))).items():
             try:
                 s = json.loads(raw)
                 if not isinstance(s, dict):
@@ -240,33 +243,33 @@ class Schedules:
     def set_paused(self, topic: str, name: str, paused: bool) -> bool:
         validate_topic(topic)
         validate_name(name)
-        lock = self._lock(topic)
+        lock = yield from self._lock(topic)
         try:
-            s = self._read(topic, name)
+            s = yield from self._read(topic, name)
             if s is None:
                 return False
             if "unreadable" in s:
                 raise InvalidInput(f"schedule {debug_quote(name)} is not readable JSON; add it again")
             if paused:
-                self._take_back(topic, name)
+                yield from self._take_back(topic, name)
             s["paused"] = paused
-            self.p.client.hset(self.key(topic), name, json.dumps(s, separators=(",", ":"), ensure_ascii=False))
+            yield _Cmd("hset", self.key(topic), name, json.dumps(s, separators=(",", ":"), ensure_ascii=False))
         finally:
-            self._unlock(lock)
-        self._publish(topic, name)
+            yield from self._unlock(lock)
+        yield from self._publish(topic, name)
         return True
 
     def remove(self, topic: str, name: str) -> bool:
         validate_topic(topic)
         validate_name(name)
-        lock = self._lock(topic)
+        lock = yield from self._lock(topic)
         try:
-            if not self.p.client.hexists(self.key(topic), name):
+            if not (yield _Cmd("hexists", self.key(topic), name)):
                 return False
-            self._take_back(topic, name)
-            self.p.client.hdel(self.key(topic), name)
-            self.p.client.hdel(self.key(topic, ":last"), name)
+            yield from self._take_back(topic, name)
+            yield _Cmd("hdel", self.key(topic), name)
+            yield _Cmd("hdel", self.key(topic, ":last"), name)
         finally:
-            self._unlock(lock)
-        self._publish(topic, name)
+            yield from self._unlock(lock)
+        yield from self._publish(topic, name)
         return True

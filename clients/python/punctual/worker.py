@@ -93,12 +93,37 @@ def once_key(prefix: str, topic: str, job_id: str, step: str) -> str:
     return f"{prefix}:once:{topic}:{job_id}:{step}"
 
 
+class NotUnderServe(SystemExit):
+    """The program was not started by ``punctual serve`` (run by hand, or by
+    another tool): raised by :func:`run`, :func:`run_async` and
+    :meth:`Worker.run`. A ``SystemExit``, so uncaught it prints its message
+    (no traceback) and exits with status 1."""
+
+
+def _check_protocol() -> None:
+    """serve sets PUNCTUAL_PROTOCOL; only then are fds 3 and 4 its pipes
+    (run by hand they may be anything the shell or interpreter left open)."""
+    v = os.environ.get("PUNCTUAL_PROTOCOL", "")
+    if v == "":
+        raise NotUnderServe(
+            "punctual: PUNCTUAL_PROTOCOL is not set: this program is a resident handler; run it under "
+            "`punctual serve` (a topic with resident = [...]), which sets it and sends jobs on fd 3; "
+            "see docs/RESIDENT.md"
+        )
+    if v != str(PROTOCOL):
+        raise NotUnderServe(
+            f"punctual: PUNCTUAL_PROTOCOL is {v!r}; this client speaks protocol {PROTOCOL}: "
+            "use a client release that matches your punctual serve"
+        )
+
+
 def _open(env: str, default: int, mode: str):
+    _check_protocol()
     fd = int(os.environ.get(env, default))
     try:
         os.fstat(fd)
     except OSError:
-        raise RuntimeError(
+        raise NotUnderServe(
             f"punctual: fd {fd} is not open: run this program under `punctual serve` "
             "(a topic with resident = [...]); see docs/RESIDENT.md"
         ) from None
@@ -122,13 +147,61 @@ def reply_for(job_id: str, exc: Optional[BaseException]) -> dict:
     return {"type": "retry", "id": job_id, "error": f"{type(exc).__name__}: {exc}"}
 
 
+Hook = Optional[Callable[[], Any]]
+
+
+def _handler(handler: Optional[Callable[[Job], Any]], app, before_job: Hook, after_job: Hook):
+    """The handler to run: ``handler``, or with ``app`` (a module name or
+    several) the task dispatcher after importing them; wrapped in the
+    hooks."""
+    if (handler is None) == (app is None):
+        raise TypeError("give a handler or app= (the module(s) defining your @punctual.task functions), one of them")
+    if app is not None:
+        from . import tasks
+        tasks.load(app)
+        handler = tasks.dispatch
+    if before_job is None and after_job is None:
+        return handler
+
+    def hooked(job: Job):
+        if before_job is not None:
+            before_job()
+        try:
+            result = handler(job)
+            if inspect.isawaitable(result):
+                return _after_awaited(result, after_job)
+        except BaseException:
+            if after_job is not None:
+                after_job()
+            raise
+        if after_job is not None:
+            after_job()
+        return result
+
+    return hooked
+
+
+async def _after_awaited(result, after_job: Hook):
+    try:
+        return await result
+    finally:
+        if after_job is not None:
+            after_job()
+
+
 class Worker:
     """Runs ``handler(job)`` for each job ``punctual serve`` sends, one at a
     time: returning is done, :class:`Retry` retries, :class:`Dead` kills,
-    any other exception retries with its class and message as the error."""
+    any other exception retries with its class and message as the error.
 
-    def __init__(self, handler: Callable[[Job], Any]):
-        self.handler = handler
+    With ``app`` (a module name, or several) instead of a handler, imports
+    them and runs the :func:`punctual.task` a job names. ``before_job`` and
+    ``after_job`` are called around each job (Django:
+    ``django.db.close_old_connections``, as its request cycle does)."""
+
+    def __init__(self, handler: Optional[Callable[[Job], Any]] = None, *, app=None,
+                 before_job: Hook = None, after_job: Hook = None):
+        self.handler = _handler(handler, app, before_job, after_job)
 
     def run(self) -> None:
         """Says ready, handles jobs until fd 3 ends (EOF: punctual wants the
@@ -157,21 +230,27 @@ class Worker:
         jobs.close()
 
 
-def run(handler: Callable[[Job], Any]) -> None:
-    """``Worker(handler).run()``: the resident handler loop."""
-    Worker(handler).run()
+def run(handler: Optional[Callable[[Job], Any]] = None, *, app=None, before_job: Hook = None,
+        after_job: Hook = None) -> None:
+    """The resident handler loop: ``run(handle)``, or ``run(app="myproject.tasks")``
+    to run the :func:`punctual.task` functions that module registers (see
+    :class:`Worker`)."""
+    Worker(handler, app=app, before_job=before_job, after_job=after_job).run()
 
 
-async def run_async(handler: Callable[[Job], Any], *, inflight: int = 1) -> None:
+async def run_async(handler: Optional[Callable[[Job], Any]] = None, *, inflight: int = 1, app=None,
+                    before_job: Hook = None, after_job: Hook = None) -> None:
     """The resident loop for asyncio: ``asyncio.run(run_async(handle, inflight=8))``.
 
     Says ready with ``inflight`` (1 to 1000) and runs up to that many
-    handlers at once (``async def`` handlers, or plain functions, which then
+    handlers at once (``app``, ``before_job``, ``after_job`` as for
+    :class:`Worker`) (``async def`` handlers, or plain functions, which then
     block the loop while they run). Outcomes as for :func:`run`. Returns
     when fd 3 ends, once the jobs in hand are answered.
     """
     if not isinstance(inflight, int) or not 1 <= inflight <= 1000:
         raise ValueError("inflight must be 1 to 1000")
+    handler = _handler(handler, app, before_job, after_job)
     jobs = _open("PUNCTUAL_JOBS_FD", 3, "rb")
     replies = _open("PUNCTUAL_REPLIES_FD", 4, "wb")
 

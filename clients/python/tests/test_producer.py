@@ -125,9 +125,9 @@ class ProducerTest(unittest.TestCase):
             (dict(at_ms=-1), "invalid due time: before 1970; give a time after the epoch"),
             (dict(backoff_ms=[1000, 315_360_001_000]), "invalid backoff step 315360001s: steps are at most ten years"),
             (dict(delay_ms=1, at_ms=1), "give a delay or a due time, not both"),
-            (dict(backoff_ms=5000), "backoff must be a list of delays in milliseconds"),
-            (dict(delay_ms=float("nan")), "invalid delay nan: give milliseconds as a number"),
-            (dict(delay_ms="60000"), "invalid delay '60000': give milliseconds as a number"),
+            (dict(backoff_ms=5000), "backoff must be a list of delays (milliseconds or timedeltas)"),
+            (dict(delay_ms=float("nan")), "invalid delay nan: give milliseconds as a number or a timedelta"),
+            (dict(delay_ms="60000"), "invalid delay '60000': give milliseconds as a number or a timedelta"),
             (dict(max_attempts=3.0), "invalid max attempts 3.0: give an integer from 1 to 10000"),
         ]
         for kw, msg in refused:

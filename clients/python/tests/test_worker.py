@@ -42,7 +42,7 @@ class FakeServe:
 
         self.proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            close_fds=False, preexec_fn=child_fds, env={**os.environ, **(env or {})},
+            close_fds=False, preexec_fn=child_fds, env={**os.environ, "PUNCTUAL_PROTOCOL": "1", **(env or {})},
         )
         os.close(hi_jr)
         os.close(hi_rw)
@@ -115,9 +115,38 @@ class WorkerLoopTest(unittest.TestCase):
         code = ("import sys; sys.path.insert(0, %r); import punctual; punctual.run(lambda j: None)"
                 % os.path.dirname(HERE))
         p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                           env={**os.environ, "PUNCTUAL_JOBS_FD": "97", "PUNCTUAL_REPLIES_FD": "98"})
+                           env={**os.environ, "PUNCTUAL_PROTOCOL": "1", "PUNCTUAL_JOBS_FD": "97",
+                                "PUNCTUAL_REPLIES_FD": "98"})
         self.assertNotEqual(p.returncode, 0)
         self.assertIn("fd 97 is not open: run this program under `punctual serve`", p.stderr)
+
+    def test_run_by_hand_with_fds_3_and_4_open_it_refuses(self):
+        # A shell or the interpreter may leave fds 3 and 4 open: only
+        # PUNCTUAL_PROTOCOL (set by serve) says they are serve's pipes.
+        code = ("import sys, asyncio; sys.path.insert(0, %r); import punctual; %%s; print('ran')"
+                % os.path.dirname(HERE))
+        env = {k: v for k, v in os.environ.items() if k != "PUNCTUAL_PROTOCOL"}
+        for call in ("punctual.run(lambda j: None)",
+                     "asyncio.run(punctual.run_async(lambda j: None))"):
+            r3, w3 = os.pipe()
+            r4, w4 = os.pipe()
+            os.close(w3)  # fd 3 reads EOF at once: a silent exit 0 before
+            hi3, hi4 = fcntl.fcntl(r3, fcntl.F_DUPFD_CLOEXEC, 10), fcntl.fcntl(w4, fcntl.F_DUPFD_CLOEXEC, 10)
+
+            def fds():
+                os.dup2(hi3, 3)
+                os.dup2(hi4, 4)
+
+            try:
+                p = subprocess.run([sys.executable, "-c", code % call], capture_output=True, text=True,
+                                   env=env, timeout=30, preexec_fn=fds, close_fds=False)
+            finally:
+                for fd in (r3, r4, w4, hi3, hi4):
+                    os.close(fd)
+            self.assertNotEqual(p.returncode, 0, call)
+            self.assertEqual(p.stdout, "", call)
+            self.assertIn("PUNCTUAL_PROTOCOL is not set: this program is a resident handler; "
+                          "run it under `punctual serve`", p.stderr)
 
 
 ASYNC_HANDLER = """

@@ -1,0 +1,3 @@
+'use strict';
+// require('punctual/bullmq'): BullMQ's Queue and Worker on punctual (lib/bullmq.js).
+module.exports = require('./lib/bullmq');
