@@ -85,7 +85,12 @@ final class Worker
         exit(2);
     }
 
-    /** @return resource */
+    /**
+     * Opens the protocol fd named by $env (PUNCTUAL_JOBS_FD, PUNCTUAL_REPLIES_FD).
+     *
+     * @internal
+     * @return resource
+     */
     public static function open(string $env, string $mode)
     {
         $fd = (int) (getenv($env) ?: ($env === 'PUNCTUAL_JOBS_FD' ? 3 : 4));
@@ -97,10 +102,13 @@ final class Worker
     }
 
     /**
+     * Writes one protocol line to the reply fd.
+     *
+     * @internal
      * @param resource $out
      * @param array<string, mixed> $msg
      */
-    private static function send($out, array $msg): void
+    public static function send($out, array $msg): void
     {
         $line = json_encode($msg, JSON_UNESCAPED_SLASHES | JSON_UNESCAPED_UNICODE | JSON_INVALID_UTF8_SUBSTITUTE | JSON_THROW_ON_ERROR) . "\n";
         while ($line !== '') {
