@@ -183,6 +183,16 @@ final class Producer
         }
     }
 
+    /** One plain command, as attempt() sends it; an error reply is thrown. */
+    private function command(callable $fn): mixed
+    {
+        $reply = $this->attempt($fn);
+        if ($reply instanceof \Throwable) {
+            throw $reply;
+        }
+        return $reply;
+    }
+
     private function attemptOnce(callable $fn): mixed
     {
         $this->redis->clearLastError();
@@ -207,7 +217,7 @@ final class Producer
         if ($hit !== null && microtime(true) - $hit[1] < 1.0) {
             return $hit[0];
         }
-        $v = $this->bare(fn () => $this->redis->hGet($this->prefix . ':partitions', $topic));
+        $v = $this->command(fn () => $this->redis->hGet($this->prefix . ':partitions', $topic));
         $k = ($v === false || $v === null) ? 1 : min(self::MAX_PARTITIONS, max(1, (int) $v));
         $this->partitions[$topic] = [$k, microtime(true)];
         return $k;
@@ -393,7 +403,7 @@ final class Producer
         }
         if ($accepted && !isset($this->registered[$topic])) {
             // Listed only once a script took a job: a refused call changes nothing.
-            $this->bare(fn () => $this->redis->sAdd($this->prefix . ':topics', $topic));
+            $this->command(fn () => $this->redis->sAdd($this->prefix . ':topics', $topic));
             $this->registered[$topic] = true;
         }
         if ($firstError !== null) {
