@@ -269,7 +269,9 @@ async fn laravel_jobs_under_serve_with_artisan_punctual_work() {
     // release(1): back after at least 1 s, on attempt 2.
     let rel = entries(&l, "handle", "rel");
     assert_eq!(
-        rel.iter().map(|e| e["attempt"].as_i64().unwrap()).collect::<Vec<_>>(),
+        rel.iter()
+            .map(|e| e["attempt"].as_i64().unwrap())
+            .collect::<Vec<_>>(),
         [1, 2]
     );
     let gap = rel[1]["redis_ms"].as_i64().unwrap() - rel[0]["redis_ms"].as_i64().unwrap();
@@ -387,7 +389,10 @@ async fn queue_work_punctual_pops_acks_and_fails() {
         "p-ok acked, the other two dead"
     );
     let info = q
-        .get("popq", entries(&l, "handle", "p-fail")[0]["id"].as_str().unwrap())
+        .get(
+            "popq",
+            entries(&l, "handle", "p-fail")[0]["id"].as_str().unwrap(),
+        )
         .await
         .unwrap()
         .unwrap();
@@ -480,7 +485,10 @@ fn composer_json_carries_a_stable_version_that_the_readme_requires() {
         "composer.json version {version:?} is not a stable X.Y.Z: Composer's minimum-stability stable refuses it"
     );
     let readme = std::fs::read_to_string(php_dir().join("README.md")).unwrap();
-    let want = format!("composer require punctual/punctual:^{}.{}", parts[0], parts[1]);
+    let want = format!(
+        "composer require punctual/punctual:^{}.{}",
+        parts[0], parts[1]
+    );
     assert!(
         readme.contains(&want),
         "clients/php/README.md should show `{want}`"

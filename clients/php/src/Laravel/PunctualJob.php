@@ -26,6 +26,8 @@ class PunctualJob extends Job implements JobContract
     private ?int $releaseMs = null;
     private ?string $failure = null;
     private bool $failing = false;
+    /** @var array<string, mixed>|null */
+    private ?array $decoded = null;
 
     /**
      * @param array{0: string, 1: string}|null $lease the pop path's [topic or partition, token]
@@ -61,6 +63,24 @@ class PunctualJob extends Job implements JobContract
     public function getRawBody()
     {
         return $this->raw;
+    }
+
+    /**
+     * The payload decoded, once per delivery (Laravel's pipeline asks for
+     * it a dozen times per job).
+     *
+     * @return array<string, mixed>|null
+     */
+    public function payload()
+    {
+        if ($this->decoded === null) {
+            $p = json_decode($this->raw, true);
+            if (!is_array($p)) {
+                return $p;
+            }
+            $this->decoded = $p;
+        }
+        return $this->decoded;
     }
 
     public function attempts()

@@ -77,7 +77,7 @@ class WorkCommand extends Command
                 Worker::send($out, ['type' => 'dead', 'id' => $id, 'error' => 'not a job for Laravel: ' . $e->getMessage()]);
                 continue;
             }
-            if (!is_array(json_decode($job->getRawBody(), true))) {
+            if (!is_array($job->payload())) {
                 Worker::send($out, ['type' => 'dead', 'id' => $id, 'error' => 'the payload is not a Laravel queue payload (JSON with "job" and "data"): push it with Laravel\'s punctual connection']);
                 continue;
             }
