@@ -17,6 +17,9 @@ cd "$(dirname "$0")/.."
 # crates/punctual-cli/tests/clients_lua.rs.
 SCRIPTS="enqueue get cancel reschedule unfire"
 DIRS="clients/php/lua clients/python/punctual/lua clients/node/lua"
+# The PHP package's Laravel connector also consumes (`queue:work punctual`
+# pops). Keep in step with PHP_CONSUMER in clients_lua.rs.
+PHP_CONSUMER="claim ack fail"
 
 cargo build --quiet --locked -p punctual-cli
 for name in $SCRIPTS; do
@@ -26,4 +29,8 @@ for name in $SCRIPTS; do
     mv "$dir/$name.lua.tmp" "$dir/$name.lua"
   done
 done
-echo "sync-lua: wrote $SCRIPTS into $DIRS"
+for name in $PHP_CONSUMER; do
+  cargo run --quiet --locked -p punctual-cli -- script "$name" > "clients/php/lua/$name.lua.tmp"
+  mv "clients/php/lua/$name.lua.tmp" "clients/php/lua/$name.lua"
+done
+echo "sync-lua: wrote $SCRIPTS into $DIRS, and $PHP_CONSUMER into clients/php/lua"

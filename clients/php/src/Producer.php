@@ -40,9 +40,14 @@ final class Producer
     private array $partitions = [];
     private ?Schedules $schedules = null;
 
+    /** How long a call waits for a Redis that is loading its dataset (LOADING), at most. */
+    public const LOADING_WAIT_S = 60.0;
+
     /**
-     * @param \Redis|\RedisCluster $redis connected, with phpredis' default
-     *        options: no OPT_PREFIX, no serializer
+     * @param \Redis|\RedisCluster $redis connected; its OPT_PREFIX, serializer
+     *        and compression (Laravel's phpredis connection sets them) are set
+     *        aside for punctual's calls, so its keys are exactly
+     *        `$prefix:{T}:...` and payloads go as they are
      */
     public function __construct(
         private readonly \Redis|\RedisCluster $redis,
@@ -53,12 +58,61 @@ final class Producer
         if ($maxPayload < 1) {
             throw new InvalidInput(sprintf('invalid max_payload %d: give a number of bytes (at least 1)', $maxPayload));
         }
-        if (($redis->getOption(\Redis::OPT_PREFIX) ?: '') !== '') {
-            throw new InvalidInput('the Redis connection has OPT_PREFIX set: punctual needs its exact key names (use the prefix argument instead)');
+    }
+
+    /** The connection (with whatever options the caller set on it). */
+    public function redis(): \Redis|\RedisCluster
+    {
+        return $this->redis;
+    }
+
+    /** The key prefix of punctual's keys (default 'punctual'). */
+    public function prefix(): string
+    {
+        return $this->prefix;
+    }
+
+    /**
+     * Runs $fn with the connection's OPT_PREFIX, serializer and compression
+     * set aside (restored afterwards, also on an exception): punctual's keys
+     * and payloads are exact bytes. A no-op for a connection without them.
+     *
+     * @template T
+     * @param callable(): T $fn
+     * @return T
+     */
+    public function bare(callable $fn): mixed
+    {
+        $saved = [];
+        foreach (self::optionsSetAside() as $opt => $none) {
+            $v = $this->redis->getOption($opt);
+            if ($v !== $none && !($opt === \Redis::OPT_PREFIX && ($v === null || $v === false || $v === ''))) {
+                $saved[$opt] = $v;
+            }
         }
-        if ($redis->getOption(\Redis::OPT_SERIALIZER) !== \Redis::SERIALIZER_NONE) {
-            throw new InvalidInput('the Redis connection has a serializer set: punctual needs payloads as they are (use SERIALIZER_NONE)');
+        if ($saved === []) {
+            return $fn();
         }
+        foreach ($saved as $opt => $_) {
+            $this->redis->setOption($opt, self::optionsSetAside()[$opt]);
+        }
+        try {
+            return $fn();
+        } finally {
+            foreach ($saved as $opt => $v) {
+                $this->redis->setOption($opt, $v);
+            }
+        }
+    }
+
+    /** @return array<int, mixed> option => its "none" value */
+    private static function optionsSetAside(): array
+    {
+        $o = [\Redis::OPT_PREFIX => '', \Redis::OPT_SERIALIZER => \Redis::SERIALIZER_NONE];
+        if (defined('Redis::OPT_COMPRESSION')) {
+            $o[\Redis::OPT_COMPRESSION] = \Redis::COMPRESSION_NONE;
+        }
+        return $o;
     }
 
     /** The nine keys of one topic (or partition `T#i`), in script order. @return list<string> */
@@ -109,8 +163,37 @@ final class Producer
      * Runs one script call. A Redis error reply is thrown as a
      * RedisException or returned as false with getLastError(), depending on
      * the phpredis version: either way it comes back as an exception object.
+     * While Redis loads its dataset (LOADING, after a restart) the call is
+     * sent again, backing off 100 ms doubling to 2 s, for up to
+     * LOADING_WAIT_S: a loading Redis ran nothing, and an enqueue sent again
+     * with its id is a duplicate at worst.
      */
     private function attempt(callable $fn): mixed
+    {
+        $deadline = microtime(true) + self::LOADING_WAIT_S;
+        $pause = 0.1;
+        while (true) {
+            $reply = $this->bare(fn () => $this->attemptOnce($fn));
+            if (!($reply instanceof \Throwable) || !str_starts_with($reply->getMessage(), 'LOADING')
+                || microtime(true) + $pause > $deadline) {
+                return $reply;
+            }
+            usleep((int) ($pause * 1e6));
+            $pause = min(2.0, $pause * 2);
+        }
+    }
+
+    /** One plain command, as attempt() sends it; an error reply is thrown. */
+    private function command(callable $fn): mixed
+    {
+        $reply = $this->attempt($fn);
+        if ($reply instanceof \Throwable) {
+            throw $reply;
+        }
+        return $reply;
+    }
+
+    private function attemptOnce(callable $fn): mixed
     {
         $this->redis->clearLastError();
         try {
@@ -134,7 +217,7 @@ final class Producer
         if ($hit !== null && microtime(true) - $hit[1] < 1.0) {
             return $hit[0];
         }
-        $v = $this->redis->hGet($this->prefix . ':partitions', $topic);
+        $v = $this->command(fn () => $this->redis->hGet($this->prefix . ':partitions', $topic));
         $k = ($v === false || $v === null) ? 1 : min(self::MAX_PARTITIONS, max(1, (int) $v));
         $this->partitions[$topic] = [$k, microtime(true)];
         return $k;
@@ -320,7 +403,7 @@ final class Producer
         }
         if ($accepted && !isset($this->registered[$topic])) {
             // Listed only once a script took a job: a refused call changes nothing.
-            $this->redis->sAdd($this->prefix . ':topics', $topic);
+            $this->command(fn () => $this->redis->sAdd($this->prefix . ':topics', $topic));
             $this->registered[$topic] = true;
         }
         if ($firstError !== null) {
@@ -435,6 +518,19 @@ final class Producer
     }
 
     /**
+     * Runs one of this package's scripts (lua/NAME.lua) with the nine keys
+     * of $physical (a topic or a partition `T#i`): for the Laravel
+     * connector's pop (claim, ack, fail).
+     *
+     * @internal
+     * @param list<string|int> $argv
+     */
+    public function script(string $name, string $physical, array $argv): mixed
+    {
+        return $this->call($name, $physical, $argv);
+    }
+
+    /**
      * For tests: runs script $name with the nine keys of $physical and its
      * fired key, as punctual's schedule firer does.
      *
@@ -463,7 +559,7 @@ final class Producer
      */
     public function scheduleAdd(string $topic, string $name, array $spec): array
     {
-        return $this->schedules()->add($topic, $name, $spec);
+        return $this->bare(fn () => $this->schedules()->add($topic, $name, $spec));
     }
 
     /**
@@ -474,7 +570,7 @@ final class Producer
      */
     public function scheduleList(string $topic): array
     {
-        return $this->schedules()->list($topic);
+        return $this->bare(fn () => $this->schedules()->list($topic));
     }
 
     /**
@@ -483,18 +579,18 @@ final class Producer
      */
     public function scheduleRemove(string $topic, string $name): bool
     {
-        return $this->schedules()->remove($topic, $name);
+        return $this->bare(fn () => $this->schedules()->remove($topic, $name));
     }
 
     /** Pauses a schedule: it fires nothing until resumed. False when there is none. */
     public function schedulePause(string $topic, string $name): bool
     {
-        return $this->schedules()->setPaused($topic, $name, true);
+        return $this->bare(fn () => $this->schedules()->setPaused($topic, $name, true));
     }
 
     /** Resumes a schedule (the firer applies its catch-up policy to what was missed). False when there is none. */
     public function scheduleResume(string $topic, string $name): bool
     {
-        return $this->schedules()->setPaused($topic, $name, false);
+        return $this->bare(fn () => $this->schedules()->setPaused($topic, $name, false));
     }
 }

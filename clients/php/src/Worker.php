@@ -28,6 +28,7 @@ final class Worker
      */
     public static function run(callable $handler): void
     {
+        self::requireServe();
         $in = self::open('PUNCTUAL_JOBS_FD', 'r');
         $out = self::open('PUNCTUAL_REPLIES_FD', 'w');
         self::send($out, ['type' => 'ready', 'protocol' => self::PROTOCOL, 'inflight' => 1]);
@@ -65,8 +66,32 @@ final class Worker
         return ['type' => 'retry', 'id' => $id, 'error' => get_class($e) . ': ' . $e->getMessage()];
     }
 
-    /** @return resource */
-    private static function open(string $env, string $mode)
+    /**
+     * Exits with status 2 and a message on stderr unless `punctual serve`
+     * started this program: serve sets PUNCTUAL_PROTOCOL=1. Whether fds 3
+     * and 4 are open tells nothing: PHP itself may hold them (the script
+     * file, a Redis socket), and reading jobs from them would be wrong
+     * silently.
+     */
+    public static function requireServe(): void
+    {
+        $v = getenv('PUNCTUAL_PROTOCOL');
+        if ($v === (string) self::PROTOCOL) {
+            return;
+        }
+        fwrite(STDERR, $v === false || $v === ''
+            ? "punctual: PUNCTUAL_PROTOCOL is not set: this is a resident handler, run it under `punctual serve` (a topic with resident = [...]), not by hand; see docs/RESIDENT.md\n"
+            : sprintf("punctual: PUNCTUAL_PROTOCOL is %s, this package speaks protocol %d: upgrade punctual or this package so they match; see docs/RESIDENT.md\n", $v, self::PROTOCOL));
+        exit(2);
+    }
+
+    /**
+     * Opens the protocol fd named by $env (PUNCTUAL_JOBS_FD, PUNCTUAL_REPLIES_FD).
+     *
+     * @internal
+     * @return resource
+     */
+    public static function open(string $env, string $mode)
     {
         $fd = (int) (getenv($env) ?: ($env === 'PUNCTUAL_JOBS_FD' ? 3 : 4));
         $h = @fopen('php://fd/' . $fd, $mode);
@@ -77,10 +102,13 @@ final class Worker
     }
 
     /**
+     * Writes one protocol line to the reply fd.
+     *
+     * @internal
      * @param resource $out
      * @param array<string, mixed> $msg
      */
-    private static function send($out, array $msg): void
+    public static function send($out, array $msg): void
     {
         $line = json_encode($msg, JSON_UNESCAPED_SLASHES | JSON_UNESCAPED_UNICODE | JSON_INVALID_UTF8_SUBSTITUTE | JSON_THROW_ON_ERROR) . "\n";
         while ($line !== '') {

@@ -353,7 +353,7 @@ final class FakeServe
     public function __construct(array $argv)
     {
         $spec = [0 => ['file', '/dev/null', 'r'], 1 => ['pipe', 'w'], 2 => ['pipe', 'w'], 3 => ['pipe', 'r'], 4 => ['pipe', 'w']];
-        $this->proc = proc_open($argv, $spec, $this->pipes);
+        $this->proc = proc_open($argv, $spec, $this->pipes, null, ['PUNCTUAL_PROTOCOL' => '1'] + getenv());
     }
 
     public function read(): array
@@ -429,7 +429,7 @@ $tests['resident loop against a fake serve'] = function (Redis $r): void {
 $tests['outside serve: says what to do'] = function (Redis $r): void {
     $code = 'require ' . var_export(__DIR__ . '/bootstrap.php', true) . '; Punctual\Worker::run(fn ($j) => null);';
     $p = proc_open([PHP_BINARY, '-r', $code], [1 => ['pipe', 'w'], 2 => ['pipe', 'w']], $pipes, null,
-        ['PUNCTUAL_JOBS_FD' => '97', 'PUNCTUAL_REPLIES_FD' => '98']);
+        ['PUNCTUAL_PROTOCOL' => '1', 'PUNCTUAL_JOBS_FD' => '97', 'PUNCTUAL_REPLIES_FD' => '98']);
     $all = stream_get_contents($pipes[1]) . stream_get_contents($pipes[2]);
     check(proc_close($p) !== 0, 'exits non-zero');
     check(str_contains($all, 'fd 97 is not open: run this program under `punctual serve`'), $all);
@@ -454,6 +454,44 @@ $tests['once: a step runs once, again after it failed'] = function (Redis $r): v
     same("$prefix:once:t:j1:charge", $key);
     $ttl = $r->ttl($key);
     check($ttl > 0 && $ttl <= 60, "ttl $ttl");
+};
+
+$tests['run by hand (no PUNCTUAL_PROTOCOL): a message on stderr and a non-zero exit, though fds 3 and 4 are open'] = function (Redis $r): void {
+    // fds 3 and 4 open, as PHP's own script file and a Redis socket hold them in a terminal.
+    $code = 'require ' . var_export(__DIR__ . '/bootstrap.php', true) . '; Punctual\Worker::run(fn ($j) => null);';
+    $env = getenv();
+    unset($env['PUNCTUAL_PROTOCOL']);
+    $spec = [0 => ['file', '/dev/null', 'r'], 1 => ['pipe', 'w'], 2 => ['pipe', 'w'], 3 => ['file', __FILE__, 'r'], 4 => ['file', '/dev/null', 'w']];
+    $p = proc_open([PHP_BINARY, '-r', $code], $spec, $pipes, null, $env);
+    $out = stream_get_contents($pipes[1]);
+    $err = stream_get_contents($pipes[2]);
+    same(2, proc_close($p), "exit status; stdout: $out; stderr: $err");
+    check(str_contains($err, 'PUNCTUAL_PROTOCOL is not set: this is a resident handler, run it under `punctual serve`'), $err);
+    same('', $out, 'stdout');
+    $env['PUNCTUAL_PROTOCOL'] = '7';
+    $p = proc_open([PHP_BINARY, '-r', $code], $spec, $pipes, null, $env);
+    $err = stream_get_contents($pipes[2]);
+    same(2, proc_close($p), "exit status; stderr: $err");
+    check(str_contains($err, 'PUNCTUAL_PROTOCOL is 7, this package speaks protocol 1'), $err);
+};
+
+$tests['a connection with OPT_PREFIX and a serializer (Laravel\'s): punctual\'s keys and payloads exact, the options kept'] = function (Redis $plain): void {
+    $u = parse_url(getenv('PUNCTUAL_TEST_REDIS_URL'));
+    $r = new Redis();
+    $r->connect($u['host'] ?? '127.0.0.1', $u['port'] ?? 6379, 5.0);
+    $r->setOption(Redis::OPT_PREFIX, 'laravel_database_');
+    $r->setOption(Redis::OPT_SERIALIZER, Redis::SERIALIZER_PHP);
+    $prefix = fresh_prefix();
+    $p = new Producer($r, $prefix);
+    same(['id' => 'o:1', 'status' => 'created'], $p->enqueue('orders', '{"order":1}', ['id' => 'o:1', 'delay_ms' => 60000]));
+    same('{"order":1}', $p->get('orders', 'o:1')['payload']);
+    check($plain->zScore("$prefix:{orders}:pool", 'o:1') !== false, 'in the pool under punctual\'s exact key');
+    check((bool) $plain->sIsMember("$prefix:topics", 'orders'), 'listed under the exact key');
+    same([], $plain->keys("laravel_database_$prefix*"), 'no prefixed key');
+    same('laravel_database_', $r->getOption(Redis::OPT_PREFIX), 'prefix restored');
+    same(Redis::SERIALIZER_PHP, $r->getOption(Redis::OPT_SERIALIZER), 'serializer restored');
+    same('pool', $p->cancel('orders', 'o:1'));
+    cli($prefix, 'check', 'orders');
 };
 
 require __DIR__ . '/options.php';

@@ -9,6 +9,20 @@ use std::path::{Path, PathBuf};
 /// `clients/sync-lua.sh`.
 const SCRIPTS: &[&str] = &["enqueue", "get", "cancel", "reschedule", "unfire"];
 
+/// The scripts the PHP package's Laravel connector consumes with
+/// (`queue:work punctual`). Keep in step with PHP_CONSUMER in
+/// `clients/sync-lua.sh`.
+const PHP_CONSUMER: &[&str] = &["claim", "ack", "fail"];
+
+/// The scripts the client in `dir` carries.
+fn scripts(dir: &str) -> Vec<&'static str> {
+    let mut all = SCRIPTS.to_vec();
+    if dir == "clients/php/lua" {
+        all.extend_from_slice(PHP_CONSUMER);
+    }
+    all
+}
+
 /// Where each client keeps its copies.
 const DIRS: &[&str] = &[
     "clients/php/lua",
@@ -25,7 +39,7 @@ fn every_client_copy_of_the_lua_scripts_is_current() {
     let mut stale = Vec::new();
     for dir in DIRS {
         let dir_path = root().join(dir);
-        for name in SCRIPTS {
+        for name in scripts(dir) {
             let want = punctual::script_source(name)
                 .unwrap_or_else(|| panic!("{name} is not one of punctual's scripts"));
             let path = dir_path.join(format!("{name}.lua"));
@@ -40,7 +54,7 @@ fn every_client_copy_of_the_lua_scripts_is_current() {
             let file = entry.unwrap().file_name().to_string_lossy().into_owned();
             let known = file
                 .strip_suffix(".lua")
-                .is_some_and(|n| SCRIPTS.contains(&n));
+                .is_some_and(|n| scripts(dir).contains(&n));
             if !known {
                 stale.push(format!("{dir}/{file} is not a copy sync-lua.sh writes"));
             }
