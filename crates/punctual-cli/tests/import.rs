@@ -497,3 +497,42 @@ async fn id_template_makes_the_new_producers_ids() {
     assert_eq!(code, 0, "{out}{err}");
     assert!(q.get("orders", "s9/o-5!").await.unwrap().is_some());
 }
+
+/// On a Redis Cluster the journal lives in the source key's slot
+/// (`{KEY}:punctual-import`), so the ZREM of a member and the HDEL of its
+/// entry go in one MULTI; a rerun over members left behind doubles nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn import_on_a_cluster_moves_every_member_once() {
+    let cluster = punctual_testkit::RedisCluster::start();
+    let url = cluster.seed_urls();
+    let add = |n: i64| {
+        for i in 0..n {
+            cluster
+                .cli(&["ZADD", KEY, &(DUE_S + i).to_string(), &member(i as usize)])
+                .unwrap();
+        }
+    };
+    add(20);
+    let q = Queue::connect(url.as_str()).await.unwrap();
+    let (code, out, err) = run_import(&url, &["--json", "--batch", "7"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(
+        (v["imported"].as_u64(), v["removed"].as_u64()),
+        (Some(20), Some(20)),
+        "{v}"
+    );
+    add(5);
+    let (code, out, err) = run_import(&url, &["--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(
+        (v["imported"].as_u64(), v["already"].as_u64()),
+        (Some(0), Some(5)),
+        "{v}"
+    );
+    assert_eq!(q.stats("orders").await.unwrap().pool, 20);
+    assert_eq!(cluster.cli(&["EXISTS", KEY]).unwrap().trim(), "0");
+    let journal = format!("{{{KEY}}}:punctual-import");
+    assert_eq!(cluster.cli(&["EXISTS", &journal]).unwrap().trim(), "0");
+}

@@ -667,3 +667,29 @@ fn print_report(ctx: &Ctx, args: &ZsetArgs, r: &Report) -> Result<()> {
         ))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_journal_is_in_the_source_keys_slot() {
+        assert_eq!(journal_key("q", false).unwrap(), "q:punctual-import");
+        assert_eq!(journal_key("q", true).unwrap(), "{q}:punctual-import");
+        assert_eq!(journal_key("a{t}b", true).unwrap(), "a{t}b:punctual-import");
+        // Braces but no hash tag: the whole key is hashed, and no name with
+        // a suffix is sure to share its slot.
+        assert!(journal_key("a{}b", true).is_none());
+        assert!(journal_key("a}b", true).is_none());
+        assert_eq!(journal_key("a}b", false).unwrap(), "a}b:punctual-import");
+    }
+
+    #[test]
+    fn templates_are_text_and_fields() {
+        let t = parse_template("order:{order_id}@{shop}").unwrap();
+        assert_eq!(t.0.len(), 4);
+        for bad in ["order", "order:{", "order:}", "{}", "{a{b}"] {
+            assert!(parse_template(bad).is_err(), "{bad}");
+        }
+    }
+}
