@@ -64,8 +64,9 @@ pub(crate) enum ImportCommand {
     /// nothing is lost and nothing doubled, even if the jobs the killed run
     /// enqueued have run since. Each job it creates is marked in the topic
     /// (P:{T}:fired, kept 7 days), and each member in flight is noted in
-    /// the hash KEY:punctual-import (in KEY's slot) until its ZREM; a rerun
-    /// after more than 7 days may enqueue those jobs again. A member whose
+    /// the hash KEY:punctual-import ({KEY}:punctual-import on a cluster
+    /// when KEY has no hash tag) until its ZREM; a rerun after more than 7
+    /// days may enqueue those jobs again. A member whose
     /// id is live in the topic already, with this member as payload, is
     /// only removed; with another payload, or when the id is dead in the
     /// topic, it is left and reported. Members that are not JSON, lack the
