@@ -372,7 +372,8 @@ fn fill_due(redis: &RedisServer) -> i64 {
 }
 
 /// Issue 29 item 4: an import stopped between its enqueue and its ZREM
-/// (here: its user may not ZREM, so the ZREM fails after the enqueue),
+/// (here: its user may ZREM only punctual's keys, so the ZREM of the
+/// legacy members fails after the enqueue),
 /// whose jobs then run and are acked: the rerun enqueues none of them
 /// again (3 members, 3 runs, not 6).
 #[tokio::test]
@@ -383,7 +384,16 @@ async fn a_rerun_after_a_stop_before_the_zrem_runs_no_job_twice() {
     let q = Queue::connect(url.as_str()).await.unwrap();
     redis
         .cli(&[
-            "ACL", "SETUSER", "nozrem", "on", ">pw", "~*", "&*", "+@all", "-zrem",
+            "ACL",
+            "SETUSER",
+            "nozrem",
+            "on",
+            ">pw",
+            "~*",
+            "&*",
+            "+@all",
+            "-zrem",
+            "(~punctual:* +zrem)",
         ])
         .unwrap();
     let limited = url.replacen("redis://", "redis://nozrem:pw@", 1);
@@ -496,4 +506,66 @@ async fn id_template_makes_the_new_producers_ids() {
     );
     assert_eq!(code, 0, "{out}{err}");
     assert!(q.get("orders", "s9/o-5!").await.unwrap().is_some());
+}
+
+/// On a Redis Cluster the journal lives in the source key's slot
+/// (`{KEY}:punctual-import`), so the ZREM of a member and the HDEL of its
+/// entry go in one MULTI; a rerun over members left behind doubles nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn import_on_a_cluster_moves_every_member_once() {
+    let cluster = punctual_testkit::RedisCluster::start();
+    let url = cluster.seed_urls();
+    let add = |n: i64| {
+        for i in 0..n {
+            cluster
+                .cli(&["ZADD", KEY, &(DUE_S + i).to_string(), &member(i as usize)])
+                .unwrap();
+        }
+    };
+    add(20);
+    let q = Queue::connect(url.as_str()).await.unwrap();
+    let (code, out, err) = run_import(&url, &["--json", "--batch", "7"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(
+        (v["imported"].as_u64(), v["removed"].as_u64()),
+        (Some(20), Some(20)),
+        "{v}"
+    );
+    add(5);
+    let (code, out, err) = run_import(&url, &["--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(
+        (v["imported"].as_u64(), v["already"].as_u64()),
+        (Some(0), Some(5)),
+        "{v}"
+    );
+    assert_eq!(q.stats("orders").await.unwrap().pool, 20);
+    assert_eq!(cluster.cli(&["EXISTS", KEY]).unwrap().trim(), "0");
+    let journal = format!("{{{KEY}}}:punctual-import");
+    assert_eq!(cluster.cli(&["EXISTS", &journal]).unwrap().trim(), "0");
+}
+
+/// The marks that make a rerun safe live only while their members are in
+/// flight: a finished import leaves none in the topic's `P:{T}:fired` (so
+/// a large import does not leave a mark per member for the 7 days nothing
+/// trims them, nor in the way of the schedules' spread take-back), and no
+/// journal.
+#[tokio::test]
+async fn a_finished_import_leaves_no_marks_behind() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    fill(&redis, 1200);
+    let (code, out, err) = run_import(&url, &["--batch", "500"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(zcard(&redis), 0);
+    let marks = redis.cli(&["ZCARD", "punctual:{orders}:fired"]).unwrap();
+    assert_eq!(marks.trim(), "0", "marks left behind");
+    let journal = redis
+        .cli(&["EXISTS", &format!("{KEY}:punctual-import")])
+        .unwrap();
+    assert_eq!(journal.trim(), "0", "the journal is empty");
+    let q = Queue::connect(url.as_str()).await.unwrap();
+    assert_imported(&q, 1200).await;
 }

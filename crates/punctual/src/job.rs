@@ -392,7 +392,7 @@ impl EnqueueOptions {
 
     /// Mark the jobs created in `P:{T}:fired` (7 days), and create none
     /// whose id is marked there (see [`EnqueueOptions::mark`] the field,
-    /// and [`crate::Queue::marks`]).
+    /// and [`crate::Queue::unmark`]).
     ///
     /// ```
     /// assert!(punctual::EnqueueOptions::default().mark(true).mark);

@@ -970,15 +970,7 @@ impl Queue {
         physical: &str,
         args: impl FnOnce(&mut redis::ScriptInvocation<'_>),
     ) -> Result<redis::Value> {
-        let keys = self.keys(physical);
-        let mut inv = script.prepare_invoke();
-        for key in keys.all() {
-            inv.key(key);
-        }
-        inv.key(self.fired_key(physical));
-        args(&mut inv);
-        let mut conn = self.conn();
-        inv.invoke_async(&mut conn).await.map_err(Error::from_redis)
+        self.run_keys(script, physical, true, args).await
     }
 
     /// The schedules of `topic`, by name, each with its watermark and next

@@ -9,24 +9,23 @@
 //! even when the jobs a crashed run enqueued have run and been acked
 //! meanwhile:
 //!
-//! - the enqueue marks each job it creates in `P:{T}:fired` (7 days), in
-//!   the same script, and creates no job whose id is marked there
-//!   (`EnqueueOptions::mark`);
-//! - before the enqueue, each member's entry in a journal (a HASH in the
-//!   source key's slot, `journal_key`) records the id's mark as it was
-//!   (`-`: none), unless an interrupted run left one; the journal entry
-//!   leaves with the member, in one `MULTI` with the `ZREM`;
-//! - a member refused as marked whose mark differs from its journal entry
-//!   was enqueued by an interrupted run: it is only removed. One whose mark
-//!   is the one it had before (another member with this id, imported
-//!   earlier) is imported as the new job it is: compared with the live job
-//!   when there is one, else unmarked and enqueued again.
+//! - each member in flight is noted in a journal (a HASH in the source
+//!   key's slot, `journal_key`) before its enqueue, after its id's mark
+//!   (below) was dropped; its entry leaves with it, in one `MULTI` with
+//!   the `ZREM`;
+//! - the enqueue marks each job it creates in `P:{T}:fired`, in the same
+//!   script, and creates no job whose id is marked there
+//!   (`EnqueueOptions::mark`); the marks are dropped once their members
+//!   left the ZSET;
+//! - so a member a rerun finds noted whose id is marked was enqueued by the
+//!   stopped run: it is only removed, even if its job has run since.
 //!
 //! A member whose id is live with another payload, or dead, stays and is
 //! reported. Members that are not JSON, lack the id field, or have an
-//! unusable score stay where they are and are reported. The marks live 7
-//! days: a rerun more than 7 days after an interruption may enqueue again
-//! the jobs that run enqueued and that have run since.
+//! unusable score stay where they are and are reported. Marks older than
+//! 7 days may be trimmed by any marked enqueue: a rerun more than 7 days
+//! after an interruption may enqueue again the jobs that run enqueued and
+//! that have run since.
 
 use std::collections::HashSet;
 use std::time::{Duration, UNIX_EPOCH};
@@ -62,10 +61,12 @@ pub(crate) enum ImportCommand {
     /// A member is removed from KEY only after punctual accepted it, so the
     /// import can be killed at any point and run again within 7 days:
     /// nothing is lost and nothing doubled, even if the jobs the killed run
-    /// enqueued have run since. Each job it creates is marked in the topic
-    /// (P:{T}:fired, kept 7 days), and each member in flight is noted in
-    /// the hash KEY:punctual-import (in KEY's slot) until its ZREM; a rerun
-    /// after more than 7 days may enqueue those jobs again. A member whose
+    /// enqueued have run since. Each member in flight is noted in the hash
+    /// KEY:punctual-import ({KEY}:punctual-import on a cluster when KEY has
+    /// no hash tag) until its ZREM, and the job made of it is marked in the
+    /// topic (P:{T}:fired) until then; marks older than 7 days may be
+    /// trimmed, so a rerun after more than 7 days may enqueue those jobs
+    /// again. A member whose
     /// id is live in the topic already, with this member as payload, is
     /// only removed; with another payload, or when the id is dead in the
     /// topic, it is left and reported. Members that are not JSON, lack the
@@ -481,11 +482,6 @@ async fn zset(ctx: &Ctx, args: ZsetArgs) -> Result<()> {
     Ok(())
 }
 
-/// The text a journal entry holds for a mark: its ms, or `-` for none.
-fn mark_text(m: Option<i64>) -> String {
-    m.map_or_else(|| "-".to_string(), |ms| ms.to_string())
-}
-
 /// What to do with a member whose id has a job in the topic (live or dead)
 /// or had one: `Ok(true)` only remove it (this very member is there),
 /// `Err(reason)` leave it and report, `Ok(false)` no job: import it.
@@ -514,9 +510,9 @@ struct Batch {
     members: Vec<Vec<u8>>,
 }
 
-/// Imports one batch (see the module's comment): journal, marked enqueue,
-/// then the `ZREM` of what punctual holds and the `HDEL` of the batch's
-/// journal entries in one `MULTI`.
+/// Imports one batch (see the module's comment): the journal, the
+/// marked enqueue, then the `ZREM` of what punctual holds with the `HDEL`
+/// of the batch's journal entries in one `MULTI`, and the marks dropped.
 async fn import_batch(
     queue: &Queue,
     src: &mut Source,
@@ -527,101 +523,79 @@ async fn import_batch(
 ) -> Result<()> {
     let topic = &args.topic;
     let Batch { jobs, ids, members } = batch;
-    // 1. The journal: each member's mark before its enqueue, unless an
-    //    interrupted run noted it already (then that entry stays).
-    let before = queue.marks(topic, &ids).await?;
-    let mut pipe = redis::pipe();
-    for (m, b) in members.iter().zip(&before) {
-        pipe.cmd("HSETNX")
-            .arg(journal)
-            .arg(m)
-            .arg(mark_text(*b))
-            .ignore();
-    }
-    pipe.cmd("HMGET").arg(journal).arg(&members);
-    let (noted,): (Vec<Option<String>>,) = pipe.query_async(src).await?;
-    // 2. The marked enqueue.
-    let opts = EnqueueOptions::default().mark(true);
-    let results = queue.enqueue_with(topic, jobs.clone(), &opts).await?;
-    // 3. What each status means for its member.
-    let mut remove: Vec<&[u8]> = Vec::new();
-    let mut again: Vec<usize> = Vec::new();
-    let bad = |m: &[u8], reason: String, report: &mut Report| {
-        report.bad.push(Bad {
-            member: one_line(&String::from_utf8_lossy(m), 80),
-            reason,
-        })
-    };
-    let marked: Vec<usize> = (0..results.len())
-        .filter(|&i| results[i].status == EnqueueStatus::FiredBefore)
+    // 1. The members a stopped run noted in flight: their id's mark, if
+    //    any, was made by that run's enqueue.
+    let mut get = redis::cmd("HMGET");
+    get.arg(journal).arg(&members);
+    let noted: Vec<Option<String>> = get.query_async(src).await?;
+    let in_flight: HashSet<&str> = (0..ids.len())
+        .filter(|&i| noted[i].is_some())
+        .map(|i| ids[i].as_str())
         .collect();
-    let marked_ids: Vec<String> = marked.iter().map(|&i| ids[i].clone()).collect();
-    let now_marks = queue.marks(topic, &marked_ids).await?;
-    let now_mark: std::collections::HashMap<usize, Option<i64>> =
-        marked.iter().copied().zip(now_marks).collect();
+    // 2. The others: their ids' marks (left by a member imported before
+    //    with this id) are dropped, then they are noted. An id a noted
+    //    member has keeps its mark.
+    let fresh: Vec<usize> = (0..ids.len()).filter(|&i| noted[i].is_none()).collect();
+    let unmark: Vec<String> = fresh
+        .iter()
+        .map(|&i| ids[i].clone())
+        .filter(|id| !in_flight.contains(id.as_str()))
+        .collect();
+    if !unmark.is_empty() {
+        queue.unmark(topic, &unmark).await?;
+    }
+    if !fresh.is_empty() {
+        let mut note = redis::cmd("HSET");
+        note.arg(journal);
+        for &i in &fresh {
+            note.arg(&members[i]).arg("1");
+        }
+        let _: usize = note.query_async(src).await?;
+    }
+    // 3. The marked enqueue: each job created is marked in the same script,
+    //    and no marked id is created.
+    let opts = EnqueueOptions::default().mark(true);
+    let results = queue.enqueue_with(topic, jobs, &opts).await?;
+    // 4. What each status means for its member.
+    let mut remove: Vec<&[u8]> = Vec::new();
+    let mut gone: Vec<String> = Vec::new();
     for (i, r) in results.iter().enumerate() {
         let m = &members[i][..];
-        match r.status {
+        let reason = match r.status {
             EnqueueStatus::Created | EnqueueStatus::Replaced => {
                 report.imported += 1;
-                remove.push(m);
+                None
             }
-            EnqueueStatus::FiredBefore
-                if noted[i].as_deref() != Some(mark_text(now_mark[&i]).as_str()) =>
-            {
-                // Marked since its journal entry: enqueued by a run that
-                // stopped before its ZREM (the job may have run since).
-                report.already += 1;
-                remove.push(m);
-            }
-            _ => {
-                // A job with this id is there, or was (another member's,
-                // imported earlier, when the mark is the one noted).
-                match against_live(queue.get(topic, &r.id).await?, m, &r.id, topic) {
-                    Ok(true) => {
-                        report.already += 1;
-                        remove.push(m);
-                    }
-                    Err(reason) => bad(m, reason, report),
-                    Ok(false) if r.status == EnqueueStatus::FiredBefore => again.push(i),
-                    Ok(false) => bad(
-                        m,
-                        format!(
-                            "id {:?} was live in topic {topic:?} a moment ago and is gone now: run the import again",
-                            r.id
-                        ),
-                        report,
-                    ),
+            _ => match against_live(queue.get(topic, &r.id).await?, m, &r.id, topic) {
+                Ok(true) => {
+                    report.already += 1;
+                    None
                 }
-            }
-        }
-    }
-    // A new member for an id whose earlier job has finished: unmarked and
-    // enqueued again (its journal entry still holds the old mark, so a
-    // crash from here on is told apart as above).
-    if !again.is_empty() {
-        let again_ids: Vec<String> = again.iter().map(|&i| ids[i].clone()).collect();
-        queue.unmark(topic, &again_ids).await?;
-        let jobs2: Vec<Job> = again.iter().map(|&i| jobs[i].clone()).collect();
-        let results2 = queue.enqueue_with(topic, jobs2, &opts).await?;
-        for (&i, r) in again.iter().zip(&results2) {
-            let m = &members[i][..];
-            if matches!(r.status, EnqueueStatus::Created | EnqueueStatus::Replaced) {
-                report.imported += 1;
+                Err(reason) => Some(reason),
+                // Marked since it was noted: the stopped run enqueued it,
+                // and its job has run since.
+                Ok(false) if r.status == EnqueueStatus::FiredBefore && noted[i].is_some() => {
+                    report.already += 1;
+                    None
+                }
+                Ok(false) => Some(format!(
+                    "id {:?} was enqueued in topic {topic:?} a moment ago (another member with this id?) and is gone now: run the import again",
+                    r.id
+                )),
+            },
+        };
+        match reason {
+            None => {
                 remove.push(m);
-            } else {
-                bad(
-                    m,
-                    format!(
-                        "id {:?} was enqueued in topic {topic:?} by someone else meanwhile: run the import again",
-                        r.id
-                    ),
-                    report,
-                );
+                gone.push(r.id.clone());
             }
+            Some(reason) => report.bad.push(Bad {
+                member: one_line(&String::from_utf8_lossy(m), 80),
+                reason,
+            }),
         }
     }
-    // 4. Only now, and only what punctual holds, leaves the ZSET, with the
+    // 5. Only now, and only what punctual holds, leaves the ZSET, with the
     //    batch's journal entries (those of the members left too: a rerun
     //    notes them afresh).
     let mut tx = redis::pipe();
@@ -635,6 +609,12 @@ async fn import_batch(
     } else {
         let (n,): (usize,) = tx.query_async(src).await?;
         report.removed += n;
+    }
+    // 6. The marks of the members gone are needed no more (a stop before
+    //    this leaves them to the 7-day trim, or to the next import of the
+    //    id, which drops them first).
+    if !gone.is_empty() {
+        queue.unmark(topic, &gone).await?;
     }
     Ok(())
 }
@@ -665,5 +645,31 @@ fn print_report(ctx: &Ctx, args: &ZsetArgs, r: &Report) -> Result<()> {
             "imported {} members of {:?} into topic {:?} ({} already there); removed {} from {:?} ({scores})\n",
             r.imported, args.key, args.topic, r.already, r.removed, args.key
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_journal_is_in_the_source_keys_slot() {
+        assert_eq!(journal_key("q", false).unwrap(), "q:punctual-import");
+        assert_eq!(journal_key("q", true).unwrap(), "{q}:punctual-import");
+        assert_eq!(journal_key("a{t}b", true).unwrap(), "a{t}b:punctual-import");
+        // Braces but no hash tag: the whole key is hashed, and no name with
+        // a suffix is sure to share its slot.
+        assert!(journal_key("a{}b", true).is_none());
+        assert!(journal_key("a}b", true).is_none());
+        assert_eq!(journal_key("a}b", false).unwrap(), "a}b:punctual-import");
+    }
+
+    #[test]
+    fn templates_are_text_and_fields() {
+        let t = parse_template("order:{order_id}@{shop}").unwrap();
+        assert_eq!(t.0.len(), 4);
+        for bad in ["order", "order:{", "order:}", "{}", "{a{b}"] {
+            assert!(parse_template(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -439,15 +439,15 @@ impl Queue {
         topic: &str,
         args: impl FnOnce(&mut redis::ScriptInvocation<'_>),
     ) -> Result<Value> {
-        self.run_plus(script, topic, None, args).await
+        self.run_keys(script, topic, false, args).await
     }
 
-    /// [`Queue::run`] with an optional tenth key after the nine.
-    pub(crate) async fn run_plus(
+    /// [`Queue::run`], with `P:{T}:fired` as a tenth key when `fired`.
+    pub(crate) async fn run_keys(
         &self,
         script: &Script,
         topic: &str,
-        tenth: Option<&str>,
+        fired: bool,
         args: impl FnOnce(&mut redis::ScriptInvocation<'_>),
     ) -> Result<Value> {
         let keys = self.keys(topic);
@@ -455,8 +455,8 @@ impl Queue {
         for k in &keys.keys {
             inv.key(k);
         }
-        if let Some(k) = tenth {
-            inv.key(k);
+        if fired {
+            inv.key(self.fired_key(topic));
         }
         args(&mut inv);
         let mut conn = self.inner.conn.clone();
