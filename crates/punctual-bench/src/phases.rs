@@ -1694,7 +1694,7 @@ pub(crate) async fn scripts(b: &Bench) -> Result<Report> {
     // The floor's four steps on the same layout right before this phase's
     // own (and, without --pool's jobs, right after them): a ratio of two
     // figures measured seconds apart, where the floor phase's came earlier
-    // in the run, while the machine's speed drifts (BENCHMARKS.md round 11).
+    // in the run, while the machine's speed drifts (BENCHMARKS.md at 509d4c9, round 11).
     b.clean().await?;
     let floor_before = super::floor::run(b, n, CHUNK as usize).await?;
     let pool = fill_pool(b).await?;
