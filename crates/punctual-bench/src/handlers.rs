@@ -201,7 +201,10 @@ pub(crate) async fn handlers(b: &Bench) -> Result<Report> {
     let mut text = Vec::new();
     let mut note = |name: &str, v: Value, kinds: &mut Map<String, Value>| {
         let line = match v.get("skipped").and_then(Value::as_str) {
-            Some(why) => format!("{name:<16} SKIPPED: {why}"),
+            Some(why) => {
+                eprintln!("punctual bench: warning: handlers: {name} SKIPPED: {why}");
+                format!("{name:<16} SKIPPED: {why}")
+            }
             None => format!(
                 "{name:<16} {:>9.0} jobs/s; CPU µs per job: serve {}, handler {}, Redis {}",
                 v["jobs_per_s"].as_f64().unwrap_or(0.0),

@@ -346,6 +346,55 @@ fn precision_load_and_a_pool_handle_every_job_once_and_leave_nothing_behind() {
 }
 
 #[test]
+fn a_resident_language_without_its_interpreter_is_skipped_loudly() {
+    let redis = RedisServer::start();
+    // A PATH with `true` only: no php, python3 or node.
+    let bin = tempfile::tempdir().unwrap();
+    let true_path = ["/usr/bin/true", "/bin/true"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).is_file())
+        .expect("true");
+    std::os::unix::fs::symlink(true_path, bin.path().join("true")).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_punctual"))
+        .args(["--redis", &redis.url(), "bench", "--json"])
+        .args([
+            "--phase",
+            "handlers",
+            "--handler-n",
+            "200",
+            "--serve-n",
+            "50",
+        ])
+        .env("PATH", bin.path())
+        .output()
+        .unwrap();
+    let lines = json_lines(&out);
+    let h = &lines[0];
+    assert_eq!(h["ok"], true, "{h}");
+    for (kind, program) in [
+        ("resident_php", "php"),
+        ("resident_python", "python3"),
+        ("resident_node", "node"),
+    ] {
+        assert_eq!(
+            h["kinds"][kind]["skipped"].as_str(),
+            Some(format!("{program} not installed (not on PATH)").as_str()),
+            "{h}"
+        );
+    }
+    for kind in ["in_process", "exec", "http"] {
+        assert_eq!(h["kinds"][kind]["ok"], true, "{kind}: {h}");
+    }
+    // Said on stderr too, not only in the JSON.
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("resident_php SKIPPED: php not installed"),
+        "{stderr}"
+    );
+    assert_eq!(redis.cli(&["DBSIZE"]).unwrap().trim(), "0");
+}
+
+#[test]
 fn a_redis_with_other_keys_is_refused_unless_forced() {
     let redis = RedisServer::start();
     redis.cli(&["SET", "app:session:1", "x"]).unwrap();
