@@ -1,14 +1,16 @@
 //! The benchmark protocol of punctual (docs/BENCHMARKS.md) against one
 //! Redis or a Redis Cluster, with an in-process no-op handler: the library
 //! behind `punctual bench`, which parses [`BenchArgs`] and calls [`run`].
-//! The `serve` and `resident` phases start `serve` of the running
-//! executable, so they need to run inside the `punctual` binary.
+//! The `serve`, `resident` and `handlers` phases start `serve` of the
+//! running executable, so they need to run inside the `punctual` binary.
 //!
 //! - `target`: which Redis (the one at --redis, a cluster's masters, or a
 //!   private redis-server), the foreign-key check, deleting the bench's
 //!   keys, INFO (summed over a cluster's masters).
 //! - `probe`: Redis CPU, commands and this process's CPU per job.
 //! - `phases`: the phases themselves.
+//! - `handlers`: the `handlers` phase, a no-op of each handler kind under
+//!   `serve`; `proctree`: serve's CPU apart from its handlers', from /proc.
 //! - `floor`: the leanest scripts on the same layout, the yardstick every
 //!   other phase's Redis time per job is divided by.
 //!
