@@ -1,14 +1,16 @@
 //! The benchmark protocol of punctual (docs/BENCHMARKS.md) against one
 //! Redis or a Redis Cluster, with an in-process no-op handler: the library
 //! behind `punctual bench`, which parses [`BenchArgs`] and calls [`run`].
-//! The `serve` and `resident` phases start `serve` of the running
-//! executable, so they need to run inside the `punctual` binary.
+//! The `serve`, `resident` and `handlers` phases start `serve` of the
+//! running executable, so they need to run inside the `punctual` binary.
 //!
 //! - `target`: which Redis (the one at --redis, a cluster's masters, or a
 //!   private redis-server), the foreign-key check, deleting the bench's
 //!   keys, INFO (summed over a cluster's masters).
 //! - `probe`: Redis CPU, commands and this process's CPU per job.
 //! - `phases`: the phases themselves.
+//! - `handlers`: the `handlers` phase, a no-op of each handler kind under
+//!   `serve`; `proctree`: serve's CPU apart from its handlers', from /proc.
 //! - `floor`: the leanest scripts on the same layout, the yardstick every
 //!   other phase's Redis time per job is divided by.
 //!
@@ -34,9 +36,11 @@
 //! ```
 
 mod floor;
+mod handlers;
 mod phases;
 pub mod private_redis;
 mod probe;
+mod proctree;
 mod target;
 
 use std::io::IsTerminal;
@@ -74,10 +78,11 @@ pub enum Phase {
     Drain,
     /// Lateness (handler start - due) at --rate jobs/s for --secs.
     Precision,
-    /// Precision under load, two runs of --secs: at --load-rate jobs/s
-    /// (20,000), then at half the drain rate measured in the same run (the
-    /// drain phase runs first when not asked for). Target: p99 ≤ 10 ms,
-    /// max ≤ 50 ms, never early, with the producer at ≥ 95 % of the rate
+    /// Precision under load, four runs of --secs: at --load-rate jobs/s
+    /// (20,000); the producer flat out, a due time per job, to find the
+    /// rate it reaches (the ceiling); then at 50 % and at 80 % of that
+    /// ceiling. Target: p99 ≤ 10 ms, max ≤ 50 ms, never early, each run
+    /// counted as met only with the producer at ≥ 95 % of the rate asked
     /// (each run reports the rate it reached). Not part of `all`.
     PrecisionLoad,
     /// Redis commands per second of idle consumers (concurrency 64).
@@ -105,12 +110,19 @@ pub enum Phase {
     /// `punctual serve` with a no-op exec handler (`php -r ''`) and a no-op
     /// resident handler (a PHP loop; Python without PHP), in one run.
     Resident,
+    /// A no-op of each handler kind, --handler-n jobs each: in-process (the
+    /// library's Worker), exec (`true`, --serve-n jobs), http (a POST to a
+    /// no-op server of the bench), resident in PHP, Python and Node (the
+    /// client packages' loops; a language whose interpreter is missing is
+    /// reported as skipped). Per kind: jobs/s and CPU µs per job of serve's
+    /// own processes (from /proc), of the handler and of Redis.
+    Handlers,
     /// Every phase above but precision-load, in this order.
     All,
 }
 
 /// The order phases run in, whatever the order asked.
-const ORDER: [Phase; 14] = [
+const ORDER: [Phase; 15] = [
     Phase::Floor,
     Phase::Enqueue,
     Phase::Memory,
@@ -125,11 +137,12 @@ const ORDER: [Phase; 14] = [
     Phase::Groups,
     Phase::Serve,
     Phase::Resident,
+    Phase::Handlers,
 ];
 
 /// The phases of `all`: every one but precision-load (tens of seconds of
 /// load at 20,000 jobs/s and more).
-const ALL: [Phase; 13] = [
+const ALL: [Phase; 14] = [
     Phase::Floor,
     Phase::Enqueue,
     Phase::Memory,
@@ -143,6 +156,7 @@ const ALL: [Phase; 13] = [
     Phase::Groups,
     Phase::Serve,
     Phase::Resident,
+    Phase::Handlers,
 ];
 
 /// The arguments of `punctual bench`, for a clap command of the caller's.
@@ -162,8 +176,8 @@ const ALL: [Phase; 13] = [
 pub struct BenchArgs {
     /// Phases to run, comma-separated: floor, enqueue (alias produce),
     /// memory, drain, precision, precision-load, idle, promote, consume,
-    /// scripts, calls, groups, serve, resident, or all (every one but
-    /// precision-load).
+    /// scripts, calls, groups, serve, resident, handlers, or all (every one
+    /// but precision-load).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "all")]
     pub phase: Vec<Phase>,
 
@@ -183,8 +197,8 @@ pub struct BenchArgs {
           value_parser = clap::value_parser!(u64).range(1..=600))]
     pub secs: u64,
 
-    /// precision-load: jobs/s of its first run (its second runs at half the
-    /// drain rate measured in the same run).
+    /// precision-load: jobs/s of its first run (the others run flat out,
+    /// then at 50 % and 80 % of the rate reached flat out).
     #[arg(long, value_name = "R", default_value_t = 20_000,
           value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub load_rate: u64,
@@ -255,7 +269,18 @@ pub struct BenchArgs {
           value_parser = clap::value_parser!(u64).range(1..=2_000_000))]
     pub resident_n: u64,
 
-    /// resident: resident programs per worker process.
+    /// handlers: jobs per handler kind (exec takes at most --serve-n).
+    #[arg(long, value_name = "N", default_value_t = 20_000,
+          value_parser = clap::value_parser!(u64).range(1..=2_000_000))]
+    pub handler_n: u64,
+
+    /// handlers: the directory of the client packages (php/, python/,
+    /// node/) whose resident loops run the no-op handlers; by default the
+    /// clients/ directory of the source tree this binary was built from.
+    #[arg(long, value_name = "DIR")]
+    pub clients: Option<std::path::PathBuf>,
+
+    /// resident and handlers: resident programs per worker process.
     #[arg(long, value_name = "N", default_value_t = 2,
           value_parser = clap::value_parser!(u64).range(1..=1000))]
     pub resident_processes: u64,
@@ -627,23 +652,7 @@ pub async fn run(redis_url: &str, redis_explicit: bool, json: bool, args: BenchA
                 Phase::Drain => vec![phases::drain(&bench, true).await?],
                 Phase::Consume => vec![phases::drain(&bench, false).await?],
                 Phase::Precision => vec![phases::precision(&bench).await?],
-                Phase::PrecisionLoad => {
-                    // Half the drain rate of this run: the drain phase's,
-                    // or a drain of its own first (reported too).
-                    let mut out = Vec::new();
-                    let drain = match reports.iter().find(|r| r.phase() == "drain") {
-                        Some(d) => d.jobs_per_s().unwrap_or(0.0),
-                        None => {
-                            let d = phases::drain(&bench, true).await?;
-                            bench.clean().await?;
-                            let rate = d.jobs_per_s().unwrap_or(0.0);
-                            out.push(d);
-                            rate
-                        }
-                    };
-                    out.extend(phases::precision_load(&bench, drain).await?);
-                    out
-                }
+                Phase::PrecisionLoad => phases::precision_load(&bench).await?,
                 Phase::Groups => vec![phases::groups(&bench).await?],
                 Phase::Idle => vec![phases::idle(&bench).await?],
                 Phase::Promote => vec![phases::promote(&bench).await?],
@@ -651,6 +660,7 @@ pub async fn run(redis_url: &str, redis_explicit: bool, json: bool, args: BenchA
                 Phase::Calls => vec![phases::calls(&bench).await?],
                 Phase::Serve => vec![phases::serve(&bench).await?],
                 Phase::Resident => vec![phases::resident(&bench).await?],
+                Phase::Handlers => vec![handlers::handlers(&bench).await?],
                 Phase::Floor => {
                     let f = floor::floor(&bench).await?;
                     floor_report = Some(f.clone());

@@ -66,7 +66,9 @@ struct Recorder {
     /// (lateness, Redis clock at claim - due) in microseconds, and the due
     /// time (epoch ms).
     lateness: Option<Mutex<Vec<(i64, i64, i64)>>>,
-    expected: u64,
+    /// The jobs expected: `seen`'s length, or fewer once a producer that
+    /// ran flat out says how many it sent ([`Recorder::expect`]).
+    expected: AtomicU64,
     all_in: Notify,
 }
 
@@ -94,8 +96,9 @@ impl Recorder {
             seen: (0..expected).map(|_| AtomicU32::new(0)).collect(),
             handled: AtomicU64::new(0),
             strays: AtomicU64::new(0),
-            lateness: lateness.then(|| Mutex::new(Vec::with_capacity(expected as usize))),
-            expected,
+            lateness: lateness
+                .then(|| Mutex::new(Vec::with_capacity(expected.min(1 << 20) as usize))),
+            expected: AtomicU64::new(expected),
             all_in: Notify::new(),
         })
     }
@@ -116,9 +119,20 @@ impl Recorder {
                 self.strays.fetch_add(1, Ordering::Relaxed);
             }
         }
-        if self.handled.fetch_add(1, Ordering::AcqRel) + 1 == self.expected {
+        if self.handled.fetch_add(1, Ordering::AcqRel) + 1 == self.expected() {
             self.all_in.notify_one();
         }
+    }
+
+    fn expected(&self) -> u64 {
+        self.expected.load(Ordering::Acquire)
+    }
+
+    /// Expects jobs `0..n` only (n at most the capacity it was made with).
+    fn expect(&self, n: u64) {
+        self.expected
+            .store(n.min(self.seen.len() as u64), Ordering::Release);
+        self.all_in.notify_one();
     }
 
     fn handled(&self) -> u64 {
@@ -127,7 +141,12 @@ impl Recorder {
 
     fn tally(&self) -> Tally {
         let (mut lost, mut doubled) = (0, 0);
-        for c in &self.seen {
+        let n = self.expected() as usize;
+        let strays: u64 = self.seen[n..]
+            .iter()
+            .map(|c| u64::from(c.load(Ordering::Relaxed)))
+            .sum();
+        for c in &self.seen[..n] {
             match c.load(Ordering::Relaxed) {
                 0 => lost += 1,
                 1 => {}
@@ -138,7 +157,7 @@ impl Recorder {
             handled: self.handled(),
             lost,
             doubled,
-            strays: self.strays.load(Ordering::Relaxed),
+            strays: self.strays.load(Ordering::Relaxed) + strays,
         }
     }
 
@@ -147,7 +166,7 @@ impl Recorder {
         loop {
             let h = self.handled();
             bar.set_position(h);
-            if h >= self.expected {
+            if h >= self.expected() {
                 return true;
             }
             if Instant::now() >= deadline {
@@ -748,8 +767,16 @@ async fn memory_usage(b: &Bench, key: &str) -> Result<u64> {
 /// `drain` (worker + scheduler) and the `consume` segment (worker alone):
 /// N due jobs loaded first, then one consumer; time to the last ack.
 pub(crate) async fn drain(b: &Bench, scheduler: bool) -> Result<Report> {
+    drain_of(b, b.args.n, scheduler).await
+}
+
+/// A drain (worker + scheduler) of `n` jobs.
+pub(crate) async fn drain_n(b: &Bench, n: u64) -> Result<Report> {
+    drain_of(b, n, true).await
+}
+
+async fn drain_of(b: &Bench, n: u64, scheduler: bool) -> Result<Report> {
     let name = if scheduler { "drain" } else { "consume" };
-    let n = b.args.n;
     let pool = fill_pool(b).await?;
     let producer = b.queue().await?;
     let bar = b.bar(n, "load");
@@ -834,50 +861,95 @@ pub(crate) async fn drain(b: &Bench, scheduler: bool) -> Result<Report> {
 /// `precision`: consumers running; --rate jobs/s for --secs, each due in
 /// [100, 2000] ms; lateness = handler start - due.
 pub(crate) async fn precision(b: &Bench) -> Result<Report> {
-    precision_at(b, "precision", b.args.rate, None).await
+    precision_at(b, "precision", Flow::Rate(b.args.rate), None).await
 }
 
-/// Targets of precision under load (issue 12), ms.
+/// Targets of precision under load, ms: p99 ≤ 10 ms, max ≤ 50 ms, never
+/// early, each run counted only with the producer at ≥ 95 % of its rate.
 const LOAD_P99_MS: f64 = 10.0;
 const LOAD_MAX_MS: f64 = 50.0;
+/// The shares of the ceiling the target is measured at, %.
+const CEILING_PCTS: [u64; 2] = [50, 80];
+/// Jobs per second the flat-out run can hold at most, and jobs in all (its
+/// recorder's size).
+const FLAT_OUT_MAX_RATE: u64 = 400_000;
+const FLAT_OUT_MAX_JOBS: u64 = 5_000_000;
 
-/// `precision-load`: the precision phase at --load-rate jobs/s, then at
-/// half `drain_jobs_per_s` (the drain rate measured in the same run): one
-/// line each, with the target (p99 ≤ 10 ms, max ≤ 50 ms, never early).
-pub(crate) async fn precision_load(b: &Bench, drain_jobs_per_s: f64) -> Result<Vec<Report>> {
+/// `precision-load`: the precision phase at --load-rate jobs/s; then the
+/// producer flat out for --secs (its ceiling: the rate it reaches with a
+/// due time per job); then at 50 % and at 80 % of that ceiling. One line
+/// each; every run but the flat-out one with the target (p99 ≤ 10 ms,
+/// max ≤ 50 ms, never early, the producer at ≥ 95 % of the rate).
+pub(crate) async fn precision_load(b: &Bench) -> Result<Vec<Report>> {
     let fixed = precision_at(
         b,
         "precision-load",
-        b.args.load_rate,
+        Flow::Rate(b.args.load_rate),
         Some(LoadRate {
             rate_from: "fixed",
-            drain_jobs_per_s: None,
+            ceiling_jobs_per_s: None,
+            ceiling_pct: None,
         }),
     )
     .await?;
     b.clean().await?;
-    // (Above 100,000 jobs/s the producer's batch every 10 ms takes two calls.)
-    let half = ((drain_jobs_per_s / 2.0).round() as u64).clamp(1, 1_000_000);
-    let half = precision_at(
+    let flat = precision_at(
         b,
         "precision-load",
-        half,
+        Flow::FlatOut,
         Some(LoadRate {
-            rate_from: "half-drain",
-            drain_jobs_per_s: Some(drain_jobs_per_s),
+            rate_from: "flat-out",
+            ceiling_jobs_per_s: None,
+            ceiling_pct: None,
         }),
     )
     .await?;
-    Ok(vec![fixed, half])
+    b.clean().await?;
+    let ceiling = flat
+        .get("achieved_rate")
+        .and_then(Value::as_f64)
+        .unwrap_or(0.0);
+    let mut out = vec![fixed, flat];
+    for pct in CEILING_PCTS {
+        let rate = ((ceiling * pct as f64 / 100.0).round() as u64).clamp(1, 1_000_000);
+        out.push(
+            precision_at(
+                b,
+                "precision-load",
+                Flow::Rate(rate),
+                Some(LoadRate {
+                    rate_from: "ceiling",
+                    ceiling_jobs_per_s: Some(ceiling),
+                    ceiling_pct: Some(pct),
+                }),
+            )
+            .await?,
+        );
+        b.clean().await?;
+    }
+    Ok(out)
 }
 
 /// How a precision-load run got its rate.
 #[derive(Serialize)]
 struct LoadRate {
-    /// "fixed" (--load-rate) or "half-drain".
+    /// "fixed" (--load-rate), "flat-out" (the ceiling's own run) or
+    /// "ceiling" (a share of the flat-out run's rate).
     rate_from: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
-    drain_jobs_per_s: Option<f64>,
+    ceiling_jobs_per_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ceiling_pct: Option<u64>,
+}
+
+/// The producer of a precision run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flow {
+    /// This many jobs per second (a batch every 10 ms), for --secs.
+    Rate(u64),
+    /// Batches of 1,000 back to back, each awaited, for --secs: the rate
+    /// the producer reaches with a due time per job.
+    FlatOut,
 }
 
 /// A probe sample: when it ended (local ms since the run's start) and how
@@ -989,18 +1061,26 @@ struct ProbesMs {
     redis_stalls: u64,
 }
 
-/// The precision phase at `rate` jobs/s for --secs; `load`: a run of
-/// precision-load, with its target.
-async fn precision_at(b: &Bench, phase: &str, rate: u64, load: Option<LoadRate>) -> Result<Report> {
+/// The precision phase with `flow` for --secs; `load`: a run of
+/// precision-load, with its target (but for the flat-out run).
+async fn precision_at(
+    b: &Bench,
+    phase: &str,
+    flow: Flow,
+    load: Option<LoadRate>,
+) -> Result<Report> {
     let secs = b.args.secs;
-    let total = rate * secs;
+    let cap = match flow {
+        Flow::Rate(rate) => rate * secs,
+        Flow::FlatOut => (FLAT_OUT_MAX_RATE * secs).min(FLAT_OUT_MAX_JOBS),
+    };
     let pool = fill_pool(b).await?;
-    let rec = Recorder::new(total, true);
+    let rec = Recorder::new(cap, true);
     let producer = b.queue().await?;
     let conns = Consumer::connect(b, b.args.consumers, true).await?;
     let consumer = Consumer::start(conns, rec.clone(), b.consumer_config());
     b.wait_listening(b.args.consumers, true, phase).await?;
-    let bar = b.bar(total, phase);
+    let bar = b.bar(cap, phase);
     let before = Snapshot::take(&b.target).await?;
     // Redis's clock at the start, to place due times on the local clock.
     let redis_t0_ms = b.target.now_ms().await? as f64;
@@ -1010,9 +1090,23 @@ async fn precision_at(b: &Bench, phase: &str, rate: u64, load: Option<LoadRate>)
     let mut tick = tokio::time::interval(Duration::from_millis(10));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut sent = 0u64;
-    while sent < total {
-        tick.tick().await;
-        let due = ((t0.elapsed().as_secs_f64() * rate as f64) as u64).min(total);
+    let run_for = Duration::from_secs(secs);
+    loop {
+        let due = match flow {
+            Flow::Rate(rate) => {
+                if sent >= cap {
+                    break;
+                }
+                tick.tick().await;
+                ((t0.elapsed().as_secs_f64() * rate as f64) as u64).min(cap)
+            }
+            Flow::FlatOut => {
+                if sent >= cap || t0.elapsed() >= run_for {
+                    break;
+                }
+                (sent + CHUNK).min(cap)
+            }
+        };
         if due > sent {
             let jobs: Vec<Job> = (sent..due)
                 .map(|i| {
@@ -1028,10 +1122,17 @@ async fn precision_at(b: &Bench, phase: &str, rate: u64, load: Option<LoadRate>)
         }
         bar.set_position(rec.handled());
     }
+    let total = sent;
+    rec.expect(total);
+    bar.set_length(total);
     // How long the producer took to send them all: longer than --secs when
     // Redis could not take them at this rate (each call awaited in turn).
     let sent_secs = t0.elapsed().as_secs_f64();
     let achieved = (total as f64 / sent_secs.max(1e-9)).round();
+    let rate = match flow {
+        Flow::Rate(rate) => rate,
+        Flow::FlatOut => achieved as u64,
+    };
     let deadline = Instant::now() + Duration::from_secs(30);
     let all = rec.wait_all(&bar, deadline).await;
     let acked = all && b.wait_acked(deadline, pool).await?;
@@ -1131,7 +1232,7 @@ async fn precision_at(b: &Bench, phase: &str, rate: u64, load: Option<LoadRate>)
     }
     let pct = late.percentiles();
     let rate_reached = achieved >= 0.95 * rate as f64;
-    let target = load.is_some().then_some(Target {
+    let target = (load.is_some() && flow != Flow::FlatOut).then_some(Target {
         p99_ms: LOAD_P99_MS,
         max_ms: LOAD_MAX_MS,
         never_early: true,
@@ -1593,7 +1694,7 @@ pub(crate) async fn scripts(b: &Bench) -> Result<Report> {
     // The floor's four steps on the same layout right before this phase's
     // own (and, without --pool's jobs, right after them): a ratio of two
     // figures measured seconds apart, where the floor phase's came earlier
-    // in the run, while the machine's speed drifts (BENCHMARKS.md round 11).
+    // in the run, while the machine's speed drifts (BENCHMARKS.md at 509d4c9, round 11).
     b.clean().await?;
     let floor_before = super::floor::run(b, n, CHUNK as usize).await?;
     let pool = fill_pool(b).await?;
@@ -2179,10 +2280,10 @@ pub(crate) async fn serve(b: &Bench) -> Result<Report> {
 }
 
 /// A handler of the `serve` path: its TOML lines and how reports name it.
-struct Handler {
-    toml: String,
-    label: String,
-    text: String,
+pub(crate) struct Handler {
+    pub toml: String,
+    pub label: String,
+    pub text: String,
 }
 
 /// A no-op resident handler in PHP: the protocol in 15 lines.
@@ -2316,8 +2417,10 @@ pub(crate) async fn resident(b: &Bench) -> Result<Report> {
 }
 
 /// `punctual serve` (this binary) with `handler` on `n` jobs due now; time
-/// until all are done.
-async fn serve_path(
+/// until all are done. serve's own CPU and its handlers' are read from
+/// /proc right before the jobs are enqueued and right after the last is
+/// done (start and stop left out).
+pub(crate) async fn serve_path(
     b: &Bench,
     phase: &str,
     n: u64,
@@ -2377,6 +2480,8 @@ partitions = {partitions}
     let jobs: Vec<Job> = (0..n).map(|i| Job::new(payload(i))).collect();
     let bar = b.bar(n, phase);
     let deadline = Instant::now() + Duration::from_secs(120) + Duration::from_millis(10 * n);
+    let pid = child.id();
+    let tree_before = pid.and_then(crate::proctree::tree_cpu);
     let before = Snapshot::take(&b.target).await?;
     let t0 = Instant::now();
     let enqueued = producer.enqueue_batch(TOPIC, jobs).await?;
@@ -2403,6 +2508,10 @@ partitions = {partitions}
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     let elapsed = t0.elapsed();
+    let tree = match (tree_before, pid.and_then(crate::proctree::tree_cpu)) {
+        (Some(a), Some(z)) => Some(z.since(&a)),
+        _ => None,
+    };
     let after = Snapshot::take(&b.target).await?;
     bar.finish_and_clear();
     if let Some(pid) = child.id() {
@@ -2454,8 +2563,16 @@ partitions = {partitions}
         #[serde(flatten)]
         done: Option<Done>,
         serve_cpu_us_per_job: f64,
+        /// serve's own processes (supervisor, workers, scheduler) from
+        /// the first job enqueued to the last done, per job.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        serve_own_cpu_us_per_job: Option<f64>,
+        /// The handlers' processes over the same span, per job.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        handler_cpu_us_per_job: Option<f64>,
         profile: Profile,
     }
+    let per_job = |us: u64| round(us as f64 / n.max(1) as f64, 1);
     let mut r = Report::of(
         phase,
         &Serve {
@@ -2474,16 +2591,24 @@ partitions = {partitions}
                 left: Left::of(sets, Some(records)),
             }),
             serve_cpu_us_per_job: round(cpu as f64 / n.max(1) as f64, 1),
+            serve_own_cpu_us_per_job: tree.map(|t| per_job(t.serve_us)),
+            handler_cpu_us_per_job: tree.map(|t| per_job(t.handlers_us)),
             profile: profile.clone(),
         },
     );
     r.text = format!(
-        "{:<10} punctual serve, {workers} workers x {concurrency}, {}: {n} jobs in {:.3} s: {:.0} jobs/s; serve's processes used {:.0} µs CPU per job (start and stop included)  {}\n           Redis {:.2} µs/job ({:.0}% busy), {:.1} script calls/1k jobs",
+        "{:<10} punctual serve, {workers} workers x {concurrency}, {}: {n} jobs in {:.3} s: {:.0} jobs/s; serve's processes used {:.0} µs CPU per job (start and stop included){}  {}\n           Redis {:.2} µs/job ({:.0}% busy), {:.1} script calls/1k jobs",
         phase,
         handler.text,
         elapsed.as_secs_f64(),
         per_s(done, elapsed),
         cpu as f64 / n.max(1) as f64,
+        tree.map(|t| format!(
+            "; while the jobs ran, serve itself {:.1} µs, its handlers {:.1} µs",
+            per_job(t.serve_us),
+            per_job(t.handlers_us)
+        ))
+        .unwrap_or_default(),
         status(ok),
         profile.redis_cpu_us_per_job,
         profile.redis_busy_pct,
@@ -2493,7 +2618,7 @@ partitions = {partitions}
 }
 
 /// The full path of a program on PATH.
-fn which(program: &str) -> Option<String> {
+pub(crate) fn which(program: &str) -> Option<String> {
     std::env::var_os("PATH").and_then(|paths| {
         std::env::split_paths(&paths)
             .map(|p| p.join(program))

@@ -58,6 +58,8 @@ fn every_phase_prints_an_ok_json_line_and_leaves_nothing_behind() {
             "200",
             "--resident-n",
             "500",
+            "--handler-n",
+            "300",
         ],
     );
     let lines = json_lines(&out);
@@ -78,6 +80,7 @@ fn every_phase_prints_an_ok_json_line_and_leaves_nothing_behind() {
             "groups",
             "serve",
             "resident",
+            "handlers",
             "segments"
         ]
     );
@@ -99,6 +102,45 @@ fn every_phase_prints_an_ok_json_line_and_leaves_nothing_behind() {
         (Some(200), Some(500)),
         "{r}"
     );
+    // handlers: every kind handled every job once, or says why it was
+    // skipped (an interpreter not installed).
+    let h = by("handlers");
+    let kinds = h["kinds"].as_object().unwrap_or_else(|| panic!("{h}"));
+    let mut names: Vec<&str> = kinds.keys().map(String::as_str).collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        [
+            "exec",
+            "http",
+            "in_process",
+            "resident_node",
+            "resident_php",
+            "resident_python"
+        ],
+        "{h}"
+    );
+    for (name, k) in kinds {
+        if let Some(why) = k.get("skipped") {
+            assert!(
+                name.starts_with("resident_") && why.as_str().unwrap().contains("not"),
+                "{name}: {h}"
+            );
+            continue;
+        }
+        assert_eq!(k["ok"], true, "{name}: {h}");
+        let n = if name == "exec" { 200 } else { 300 };
+        assert_eq!(k["n"], n, "{name}: {h}");
+        assert!(k["jobs_per_s"].as_f64().unwrap() > 0.0, "{name}: {h}");
+        for cpu in [
+            "serve_cpu_us_per_job",
+            "handler_cpu_us_per_job",
+            "redis_cpu_us_per_job",
+        ] {
+            assert!(k[cpu].as_f64().unwrap() >= 0.0, "{name}.{cpu}: {h}");
+        }
+    }
+    assert!(kinds["http"]["requests"].as_u64().unwrap() >= 300, "{h}");
     assert_eq!(by("enqueue")["n"], 2000);
     assert_eq!(by("drain")["n"], 2000);
     assert!(by("memory")["bytes_per_job"].as_f64().unwrap() > 100.0);
@@ -216,11 +258,12 @@ fn precision_load_and_a_pool_handle_every_job_once_and_leave_nothing_behind() {
     );
     let lines = json_lines(&out);
     let phases: Vec<&str> = lines.iter().map(|l| l["phase"].as_str().unwrap()).collect();
-    // precision-load measures the drain rate first when drain was not asked.
+    // precision-load: the fixed rate, flat out, 50 % and 80 % of flat out.
     assert_eq!(
         phases,
         [
-            "drain",
+            "precision-load",
+            "precision-load",
             "precision-load",
             "precision-load",
             "promote",
@@ -234,27 +277,55 @@ fn precision_load_and_a_pool_handle_every_job_once_and_leave_nothing_behind() {
     }
     // With the pool's jobs, the scripts phase measures the floor before
     // loading them only.
-    assert_eq!(lines[4]["paired_floor_runs"], 1, "{}", lines[4]);
-    let drain = lines[0]["jobs_per_s"].as_f64().unwrap();
-    let (fixed, half) = (&lines[1], &lines[2]);
+    assert_eq!(lines[5]["paired_floor_runs"], 1, "{}", lines[5]);
+    let (fixed, flat, half, most) = (&lines[0], &lines[1], &lines[2], &lines[3]);
     assert_eq!(
         (fixed["rate_from"].as_str(), fixed["rate"].as_u64()),
         (Some("fixed"), Some(300)),
         "{fixed}"
     );
-    assert_eq!(half["rate_from"], "half-drain", "{half}");
-    assert_eq!(half["drain_jobs_per_s"], drain, "{half}");
-    assert_eq!(
-        half["rate"].as_u64(),
-        Some(((drain / 2.0).round() as u64).clamp(1, 100_000)),
-        "{half}"
-    );
-    for p in [fixed, half] {
-        // --secs 1: as many jobs as the rate.
-        assert_eq!(p["n"], p["rate"], "{p}");
-        // Never early, whatever the load; the speed target is reported.
+    // Flat out: the producer sent for --secs as fast as Redis took the jobs,
+    // each with its due time; the rate it reached is the ceiling.
+    assert_eq!(flat["rate_from"], "flat-out", "{flat}");
+    assert!(flat.get("target").is_none(), "{flat}");
+    let ceiling = flat["achieved_rate"].as_f64().unwrap();
+    assert!(ceiling > 0.0, "{flat}");
+    assert!(flat["sent_secs"].as_f64().unwrap() >= 1.0, "{flat}");
+    assert_eq!(flat["rate"].as_f64(), Some(ceiling), "{flat}");
+    for (p, pct) in [(half, 50), (most, 80)] {
+        assert_eq!(p["rate_from"], "ceiling", "{p}");
+        assert_eq!(p["ceiling_jobs_per_s"].as_f64(), Some(ceiling), "{p}");
+        assert_eq!(p["ceiling_pct"], pct, "{p}");
+        assert_eq!(
+            p["rate"].as_u64(),
+            Some(((ceiling * pct as f64 / 100.0).round() as u64).max(1)),
+            "{p}"
+        );
+    }
+    for p in [fixed, flat, half, most] {
+        // Never early, whatever the load.
         assert_eq!(p["early"], 0, "{p}");
         assert!(p["lateness_ms"]["min"].as_f64().unwrap() >= 0.0, "{p}");
+        // The rate the producer reached: n over the seconds it took to send.
+        let (sent, achieved) = (
+            p["sent_secs"].as_f64().unwrap(),
+            p["achieved_rate"].as_f64().unwrap(),
+        );
+        assert!(sent > 0.0, "{p}");
+        let n = p["n"].as_f64().unwrap();
+        assert!((achieved - n / sent).abs() <= 0.01 * achieved + 1.0, "{p}");
+        let late = &p["late"];
+        let parts: u64 = ["in_bench_stall", "in_redis_stall_only", "in_neither"]
+            .iter()
+            .map(|k| late[k].as_u64().unwrap())
+            .sum();
+        assert_eq!(late["jobs"].as_u64(), Some(parts), "{p}");
+        assert!(p["probes_ms"]["bench_lag"]["max"].as_f64().is_some(), "{p}");
+    }
+    for p in [fixed, half, most] {
+        // --secs 1: as many jobs as the rate.
+        assert_eq!(p["n"], p["rate"], "{p}");
+        // The speed target, counted as met only at >= 95 % of the rate.
         assert_eq!(
             (
                 p["target"]["p99_ms"].as_f64(),
@@ -264,28 +335,62 @@ fn precision_load_and_a_pool_handle_every_job_once_and_leave_nothing_behind() {
             "{p}"
         );
         assert!(p["target"]["met"].is_boolean(), "{p}");
-        // The rate the producer reached: n over the seconds it took to send.
-        let (sent, achieved) = (
-            p["sent_secs"].as_f64().unwrap(),
-            p["achieved_rate"].as_f64().unwrap(),
-        );
-        assert!(sent > 0.0, "{p}");
-        let n = p["n"].as_f64().unwrap();
-        assert!((achieved - n / sent).abs() <= 0.01 * achieved + 1.0, "{p}");
-        assert_eq!(
-            p["target"]["rate_reached"].as_bool(),
-            Some(achieved >= 0.95 * p["rate"].as_f64().unwrap()),
-            "{p}"
-        );
-        let late = &p["late"];
-        let parts: u64 = ["in_bench_stall", "in_redis_stall_only", "in_neither"]
-            .iter()
-            .map(|k| late[k].as_u64().unwrap())
-            .sum();
-        assert_eq!(late["jobs"].as_u64(), Some(parts), "{p}");
-        assert!(p["probes_ms"]["bench_lag"]["max"].as_f64().is_some(), "{p}");
+        let reached = p["achieved_rate"].as_f64().unwrap() >= 0.95 * p["rate"].as_f64().unwrap();
+        assert_eq!(p["target"]["rate_reached"].as_bool(), Some(reached), "{p}");
+        if !reached {
+            assert_eq!(p["target"]["met"], false, "{p}");
+        }
     }
     // Nothing of the bench is left in Redis, the pool included.
+    assert_eq!(redis.cli(&["DBSIZE"]).unwrap().trim(), "0");
+}
+
+#[test]
+fn a_resident_language_without_its_interpreter_is_skipped_loudly() {
+    let redis = RedisServer::start();
+    // A PATH with `true` only: no php, python3 or node.
+    let bin = tempfile::tempdir().unwrap();
+    let true_path = ["/usr/bin/true", "/bin/true"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).is_file())
+        .expect("true");
+    std::os::unix::fs::symlink(true_path, bin.path().join("true")).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_punctual"))
+        .args(["--redis", &redis.url(), "bench", "--json"])
+        .args([
+            "--phase",
+            "handlers",
+            "--handler-n",
+            "200",
+            "--serve-n",
+            "50",
+        ])
+        .env("PATH", bin.path())
+        .output()
+        .unwrap();
+    let lines = json_lines(&out);
+    let h = &lines[0];
+    assert_eq!(h["ok"], true, "{h}");
+    for (kind, program) in [
+        ("resident_php", "php"),
+        ("resident_python", "python3"),
+        ("resident_node", "node"),
+    ] {
+        assert_eq!(
+            h["kinds"][kind]["skipped"].as_str(),
+            Some(format!("{program} not installed (not on PATH)").as_str()),
+            "{h}"
+        );
+    }
+    for kind in ["in_process", "exec", "http"] {
+        assert_eq!(h["kinds"][kind]["ok"], true, "{kind}: {h}");
+    }
+    // Said on stderr too, not only in the JSON.
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("resident_php SKIPPED: php not installed"),
+        "{stderr}"
+    );
     assert_eq!(redis.cli(&["DBSIZE"]).unwrap().trim(), "0");
 }
 
