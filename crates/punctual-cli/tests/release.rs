@@ -90,6 +90,13 @@ fn the_workspace_and_every_client_package_carry_one_version() {
         newest.starts_with(&format!("## [{VERSION}]")),
         "CHANGELOG.md's newest release is {newest:?}, the workspace is {VERSION}"
     );
+    // And the Debian changelog's newest entry packages it.
+    let debian = read("contrib/deb/changelog");
+    let first = debian.lines().next().unwrap_or("");
+    assert!(
+        first.starts_with(&format!("punctual ({VERSION}-")),
+        "contrib/deb/changelog's newest entry is {first:?}, the workspace is {VERSION}: add an entry"
+    );
 }
 
 #[test]
