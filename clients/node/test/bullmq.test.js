@@ -85,6 +85,18 @@ test('what punctual does not have is refused, not ignored', async () => {
   assert.deepEqual(jobOptions({ attempts: 4, backoff: 500 }), { maxAttempts: 4, backoffMs: [500] });
 });
 
+test('a Worker run by hand says to run it under punctual serve and exits 1', () => {
+  const { spawnSync } = require('node:child_process');
+  const path = require('node:path');
+  const env = { ...process.env };
+  delete env.PUNCTUAL_PROTOCOL;
+  delete env.PUNCTUAL_TOPIC;
+  const code = `const { Worker } = require(${JSON.stringify(path.join(__dirname, '..', 'bullmq.js'))}); new Worker('shop', async () => {});`;
+  const r = spawnSync(process.execPath, ['-e', code], { env, encoding: 'utf8', timeout: 20000 });
+  assert.equal(r.status, 1, r.stderr);
+  assert.match(r.stderr, /PUNCTUAL_PROTOCOL is not set: this program is a resident handler; run it under `punctual serve`/);
+});
+
 // A proxy that answers the first `n` commands with -LOADING, as Redis does
 // while it reads its dataset, then forwards everything.
 function loadingProxy(n) {
