@@ -67,6 +67,12 @@ test('a plain Producer takes an ioredis client too', async () => {
   await p.scheduleAdd('t', 'tick', { everyMs: 60000 });
   assert.deepEqual((await p.scheduleList('t')).map((s) => s.name), ['tick']);
   assert.equal(await p.scheduleRemove('t', 'tick'), true);
+  const job = new punctual.Job({ id: 'j1', topic: 't', payload: '{}' });
+  let ran = 0;
+  assert.equal(await job.once(io, 'step', 60, () => ran++, { prefix }), true);
+  assert.equal(await job.once(io, 'step', 60, () => ran++, { prefix }), false);
+  assert.equal(ran, 1);
+  assert.ok((await io.ttl(punctual.onceKey(prefix, 't', 'j1', 'step'))) > 0);
   assert.throws(() => new punctual.Producer({}), /give a connected client of the `redis` package .* or an ioredis/);
 });
 
