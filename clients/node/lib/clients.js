@@ -103,3 +103,4 @@ exports.adapt = adapt;
 exports.retryLoading = retryLoading;
 exports.isIoredis = isIoredis;
 exports.isNodeRedis = isNodeRedis;
+exports.fromIoredis = fromIoredis;

@@ -60,10 +60,12 @@ class Job {
    * `SET prefix:once:TOPIC:ID:STEP 1 NX EX ttl`, written after fn resolves.
    * At least once, not exactly once: if the process dies between the side
    * effect and the marker, or two deliveries run at the same time (a lost
-   * lease), the step runs again. Also pass the other side an idempotency key
+   * lease), the step runs again. `client`: node-redis or ioredis. Also pass the other side an idempotency key
    * where it takes one (e.g. `${job.id}:${step}`).
    */
   async once(client, step, ttlSeconds, fn, { prefix = 'punctual' } = {}) {
+    const { isIoredis, fromIoredis } = require('./clients');
+    if (isIoredis(client)) client = fromIoredis(client, false);
     const key = onceKey(prefix, this.topic, this.id, step);
     if (await client.exists(key)) return false;
     await fn();

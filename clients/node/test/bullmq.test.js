@@ -67,6 +67,12 @@ test('a plain Producer takes an ioredis client too', async () => {
   await p.scheduleAdd('t', 'tick', { everyMs: 60000 });
   assert.deepEqual((await p.scheduleList('t')).map((s) => s.name), ['tick']);
   assert.equal(await p.scheduleRemove('t', 'tick'), true);
+  const job = new punctual.Job({ id: 'j1', topic: 't', payload: '{}' });
+  let ran = 0;
+  assert.equal(await job.once(io, 'step', 60, () => ran++, { prefix }), true);
+  assert.equal(await job.once(io, 'step', 60, () => ran++, { prefix }), false);
+  assert.equal(ran, 1);
+  assert.ok((await io.ttl(punctual.onceKey(prefix, 't', 'j1', 'step'))) > 0);
   assert.throws(() => new punctual.Producer({}), /give a connected client of the `redis` package .* or an ioredis/);
 });
 
@@ -83,6 +89,18 @@ test('what punctual does not have is refused, not ignored', async () => {
   const w = new Worker('shop', async () => {}, { autorun: false });
   assert.throws(() => w.on('failed', () => {}), /Worker events \('failed'\) is not supported/);
   assert.deepEqual(jobOptions({ attempts: 4, backoff: 500 }), { maxAttempts: 4, backoffMs: [500] });
+});
+
+test('a Worker run by hand says to run it under punctual serve and exits 1', () => {
+  const { spawnSync } = require('node:child_process');
+  const path = require('node:path');
+  const env = { ...process.env };
+  delete env.PUNCTUAL_PROTOCOL;
+  delete env.PUNCTUAL_TOPIC;
+  const code = `const { Worker } = require(${JSON.stringify(path.join(__dirname, '..', 'bullmq.js'))}); new Worker('shop', async () => {});`;
+  const r = spawnSync(process.execPath, ['-e', code], { env, encoding: 'utf8', timeout: 20000 });
+  assert.equal(r.status, 1, r.stderr);
+  assert.match(r.stderr, /PUNCTUAL_PROTOCOL is not set: this program is a resident handler; run it under `punctual serve`/);
 });
 
 // A proxy that answers the first `n` commands with -LOADING, as Redis does

@@ -49,6 +49,21 @@ class TaskTest(unittest.TestCase):
         # Called directly, it is the function.
         self.assertEqual(send_mail.__name__, "send_mail")
 
+    def test_with_an_asyncio_producer_delay_returns_an_awaitable(self):
+        import asyncio
+        import redis.asyncio
+        from common import REDIS_URL
+
+        async def main():
+            ar = redis.asyncio.Redis.from_url(REDIS_URL)
+            punctual.configure(ar, prefix=self.prefix)
+            e = await send_mail.with_options(id="am1").delay_in(timedelta(seconds=5), "z")
+            await ar.aclose()
+            return e
+
+        self.assertEqual(asyncio.run(main()).status, "created")
+        self.assertEqual(self.payload("mail", "am1")["args"], ["z"])
+
     def test_what_punctual_does_not_have_is_refused_not_ignored(self):
         with self.assertRaises(punctual.InvalidInput) as cm:
             send_mail.apply_async(args=["y"], queue="high", priority=9)

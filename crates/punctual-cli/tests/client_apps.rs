@@ -389,3 +389,67 @@ fn client_packages_carry_the_project_version_and_build() {
         assert!(installed.join("bullmq.js").exists() && installed.join("lua/enqueue.lua").exists());
     }
 }
+
+/// The README's Django recipe: `python -m punctual --django SETTINGS APP`
+/// sets Django up before importing the tasks and closes the connections
+/// Django would close between requests (CONN_MAX_AGE = 0 here) after each
+/// job: three jobs, three connections opened, the settings read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_django_recipe_under_serve() {
+    if provision::skipped("python") {
+        return;
+    }
+    let venv = provision::django_venv().unwrap_or_else(|e| panic!("{e}"));
+    let app = provision::clients_dir().join("python/tests/apps");
+    let server = RedisServer::start();
+    let url = server.url();
+    let rc = redis::Client::open(url.as_str()).unwrap();
+    let db = tempfile::tempdir().unwrap();
+    let argv = [
+        venv.join("bin/python").display().to_string(),
+        "-m".into(),
+        "punctual".into(),
+        "--django".into(),
+        "djshop.settings".into(),
+        "djshop.tasks".into(),
+    ];
+    let db_env = format!(
+        ", DJSHOP_DB = {:?}",
+        db.path().join("db.sqlite3").display().to_string()
+    );
+    let mut svc = Service::new();
+    let text = format!(
+        "redis = {url:?}\nworkers = 1\n\n[topics.shop]\nresident = [{}]\ncwd = {:?}\n\
+         processes = 1\nenv = {{ SHOP_REDIS_URL = {url:?}{db_env} }}\n",
+        argv.iter()
+            .map(|a| format!("{a:?}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        app.display().to_string(),
+    );
+    std::fs::write(svc.path("punctual.toml"), text).unwrap();
+    svc.start();
+    let q = Queue::connect(url.as_str()).await.unwrap();
+    for n in 1..=3 {
+        let payload = format!(r#"{{"task":"djshop.tasks.count_rows","args":[{n}],"kwargs":{{}}}}"#);
+        q.enqueue("shop", punctual::Job::new(payload))
+            .await
+            .unwrap();
+    }
+    eventually(Duration::from_secs(60), "three jobs run", || async {
+        list(&rc, "djshop:ran").len() == 3
+    })
+    .await;
+    let ran = list(&rc, "djshop:ran");
+    let mut ns: Vec<i64> = ran.iter().map(|r| r["n"].as_i64().unwrap()).collect();
+    ns.sort_unstable();
+    assert_eq!(ns, [1, 2, 3]);
+    assert!(ran.iter().all(|r| r["shop"] == "djshop"), "{ran:?}");
+    let mut conn = rc.get_connection().unwrap();
+    let opened: i64 = redis::cmd("GET")
+        .arg("djshop:connections")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(opened, 3, "a connection per job: closed after each");
+    drop(svc);
+}

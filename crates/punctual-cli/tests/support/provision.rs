@@ -131,6 +131,30 @@ pub(crate) fn python_app_venv() -> Result<PathBuf, String> {
     .clone()
 }
 
+/// A venv with the Python client (as [`python_app_venv`]) and Django, for
+/// the Django recipe's test.
+pub(crate) fn django_venv() -> Result<PathBuf, String> {
+    static DJ: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    DJ.get_or_init(|| {
+        let dir = tmp().join("py-django-venv");
+        venv(&dir, &["redis", "django"]).map_err(|e| format!("a venv with Django: {e}"))?;
+        run(
+            Command::new(dir.join("bin/pip"))
+                .args([
+                    "install",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                    "--force-reinstall",
+                    "--no-deps",
+                ])
+                .arg(clients_dir().join("python")),
+            "pip install ./clients/python",
+        )?;
+        Ok(dir)
+    })
+    .clone()
+}
+
 /// clients/node with its dependencies (`npm ci` when node_modules is missing).
 pub(crate) fn node() -> Result<(), String> {
     static NODE: OnceLock<Result<(), String>> = OnceLock::new();
