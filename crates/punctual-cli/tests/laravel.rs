@@ -415,6 +415,96 @@ async fn queue_work_punctual_pops_acks_and_fails() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn tries_backoff_timeout_and_retry_until_become_punctual_options() {
+    require_laravel();
+    let redis = RedisServer::start();
+    let scratch = tempfile::tempdir().unwrap();
+    let env = app_env(&redis, scratch.path(), "opts");
+    let q = Queue::connect(redis.url()).await.unwrap();
+    let rc = redis::Client::open(redis.url()).unwrap();
+    let mut conn = rc.get_connection().unwrap();
+    let record = |conn: &mut redis::Connection, id: &str| -> String {
+        redis::cmd("HGET")
+            .arg("punctual:{opts}:jobs")
+            .arg(id)
+            .query(conn)
+            .unwrap()
+    };
+    let ids = |conn: &mut redis::Connection| -> HashSet<String> {
+        redis::cmd("HKEYS")
+            .arg("punctual:{opts}:jobs")
+            .query::<Vec<String>>(conn)
+            .unwrap()
+            .into_iter()
+            .collect()
+    };
+
+    let t0 = dispatch(
+        &env,
+        &[
+            "a",
+            "ok",
+            "--queue=opts",
+            "--tries=3",
+            "--backoff=1,5",
+            "--timeout=30",
+            "--delay-ms=60000",
+        ],
+    );
+    let a = ids(&mut conn).into_iter().next().unwrap();
+    let info = q.get("opts", &a).await.unwrap().unwrap();
+    assert_eq!(info.state, State::Pool);
+    assert_eq!(
+        info.max_attempts, 4,
+        "$tries = 3: three tries and the attempt Laravel fails on"
+    );
+    assert_eq!(info.timeout_ms, Some(30_000));
+    assert!(
+        info.due_ms >= t0 + 60_000,
+        "due {} ms after the dispatch",
+        info.due_ms - t0
+    );
+    assert!(
+        record(&mut conn, &a).split(':').nth(3) == Some("1000,5000"),
+        "the backoff ladder in ms: {}",
+        record(&mut conn, &a)
+    );
+
+    let t0 = dispatch(&env, &["b", "ok", "--queue=opts", "--retry-until-s=120"]);
+    let b = ids(&mut conn).into_iter().find(|id| *id != a).unwrap();
+    let info = q.get("opts", &b).await.unwrap().unwrap();
+    assert_eq!(info.max_attempts, 10_000, "retryUntil() without $tries");
+    let deadline = info.deadline_ms.expect("an expiry");
+    assert!(
+        (t0 + 115_000..=t0 + 125_000).contains(&deadline),
+        "expiry {} ms after the dispatch, 120 s asked",
+        deadline - t0
+    );
+}
+
+#[test]
+fn artisan_punctual_work_run_by_hand_says_so_and_fails() {
+    require_laravel();
+    let redis = RedisServer::start();
+    let scratch = tempfile::tempdir().unwrap();
+    let env = app_env(&redis, scratch.path(), "by-hand");
+    let out = Command::new("php")
+        .args(["artisan", "punctual:work"])
+        .current_dir(app_dir())
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .env_remove("PUNCTUAL_PROTOCOL")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "stderr: {stderr}");
+    assert!(
+        stderr.contains("PUNCTUAL_PROTOCOL is not set: this is a resident handler, run it under `punctual serve`"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn the_php_producer_waits_while_redis_loads_its_dataset() {
     require_laravel();
     let redis = RedisServer::start_with(&["--enable-debug-command", "yes"]);

@@ -19,6 +19,15 @@ class Probe implements ShouldQueue
 
     public $tries;
 
+    /** Seconds, or a list of them (test:dispatch --backoff=1,5). */
+    public $backoff;
+
+    /** Seconds (test:dispatch --timeout). */
+    public $timeout;
+
+    /** Epoch seconds (test:dispatch --retry-until-s, from now). */
+    public $retryUntil;
+
     public function __construct(public string $tag, public string $do = 'ok', ?int $tries = null)
     {
         $this->tries = $tries;
