@@ -11,7 +11,8 @@ use Illuminate\Queue\InteractsWithQueue;
 /**
  * The test job: records each run (with Redis's clock, its attempt and its
  * punctual id), then does what $do says: ok, release (release(1) on the
- * first attempt), fail ($this->fail(...)), throw (always).
+ * first attempt), fail ($this->fail(...)), throw (always), crash (the
+ * process exits, status 3), hang (sleeps 60 s: past its $timeout).
  */
 class Probe implements ShouldQueue
 {
@@ -50,6 +51,10 @@ class Probe implements ShouldQueue
             $this->fail(new \RuntimeException("bad order {$this->tag}"));
         } elseif ($this->do === 'throw') {
             throw new \DomainException("boom {$this->tag}");
+        } elseif ($this->do === 'crash') {
+            exit(3);
+        } elseif ($this->do === 'hang') {
+            sleep(60);
         }
     }
 
