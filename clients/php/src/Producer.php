@@ -366,21 +366,9 @@ final class Producer
             $k = $this->partitions($topic);
             $stale = [];
             foreach (self::groups($topic, $k, $pending, $encoded) as [$physical, $idx]) {
-                $argv = [$this->maxPayload, $replace ? '1' : '0', count($idx)];
-                foreach ($idx as $i) {
-                    [$id, $payload, $when, $max, $backoff] = $encoded[$i];
-                    array_push($argv, $id ?? '', $payload, $when, $max, $backoff);
-                }
-                // The count routed with goes last: the script refuses the
-                // call (PUNCTUAL_STALE, nothing written) when the topic has another.
-                $argv[] = $k;
                 try {
-                    $reply = $this->call('enqueue', $physical, $argv);
-                    if (!is_array($reply) || count($reply) !== 2 * count($idx)) {
-                        throw new \UnexpectedValueException('unexpected reply from Redis to enqueue: one result per job expected');
-                    }
-                    foreach ($idx as $n => $i) {
-                        $placed[$i] = ['id' => (string) $reply[2 * $n], 'status' => self::status($reply[2 * $n + 1])];
+                    foreach ($this->enqueueCall($physical, $k, $replace, $idx, $encoded) as $n => $result) {
+                        $placed[$idx[$n]] = $result;
                     }
                     $accepted = true;
                 } catch (\Throwable $e) {
@@ -415,6 +403,128 @@ final class Producer
             throw new PartialBatch(count($jobs), $written, $failed, $firstError);
         }
         return $placed;
+    }
+
+    /**
+     * One call of the enqueue script for the jobs $idx, in the form the
+     * Rust library sends for the same jobs (docs/PROTOCOL.md "enqueue"):
+     * one job, or jobs that differ in max attempts or backoff, in the
+     * five-argument form; jobs alike in all but id and payload in the
+     * shared form `=n` (their when, max attempts and backoff once), jobs
+     * alike in max attempts and backoff in `~n`; `=*n`, `~*n` when every id
+     * is to be generated. Returns the results in the order of $idx.
+     *
+     * @param list<int> $idx
+     * @param array<int, array{0: ?string, 1: string, 2: string, 3: string, 4: string}> $encoded
+     * @return list<array{id: string, status: string}>
+     */
+    private function enqueueCall(string $physical, int $k, bool $replace, array $idx, array $encoded): array
+    {
+        $n = count($idx);
+        $first = $encoded[$idx[0]];
+        $sameWhen = true;
+        $sameRest = true;
+        $genAll = true;
+        foreach ($idx as $i) {
+            $e = $encoded[$i];
+            $sameWhen = $sameWhen && (string) $e[2] === (string) $first[2];
+            $sameRest = $sameRest && (string) $e[3] === (string) $first[3] && (string) $e[4] === (string) $first[4];
+            $genAll = $genAll && $e[0] === null;
+        }
+        $form = $n > 1 && $sameRest ? ($sameWhen ? '=' : '~') : null;
+        $argv = [$this->maxPayload, $replace ? '1' : '0'];
+        if ($form === null) {
+            $argv[] = $n;
+            foreach ($idx as $i) {
+                [$id, $payload, $when, $max, $backoff] = $encoded[$i];
+                array_push($argv, $id ?? '', $payload, $when, $max, $backoff);
+            }
+        } else {
+            $argv[] = $form . ($genAll ? '*' : '') . $n;
+            if ($form === '=') {
+                $argv[] = $first[2];
+            }
+            array_push($argv, $first[3], $first[4]);
+            foreach ($idx as $i) {
+                if (!$genAll) {
+                    $argv[] = $encoded[$i][0] ?? '';
+                }
+                $argv[] = $encoded[$i][1];
+                if ($form === '~') {
+                    $argv[] = $encoded[$i][2];
+                }
+            }
+        }
+        // The count routed with goes last: the script refuses the call
+        // (PUNCTUAL_STALE, nothing written) when the topic has another.
+        $argv[] = $k;
+        $reply = $this->call('enqueue', $physical, $argv);
+        $bad = fn (string $why) => new \UnexpectedValueException("unexpected reply from Redis to enqueue: $why");
+        if (!is_array($reply)) {
+            throw $bad('an array expected');
+        }
+        $reply = array_values($reply);
+        if ($form === null) {
+            if (count($reply) !== 2 * $n) {
+                throw $bad('one result per job expected');
+            }
+            $out = [];
+            for ($j = 0; $j < $n; $j++) {
+                $out[] = ['id' => (string) $reply[2 * $j], 'status' => self::status($reply[2 * $j + 1])];
+            }
+            return $out;
+        }
+        // Shared forms: k, k ids (n when one was generated, 0 when all were
+        // given), then pairs j, status for the jobs not created; or, all
+        // generated, -1 and the first id, the others following it.
+        $count = (int) ($reply[0] ?? 0);
+        if ($count === -1 && $genAll) {
+            if (count($reply) !== 2) {
+                throw $bad('more after the first id');
+            }
+            return array_map(fn (string $id) => ['id' => $id, 'status' => 'created'], self::followingIds((string) $reply[1], $n));
+        }
+        if (($count !== 0 && $count !== $n) || count($reply) < 1 + $count || (count($reply) - 1 - $count) % 2 !== 0) {
+            throw $bad('one id per job expected');
+        }
+        $out = [];
+        foreach ($idx as $j => $i) {
+            if ($count === 0 && $encoded[$i][0] === null) {
+                throw $bad('no ids returned for generated ones');
+            }
+            $out[] = ['id' => $count === 0 ? (string) $encoded[$i][0] : (string) $reply[1 + $j], 'status' => 'created'];
+        }
+        for ($p = 1 + $count; $p < count($reply); $p += 2) {
+            $j = (int) $reply[$p] - 1;
+            if (!isset($out[$j])) {
+                throw $bad('a status for no job');
+            }
+            $out[$j]['status'] = self::status($reply[$p + 1]);
+        }
+        return $out;
+    }
+
+    /**
+     * The ids the enqueue script generated for $n jobs from $first on, when
+     * it skipped none: each the one before with its last four base-36
+     * digits counted up by one, modulo 36^4 (docs/PROTOCOL.md "enqueue").
+     *
+     * @return list<string>
+     */
+    private static function followingIds(string $first, int $n): array
+    {
+        $digits = '0123456789abcdefghijklmnopqrstuvwxyz';
+        $last = substr($first, -4);
+        if (strlen($first) < 4 || strspn($last, $digits) !== 4) {
+            throw new \UnexpectedValueException("unexpected reply from Redis to enqueue: \"$first\" is not a generated id");
+        }
+        $stamp = substr($first, 0, -4);
+        $v = (int) base_convert($last, 36, 10);
+        $ids = [];
+        for ($j = 0; $j < $n; $j++) {
+            $ids[] = $stamp . str_pad(base_convert((string) (($v + $j) % 1679616), 10, 36), 4, '0', STR_PAD_LEFT);
+        }
+        return $ids;
     }
 
     /**

@@ -134,6 +134,48 @@ $tests['batch: first id wins, calls of 1000'] = function (Redis $r): void {
     same(2500, $r->hLen("$prefix:{big}:jobs"));
 };
 
+$tests['batch: the shared forms (=n, ~n, =*n, ~*n): ids and statuses as the script wrote them'] = function (Redis $r): void {
+    $prefix = fresh_prefix();
+    $p = new Producer($r, $prefix);
+    // =*n: every id generated, jobs alike (the reply: -1 and the first id).
+    $out = $p->enqueueBatch('s', array_map(fn ($i) => ['payload' => "g$i"], range(0, 99)));
+    same(100, count(array_unique(array_column($out, 'id'))));
+    foreach ($out as $i => $e) {
+        same(['created', "g$i", 'ready'], [$e['status'], $p->get('s', $e['id'])['payload'], $p->get('s', $e['id'])['state']]);
+    }
+    // ~*n: generated, a delay each.
+    $out = $p->enqueueBatch('s', array_map(fn ($i) => ['payload' => "d$i", 'delay_ms' => 60000 * ($i + 1)], range(0, 9)));
+    $due = [];
+    foreach ($out as $i => $e) {
+        $info = $p->get('s', $e['id']);
+        same(['created', "d$i", 'pool'], [$e['status'], $info['payload'], $info['state']]);
+        $due[] = $info['due_ms'];
+    }
+    check($due === array_values(array_unique($due)) && $due[9] - $due[0] >= 9 * 60000, 'each its own delay');
+    // =*n with a per-job option (the reply lists every id).
+    $out = $p->enqueueBatch('s', [['payload' => 'o1', 'group' => 'g1'], ['payload' => 'o2', 'group' => 'g1']]);
+    same(['o1', 'g1', 'o2', 'g1'], [$p->get('s', $out[0]['id'])['payload'], $p->get('s', $out[0]['id'])['group'],
+        $p->get('s', $out[1]['id'])['payload'], $p->get('s', $out[1]['id'])['group']]);
+    // =n, ids given and one generated: statuses of the jobs not created.
+    $p->enqueue('s', 'x', ['id' => 'live']);
+    $p->enqueue('s', 'y', ['id' => 'gone']);
+    same(1, $r->zRem("$prefix:{s}:ready", 'gone'), 'gone was ready');
+    $r->zAdd("$prefix:{s}:dead", 1000, 'gone');
+    $out = $p->enqueueBatch('s', [['payload' => '1', 'id' => 'live'], ['payload' => '2', 'id' => 'fresh'],
+        ['payload' => '3', 'id' => 'gone'], ['payload' => '4']]);
+    same(['duplicate', 'created', 'dead', 'created'], array_column($out, 'status'));
+    same(['live', 'fresh', 'gone'], array_slice(array_column($out, 'id'), 0, 3));
+    same(['x', '2', 'y', '4'], array_map(fn ($e) => $p->get('s', $e['id'])['payload'], $out));
+    // =n, all ids given (the reply lists none), with replace.
+    $out = $p->enqueueBatch('s', [['payload' => 'r1', 'id' => 'live'], ['payload' => 'r2', 'id' => 'fresh']], true);
+    same([['id' => 'live', 'status' => 'replaced'], ['id' => 'fresh', 'status' => 'replaced']], $out);
+    same('r1', $p->get('s', 'live')['payload']);
+    // ~n: ids given, a time each.
+    $out = $p->enqueueBatch('s', [['payload' => 't1', 'id' => 't1', 'delay_ms' => 60000], ['payload' => 't2', 'id' => 't2']]);
+    same([['id' => 't1', 'status' => 'created'], ['id' => 't2', 'status' => 'created']], $out);
+    same(['pool', 'ready'], [$p->get('s', 't1')['state'], $p->get('s', 't2')['state']]);
+};
+
 $tests['invalid input: refused before Redis, with the library messages'] = function (Redis $r): void {
     $prefix = fresh_prefix();
     $p = new Producer($r, $prefix);

@@ -10,7 +10,9 @@
 //!   least 1 s; `$this->fail()` and an exception past `$tries` land in
 //!   punctual's dead set with `failed()` called and the failed-jobs
 //!   provider told; job middleware and the JobProcessing, JobProcessed and
-//!   JobFailed events fire;
+//!   JobFailed events fire; a job delivered past its `retryUntil()`, and a
+//!   job without `$tries` whose runs crash or time out, are failed by
+//!   Laravel too (`failed()` called) before they land in the dead set;
 //! - `php artisan queue:work punctual` (pop) runs, acks and fails jobs;
 //! - the PHP producer waits for a Redis that is loading its dataset;
 //! - composer.json carries a stable version the README's require names.
@@ -29,7 +31,7 @@ use std::time::Duration;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use punctual::{Queue, State};
-use punctual_testkit::{eventually, RedisServer};
+use punctual_testkit::{eventually, eventually_every, RedisServer};
 use serde_json::Value;
 use support::{Service, BIN};
 
@@ -180,6 +182,16 @@ struct Serve {
 
 impl Serve {
     fn start(redis: &RedisServer, env: &[(String, String)], needle: &str) -> Serve {
+        Serve::start_with(redis, env, needle, "")
+    }
+
+    /// With `extra` lines in the topic's table (e.g. `max_attempts = 3`).
+    fn start_with(
+        redis: &RedisServer,
+        env: &[(String, String)],
+        needle: &str,
+        extra: &str,
+    ) -> Serve {
         let mut svc = Service::new();
         let env_toml = env
             .iter()
@@ -190,7 +202,7 @@ impl Serve {
             "redis = {:?}\nworkers = 1\n\n[topics.default]\n\
              resident = [\"php\", \"artisan\", \"punctual:work\"]\n\
              cwd = {:?}\nprocesses = 1\ntimeout = \"60s\"\nbackoff = [\"0s\"]\n\
-             env = {{ {env_toml} }}\n",
+             env = {{ {env_toml} }}\n{extra}\n",
             redis.url(),
             app_dir().display().to_string(),
         );
@@ -348,6 +360,123 @@ async fn laravel_jobs_under_serve_with_artisan_punctual_work() {
     drop(serve);
 }
 
+/// Laravel calls `failed()` (and tells the failed-jobs provider, and
+/// raises JobFailed) whenever a job fails for good, also where punctual
+/// alone would have moved it to dead: a job whose `retryUntil()` passed
+/// before it could start is failed by Laravel's pipeline at that delivery
+/// (not expired unseen by punctual), and a job without `$tries` whose runs
+/// crash or overrun their timeout gets one delivery more than Laravel's
+/// limit, on which Laravel fails it.
+#[tokio::test(flavor = "multi_thread")]
+async fn failed_is_called_past_retry_until_and_after_runs_that_crashed_or_timed_out() {
+    require_laravel();
+    let redis = RedisServer::start();
+    let rc = redis::Client::open(redis.url()).unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let needle = format!("gaps-{}", std::process::id());
+    let env = app_env(&redis, scratch.path(), &needle);
+    let q = Queue::connect(redis.url()).await.unwrap();
+    let serve = Serve::start_with(&redis, &env, &needle, "max_attempts = 3");
+    let wait = Duration::from_secs(90);
+
+    // retryUntil() 1 s ahead, while the topic is paused (its workers busy
+    // or down): it is past retryUntil() when it can first be delivered.
+    q.pause("default").await.unwrap();
+    let t0 = dispatch(&env, &["until", "ok", "--retry-until-s=1"]);
+    let redis_ms = || -> i64 {
+        let t = redis.cli(&["TIME"]).unwrap();
+        let mut it = t.split_whitespace().map(|v| v.parse::<i64>().unwrap());
+        it.next().unwrap() * 1000 + it.next().unwrap() / 1000
+    };
+    eventually_every(
+        Duration::from_millis(100),
+        wait,
+        "retryUntil() passed",
+        || async { redis_ms() >= t0 + 2100 },
+    )
+    .await;
+    q.resume("default").await.unwrap();
+    // No $tries, the topic's max_attempts = 3: each run dies, or overruns
+    // its 1 s $timeout and is killed by punctual serve.
+    dispatch(&env, &["crash", "crash"]);
+    dispatch(&env, &["hang", "hang", "--timeout=1"]);
+
+    eventually(wait, "the three jobs dead", || async {
+        let s = q.stats("default").await.unwrap();
+        s.pool + s.ready + s.running == 0 && s.dead == 3
+    })
+    .await;
+    let l = log(&rc);
+    let dump = serde_json::to_string_pretty(&l).unwrap();
+    let dead: Vec<punctual::JobInfo> = {
+        let mut v = Vec::new();
+        for id in redis
+            .cli(&["ZRANGE", "punctual:{default}:dead", "0", "-1"])
+            .unwrap()
+            .lines()
+            .filter(|l| !l.is_empty())
+        {
+            v.push(q.get("default", id).await.unwrap().expect("in dead"));
+        }
+        v
+    };
+    let errors: Vec<&str> = dead
+        .iter()
+        .map(|i| i.last_error.as_deref().unwrap_or(""))
+        .collect();
+
+    // retryUntil() passed: never run, failed by Laravel at its delivery.
+    assert_eq!(entries(&l, "handle", "until").len(), 0, "{dump}");
+    let failed = entries(&l, "failed", "until");
+    assert_eq!(failed.len(), 1, "failed() once: {dump}\n{errors:?}");
+    assert!(
+        failed[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("MaxAttemptsExceededException"),
+        "{dump}"
+    );
+    assert_eq!(entries(&l, "failer", "until").len(), 1, "{dump}");
+    assert!(
+        events(&l, "until").contains(&"JobFailed".to_string()),
+        "{dump}"
+    );
+
+    // Runs that crashed or timed out: two runs (Laravel's limit, one less
+    // than punctual's 3 attempts), then failed by Laravel at the third
+    // delivery, without running.
+    for tag in ["crash", "hang"] {
+        assert_eq!(
+            entries(&l, "handle", tag)
+                .iter()
+                .map(|e| e["attempt"].as_i64().unwrap())
+                .collect::<Vec<_>>(),
+            [1, 2],
+            "{tag}: {dump}"
+        );
+        assert_eq!(
+            entries(&l, "failed", tag).len(),
+            1,
+            "{tag}: failed() once: {dump}\n{errors:?}"
+        );
+        assert_eq!(entries(&l, "failer", tag).len(), 1, "{tag}: {dump}");
+        assert!(
+            events(&l, tag).contains(&"JobFailed".to_string()),
+            "{tag}: {dump}"
+        );
+    }
+    for info in &dead {
+        assert!(
+            info.last_error.as_deref().is_some_and(
+                |e| e.starts_with("failed: ") && e.contains("MaxAttemptsExceededException")
+            ),
+            "{:?}",
+            info.last_error
+        );
+    }
+    drop(serve);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn queue_work_punctual_pops_acks_and_fails() {
     require_laravel();
@@ -411,6 +540,94 @@ async fn queue_work_punctual_pops_acks_and_fails() {
         "punctual check popq: {}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tries_backoff_timeout_and_retry_until_become_punctual_options() {
+    require_laravel();
+    let redis = RedisServer::start();
+    let scratch = tempfile::tempdir().unwrap();
+    let env = app_env(&redis, scratch.path(), "opts");
+    let q = Queue::connect(redis.url()).await.unwrap();
+    let rc = redis::Client::open(redis.url()).unwrap();
+    let mut conn = rc.get_connection().unwrap();
+    let record = |conn: &mut redis::Connection, id: &str| -> String {
+        redis::cmd("HGET")
+            .arg("punctual:{opts}:jobs")
+            .arg(id)
+            .query(conn)
+            .unwrap()
+    };
+    let ids = |conn: &mut redis::Connection| -> HashSet<String> {
+        redis::cmd("HKEYS")
+            .arg("punctual:{opts}:jobs")
+            .query::<Vec<String>>(conn)
+            .unwrap()
+            .into_iter()
+            .collect()
+    };
+
+    let t0 = dispatch(
+        &env,
+        &[
+            "a",
+            "ok",
+            "--queue=opts",
+            "--tries=3",
+            "--backoff=1,5",
+            "--timeout=30",
+            "--delay-ms=60000",
+        ],
+    );
+    let a = ids(&mut conn).into_iter().next().unwrap();
+    let info = q.get("opts", &a).await.unwrap().unwrap();
+    assert_eq!(info.state, State::Pool);
+    assert_eq!(
+        info.max_attempts, 4,
+        "$tries = 3: three tries and the attempt Laravel fails on"
+    );
+    assert_eq!(info.timeout_ms, Some(30_000));
+    assert!(
+        info.due_ms >= t0 + 60_000,
+        "due {} ms after the dispatch",
+        info.due_ms - t0
+    );
+    assert!(
+        record(&mut conn, &a).split(':').nth(3) == Some("1000,5000"),
+        "the backoff ladder in ms: {}",
+        record(&mut conn, &a)
+    );
+
+    dispatch(&env, &["b", "ok", "--queue=opts", "--retry-until-s=120"]);
+    let b = ids(&mut conn).into_iter().find(|id| *id != a).unwrap();
+    let info = q.get("opts", &b).await.unwrap().unwrap();
+    assert_eq!(info.max_attempts, 10_000, "retryUntil() without $tries");
+    assert_eq!(
+        info.deadline_ms, None,
+        "retryUntil() is Laravel's to enforce (failed() called), not punctual's expiry"
+    );
+}
+
+#[test]
+fn artisan_punctual_work_run_by_hand_says_so_and_fails() {
+    require_laravel();
+    let redis = RedisServer::start();
+    let scratch = tempfile::tempdir().unwrap();
+    let env = app_env(&redis, scratch.path(), "by-hand");
+    let out = Command::new("php")
+        .args(["artisan", "punctual:work"])
+        .current_dir(app_dir())
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .env_remove("PUNCTUAL_PROTOCOL")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "stderr: {stderr}");
+    assert!(
+        stderr.contains("PUNCTUAL_PROTOCOL is not set: this is a resident handler, run it under `punctual serve`"),
+        "{stderr}"
     );
 }
 

@@ -89,16 +89,21 @@ class PunctualJob extends Job implements JobContract
     }
 
     /**
-     * The job's $tries; without one (and without retryUntil()), punctual's
-     * max attempts, so Laravel fails the job (failed(), the failed-jobs
-     * provider) on its last attempt instead of punctual moving it to dead
-     * quietly.
+     * The job's $tries; without one (and without retryUntil()), one less
+     * than punctual's max attempts (at least 1). Punctual always has one
+     * attempt more than Laravel's limit (with $tries = N the job was pushed
+     * with N + 1): when the last of Laravel's tries ends without Laravel
+     * failing the job (its process crashed, or punctual killed it at its
+     * timeout, or it released itself), punctual delivers it once more and
+     * Laravel's pipeline fails it at the start of that delivery (failed(),
+     * the failed-jobs provider, JobFailed) instead of punctual moving it to
+     * dead unseen.
      */
     public function maxTries()
     {
         $tries = parent::maxTries();
         if ($tries === null && $this->retryUntil() === null && $this->maxAttempts > 0) {
-            return $this->maxAttempts;
+            return max(1, $this->maxAttempts - 1);
         }
         return $tries;
     }

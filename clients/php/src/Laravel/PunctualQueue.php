@@ -20,17 +20,21 @@ use Punctual\Validate;
  *   (calling failed()) on its tries-th exception, or at the start of the
  *   attempt after `tries` when the earlier ones ended another way (a
  *   release, a timeout, a crash), as its own worker does; 0 -> 10,000.
+ *   No `$tries`: the topic's max attempts, of which Laravel uses one less
+ *   (PunctualJob::maxTries), for the same reason.
  * - `$backoff` (seconds, a list) -> the job's backoff ladder in ms.
  * - `$timeout` (seconds) -> the job's handler timeout, enforced by
  *   `punctual serve`.
- * - `retryUntil()` -> the expiry: the job may start until then, later it is
- *   moved to dead unrun (`expired: ...`); with it and no `$tries`, max
- *   attempts 10,000.
+ * - `retryUntil()` -> max attempts 10,000 and no expiry of punctual's: a
+ *   delivery past retryUntil() is failed by Laravel's own worker pipeline
+ *   (failed(), the failed-jobs provider, JobFailed), which then moves it to
+ *   punctual's dead set. Were it punctual's expiry, punctual would move a
+ *   job delivered late to dead without Laravel ever seeing it.
  * - delays in ms, rounded up (`->delay(now()->addMilliseconds(1500))`).
  */
 class PunctualQueue extends Queue implements QueueContract, ClearableQueue
 {
-    /** Laravel's $tries = 0 (unlimited) and retryUntil() without $tries. */
+    /** Laravel's $tries = 0 (unlimited) and retryUntil(). */
     private const UNLIMITED = Validate::MAX_ATTEMPTS;
 
     public function __construct(
@@ -129,9 +133,6 @@ class PunctualQueue extends Queue implements QueueContract, ClearableQueue
             $spec['max_attempts'] = min(self::UNLIMITED, $tries + 1);
         } elseif ($tries === 0 || $until !== null) {
             $spec['max_attempts'] = self::UNLIMITED;
-        }
-        if ($until !== null) {
-            $spec['expire_ms'] = max(1, $until * 1000 - Time::nowMs() - ($delayMs ?? 0));
         }
         $backoff = $p['backoff'] ?? null;
         if ($backoff !== null && $backoff !== '') {

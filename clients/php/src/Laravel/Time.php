@@ -30,10 +30,4 @@ final class Time
         }
         return max(0, (int) ceil($ms));
     }
-
-    /** Epoch ms of now, this host's clock. */
-    public static function nowMs(): int
-    {
-        return (int) floor(microtime(true) * 1000);
-    }
 }

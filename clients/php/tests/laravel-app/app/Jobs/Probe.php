@@ -11,13 +11,23 @@ use Illuminate\Queue\InteractsWithQueue;
 /**
  * The test job: records each run (with Redis's clock, its attempt and its
  * punctual id), then does what $do says: ok, release (release(1) on the
- * first attempt), fail ($this->fail(...)), throw (always).
+ * first attempt), fail ($this->fail(...)), throw (always), crash (the
+ * process exits, status 3), hang (sleeps 60 s: past its $timeout).
  */
 class Probe implements ShouldQueue
 {
     use Dispatchable, InteractsWithQueue, Queueable;
 
     public $tries;
+
+    /** Seconds, or a list of them (test:dispatch --backoff=1,5). */
+    public $backoff;
+
+    /** Seconds (test:dispatch --timeout). */
+    public $timeout;
+
+    /** Epoch seconds (test:dispatch --retry-until-s, from now). */
+    public $retryUntil;
 
     public function __construct(public string $tag, public string $do = 'ok', ?int $tries = null)
     {
@@ -41,6 +51,10 @@ class Probe implements ShouldQueue
             $this->fail(new \RuntimeException("bad order {$this->tag}"));
         } elseif ($this->do === 'throw') {
             throw new \DomainException("boom {$this->tag}");
+        } elseif ($this->do === 'crash') {
+            exit(3);
+        } elseif ($this->do === 'hang') {
+            sleep(60);
         }
     }
 

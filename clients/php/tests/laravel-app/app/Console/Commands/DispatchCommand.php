@@ -17,6 +17,7 @@ use Illuminate\Support\Facades\Queue;
 class DispatchCommand extends Command
 {
     protected $signature = 'test:dispatch {tag?} {do=ok} {--delay-ms=} {--tries=} {--queue=} {--connection=}
+        {--backoff=} {--timeout=} {--retry-until-s=}
         {--noop=0} {--spread-ms=0}';
 
     protected $description = 'Dispatch test jobs (punctual connector tests and bench)';
@@ -31,8 +32,17 @@ class DispatchCommand extends Command
         }
         $t0 = Recorder::nowMs();
         $tries = $this->option('tries') === null ? null : (int) $this->option('tries');
-        $pending = Probe::dispatch((string) $this->argument('tag'), (string) $this->argument('do'), $tries)
-            ->onConnection($connection);
+        $job = new Probe((string) $this->argument('tag'), (string) $this->argument('do'), $tries);
+        if ($this->option('backoff') !== null) {
+            $job->backoff = array_map('intval', explode(',', $this->option('backoff')));
+        }
+        if ($this->option('timeout') !== null) {
+            $job->timeout = (int) $this->option('timeout');
+        }
+        if ($this->option('retry-until-s') !== null) {
+            $job->retryUntil = now()->addSeconds((int) $this->option('retry-until-s'));
+        }
+        $pending = dispatch($job)->onConnection($connection);
         if ($queue !== null) {
             $pending->onQueue($queue);
         }
