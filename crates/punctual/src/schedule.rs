@@ -882,7 +882,9 @@ impl Queue {
             );
         }
         if let (CatchUp::Spread, Some(window)) = (s.catch_up, s.spread_ms) {
-            let window = window.min(FIRED_KEEP.as_millis() as u64) as i64;
+            // (Plus 5 minutes: the marks are made on the clock of the
+            // partition's node, which may differ from the one read here.)
+            let window = window.min(FIRED_KEEP.as_millis() as u64) as i64 + 300_000;
             ids.extend(self.spread_fired(topic, &s.name, now - window).await?);
         }
         if ids.is_empty() {
@@ -919,36 +921,46 @@ impl Queue {
     }
 
     /// The ids of `name`'s occurrences fired at or after `since` (ms), from
-    /// the fired marks of every partition of `topic`, read in pages of
-    /// 1000 (the ones `unfire` leaves alone, due or run, are among them).
+    /// the fired marks of every partition of `topic` (the ones `unfire`
+    /// leaves alone, due or run, are among them). Read in pages of 1000 by
+    /// score, each page starting at the last one's highest score past the
+    /// ids read at it, so each page costs O(log N + 1000), not its offset.
     async fn spread_fired(&self, topic: &str, name: &str, since: i64) -> Result<Vec<String>> {
         let prefix = format!("{name}@");
         let mut out = Vec::new();
         for physical in self.partition_names(topic).await? {
             let key = self.fired_key(&physical);
-            let mut offset = 0;
+            let (mut from, mut skip) = (since.to_string(), 0);
             loop {
-                let page: Vec<String> = self
+                let page: Vec<(String, String)> = self
                     .cmd(
                         redis::cmd("ZRANGE")
                             .arg(&key)
-                            .arg(since)
+                            .arg(&from)
                             .arg("+inf")
                             .arg("BYSCORE")
                             .arg("LIMIT")
-                            .arg(offset)
-                            .arg(MAX_BATCH),
+                            .arg(skip)
+                            .arg(MAX_BATCH)
+                            .arg("WITHSCORES"),
                     )
                     .await?;
                 let n = page.len();
-                out.extend(page.into_iter().filter(|id| {
+                if let Some((_, last)) = page.last() {
+                    let at_last = page.iter().rev().take_while(|(_, s)| s == last).count();
+                    if *last == from {
+                        skip += at_last;
+                    } else {
+                        (from, skip) = (last.clone(), at_last);
+                    }
+                }
+                out.extend(page.into_iter().map(|(id, _)| id).filter(|id| {
                     id.strip_prefix(&prefix)
                         .is_some_and(|o| !o.is_empty() && o.bytes().all(|b| b.is_ascii_digit()))
                 }));
                 if n < MAX_BATCH {
                     break;
                 }
-                offset += MAX_BATCH;
             }
         }
         Ok(out)

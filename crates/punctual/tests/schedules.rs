@@ -595,6 +595,15 @@ async fn spread_taken_back(change: &str) {
     )
     .await;
     stop.cancel();
+    // Other marks in the window, more than a page of them, tied at one
+    // score before the occurrences' marks: the take-back pages past them.
+    let other_at = q.redis_now_ms().await.unwrap() - 3_000_000;
+    let mut zadd = redis::cmd("ZADD");
+    zadd.arg("punctual:{t}:fired");
+    for i in 0..2500 {
+        zadd.arg(other_at).arg(format!("other@{i}"));
+    }
+    let _: i64 = zadd.query_async(&mut c).await.unwrap();
     match change {
         "rm" => assert!(q.schedule_remove(topic, "tick").await.unwrap()),
         _ => assert!(q.schedule_pause(topic, "tick").await.unwrap()),
