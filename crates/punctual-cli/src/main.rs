@@ -6,7 +6,7 @@
 /// a few small buffers per job (the claim reply's strings, the job, its
 /// task): under callgrind, glibc's malloc and free were 26% of the
 /// instructions of `bench --phase consume`, and mimalloc took the total
-/// down by 22% (docs/BENCHMARKS.md). The library leaves the choice to the
+/// down by 22% (the history of docs/BENCHMARKS.md). The library leaves the choice to the
 /// program that embeds it.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

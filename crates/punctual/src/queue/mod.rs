@@ -80,7 +80,7 @@ pub const MAX_BATCH: usize = 1000;
 /// of its own; 12 to 16 % more in calls of 100), yet took 15 % less of
 /// Redis's time per job in the bench's enqueue phase (likely because a
 /// smaller call's tables and strings stay in the CPU's caches;
-/// BENCHMARKS.md, round 9).
+/// the history of docs/BENCHMARKS.md, round 9).
 /// A batch's calls are pipelined.
 ///
 /// ```
