@@ -702,8 +702,8 @@ local INF = 1 / 0
 -- group_limits' count, so the counts add up. (claim leases only records
 -- whose options read, for which this is group_of_field's answer.)
 local function group_of_rec(rec)
-  local m = string.match(rec, '^([^:]*):')
-  return m and string.match(m, ';g([^;]*)') or ''
+  -- One match: the first ';g' before the first ':' (the M field's end).
+  return string.match(rec, '^[^:]-;g([^;:]*)') or ''
 end
 
 -- Adds the jobs of `recs` (records, false for a missing one, skipped) to
@@ -963,18 +963,11 @@ local function claim_groups(n, gs, now)
         -- to (it was replaced into another group, or cancelled and enqueued
         -- again into another): dropped, never served through that group
         -- (the job is served through its own group's index).
-        -- (One match on the record; only a record whose group differs
-        -- pays for group_of_field, index_ready's reading of it, which
-        -- differs from this one for an unreadable field only.)
-        local same = true
-        if rec then
-          local g = string.match(rec, '^[^:]-;g([^;:]*)') or ''
-          if g ~= names[i] then
-            local m = string.match(rec, '^([^:]*):')
-            same = not m or group_of_field(m) == names[i]
-          end
-        end
-        if same then
+        -- (group_of_rec, the group claim counts it in; only a record
+        -- whose group differs there pays for group_of_field, index_ready's
+        -- reading, which differs from it for an unreadable field only.)
+        local m = rec and group_of_rec(rec) ~= names[i] and string.match(rec, '^([^:]*):')
+        if not (m and group_of_field(m) ~= names[i]) then
           picked[id] = true
           ids[#ids + 1] = id
           recs[#ids] = rec
