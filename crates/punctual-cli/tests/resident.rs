@@ -24,7 +24,8 @@ use support::{gone, live, Service};
 /// print junk (JSON-looking too) on stdout and stderr; `violate` (first
 /// attempt): reply for an id it does not hold; `garbage` (first attempt):
 /// a line that is not JSON on fd 4; `die`: a PHP-like fatal error on
-/// stderr, then exit 255; anything else: done.
+/// stderr, then exit 255; `say`: a line naming the job on stdout and on
+/// stderr, then done; anything else: done.
 const HANDLER: &str = r#"#!/usr/bin/env python3
 import base64, json, os, sys, time
 
@@ -59,6 +60,10 @@ for line in jobs:
         time.sleep(60)
     elif data.startswith(b"sleep:"):
         time.sleep(float(data[6:]))
+    elif data == b"say":
+        print("said %s on stdout" % jid, flush=True)
+        sys.stderr.write("said %s on stderr\n" % jid)
+        sys.stderr.flush()
     elif data == b"die":
         sys.stderr.write("PHP Fatal error:  Allowed memory size of 134217728 bytes exhausted (tried to allocate 20480 bytes) in /app/Job.php on line 12\n")
         sys.stderr.flush()
@@ -857,4 +862,54 @@ async fn the_resident_job_count_keeps_the_replies_of_a_killed_worker() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Issue 29 item 7: with `inflight = 1`, every line a program writes while
+/// it runs a job is logged with that job's id (`job=`), not the previous
+/// or the next job's, nor none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_lines_of_a_program_name_the_job_that_wrote_them() {
+    let redis = RedisServer::start();
+    let mut svc = Resident::new();
+    svc.start(&redis.url(), "workers = 1", "processes = 1");
+    let q = Queue::connect(redis.url()).await.unwrap();
+    let n = 200;
+    let jobs: Vec<Job> = (0..n)
+        .map(|i| Job::new("say").id(format!("j{i}")))
+        .collect();
+    q.enqueue_batch("t", jobs).await.unwrap();
+    eventually(Duration::from_secs(60), "every job done", || async {
+        live(&q, "t").await == 0
+    })
+    .await;
+    let log = svc.log();
+    let mut seen = 0;
+    let mut wrong = Vec::new();
+    for line in log
+        .lines()
+        .filter(|l| l.contains("punctual::resident") && l.contains("said "))
+    {
+        let wrote = line
+            .split("said ")
+            .nth(1)
+            .unwrap()
+            .split(' ')
+            .next()
+            .unwrap();
+        let field = line
+            .split(" job=")
+            .nth(1)
+            .map_or("", |f| f.split(' ').next().unwrap());
+        seen += 1;
+        if field != wrote {
+            wrong.push(format!("{wrote} logged as job={field}"));
+        }
+    }
+    assert_eq!(seen, 2 * n, "every line logged; log:\n{log}");
+    assert!(
+        wrong.is_empty(),
+        "{} of {seen} lines name another job: {:?}",
+        wrong.len(),
+        &wrong[..wrong.len().min(10)]
+    );
 }

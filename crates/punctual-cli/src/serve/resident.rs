@@ -310,11 +310,49 @@ struct Proc {
     stderr_tail: Arc<Mutex<VecDeque<String>>>,
     /// The task reading its stderr: ends at EOF.
     stderr_reader: Option<JoinHandle<()>>,
+    /// Asks its stdout and stderr readers to log what they can read now,
+    /// with the fd each reads (kept open by its reader until its EOF).
+    log_settle: Vec<(Settle, i32)>,
+}
+
+/// Whether the pipe `fd` holds data (or is at EOF) now.
+#[allow(unsafe_code)]
+fn readable(fd: i32) -> bool {
+    let mut fds = [nix::libc::pollfd {
+        fd,
+        events: nix::libc::POLLIN,
+        revents: 0,
+    }];
+    // SAFETY: one valid pollfd, zero timeout; `fd` at worst names a closed
+    // or reused descriptor, which only makes a needless ask.
+    let n = unsafe { nix::libc::poll(fds.as_mut_ptr(), 1, 0) };
+    n > 0 && fds[0].revents & nix::libc::POLLIN != 0
 }
 
 impl Proc {
     fn pgid(&self) -> Pid {
         Pid::from_raw(self.pid as i32)
+    }
+
+    /// Before a reply's job leaves the jobs in flight: lets its stdout and
+    /// stderr readers log the lines written before the reply, under the
+    /// ids they were written under. Only a pipe that holds something
+    /// (poll(2), no wait) is asked; an answer is awaited at most 500 ms.
+    async fn settle_logs(&self) {
+        let waits: Vec<_> = self
+            .log_settle
+            .iter()
+            .filter(|(_, fd)| readable(*fd))
+            .filter_map(|(s, _)| {
+                let (tx, rx) = oneshot::channel();
+                s.send(tx).ok().map(|_| rx)
+            })
+            .collect();
+        if waits.is_empty() {
+            return;
+        }
+        let all = futures::future::join_all(waits);
+        let _ = tokio::time::timeout(Duration::from_millis(500), all).await;
     }
 
     /// SIGKILLs its process group and reaps it.
@@ -484,39 +522,82 @@ pub(crate) fn high_fd(fd: OwnedFd) -> std::io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(raw) })
 }
 
+/// Asks a log reader to log what it can read now, and says when it has.
+type Settle = mpsc::UnboundedSender<oneshot::Sender<()>>;
+
+/// Logs a program's stdout or stderr line by line, each line with the ids
+/// of the jobs the program held when it wrote it. A line written before a
+/// reply is logged before that reply's job leaves `current`: the manager
+/// asks the reader (`settle`) to log what the pipe holds first (lines
+/// written before the reply are in it by then). The ask reads the pipe
+/// with read(2) itself, since tokio may not have seen it become readable.
 fn forward_log<R>(
-    src: R,
+    mut src: R,
     topic: String,
     pid: u32,
     stream: &'static str,
     current: Arc<Mutex<String>>,
     tail: Option<Arc<Mutex<VecDeque<String>>>>,
-) -> JoinHandle<()>
+) -> (JoinHandle<()>, Settle)
 where
-    R: tokio::io::AsyncRead + Unpin + Send + 'static,
+    R: tokio::io::AsyncRead + std::os::fd::AsFd + Unpin + Send + 'static,
 {
-    tokio::spawn(async move {
-        let mut r = BufReader::new(src);
-        let mut buf = Vec::new();
-        loop {
-            buf.clear();
-            match (&mut r)
-                .take(MAX_LOG_LINE)
-                .read_until(b'\n', &mut buf)
-                .await
-            {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {
-                    let line = String::from_utf8_lossy(&buf);
-                    let job = current.lock().unwrap().clone();
-                    tracing::info!(target: "punctual::resident", topic = %topic, pid, job = %job, stream, "{}", line.trim_end());
-                    if let Some(tail) = &tail {
-                        keep_tail(&mut tail.lock().unwrap(), line.trim_end());
-                    }
+    let (settle, mut asks) = mpsc::unbounded_channel::<oneshot::Sender<()>>();
+    let task = tokio::spawn(async move {
+        let mut pending: Vec<u8> = Vec::new();
+        let mut chunk = vec![0u8; 64 << 10];
+        let max = MAX_LOG_LINE as usize;
+        // Logs every whole line of `pending` (and a line grown past
+        // MAX_LOG_LINE as one); `all`: the rest too (at EOF).
+        let emit = |pending: &mut Vec<u8>, all: bool| {
+            let mut start = 0;
+            loop {
+                let rest = &pending[start..];
+                let end = match rest.iter().position(|&b| b == b'\n') {
+                    Some(i) if i < max => i + 1,
+                    _ if rest.len() >= max => max,
+                    _ if all && !rest.is_empty() => rest.len(),
+                    _ => break,
+                };
+                let line = String::from_utf8_lossy(&rest[..end]);
+                let job = current.lock().unwrap().clone();
+                tracing::info!(target: "punctual::resident", topic = %topic, pid, job = %job, stream, "{}", line.trim_end());
+                if let Some(tail) = &tail {
+                    keep_tail(&mut tail.lock().unwrap(), line.trim_end());
                 }
+                start += end;
+            }
+            pending.drain(..start);
+        };
+        let mut asking = true;
+        loop {
+            tokio::select! {
+                biased;
+                got = src.read(&mut chunk) => match got {
+                    Ok(0) | Err(_) => {
+                        emit(&mut pending, true);
+                        return;
+                    }
+                    Ok(n) => {
+                        pending.extend_from_slice(&chunk[..n]);
+                        emit(&mut pending, false);
+                    }
+                },
+                ask = asks.recv(), if asking => match ask {
+                    Some(done) => {
+                        // What the pipe holds now was written before the ask.
+                        while let Ok(n @ 1..) = nix::unistd::read(&src, &mut chunk) {
+                            pending.extend_from_slice(&chunk[..n]);
+                        }
+                        emit(&mut pending, false);
+                        let _ = done.send(());
+                    }
+                    None => asking = false,
+                },
             }
         }
-    })
+    });
+    (task, settle)
 }
 
 /// Adds `line` to a program's stderr tail, dropping its oldest lines past
@@ -577,26 +658,20 @@ impl Manager {
         let pid = child.id().unwrap_or(0);
         let current = Arc::new(Mutex::new(String::new()));
         let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
+        let mut log_settle = Vec::new();
         if let Some(out) = child.stdout.take() {
-            forward_log(
-                out,
-                self.topic.clone(),
-                pid,
-                "stdout",
-                current.clone(),
-                None,
-            );
+            let fd = out.as_raw_fd();
+            let topic = self.topic.clone();
+            let (_, settle) = forward_log(out, topic, pid, "stdout", current.clone(), None);
+            log_settle.push((settle, fd));
         }
         let stderr_reader = child.stderr.take().map(|err| {
+            let fd = err.as_raw_fd();
             let tail = Some(stderr_tail.clone());
-            forward_log(
-                err,
-                self.topic.clone(),
-                pid,
-                "stderr",
-                current.clone(),
-                tail,
-            )
+            let topic = self.topic.clone();
+            let (task, settle) = forward_log(err, topic, pid, "stderr", current.clone(), tail);
+            log_settle.push((settle, fd));
+            task
         });
         // fd 3: a writer task, so a program slow to read never blocks us.
         let mut w = pipe::Sender::from_owned_fd(OwnedFd::from(jobs_w))?;
@@ -644,6 +719,7 @@ impl Manager {
             current,
             stderr_tail,
             stderr_reader,
+            log_settle,
         })
     }
 
@@ -913,7 +989,10 @@ impl Manager {
                 biased;
                 line = p.replies.recv() => match line {
                     Some(line) => match parse_reply(&line) {
-                        Ok((id, outcome)) => match inflight.remove(&id) {
+                        Ok((id, outcome)) => {
+                            // Its lines first, under the ids they were written under.
+                            p.settle_logs().await;
+                            match inflight.remove(&id) {
                             Some(f) => {
                                 f.cancel.cancel();
                                 let _ = f.reply.send(outcome);
@@ -925,7 +1004,7 @@ impl Manager {
                             None => {
                                 return self.violation(p, inflight, format!("a reply for job {id:?}, which it does not hold"));
                             }
-                        },
+                        }},
                         Err(why) => return self.violation(p, inflight, why),
                     },
                     None => {
@@ -1022,9 +1101,6 @@ impl Manager {
         *sent += 1;
         let s = *seq;
         let id = req.d.id.clone();
-        if let Some(jobs) = &p.jobs {
-            let _ = jobs.send(line);
-        }
         let id2 = id.clone();
         cancels.push(
             req.cancel
@@ -1043,7 +1119,12 @@ impl Manager {
                 timeout,
             },
         );
+        // Listed before it is written: the program's lines about it may be
+        // read as soon as it is.
         set_current(p, inflight);
+        if let Some(jobs) = &p.jobs {
+            let _ = jobs.send(line);
+        }
     }
 
     fn violation(&self, p: &Proc, inflight: HashMap<String, InFlight>, why: String) -> End {
