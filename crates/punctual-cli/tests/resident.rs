@@ -23,7 +23,9 @@ use support::{gone, live, Service};
 /// `retry:MS`: ask for a retry after MS; `dead`: declare it dead; `junk`:
 /// print junk (JSON-looking too) on stdout and stderr; `violate` (first
 /// attempt): reply for an id it does not hold; `garbage` (first attempt):
-/// a line that is not JSON on fd 4; anything else: done.
+/// a line that is not JSON on fd 4; `die`: a PHP-like fatal error on
+/// stderr, then exit 255; `say`: a line naming the job on stdout and on
+/// stderr, then done; anything else: done.
 const HANDLER: &str = r#"#!/usr/bin/env python3
 import base64, json, os, sys, time
 
@@ -58,6 +60,14 @@ for line in jobs:
         time.sleep(60)
     elif data.startswith(b"sleep:"):
         time.sleep(float(data[6:]))
+    elif data == b"say":
+        print("said %s on stdout" % jid, flush=True)
+        sys.stderr.write("said %s on stderr\n" % jid)
+        sys.stderr.flush()
+    elif data == b"die":
+        sys.stderr.write("PHP Fatal error:  Allowed memory size of 134217728 bytes exhausted (tried to allocate 20480 bytes) in /app/Job.php on line 12\n")
+        sys.stderr.flush()
+        os._exit(255)
     if data.startswith(b"retry:"):
         send({"type": "retry", "id": jid, "error": "bank closed", "delay_ms": int(data[6:])})
     elif data == b"dead":
@@ -685,5 +695,221 @@ async fn a_job_with_its_own_timeout_is_timed_by_it() {
         svc.log().contains("overran its timeout (500ms)"),
         "{}",
         svc.log()
+    );
+}
+
+/// Issue 29 item 2: one program taking one job at a time, five slow jobs
+/// that must start within 1 s of their due time. The worker claims only
+/// what the program can start, so the jobs behind the first wait in ready
+/// and expire there (to dead, counted as expired) instead of running late.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_behind_a_busy_program_expire_instead_of_running_late() {
+    let redis = RedisServer::start();
+    let mut svc = Resident::new();
+    svc.start(&redis.url(), "workers = 1", "processes = 1");
+    let q = Queue::connect(redis.url()).await.unwrap();
+    eventually(Duration::from_secs(20), "the program is ready", || async {
+        !svc.pids("ready").is_empty()
+    })
+    .await;
+    for i in 0..5 {
+        let job = Job::new("sleep:1.5")
+            .id(format!("e{i}"))
+            .expire(Duration::from_secs(1));
+        q.enqueue("t", job).await.unwrap();
+    }
+    eventually(Duration::from_secs(30), "every job ran or died", || async {
+        let s = q.stats("t").await.unwrap();
+        s.pool + s.ready + s.running == 0
+    })
+    .await;
+    let ran = svc.jobs();
+    for j in &ran {
+        assert!(
+            j.start_ms - j.due_ms <= 1000,
+            "{} started {} ms after its due time, past its 1 s expiry",
+            j.id,
+            j.start_ms - j.due_ms
+        );
+    }
+    let s = q.stats("t").await.unwrap();
+    assert_eq!(
+        (
+            ran.len() as u64,
+            s.dead,
+            s.counters.get("expired").copied().unwrap_or(0)
+        ),
+        (1, 4, 4),
+        "one ran, four expired; log:\n{}",
+        svc.log()
+    );
+    for i in 1..5 {
+        let j = q.get("t", &format!("e{i}")).await.unwrap().unwrap();
+        let err = j.last_error.unwrap_or_default();
+        assert!(err.starts_with("expired"), "e{i}: {err}");
+    }
+}
+
+/// Issue 29 item 6: SIGTERM while a worker with a concurrency far above
+/// what its programs take has many jobs due. The worker held only what the
+/// programs were running: those finish, the rest are in ready with no
+/// attempt spent and nothing left leased, and serve exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_leaves_no_job_leased_that_no_program_started() {
+    let redis = RedisServer::start();
+    let mut svc = Resident::new();
+    svc.start(
+        &redis.url(),
+        "workers = 1\nconcurrency = 200\nshutdown_timeout = \"5s\"",
+        "processes = 2\ntimeout = \"10s\"",
+    );
+    let q = Queue::connect(redis.url()).await.unwrap();
+    let n = 200;
+    let jobs: Vec<Job> = (0..n)
+        .map(|i| Job::new("sleep:0.3").id(format!("s{i}")))
+        .collect();
+    q.enqueue_batch("t", jobs).await.unwrap();
+    eventually(
+        Duration::from_secs(20),
+        "both programs took a job",
+        || async { svc.jobs().len() >= 2 },
+    )
+    .await;
+    svc.signal(Signal::SIGTERM);
+    let status = svc.wait(Duration::from_secs(20));
+    assert!(status.success(), "exit {status:?}; log:\n{}", svc.log());
+    let started: HashSet<String> = svc.jobs().into_iter().map(|j| j.id).collect();
+    let s = q.stats("t").await.unwrap();
+    assert_eq!(s.running, 0, "nothing left leased; log:\n{}", svc.log());
+    assert_eq!(
+        s.ready + s.pool,
+        (n - started.len()) as u64,
+        "every job no program started waits again"
+    );
+    for i in 0..n {
+        let id = format!("s{i}");
+        if let Some(j) = q.get("t", &id).await.unwrap() {
+            assert!(!started.contains(&id), "{id} ran and is still there");
+            assert_eq!(
+                j.attempts, 0,
+                "{id}: no attempt spent on a job never started"
+            );
+        }
+    }
+}
+
+/// Issue 28 item 4: a program that dies of a fatal error (PHP's "Allowed
+/// memory size exhausted", status 255) leaves the last lines of its stderr
+/// as the job's last error, not only its exit status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_program_that_dies_leaves_its_last_stderr_lines_on_the_job() {
+    let redis = RedisServer::start();
+    let mut svc = Resident::new();
+    svc.start(&redis.url(), "workers = 1", "processes = 1");
+    let q = Queue::connect(redis.url()).await.unwrap();
+    q.enqueue("t", Job::new("die").id("d").max_attempts(1))
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(30), "d is dead", || async {
+        q.stats("t").await.unwrap().dead == 1
+    })
+    .await;
+    let err = q.get("t", "d").await.unwrap().unwrap().last_error.unwrap();
+    assert!(err.contains("exited with status 255"), "{err}");
+    assert!(
+        err.contains("PHP Fatal error:  Allowed memory size of 134217728 bytes exhausted"),
+        "the fatal error is on the job: {err}"
+    );
+}
+
+/// Issue 29 item 13: the jobs /healthz counts for resident programs are
+/// every reply, also those of a worker killed right after them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_resident_job_count_keeps_the_replies_of_a_killed_worker() {
+    let redis = RedisServer::start();
+    let mut svc = Resident::new();
+    svc.start(&redis.url(), "workers = 1", "processes = 1");
+    let q = Queue::connect(redis.url()).await.unwrap();
+    let n = 30;
+    for i in 0..n {
+        q.enqueue("t", Job::new("x").id(format!("k{i}")))
+            .await
+            .unwrap();
+    }
+    eventually(Duration::from_secs(30), "every job done", || async {
+        live(&q, "t").await == 0
+    })
+    .await;
+    // The program's parent is the worker: kill it at once.
+    let program = svc.pids("ready")[0];
+    let stat = std::fs::read_to_string(format!("/proc/{program}/stat")).unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let worker: i32 = after.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kill(Pid::from_raw(worker), Signal::SIGKILL).unwrap();
+    let ran = svc.jobs().len() as u64;
+    assert_eq!(ran, n);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let h = svc.healthz().await.unwrap_or_default();
+        if h["resident"]["t"]["jobs"] == json!(ran) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "healthz counts {} of the {ran} replies: {h}; log:\n{}",
+            h["resident"]["t"]["jobs"],
+            svc.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Issue 29 item 7: with `inflight = 1`, every line a program writes while
+/// it runs a job is logged with that job's id (`job=`), not the previous
+/// or the next job's, nor none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_lines_of_a_program_name_the_job_that_wrote_them() {
+    let redis = RedisServer::start();
+    let mut svc = Resident::new();
+    svc.start(&redis.url(), "workers = 1", "processes = 1");
+    let q = Queue::connect(redis.url()).await.unwrap();
+    let n = 200;
+    let jobs: Vec<Job> = (0..n)
+        .map(|i| Job::new("say").id(format!("j{i}")))
+        .collect();
+    q.enqueue_batch("t", jobs).await.unwrap();
+    eventually(Duration::from_secs(60), "every job done", || async {
+        live(&q, "t").await == 0
+    })
+    .await;
+    let log = svc.log();
+    let mut seen = 0;
+    let mut wrong = Vec::new();
+    for line in log
+        .lines()
+        .filter(|l| l.contains("punctual::resident") && l.contains("said "))
+    {
+        let wrote = line
+            .split("said ")
+            .nth(1)
+            .unwrap()
+            .split(' ')
+            .next()
+            .unwrap();
+        let field = line
+            .split(" job=")
+            .nth(1)
+            .map_or("", |f| f.split(' ').next().unwrap());
+        seen += 1;
+        if field != wrote {
+            wrong.push(format!("{wrote} logged as job={field}"));
+        }
+    }
+    assert_eq!(seen, 2 * n, "every line logged; log:\n{log}");
+    assert!(
+        wrong.is_empty(),
+        "{} of {seen} lines name another job: {:?}",
+        wrong.len(),
+        &wrong[..wrong.len().min(10)]
     );
 }

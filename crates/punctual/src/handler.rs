@@ -53,6 +53,17 @@ pub enum Outcome {
         /// Kept as the job's last error.
         error: String,
     },
+    /// The job's expiry ([`crate::Job::expire`]) passed before it started:
+    /// to dead, counted as expired, as the claim does with a job past its
+    /// deadline. The worker answers it itself for a job held past its
+    /// expiry; a handler that holds jobs before starting them may too.
+    Expired {
+        /// Kept as the job's last error.
+        error: String,
+    },
+    /// The handler never started the job (at shutdown, say): back to
+    /// ready at once, its attempt not counted.
+    HandBack,
 }
 
 impl Outcome {

@@ -97,4 +97,4 @@ pub use scheduler::{Scheduler, SchedulerConfig};
 pub use scripts::{script_names, script_source};
 pub use tokio_util::sync::CancellationToken;
 pub use unlisted::Unlisted;
-pub use worker::{Stopped, Worker, WorkerConfig, DEFAULT_CLAIM_BATCH};
+pub use worker::{Capacity, Stopped, Worker, WorkerConfig, DEFAULT_CLAIM_BATCH};

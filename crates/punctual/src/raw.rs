@@ -450,13 +450,26 @@ pub struct Delivery {
     pub claimed_us: i64,
     /// When the claim's reply arrived, on this process's monotonic clock.
     pub received: std::time::Instant,
+    /// When the claim was sent, on this process's monotonic clock: the
+    /// lease was taken between this and `received`, so it is at most
+    /// `sent.elapsed()` old (a worker stopped between the claim and the
+    /// reading of its reply holds a lease older than the reply says).
+    pub sent: std::time::Instant,
 }
+
+/// A claim's round trip longer than this is taken for a stall between the
+/// claim and the reading of its reply (SIGSTOP, a pause, swap): lateness
+/// then counts from when the claim was sent ([`Delivery::lateness_us`]).
+pub(crate) const STALLED_REPLY: Duration = Duration::from_millis(10);
 
 impl Delivery {
     /// How late the job is now, in microseconds: Redis's clock at the claim
     /// minus the due time, plus the local time since the claim's reply (no
     /// cross-host skew). Negative would mean an early start; the claim script
-    /// never hands out a job before its due time.
+    /// never hands out a job before its due time. When the claim's round
+    /// trip took longer than 10 ms (the worker stalled between the claim
+    /// and the reading of its reply), the local time counts from when the
+    /// claim was sent instead: an upper bound, never less than the truth.
     ///
     /// ```
     /// fn report(job: &punctual::Delivery) {
@@ -468,7 +481,36 @@ impl Delivery {
     /// # let _ = report;
     /// ```
     pub fn lateness_us(&self) -> i64 {
-        self.claimed_us - self.due_ms * 1000 + self.received.elapsed().as_micros() as i64
+        let since = if self.received.duration_since(self.sent) > STALLED_REPLY {
+            self.sent.elapsed()
+        } else {
+            self.received.elapsed()
+        };
+        self.claimed_us - self.due_ms * 1000 + since.as_micros() as i64
+    }
+
+    /// When the job's expiry ([`crate::Job::expire`]) has passed by Redis's
+    /// clock now (the claim's, advanced by the local clock as in
+    /// [`Delivery::lateness_us`]), the error to end it with; None while it
+    /// may start. A worker checks it right before a handler starts the job.
+    ///
+    /// ```no_run
+    /// # async fn demo(queue: punctual::Queue, part: punctual::raw::Partition, job: punctual::Delivery) -> punctual::Result<()> {
+    /// if let Some(error) = job.expiry_error() {
+    ///     punctual::raw::fail_expired(&queue, &part, &job.lease(), &error).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn expiry_error(&self) -> Option<String> {
+        let deadline = self.deadline_ms?;
+        let now = (self.due_ms * 1000 + self.lateness_us()).div_euclid(1000);
+        (now > deadline).then(|| {
+            format!(
+                "expired: could not start by its deadline, {} ms ago ({} ms after its due time); it was claimed in time but held unstarted",
+                now - deadline,
+                now - self.due_ms
+            )
+        })
     }
 
     /// [`Delivery::lateness_us`] as a duration (0 if it were negative).
@@ -571,6 +613,9 @@ pub enum Failed {
     Dead,
     /// Refused: the lease is no longer this caller's.
     Stale,
+    /// Handed back unstarted ([`hand_back`]): in ready again, its attempt
+    /// not counted.
+    Back,
 }
 
 impl Delivery {
@@ -693,6 +738,7 @@ pub async fn claim_with_wait(
     lease: Duration,
 ) -> Result<Claimed> {
     let topic = part.as_str();
+    let sent = std::time::Instant::now();
     let v = queue
         .run(&SCRIPTS.claim, topic, |inv| {
             inv.arg(k.clamp(1, MAX_BATCH)).arg(lease_ms(lease));
@@ -758,6 +804,7 @@ pub async fn claim_with_wait(
             group: c.opts.group,
             claimed_us,
             received,
+            sent,
         });
     }
     while r.len() > 1 {
@@ -950,23 +997,86 @@ pub async fn fail(
         FailKind::Retry { after } => (after, false),
         FailKind::Permanent => (None, true),
     };
+    let delay = after
+        .map(|d| crate::job::ceil_ms(d.min(crate::job::MAX_DELAY)).to_string())
+        .unwrap_or_default();
+    fail_as(
+        queue,
+        part,
+        lease,
+        error,
+        &delay,
+        if permanent { "1" } else { "0" },
+    )
+    .await
+}
+
+/// Sends a leased job whose expiry ([`crate::Job::expire`]) passed before
+/// its handler started to dead, as the claim would have: `error` kept as
+/// its last error, counted in the topic's `expired` and `dead`. Fenced
+/// like [`fail`].
+///
+/// ```no_run
+/// # async fn demo(queue: punctual::Queue, part: punctual::raw::Partition, job: punctual::Delivery) -> punctual::Result<()> {
+/// let r = punctual::raw::fail_expired(&queue, &part, &job.lease(), "expired: held past its deadline").await?;
+/// assert!(matches!(r, punctual::raw::Failed::Dead | punctual::raw::Failed::Stale));
+/// # Ok(()) }
+/// ```
+pub async fn fail_expired(
+    queue: &Queue,
+    part: &Partition,
+    lease: &Lease,
+    error: &str,
+) -> Result<Failed> {
+    fail_as(queue, part, lease, error, "", "2").await
+}
+
+/// Hands a leased job that no handler started back: to ready at once (at
+/// its due time's place), its attempt not counted, its last error kept.
+/// Fenced like [`fail`]; [`Failed::Back`] when done.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> punctual::Result<()> {
+/// # let redis = punctual_testkit::RedisServer::start();
+/// # let queue = punctual::Queue::connect(redis.url()).await?;
+/// use std::time::Duration;
+/// use punctual::{raw::{self, Failed}, Job};
+/// queue.enqueue("mail", Job::new("a").id("a")).await?;
+/// let part: raw::Partition = "mail".parse()?;
+/// let job = raw::claim(&queue, &part, 1, Duration::from_secs(30)).await?.remove(0);
+/// assert_eq!(raw::hand_back(&queue, &part, &job.lease()).await?, Failed::Back);
+/// // Claimed again, it is still its first attempt.
+/// let again = raw::claim(&queue, &part, 1, Duration::from_secs(30)).await?.remove(0);
+/// assert_eq!((again.id.as_str(), again.attempt), ("a", 1));
+/// # Ok(()) }
+/// ```
+pub async fn hand_back(queue: &Queue, part: &Partition, lease: &Lease) -> Result<Failed> {
+    fail_as(queue, part, lease, "", "", "3").await
+}
+
+async fn fail_as(
+    queue: &Queue,
+    part: &Partition,
+    lease: &Lease,
+    error: &str,
+    delay: &str,
+    kind: &str,
+) -> Result<Failed> {
     let v = queue
         .run(&SCRIPTS.fail, part.as_str(), |inv| {
             inv.arg(&lease.id)
                 .arg(lease.token)
                 .arg(error)
-                .arg(
-                    after
-                        .map(|d| crate::job::ceil_ms(d.min(crate::job::MAX_DELAY)).to_string())
-                        .unwrap_or_default(),
-                )
-                .arg(if permanent { "1" } else { "0" });
+                .arg(delay)
+                .arg(kind);
         })
         .await?;
     let mut r = Reply::new("fail", v)?;
     Ok(match r.string()?.as_str() {
         "retry" => Failed::Retry,
         "dead" => Failed::Dead,
+        "back" => Failed::Back,
         _ => Failed::Stale,
     })
 }

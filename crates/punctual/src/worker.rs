@@ -1,5 +1,9 @@
 //! The worker runtime: one fetcher claims in batches and hands jobs to
-//! `concurrency` slots; a keeper extends the leases of running jobs; a
+//! `concurrency` slots, claiming no more than its handlers can start now
+//! (free slots, and a topic's [`Capacity`] where its handler has one); each
+//! slot checks its job's expiry and lease right before the handler starts
+//! (DESIGN.md "A lease is taken to be worked on"); a keeper extends the
+//! leases of running jobs; a
 //! settler records outcomes (acks batched per topic, each fail on its own,
 //! none waiting behind another). Idle, the fetcher blocks on a wake-up, or
 //! sleeps until the pool's next job is due (claims take due jobs straight
@@ -219,6 +223,102 @@ struct TopicEntry {
     /// When the handler enforces the job's timeout itself: how long the
     /// worker lets a job run (instead of `timeout` or the job's own).
     backstop: Option<Backstop>,
+    /// How many jobs the handler can start now, when it says
+    /// ([`Worker::capacity`]): claims take no more.
+    gate: Option<Arc<Capacity>>,
+}
+
+/// How many jobs of a topic its handler can start now, for a handler that
+/// starts jobs on resources of its own (a pool of programs, each taking a
+/// few at once): a [`Worker`] given it ([`Worker::capacity`]) claims no
+/// more jobs of the topic than are free, so no job waits leased while
+/// nobody works on it. The handler opens capacity as its resources become
+/// able to start jobs and closes it as they stop; the worker counts a job
+/// as using one from its claim until its handler returns.
+///
+/// ```
+/// use punctual::Capacity;
+/// let cap = Capacity::new();
+/// assert_eq!(cap.free(), 0); // nothing can start yet: nothing is claimed
+/// cap.open(4); // a program that takes 4 jobs at once is ready
+/// assert_eq!(cap.free(), 4);
+/// cap.close(4); // it exited
+/// assert_eq!(cap.free(), 0);
+/// ```
+#[derive(Debug, Default)]
+pub struct Capacity {
+    state: Mutex<CapacityState>,
+}
+
+#[derive(Debug, Default)]
+struct CapacityState {
+    open: usize,
+    used: usize,
+    /// The fetcher's wake-up: told when capacity frees.
+    waker: Option<Arc<Notify>>,
+}
+
+impl Capacity {
+    /// No capacity yet.
+    pub fn new() -> Arc<Capacity> {
+        Arc::new(Capacity::default())
+    }
+
+    /// `n` more jobs can be started at once (a program became ready).
+    pub fn open(&self, n: usize) {
+        let mut st = self.state.lock().unwrap();
+        st.open += n;
+        if let Some(w) = &st.waker {
+            w.notify_one();
+        }
+    }
+
+    /// `n` fewer (a program stopped taking jobs).
+    pub fn close(&self, n: usize) {
+        let mut st = self.state.lock().unwrap();
+        st.open = st.open.saturating_sub(n);
+    }
+
+    /// Jobs that could be claimed now: open capacity not in use.
+    pub fn free(&self) -> usize {
+        let st = self.state.lock().unwrap();
+        st.open.saturating_sub(st.used)
+    }
+
+    /// Takes up to `want` of the free capacity; returns how much.
+    fn take(&self, want: usize) -> usize {
+        let mut st = self.state.lock().unwrap();
+        let k = st.open.saturating_sub(st.used).min(want);
+        st.used += k;
+        k
+    }
+
+    fn give_back(&self, n: usize) {
+        if n == 0 {
+            return;
+        }
+        let mut st = self.state.lock().unwrap();
+        st.used = st.used.saturating_sub(n);
+        if let Some(w) = &st.waker {
+            w.notify_one();
+        }
+    }
+
+    fn wake(&self, notify: Arc<Notify>) {
+        self.state.lock().unwrap().waker = Some(notify);
+    }
+}
+
+/// One job's use of a topic's [`Capacity`], given back when dropped (when
+/// its slot ends).
+struct Ticket(Option<Arc<Capacity>>);
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.take() {
+            c.give_back(1);
+        }
+    }
 }
 
 /// See [`Worker::handler_with_backstop`].
@@ -454,6 +554,7 @@ impl Worker {
             handler: BoxedHandler::new(handler),
             timeout,
             backstop: None,
+            gate: None,
         });
         self
     }
@@ -486,7 +587,29 @@ impl Worker {
             handler: BoxedHandler::new(handler),
             timeout: Duration::ZERO,
             backstop: Some(Arc::new(backstop)),
+            gate: None,
         });
+        self
+    }
+
+    /// Claims jobs of `topic` (registered before this call) only while
+    /// `capacity` has room: its handler starts them on resources of its own
+    /// (see [`Capacity`]).
+    ///
+    /// ```no_run
+    /// # fn demo(queue: punctual::Queue, h: punctual::BoxedHandler) {
+    /// use punctual::{Capacity, Worker};
+    /// let programs = Capacity::new();
+    /// let worker = Worker::new(queue, Default::default())
+    ///     .handler("thumbnails", h)
+    ///     .capacity("thumbnails", programs.clone());
+    /// // ... as each program starts: programs.open(1); as it exits: programs.close(1).
+    /// # let _ = worker; }
+    /// ```
+    pub fn capacity(mut self, topic: &str, capacity: Arc<Capacity>) -> Self {
+        for t in self.topics.iter_mut().filter(|t| t.logical == topic) {
+            t.gate = Some(capacity.clone());
+        }
         self
     }
 
@@ -586,6 +709,7 @@ impl Worker {
                     handler: t.handler.clone(),
                     timeout: t.timeout,
                     backstop: t.backstop.clone(),
+                    gate: t.gate.clone(),
                 });
             }
         }
@@ -600,6 +724,11 @@ impl Worker {
             lateness: Default::default(),
         });
         let notify = Arc::new(Notify::new());
+        for t in &shared.topics {
+            if let Some(g) = &t.gate {
+                g.wake(notify.clone());
+            }
+        }
         let plan = Arc::new(Plan::new(shared.config.idle_check));
         let timer = crate::wake::PreciseTimer::start()
             .map_err(|e| Error::invalid(format!("cannot start the worker's timer thread: {e}")))?;
@@ -823,10 +952,22 @@ async fn fetch_loop(
             }
             let ti = (next_topic + i) % n_topics;
             let topic = &shared.topics[ti];
+            // A handler with a capacity of its own: no more than it can start.
+            let want = match &topic.gate {
+                Some(g) => g.take(permits.len()),
+                None => permits.len(),
+            };
+            if want == 0 {
+                continue;
+            }
             let part = Partition::known(&topic.name);
-            match raw::claim_with_wait(&shared.queue, &part, permits.len(), shared.config.lease)
-                .await
-            {
+            let claimed =
+                raw::claim_with_wait(&shared.queue, &part, want, shared.config.lease).await;
+            if let Some(g) = &topic.gate {
+                let got = claimed.as_ref().map_or(0, |c| c.jobs.len());
+                g.give_back(want - got.min(want));
+            }
+            match claimed {
                 Ok(got) => {
                     if let Some(raw::Wait::For(d)) = got.wait {
                         limited = Some(limited.map_or(d, |l| l.min(d)));
@@ -852,7 +993,8 @@ async fn fetch_loop(
                         starts.record(job.lateness_us());
                         job.topic.clone_from(&topic.logical);
                         let permit = permits.pop().expect("claimed no more than the free slots");
-                        spawn_slot(&shared, ti, job, permit, settle.clone());
+                        let ticket = Ticket(topic.gate.clone());
+                        spawn_slot(&shared, ti, job, (permit, ticket), settle.clone());
                     }
                     if let Some(us) = claimed_us {
                         shared.lateness.record(&topic.name, us, &starts);
@@ -917,7 +1059,7 @@ fn spawn_slot(
     shared: &Arc<Shared>,
     ti: usize,
     job: Delivery,
-    permit: tokio::sync::OwnedSemaphorePermit,
+    permit: (tokio::sync::OwnedSemaphorePermit, Ticket),
     settle: mpsc::UnboundedSender<Settle>,
 ) {
     let topic = &shared.topics[ti];
@@ -929,19 +1071,57 @@ fn spawn_slot(
         None => job.timeout.unwrap_or(topic.timeout),
     };
     let grace = shared.config.cancel_grace;
+    // Right before the handler starts: the job's expiry, by Redis's clock
+    // (the claim's, advanced by the local clock since), and the age of its
+    // lease (at most the time since the claim was sent: a worker stalled
+    // between the claim and its reply holds an older lease than it knows).
+    let expired = expiry_passed(&job);
+    let stale = job.sent.elapsed() > shared.config.lease / 3;
     // Fires at shutdown (a child of `stopping`), at the timeout and when the
     // lease is lost (both below).
     let cancel = shared.stopping.child_token();
     let lost = CancellationToken::new();
-    let run = AssertUnwindSafe(topic.handler.call(job, cancel.clone())).catch_unwind();
+    let handler = topic.handler.clone();
+    let slot_shared = shared.clone();
     let slot_lost = lost.clone();
     let slot_id = id.clone();
     // The handler runs inside its slot's task (one task per job, not two):
     // the slot polls it against the timeout and the lease, and drops it
     // (after the grace) when either ends first.
     let slot = async move {
-        let (lost, id) = (slot_lost, slot_id);
+        let (lost, id, shared) = (slot_lost, slot_id, slot_shared);
         let _permit = permit;
+        if let Some(error) = expired {
+            let outcome = Outcome::Expired { error };
+            let _ = settle.send(Settle {
+                topic: ti,
+                id,
+                token,
+                attempt,
+                outcome,
+            });
+            return;
+        }
+        if stale {
+            // Extended before it starts, or not started at all.
+            let topic = &shared.topics[ti].name;
+            let part = Partition::known(topic);
+            let lease = [Lease::new(id.clone(), token)];
+            match raw::extend(&shared.queue, &part, &lease, shared.config.lease).await {
+                Ok(held) if held.first() == Some(&true) => {}
+                Ok(_) => {
+                    tracing::warn!(topic = %topic, id = %id, "not started: its lease was lost before its handler could start (this worker stalled after its claim); it was reclaimed or cancelled");
+                    forget(&shared, ti, &id, token);
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(topic = %topic, id = %id, error = %e, "not started: its lease is old and could not be extended; leaving the job to its lease");
+                    forget(&shared, ti, &id, token);
+                    return;
+                }
+            }
+        }
+        let run = AssertUnwindSafe(handler.call(job, cancel.clone())).catch_unwind();
         let mut run = std::pin::pin!(run);
         let finished = tokio::select! {
             r = &mut run => Some(r),
@@ -994,6 +1174,10 @@ fn spawn_slot(
         // lease was lost meanwhile: that run can no longer ack; stop it.
         old.lost.cancel();
     }
+}
+
+fn expiry_passed(job: &Delivery) -> Option<String> {
+    job.expiry_error()
 }
 
 fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
@@ -1082,7 +1266,8 @@ async fn settle_loop(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Settle
 async fn ack_many(shared: Arc<Shared>, ti: usize, leases: Vec<Lease>) {
     let topic = &shared.topics[ti].name;
     let part = Partition::known(topic);
-    let Some(flags) = settle_or_give_up(|| raw::ack(&shared.queue, &part, &leases)).await else {
+    let Some((flags, resent)) = settle_or_give_up(|| raw::ack(&shared.queue, &part, &leases)).await
+    else {
         for Lease { id, token, .. } in leases {
             tracing::error!(topic = %topic, id = %id, "Redis keeps refusing the ack: leaving the job to its lease; it will be reclaimed and run again");
             forget(&shared, ti, &id, token);
@@ -1092,28 +1277,53 @@ async fn ack_many(shared: Arc<Shared>, ti: usize, leases: Vec<Lease>) {
     let mut inflight = shared.inflight.lock().unwrap();
     for (Lease { id, token, .. }, ok) in leases.into_iter().zip(flags) {
         if !ok {
-            tracing::warn!(topic = %topic, id = %id, "ack refused: the lease was lost and the job re-delivered or cancelled");
+            tracing::warn!(topic = %topic, id = %id, "{}", ack_refused(resent));
         }
         forget_held(&mut inflight[ti], &id, token);
     }
 }
 
+/// What an ack refused tells: after a resend (the first try's reply was
+/// lost), only that the job is no longer leased under this token.
+fn ack_refused(resent: bool) -> &'static str {
+    if resent {
+        "ack refused on a resend: an earlier try may have been recorded before its reply was lost; the ack's outcome is unknown; the job is not running here"
+    } else {
+        "ack refused: the lease was lost and the job re-delivered or cancelled"
+    }
+}
+
 async fn fail_one(shared: Arc<Shared>, s: Settle) {
     let topic = &shared.topics[s.topic].name;
-    let (error, kind) = match &s.outcome {
+    let (part, lease) = (Partition::known(topic), Lease::new(s.id.clone(), s.token));
+    let (error, r) = match &s.outcome {
         // The one place every retry delay passes: capped here.
-        Outcome::Retry { error, after } => (
-            error.as_str(),
-            FailKind::Retry {
+        Outcome::Retry { error, after } => {
+            let kind = FailKind::Retry {
                 after: after.map(|a| a.min(shared.config.max_retry_delay)),
-            },
-        ),
-        Outcome::Permanent { error } => (error.as_str(), FailKind::Permanent),
+            };
+            let r =
+                settle_or_give_up(|| raw::fail(&shared.queue, &part, &lease, error, kind)).await;
+            (error.as_str(), r)
+        }
+        Outcome::Permanent { error } => {
+            let kind = FailKind::Permanent;
+            let r =
+                settle_or_give_up(|| raw::fail(&shared.queue, &part, &lease, error, kind)).await;
+            (error.as_str(), r)
+        }
+        Outcome::Expired { error } => {
+            let r =
+                settle_or_give_up(|| raw::fail_expired(&shared.queue, &part, &lease, error)).await;
+            (error.as_str(), r)
+        }
+        Outcome::HandBack => {
+            let r = settle_or_give_up(|| raw::hand_back(&shared.queue, &part, &lease)).await;
+            ("", r)
+        }
         Outcome::Done => unreachable!("done outcomes are acked"),
     };
-    let (part, lease) = (Partition::known(topic), Lease::new(s.id.clone(), s.token));
-    let r = settle_or_give_up(|| raw::fail(&shared.queue, &part, &lease, error, kind)).await;
-    let Some(r) = r else {
+    let Some((r, resent)) = r else {
         tracing::error!(topic = %topic, id = %s.id, error, "Redis keeps refusing the fail: leaving the job to its lease; it will be reclaimed and run again");
         forget(&shared, s.topic, &s.id, s.token);
         return;
@@ -1122,10 +1332,19 @@ async fn fail_one(shared: Arc<Shared>, s: Settle) {
         Failed::Retry => {
             tracing::info!(topic = %topic, id = %s.id, error, "job failed; will retry")
         }
+        Failed::Dead if matches!(s.outcome, Outcome::Expired { .. }) => {
+            tracing::warn!(topic = %topic, id = %s.id, error, "job expired before it started; moved to dead")
+        }
         Failed::Dead => {
             tracing::warn!(topic = %topic, id = %s.id, error, "job failed; moved to dead")
         }
-        Failed::Stale => {
+        Failed::Back => {
+            tracing::info!(topic = %topic, id = %s.id, "job handed back unstarted: in ready again, its attempt not counted")
+        }
+        Failed::Stale if resent => {
+            tracing::warn!(topic = %topic, id = %s.id, "fail refused on a resend: an earlier try may have been recorded before its reply was lost; its outcome is unknown; the job is not running here")
+        }
+        _ => {
             tracing::warn!(topic = %topic, id = %s.id, "fail refused: the lease was lost")
         }
     }
@@ -1140,17 +1359,21 @@ const LASTING_REFUSALS: u32 = 5;
 /// outage: the keeper cannot extend either, so nothing is held longer than
 /// a lease past it), but only `LASTING_REFUSALS` times through a refusal
 /// that lasts, or the keeper would extend the job's lease for the life of
-/// the worker. `None`: given up; the caller forgets the job.
-async fn settle_or_give_up<T, F, Fut>(mut call: F) -> Option<T>
+/// the worker. `None`: given up; the caller forgets the job. With the
+/// value, whether the call was resent after a passing error.
+async fn settle_or_give_up<T, F, Fut>(mut call: F) -> Option<(T, bool)>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T>>,
 {
     let mut backoff = Duration::from_millis(50);
     let mut refused = 0;
+    // Whether a try failed in a way that may have reached Redis (its reply
+    // lost): then a refusal of a later try says less.
+    let mut resent = false;
     loop {
         match call().await {
-            Ok(v) => return Some(v),
+            Ok(v) => return Some((v, resent)),
             Err(e) => {
                 if !e.is_passing() {
                     refused += 1;
@@ -1158,6 +1381,8 @@ where
                         tracing::error!(error = %e, "recording a job outcome was refused {refused} times; giving up");
                         return None;
                     }
+                } else {
+                    resent = true;
                 }
                 tracing::warn!(error = %e, "recording a job outcome failed; retrying in {backoff:?}");
                 tokio::time::sleep(backoff).await;

@@ -788,3 +788,153 @@ async fn a_claim_publishes_on_the_pool_channel_exactly_when_its_lease_ends_first
         "the message is the new deadline"
     );
 }
+
+// ---- issue 29 item 10: a stalled worker does not start what it lost --------
+
+/// A TCP proxy in front of one Redis. When armed, it passes the next call
+/// of one script to Redis and holds its reply for `hold` before passing it
+/// on: the call ran, and its caller reads the reply late, as a worker
+/// stopped (SIGSTOP, a pause) between its claim and the reading of the
+/// reply would.
+struct StallingProxy {
+    port: u16,
+    armed: Arc<std::sync::atomic::AtomicBool>,
+    needle: Arc<std::sync::Mutex<Vec<u8>>>,
+    held: Arc<AtomicUsize>,
+}
+
+impl StallingProxy {
+    async fn start(upstream: u16, hold: Duration) -> StallingProxy {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let armed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let needle = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let held = Arc::new(AtomicUsize::new(0));
+        let (a, h, nd) = (armed.clone(), held.clone(), needle.clone());
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut client, _)) = listener.accept().await else {
+                    return;
+                };
+                let (armed, held, needle) = (a.clone(), h.clone(), nd.clone());
+                tokio::spawn(async move {
+                    let Ok(mut server) =
+                        tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await
+                    else {
+                        return;
+                    };
+                    let (mut up, mut down) = (vec![0u8; 1 << 16], vec![0u8; 1 << 16]);
+                    loop {
+                        tokio::select! {
+                            n = client.read(&mut up) => {
+                                let Ok(n @ 1..) = n else { return };
+                                let wanted = needle.lock().unwrap().clone();
+                                let stall = !wanted.is_empty()
+                                    && up[..n].windows(wanted.len()).any(|w| w == wanted)
+                                    && armed.swap(false, Ordering::SeqCst);
+                                if server.write_all(&up[..n]).await.is_err() {
+                                    return;
+                                }
+                                if stall {
+                                    // It ran once its reply starts; pass it on late.
+                                    let Ok(n @ 1..) = server.read(&mut down).await else { return };
+                                    tokio::time::sleep(hold).await;
+                                    if client.write_all(&down[..n]).await.is_err() {
+                                        return;
+                                    }
+                                    held.fetch_add(1, Ordering::SeqCst);
+                                }
+                            }
+                            n = server.read(&mut down) => {
+                                let Ok(n @ 1..) = n else { return };
+                                if client.write_all(&down[..n]).await.is_err() {
+                                    return;
+                                }
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        StallingProxy {
+            port,
+            armed,
+            needle,
+            held,
+        }
+    }
+
+    /// Holds the reply of the next call of the script `name`.
+    fn arm_script(&self, name: &str) {
+        let source = punctual::script_source(name).expect("a script");
+        *self.needle.lock().unwrap() = redis::Script::new(&source).get_hash().as_bytes().to_vec();
+        self.armed.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Issue 29 item 10: a worker that reads its claim's reply after the lease
+/// ran out (and the job was reclaimed) must not start that delivery: one
+/// older than a third of its lease is extended first, and dropped when the
+/// extension is refused. The job runs later, as its next attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_read_after_its_lease_ran_out_is_not_started() {
+    let redis = RedisServer::start();
+    let q = Queue::connect(redis.url()).await.unwrap();
+    let t = "stalled";
+    q.enqueue(
+        t,
+        Job::new("x")
+            .id("x")
+            .backoff(vec![Duration::from_millis(200)]),
+    )
+    .await
+    .unwrap();
+    // The claim script is loaded: the held reply is the claim's own.
+    redis
+        .cli(&["SCRIPT", "LOAD", &punctual::script_source("claim").unwrap()])
+        .unwrap();
+    let proxy = StallingProxy::start(redis.port(), Duration::from_millis(1500)).await;
+    proxy.arm_script("claim");
+    let qa = Queue::connect(format!("redis://127.0.0.1:{}", proxy.port))
+        .await
+        .unwrap();
+    let starts = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let s = starts.clone();
+    let worker = Worker::new(
+        qa,
+        WorkerConfig::default()
+            .lease(Duration::from_millis(300))
+            .registry(punctual::registry::Registry::off()),
+    )
+    .handle(t, move |job| {
+        s.lock().unwrap().push(job.attempt);
+        async { Outcome::Done }
+    });
+    let stop = CancellationToken::new();
+    let w = tokio::spawn(worker.run(stop.clone().cancelled_owned()));
+    // The claim ran: x is leased for 300 ms, and the worker has no reply.
+    eventually(Duration::from_secs(5), "x leased", async || {
+        q.stats(t).await.unwrap().running == 1
+    })
+    .await;
+    // The lease runs out unread: a scheduler's tick reclaims x.
+    eventually(Duration::from_secs(5), "x reclaimed", async || {
+        raw::tick(&q, &part(t), &Default::default()).await.unwrap();
+        q.stats(t).await.unwrap().running == 0
+    })
+    .await;
+    // Then the late reply: not started; x runs as its second attempt.
+    eventually(Duration::from_secs(10), "x done", async || {
+        q.get(t, "x").await.unwrap().is_none()
+    })
+    .await;
+    stop.cancel();
+    w.await.unwrap().unwrap();
+    assert_eq!(
+        *starts.lock().unwrap(),
+        [2],
+        "only the second delivery started, not the one read after its lease ran out"
+    );
+    assert_eq!(proxy.held.load(Ordering::SeqCst), 1);
+}

@@ -3,8 +3,9 @@
 //! outcome) to a Unix socket the supervisor owns; the supervisor records
 //! them as Prometheus histograms. Lost datagrams only lose samples.
 //! Resident pools add lines starting with `#` (never a topic's first
-//! character): `#resident pid topic alive jobs` every second (absolute
-//! processes alive, jobs handled since the last line) and
+//! character): `#resident pid topic alive` every second (processes alive),
+//! `#rjob topic` for each reply of a program (sent at once, not batched,
+//! so a worker killed afterwards loses no count) and
 //! `#restart topic reason`. The supervisor sums these per topic in a
 //! [`ResidentBoard`], which `/metrics`, `/healthz` and the dashboard read.
 
@@ -50,16 +51,35 @@ impl MetricsSender {
             loop {
                 let Some(first) = rx.recv().await else { return };
                 push_line(&mut buf, &first);
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                // Job records wait up to 100 ms to fill a datagram; counts
+                // (lines) go at once, with whatever waits, so a worker
+                // killed next loses none.
+                if matches!(first, Msg::Job(_)) {
+                    let until = tokio::time::Instant::now() + Duration::from_millis(100);
+                    loop {
+                        tokio::select! {
+                            _ = tokio::time::sleep_until(until) => break,
+                            m = rx.recv() => match m {
+                                Some(m) => {
+                                    push_line(&mut buf, &m);
+                                    if matches!(m, Msg::Line(_)) || buf.len() > 32 * 1024 {
+                                        break;
+                                    }
+                                }
+                                None => break,
+                            },
+                        }
+                    }
+                }
                 while let Ok(r) = rx.try_recv() {
                     push_line(&mut buf, &r);
                     if buf.len() > 32 * 1024 {
-                        let _ = sock.send_to(buf.as_bytes(), &path).await;
+                        send_datagram(&sock, &buf, &path).await;
                         buf.clear();
                     }
                 }
                 if !buf.is_empty() {
-                    let _ = sock.send_to(buf.as_bytes(), &path).await;
+                    send_datagram(&sock, &buf, &path).await;
                     buf.clear();
                 }
             }
@@ -79,13 +99,34 @@ impl MetricsSender {
             .send(Msg::Line(format!("#restart\t{topic}\t{reason}\n")));
     }
 
-    /// This worker's resident programs of `topic` alive now, and the jobs
-    /// they handled since the last call.
-    pub(crate) fn resident_counts(&self, topic: &str, alive: usize, jobs: u64) {
+    /// A resident program of `topic` replied for a job: counted at once
+    /// (sent with the next datagram, not with the next second's count), so
+    /// a worker killed afterwards loses no count.
+    pub(crate) fn resident_job(&self, topic: &str) {
+        let _ = self.tx.send(Msg::Line(format!("#rjob\t{topic}\n")));
+    }
+
+    /// This worker's resident programs of `topic` alive now.
+    pub(crate) fn resident_counts(&self, topic: &str, alive: usize) {
         let pid = std::process::id();
-        let _ = self.tx.send(Msg::Line(format!(
-            "#resident\t{pid}\t{topic}\t{alive}\t{jobs}\n"
-        )));
+        let _ = self
+            .tx
+            .send(Msg::Line(format!("#resident\t{pid}\t{topic}\t{alive}\n")));
+    }
+}
+
+/// Sends one datagram. A full receive queue (the supervisor is behind) is
+/// waited out for a while, polling: an unconnected Unix datagram socket is
+/// never told when its peer's queue has room, so an awaited `send_to` could
+/// wait for good. Past that, the datagram is dropped (samples only).
+async fn send_datagram(sock: &UnixDatagram, buf: &str, path: &Path) {
+    for _ in 0..200 {
+        match sock.try_send_to(buf.as_bytes(), path) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            _ => return,
+        }
     }
 }
 
@@ -234,11 +275,11 @@ fn resident_line(line: &str, alive: &mut Alive, board: &ResidentBoard) {
     let f: Vec<&str> = line.split('\t').collect();
     match f.as_slice() {
         ["#restart", topic, reason] => board.restart(topic, reason),
-        ["#resident", pid, topic, n, jobs] => {
-            let (Ok(n), Ok(jobs)) = (n.parse::<u64>(), jobs.parse::<u64>()) else {
+        ["#rjob", topic] => board.jobs(topic, 1),
+        ["#resident", pid, topic, n] => {
+            let Ok(n) = n.parse::<u64>() else {
                 return;
             };
-            board.jobs(topic, jobs);
             alive.insert((pid.to_string(), topic.to_string()), (n, Instant::now()));
             resident_gauges(alive, board);
         }

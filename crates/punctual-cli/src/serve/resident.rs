@@ -12,9 +12,10 @@
 //! so a late reply can never ack a re-delivery.
 
 use std::collections::HashMap;
+use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::process::Stdio;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -48,6 +49,11 @@ const MAX_REPLY_LINE: u64 = 1 << 20;
 const MAX_LOG_LINE: u64 = 16 << 10;
 /// How much of a reply's `error` is kept.
 const ERROR_MAX: usize = 2048;
+/// Of a program's stderr, the last lines kept for the error of the jobs it
+/// held when it died: at most this many lines ...
+const STDERR_TAIL_LINES: usize = 20;
+/// ... and bytes.
+const STDERR_TAIL_BYTES: usize = 2048;
 
 /// How a program is stopped when it is retired (recycle, shutdown): fd 3
 /// closed, then SIGTERM after `eof`, then SIGKILL after `term` more.
@@ -73,6 +79,22 @@ struct Request {
     /// Cancelled when the handler future is dropped before the reply
     /// (timeout backstop, lease lost, shutdown abandon).
     cancel: CancellationToken,
+    /// `QUEUED`, then `SENT` when a manager writes it to a program, or
+    /// `WITHDRAWN` when the worker took it back first (shutdown).
+    state: Arc<AtomicU8>,
+}
+
+const QUEUED: u8 = 0;
+const SENT: u8 = 1;
+const WITHDRAWN: u8 = 2;
+
+impl Request {
+    /// Takes the job for a program, unless it was withdrawn.
+    fn take(&self) -> bool {
+        self.state
+            .compare_exchange(QUEUED, SENT, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,6 +143,9 @@ pub(crate) struct Pool {
     managers: Mutex<Vec<JoinHandle<()>>>,
     ready: watch::Receiver<Readiness>,
     pub stats: Arc<PoolStats>,
+    /// Jobs the pool's ready programs can start now: the worker claims no
+    /// more for this topic.
+    pub capacity: Arc<punctual::Capacity>,
 }
 
 impl std::fmt::Debug for Pool {
@@ -145,6 +170,7 @@ impl Pool {
         let (ready_tx, ready) = watch::channel(Readiness::Starting);
         let ready_tx = Arc::new(ready_tx);
         let stats = Arc::new(PoolStats::default());
+        let capacity = punctual::Capacity::new();
         let managers = (0..cfg.processes)
             .map(|slot| {
                 let m = Manager {
@@ -158,6 +184,8 @@ impl Pool {
                     metrics: metrics.clone(),
                     registry: registry.clone(),
                     stats: stats.clone(),
+                    capacity: capacity.clone(),
+                    open: 0,
                     carry: None,
                     retiring: Vec::new(),
                 };
@@ -172,6 +200,7 @@ impl Pool {
             managers: Mutex::new(managers),
             ready,
             stats,
+            capacity,
         })
     }
 
@@ -212,15 +241,41 @@ impl Pool {
         backstop(&self.cfg, concurrency, capacity, job_timeout)
     }
 
-    /// Runs one job on a program of the pool.
-    pub(crate) async fn run(&self, d: Delivery) -> Outcome {
-        let (reply, answer) = oneshot::channel();
+    /// Runs one job on a program of the pool. When `stop` fires (the
+    /// worker is shutting down) before a program took the job, the job is
+    /// handed back unstarted.
+    pub(crate) async fn run(&self, d: Delivery, stop: CancellationToken) -> Outcome {
+        let (reply, mut answer) = oneshot::channel();
         let cancel = CancellationToken::new();
         let guard = cancel.clone().drop_guard();
-        if self.tx.send(Request { d, reply, cancel }).is_err() {
-            return Outcome::retry("the resident pool is stopped");
+        let state = Arc::new(AtomicU8::new(QUEUED));
+        let req = Request {
+            d,
+            reply,
+            cancel,
+            state: state.clone(),
+        };
+        if self.tx.send(req).is_err() {
+            return Outcome::HandBack;
         }
-        let outcome = answer.await.unwrap_or_else(|_| {
+        let answered = tokio::select! {
+            a = &mut answer => Some(a),
+            _ = stop.cancelled() => None,
+        };
+        let answered = match answered {
+            Some(a) => a,
+            None => {
+                if state
+                    .compare_exchange(QUEUED, WITHDRAWN, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    guard.disarm();
+                    return Outcome::HandBack;
+                }
+                answer.await
+            }
+        };
+        let outcome = answered.unwrap_or_else(|_| {
             Outcome::retry(format!(
                 "the resident program of {} stopped before replying",
                 self.topic
@@ -251,11 +306,53 @@ struct Proc {
     replies: mpsc::Receiver<Vec<u8>>,
     /// Ids of the jobs in flight, for the log lines of stdout and stderr.
     current: Arc<Mutex<String>>,
+    /// The last lines of its stderr (see `STDERR_TAIL_LINES`).
+    stderr_tail: Arc<Mutex<VecDeque<String>>>,
+    /// The task reading its stderr: ends at EOF.
+    stderr_reader: Option<JoinHandle<()>>,
+    /// Asks its stdout and stderr readers to log what they can read now,
+    /// with the fd each reads (kept open by its reader until its EOF).
+    log_settle: Vec<(Settle, i32)>,
+}
+
+/// Whether the pipe `fd` holds data (or is at EOF) now.
+#[allow(unsafe_code)]
+fn readable(fd: i32) -> bool {
+    let mut fds = [nix::libc::pollfd {
+        fd,
+        events: nix::libc::POLLIN,
+        revents: 0,
+    }];
+    // SAFETY: one valid pollfd, zero timeout; `fd` at worst names a closed
+    // or reused descriptor, which only makes a needless ask.
+    let n = unsafe { nix::libc::poll(fds.as_mut_ptr(), 1, 0) };
+    n > 0 && fds[0].revents & nix::libc::POLLIN != 0
 }
 
 impl Proc {
     fn pgid(&self) -> Pid {
         Pid::from_raw(self.pid as i32)
+    }
+
+    /// Before a reply's job leaves the jobs in flight: lets its stdout and
+    /// stderr readers log the lines written before the reply, under the
+    /// ids they were written under. Only a pipe that holds something
+    /// (poll(2), no wait) is asked; an answer is awaited at most 500 ms.
+    async fn settle_logs(&self) {
+        let waits: Vec<_> = self
+            .log_settle
+            .iter()
+            .filter(|(_, fd)| readable(*fd))
+            .filter_map(|(s, _)| {
+                let (tx, rx) = oneshot::channel();
+                s.send(tx).ok().map(|_| rx)
+            })
+            .collect();
+        if waits.is_empty() {
+            return;
+        }
+        let all = futures::future::join_all(waits);
+        let _ = tokio::time::timeout(Duration::from_millis(500), all).await;
     }
 
     /// SIGKILLs its process group and reaps it.
@@ -289,6 +386,10 @@ struct Manager {
     metrics: Option<Arc<MetricsSender>>,
     registry: Option<Registered>,
     stats: Arc<PoolStats>,
+    capacity: Arc<punctual::Capacity>,
+    /// How much of `capacity` this manager's program opened (its inflight
+    /// while it takes jobs; 0 once it takes no more).
+    open: usize,
     /// A job taken but not sent: goes to the next program first.
     carry: Option<Request>,
     retiring: Vec<JoinHandle<()>>,
@@ -421,34 +522,97 @@ pub(crate) fn high_fd(fd: OwnedFd) -> std::io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(raw) })
 }
 
+/// Asks a log reader to log what it can read now, and says when it has.
+type Settle = mpsc::UnboundedSender<oneshot::Sender<()>>;
+
+/// Logs a program's stdout or stderr line by line, each line with the ids
+/// of the jobs the program held when it wrote it. A line written before a
+/// reply is logged before that reply's job leaves `current`: the manager
+/// asks the reader (`settle`) to log what the pipe holds first (lines
+/// written before the reply are in it by then). The ask reads the pipe
+/// with read(2) itself, since tokio may not have seen it become readable.
 fn forward_log<R>(
-    src: R,
+    mut src: R,
     topic: String,
     pid: u32,
     stream: &'static str,
     current: Arc<Mutex<String>>,
-) where
-    R: tokio::io::AsyncRead + Unpin + Send + 'static,
+    tail: Option<Arc<Mutex<VecDeque<String>>>>,
+) -> (JoinHandle<()>, Settle)
+where
+    R: tokio::io::AsyncRead + std::os::fd::AsFd + Unpin + Send + 'static,
 {
-    tokio::spawn(async move {
-        let mut r = BufReader::new(src);
-        let mut buf = Vec::new();
-        loop {
-            buf.clear();
-            match (&mut r)
-                .take(MAX_LOG_LINE)
-                .read_until(b'\n', &mut buf)
-                .await
-            {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {
-                    let line = String::from_utf8_lossy(&buf);
-                    let job = current.lock().unwrap().clone();
-                    tracing::info!(target: "punctual::resident", topic = %topic, pid, job = %job, stream, "{}", line.trim_end());
+    let (settle, mut asks) = mpsc::unbounded_channel::<oneshot::Sender<()>>();
+    let task = tokio::spawn(async move {
+        let mut pending: Vec<u8> = Vec::new();
+        let mut chunk = vec![0u8; 64 << 10];
+        let max = MAX_LOG_LINE as usize;
+        // Logs every whole line of `pending` (and a line grown past
+        // MAX_LOG_LINE as one); `all`: the rest too (at EOF).
+        let emit = |pending: &mut Vec<u8>, all: bool| {
+            let mut start = 0;
+            loop {
+                let rest = &pending[start..];
+                let end = match rest.iter().position(|&b| b == b'\n') {
+                    Some(i) if i < max => i + 1,
+                    _ if rest.len() >= max => max,
+                    _ if all && !rest.is_empty() => rest.len(),
+                    _ => break,
+                };
+                let line = String::from_utf8_lossy(&rest[..end]);
+                let job = current.lock().unwrap().clone();
+                tracing::info!(target: "punctual::resident", topic = %topic, pid, job = %job, stream, "{}", line.trim_end());
+                if let Some(tail) = &tail {
+                    keep_tail(&mut tail.lock().unwrap(), line.trim_end());
                 }
+                start += end;
+            }
+            pending.drain(..start);
+        };
+        let mut asking = true;
+        loop {
+            tokio::select! {
+                biased;
+                got = src.read(&mut chunk) => match got {
+                    Ok(0) | Err(_) => {
+                        emit(&mut pending, true);
+                        return;
+                    }
+                    Ok(n) => {
+                        pending.extend_from_slice(&chunk[..n]);
+                        emit(&mut pending, false);
+                    }
+                },
+                ask = asks.recv(), if asking => match ask {
+                    Some(done) => {
+                        // What the pipe holds now was written before the ask.
+                        while let Ok(n @ 1..) = nix::unistd::read(&src, &mut chunk) {
+                            pending.extend_from_slice(&chunk[..n]);
+                        }
+                        emit(&mut pending, false);
+                        let _ = done.send(());
+                    }
+                    None => asking = false,
+                },
             }
         }
     });
+    (task, settle)
+}
+
+/// Adds `line` to a program's stderr tail, dropping its oldest lines past
+/// `STDERR_TAIL_LINES` or `STDERR_TAIL_BYTES`.
+fn keep_tail(tail: &mut VecDeque<String>, line: &str) {
+    if line.is_empty() {
+        return;
+    }
+    tail.push_back(truncate(line, STDERR_TAIL_BYTES));
+    let mut bytes: usize = tail.iter().map(|l| l.len() + 1).sum();
+    while tail.len() > STDERR_TAIL_LINES || (bytes > STDERR_TAIL_BYTES && tail.len() > 1) {
+        if let Some(old) = tail.pop_front() {
+            bytes -= old.len() + 1;
+        }
+    }
 }
 
 impl Manager {
@@ -493,12 +657,22 @@ impl Manager {
         drop((child_jobs, child_replies));
         let pid = child.id().unwrap_or(0);
         let current = Arc::new(Mutex::new(String::new()));
+        let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
+        let mut log_settle = Vec::new();
         if let Some(out) = child.stdout.take() {
-            forward_log(out, self.topic.clone(), pid, "stdout", current.clone());
+            let fd = out.as_raw_fd();
+            let topic = self.topic.clone();
+            let (_, settle) = forward_log(out, topic, pid, "stdout", current.clone(), None);
+            log_settle.push((settle, fd));
         }
-        if let Some(err) = child.stderr.take() {
-            forward_log(err, self.topic.clone(), pid, "stderr", current.clone());
-        }
+        let stderr_reader = child.stderr.take().map(|err| {
+            let fd = err.as_raw_fd();
+            let tail = Some(stderr_tail.clone());
+            let topic = self.topic.clone();
+            let (task, settle) = forward_log(err, topic, pid, "stderr", current.clone(), tail);
+            log_settle.push((settle, fd));
+            task
+        });
         // fd 3: a writer task, so a program slow to read never blocks us.
         let mut w = pipe::Sender::from_owned_fd(OwnedFd::from(jobs_w))?;
         let (jobs, mut job_rx) = mpsc::unbounded_channel::<Vec<u8>>();
@@ -543,6 +717,9 @@ impl Manager {
             jobs: Some(jobs),
             replies,
             current,
+            stderr_tail,
+            stderr_reader,
+            log_settle,
         })
     }
 
@@ -653,7 +830,11 @@ impl Manager {
             });
             tracing::info!(topic = %self.topic, pid = p.pid, slot = self.slot, inflight = cap, "resident program ready");
             let registration = self.register(p.pid);
+            // Its jobs can be claimed now (and no more than it takes).
+            self.open = cap;
+            self.capacity.open(cap);
             let end = self.serve(&mut p, cap, &mut delay).await;
+            self.close_capacity();
             self.stats.alive.fetch_sub(1, Ordering::Relaxed);
             if let Some(r) = registration {
                 r.stop().await;
@@ -686,11 +867,17 @@ impl Manager {
             }
         }
         if let Some(req) = self.carry.take() {
-            let _ = req.reply.send(Outcome::retry("the worker is stopping"));
+            // Sent to no program: handed back unstarted.
+            let _ = req.reply.send(Outcome::HandBack);
         }
         for h in self.retiring.drain(..) {
             let _ = h.await;
         }
+    }
+
+    /// This program takes no more jobs: the worker claims none for it.
+    fn close_capacity(&mut self) {
+        self.capacity.close(std::mem::take(&mut self.open));
     }
 
     /// Registers the program `pid` of this slot in the process registry
@@ -781,14 +968,18 @@ impl Manager {
                     return End::Recycle("max_memory");
                 }
             }
-            let can_take = !draining
-                && !over_memory
-                && inflight.len() < cap
-                && (max_jobs == 0 || sent < max_jobs);
+            let taking = !draining && !over_memory && (max_jobs == 0 || sent < max_jobs);
+            if !taking && self.open > 0 {
+                // Done taking jobs: none is claimed for this program now.
+                self.close_capacity();
+            }
+            let can_take = taking && inflight.len() < cap;
             if can_take {
                 if let Some(req) = self.carry.take() {
                     if !req.reply.is_closed() {
-                        self.send(p, req, &mut inflight, &mut cancels, &mut seq, &mut sent);
+                        if let Some(req) = self.may_start(req) {
+                            self.send(p, req, &mut inflight, &mut cancels, &mut seq, &mut sent);
+                        }
                     }
                     continue;
                 }
@@ -798,19 +989,22 @@ impl Manager {
                 biased;
                 line = p.replies.recv() => match line {
                     Some(line) => match parse_reply(&line) {
-                        Ok((id, outcome)) => match inflight.remove(&id) {
+                        Ok((id, outcome)) => {
+                            // Its lines first, under the ids they were written under.
+                            p.settle_logs().await;
+                            match inflight.remove(&id) {
                             Some(f) => {
                                 f.cancel.cancel();
                                 let _ = f.reply.send(outcome);
                                 *delay = RESTART_MIN;
                                 replied = true;
-                                self.stats.jobs.fetch_add(1, Ordering::Relaxed);
+                                self.replied();
                                 set_current(p, &inflight);
                             }
                             None => {
                                 return self.violation(p, inflight, format!("a reply for job {id:?}, which it does not hold"));
                             }
-                        },
+                        }},
                         Err(why) => return self.violation(p, inflight, why),
                     },
                     None => {
@@ -820,7 +1014,7 @@ impl Manager {
                             Ok(st) => status_text(st),
                             Err(_) => "closed fd 4 but kept running".into(),
                         };
-                        return self.exited(p, inflight, what);
+                        return self.exited(p, inflight, what).await;
                     }
                 },
                 st = p.child.wait() => {
@@ -832,11 +1026,12 @@ impl Manager {
                                 if let Some(f) = inflight.remove(&id) {
                                     f.cancel.cancel();
                                     let _ = f.reply.send(outcome);
+                                    self.replied();
                                 }
                             }
                         }
                     }).await;
-                    return self.exited(p, inflight, status_text(st));
+                    return self.exited(p, inflight, status_text(st)).await;
                 }
                 Some((id, s)) = cancels.next(), if !cancels.is_empty() => {
                     if inflight.get(&id).is_some_and(|f: &InFlight| f.seq == s) {
@@ -863,10 +1058,14 @@ impl Manager {
                 }
                 req = async { rx.lock().await.recv().await }, if can_take => match req {
                     Some(req) => {
-                        if req.reply.is_closed() {
-                            // Given up on while it waited: never sent.
+                        if req.reply.is_closed() || !req.take() {
+                            // Given up on or handed back while it waited:
+                            // never sent.
                             continue;
                         }
+                        let Some(req) = self.may_start(req) else {
+                            continue;
+                        };
                         if inflight.contains_key(&req.d.id) {
                             // A re-delivery of a job this program still runs:
                             // the worker gave up on the old run. The old run
@@ -902,9 +1101,6 @@ impl Manager {
         *sent += 1;
         let s = *seq;
         let id = req.d.id.clone();
-        if let Some(jobs) = &p.jobs {
-            let _ = jobs.send(line);
-        }
         let id2 = id.clone();
         cancels.push(
             req.cancel
@@ -923,7 +1119,12 @@ impl Manager {
                 timeout,
             },
         );
+        // Listed before it is written: the program's lines about it may be
+        // read as soon as it is.
         set_current(p, inflight);
+        if let Some(jobs) = &p.jobs {
+            let _ = jobs.send(line);
+        }
     }
 
     fn violation(&self, p: &Proc, inflight: HashMap<String, InFlight>, why: String) -> End {
@@ -938,13 +1139,44 @@ impl Manager {
         End::Failed("violation")
     }
 
-    fn exited(&self, p: &Proc, inflight: HashMap<String, InFlight>, what: String) -> End {
+    /// A program that ended by itself: the jobs it held fail with how it
+    /// ended and the last lines of its stderr (a fatal error's text).
+    async fn exited(&self, p: &mut Proc, inflight: HashMap<String, InFlight>, what: String) -> End {
+        // What it wrote just before it died is still in the pipe: read to
+        // its EOF (briefly: a child it left may hold the pipe open).
+        if let Some(reader) = p.stderr_reader.as_mut() {
+            let _ = tokio::time::timeout(Duration::from_millis(200), reader).await;
+        }
+        let tail: Vec<String> = p.stderr_tail.lock().unwrap().iter().cloned().collect();
         tracing::warn!(topic = %self.topic, pid = p.pid, jobs = inflight.len(), "resident program {what}");
-        fail_all(
-            inflight,
-            &format!("the resident program (pid {}) {what}", p.pid),
-        );
+        let mut why = format!("the resident program (pid {}) {what}", p.pid);
+        if !tail.is_empty() {
+            why.push_str("; the last lines of its stderr:\n");
+            why.push_str(&tail.join("\n"));
+        }
+        fail_all(inflight, &why);
         End::Failed("exit")
+    }
+
+    /// Whether a job may start now: one whose expiry passed while it waited
+    /// for a program goes to dead instead, as the claim would have sent it.
+    fn may_start(&self, req: Request) -> Option<Request> {
+        match req.d.expiry_error() {
+            None => Some(req),
+            Some(error) => {
+                tracing::warn!(topic = %self.topic, job = %req.d.id, "not started: {error}");
+                let _ = req.reply.send(Outcome::Expired { error });
+                None
+            }
+        }
+    }
+
+    /// A program replied for a job.
+    fn replied(&self) {
+        self.stats.jobs.fetch_add(1, Ordering::Relaxed);
+        if let Some(m) = &self.metrics {
+            m.resident_job(&self.topic);
+        }
     }
 }
 

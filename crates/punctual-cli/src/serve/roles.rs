@@ -196,12 +196,17 @@ pub(crate) async fn run_worker(
                 move |d: &punctual::Delivery| pool.backstop(concurrency, cap, d.timeout)
             };
             // The pool enforces each job's timeout (its own, else the
-            // topic's) from when a program gets it.
-            let run = move |d: punctual::Delivery| {
+            // topic's) from when a program gets it; at shutdown, a job no
+            // program took yet is handed back.
+            let gate = pool.capacity.clone();
+            let run = move |d: punctual::Delivery, stop| {
                 let (pool, metrics) = (pool.clone(), metrics.clone());
-                async move { measured(&d, metrics.as_deref(), pool.run(d.clone())).await }
+                async move { measured(&d, metrics.as_deref(), pool.run(d.clone(), stop)).await }
             };
-            worker = worker.handler_with_backstop(name.clone(), backstop, run);
+            // Claims take no more than the ready programs can start.
+            worker = worker
+                .handler_with_backstop(name.clone(), backstop, cancellable(run))
+                .capacity(name, gate);
         } else if let Some(argv) = &t.exec {
             let exec = Arc::new(Exec {
                 argv: argv.clone(),
@@ -280,17 +285,10 @@ fn start_pools(
         let pools = pools.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(1));
-            let mut last: BTreeMap<String, u64> = BTreeMap::new();
             loop {
                 tick.tick().await;
                 for (name, pool) in &pools {
-                    let jobs = pool.stats.jobs.load(Ordering::Relaxed);
-                    let before = last.insert(name.clone(), jobs).unwrap_or(0);
-                    m.resident_counts(
-                        name,
-                        pool.stats.alive.load(Ordering::Relaxed),
-                        jobs - before,
-                    );
+                    m.resident_counts(name, pool.stats.alive.load(Ordering::Relaxed));
                 }
             }
         });
@@ -315,6 +313,8 @@ async fn measured(
         Outcome::Done => "done",
         Outcome::Retry { .. } => "retry",
         Outcome::Permanent { .. } => "permanent",
+        Outcome::Expired { .. } => "expired",
+        Outcome::HandBack => "handed_back",
         _ => "other",
     };
     tracing::debug!(topic = %d.topic, id = %d.id, attempt = d.attempt, lateness_ms = lateness.as_secs_f64() * 1e3, duration_ms = duration.as_secs_f64() * 1e3, outcome = kind, "job ran");
