@@ -927,6 +927,118 @@ async fn schedule_pause_and_remove_from_the_clients_take_back_on_a_redis_cluster
     take_back_through_the_clients(&cluster.node(1).url(), &cluster.seed_urls()).await;
 }
 
+/// An every-60s schedule with catch-up spread over 1 h, written through
+/// the client, 10 minutes down, then fired by a real firer: its missed
+/// occurrences are due over the next hour. Pause (topic `…-pause`) and
+/// remove (`…-remove`) through the client take those back too, not only
+/// the occurrences after now, as the Rust library's
+/// `rm_/pause_takes_back_occurrences_spread_ahead` (PROTOCOL.md, unfire).
+/// More than a page of other marks, tied at one score, sit before the
+/// occurrences' marks in every partition: the take-back pages past them.
+async fn spread_taken_back_through(lang: Lang) {
+    if !lang.available() {
+        return;
+    }
+    let server = RedisServer::start();
+    let url = server.url();
+    let q = Queue::connect(&url).await.unwrap();
+    let mut c = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    for change in ["pause", "remove"] {
+        let topic = format!("spread-{}-{change}", lang.name());
+        q.set_partitions(&topic, 3).await.unwrap();
+        let add = json!({"op": "add", "name": "tick", "spec": {
+            "every_ms": 60000, "payload": "tick", "catch_up": "spread", "spread_ms": 3600000}});
+        let mut s = schedule_ops(lang, &url, "", &topic, &[add]).remove(0);
+        // Ten minutes down: created (and last handled) 10 min 30 s ago.
+        let created = s["created_ms"].as_i64().unwrap() - 630_000;
+        s["created_ms"] = json!(created);
+        let _: () = redis::pipe()
+            .hset(
+                format!("punctual:{{{topic}}}:schedules"),
+                "tick",
+                s.to_string(),
+            )
+            .ignore()
+            .hset(
+                format!("punctual:{{{topic}}}:schedules:last"),
+                "tick",
+                created,
+            )
+            .ignore()
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        let ahead = async |after: i64| {
+            q.peek(&topic, State::Pool, 1000)
+                .await
+                .unwrap()
+                .into_iter()
+                .filter(|l| l.id.starts_with("tick@") && l.at_ms > after)
+                .map(|l| l.id)
+                .collect::<Vec<_>>()
+        };
+        let stop = tokio_util::sync::CancellationToken::new();
+        let firer = punctual::Scheduler::new(q.clone(), punctual::SchedulerConfig::default())
+            .topic(topic.clone());
+        let firer = tokio::spawn(firer.run(stop.clone().cancelled_owned()));
+        eventually(
+            Duration::from_secs(10),
+            "the missed occurrences spread ahead",
+            async || ahead(q.redis_now_ms().await.unwrap() + 60_000).await.len() >= 8,
+        )
+        .await;
+        stop.cancel();
+        firer.await.unwrap().unwrap();
+        let other_at = q.redis_now_ms().await.unwrap() - 3_000_000;
+        for i in 0..3 {
+            let mut zadd = redis::cmd("ZADD");
+            zadd.arg(format!(
+                "punctual:{{{}}}:fired",
+                punctual::partition_name(&topic, i, 3)
+            ));
+            for j in 0..2500 {
+                zadd.arg(other_at).arg(format!("other@{j}"));
+            }
+            let _: i64 = zadd.query_async(&mut c).await.unwrap();
+        }
+        assert_eq!(
+            schedule_ops(
+                lang,
+                &url,
+                "",
+                &topic,
+                &[json!({"op": change, "name": "tick"})]
+            ),
+            [json!(true)]
+        );
+        let left = ahead(q.redis_now_ms().await.unwrap()).await;
+        assert!(
+            left.is_empty(),
+            "{}: {change} left occurrences due ahead: {left:?}",
+            lang.name()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn php_schedule_pause_and_remove_take_back_occurrences_spread_ahead() {
+    spread_taken_back_through(Lang::Php).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn python_schedule_pause_and_remove_take_back_occurrences_spread_ahead() {
+    spread_taken_back_through(Lang::Python).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn node_schedule_pause_and_remove_take_back_occurrences_spread_ahead() {
+    spread_taken_back_through(Lang::Node).await;
+}
+
 /// Schedules written by each client are fired by `punctual serve` (the
 /// Rust firer reads the clients' JSON): every second an occurrence
 /// `<name>@<o>` with `o` on the interval's grid from `created_ms`, due at
