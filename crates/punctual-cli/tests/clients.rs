@@ -9,7 +9,7 @@
 //!   (`clients/*/tests/e2e_handler.*`) on a partitioned topic: every job at
 //!   least once and none early, exact payloads, retry with a delay and dead
 //!   replies landing in Redis, junk on stdout, kill -9 of a program mid-job,
-//!   SIGTERM draining;
+//!   SIGTERM draining; a PHP program's `exit` mid-job retried at once;
 //! - the CLI refuses `clients/testdata/invalid.json` with the clients' messages.
 //! - schedules written by each client (`clients/*/tests/e2e_schedule.*`) on a
 //!   Redis Cluster, and fired by `punctual serve`; per-job options enqueued
@@ -648,6 +648,69 @@ async fn end_to_end(lang: Lang) {
 #[tokio::test(flavor = "multi_thread")]
 async fn php_end_to_end_under_serve() {
     end_to_end(Lang::Php).await;
+}
+
+/// A crash of a PHP resident program mid-job (`exit` in the handler) is
+/// retried at once, not after the topic's 60 s timeout: serve sees the
+/// program exit and puts the job back (backoff 0 s), and replaces the
+/// program; the second attempt is due within seconds of the crash, by
+/// Redis's clock (the Python and Node apps' crashes are checked in
+/// client_apps.rs).
+#[tokio::test(flavor = "multi_thread")]
+async fn php_crash_in_the_resident_handler_is_retried_at_once() {
+    let lang = Lang::Php;
+    if !lang.available() {
+        return;
+    }
+    let server = RedisServer::start();
+    let url = server.url();
+    let rc = redis::Client::open(url.as_str()).unwrap();
+    let topic = "crash-php";
+    let key = format!("e2e:{topic}");
+    let serve = Serve::start(&url, lang, topic, &key);
+    let q = Queue::connect(url.as_str()).await.unwrap();
+    eventually(
+        Duration::from_secs(60),
+        "serve partitions the topic and starts 2 programs",
+        || async { q.partitions(topic).await.unwrap() == 2 && residents(&serve.needle).len() == 2 },
+    )
+    .await;
+    produce(
+        lang,
+        &url,
+        topic,
+        &[json!({"payload": r#"{"do":"exit"}"#, "id": "exit"})],
+    );
+    // Longer than the timeout, so a job held until it ran out shows below
+    // as the time it came back after, not as this wait failing.
+    eventually(
+        Duration::from_secs(90),
+        "the crashed job is done",
+        || async { q.get(topic, "exit").await.unwrap().is_none() },
+    )
+    .await;
+    let crashed = recorded(&rc, &format!("{key}:crashed"));
+    assert_eq!(crashed.len(), 1, "{crashed:?}");
+    assert_eq!(crashed[0]["attempt"], 1);
+    let seen = recorded(&rc, &format!("{key}:seen"));
+    let again: Vec<&Value> = seen.iter().filter(|s| s["id"] == "exit").collect();
+    assert_eq!(again.len(), 1, "done once, on the second attempt: {seen:?}");
+    assert_eq!(again[0]["attempt"], 2);
+    assert_ne!(again[0]["pid"], crashed[0]["pid"]);
+    let redo = again[0]["due_ms"].as_i64().unwrap() - crashed[0]["now_ms"].as_i64().unwrap();
+    assert!(
+        redo < 30_000,
+        "the crashed job came back {redo} ms after the crash (the timeout is 60 s)"
+    );
+    eventually(
+        Duration::from_secs(60),
+        "the crashed program is replaced",
+        || async {
+            let now = residents(&serve.needle);
+            now.len() == 2 && !now.contains(&(crashed[0]["pid"].as_i64().unwrap() as i32))
+        },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
