@@ -32,6 +32,23 @@ function statusName(code) {
 }
 const DIGITS = '0123456789abcdefghijklmnopqrstuvwxyz';
 
+/**
+ * The ids the enqueue script generated for `n` jobs from `first` on, when
+ * it skipped none: each the one before with its last four base-36 digits
+ * counted up by one, modulo 36^4 (docs/PROTOCOL.md "enqueue").
+ */
+function followingIds(first, n) {
+  const last = first.slice(-4);
+  if (first.length < 4 || ![...last].every((c) => DIGITS.includes(c))) {
+    throw new Error(`unexpected reply from Redis to enqueue: ${JSON.stringify(first)} is not a generated id`);
+  }
+  const stamp = first.slice(0, -4);
+  const v = parseInt(last, 36);
+  const ids = [];
+  for (let j = 0; j < n; j++) ids.push(stamp + ((v + j) % 1679616).toString(36).padStart(4, '0'));
+  return ids;
+}
+
 /** A batch that took several script calls failed part way. */
 class PartialBatch extends Error {
   constructor(total, written, failed, source) {
@@ -257,21 +274,10 @@ class Producer {
       const k = await this.partitions(topic);
       const stale = [];
       for (const [physical, idx] of groupJobs(topic, k, pending, encoded)) {
-        const argv = [this.maxPayload, replace ? '1' : '0', idx.length];
-        for (const i of idx) {
-          const [id, payload, when, max, backoff] = encoded[i];
-          argv.push(id ?? '', payload, when, max, backoff);
-        }
-        // The count routed with goes last: the script refuses the call
-        // (PUNCTUAL_STALE, nothing written) when the topic has another.
-        argv.push(k);
         try {
-          const reply = await this.call('enqueue', physical, argv);
-          if (!Array.isArray(reply) || reply.length !== 2 * idx.length) {
-            throw new Error('unexpected reply from Redis to enqueue: one result per job expected');
-          }
+          const results = await this.enqueueCall(physical, k, replace, idx, encoded);
           idx.forEach((i, n) => {
-            placed[i] = { id: text(reply[2 * n]), status: statusName(reply[2 * n + 1]) };
+            placed[i] = results[n];
           });
           accepted = true;
         } catch (e) {
@@ -303,6 +309,70 @@ class Producer {
       throw new PartialBatch(jobs.length, written, failed.sort((a, b) => a - b), firstError);
     }
     return placed;
+  }
+
+  /**
+   * One call of the enqueue script for the jobs `idx`, in the form the Rust
+   * library sends for the same jobs (docs/PROTOCOL.md "enqueue"): one job,
+   * or jobs that differ in max attempts or backoff, in the five-argument
+   * form; jobs alike in all but id and payload in the shared form `=n`
+   * (their when, max attempts and backoff once), jobs alike in max
+   * attempts and backoff in `~n`; `=*n`, `~*n` when every id is to be
+   * generated. Returns {id, status} per job, in the order of `idx`.
+   */
+  async enqueueCall(physical, k, replace, idx, encoded) {
+    const n = idx.length;
+    const first = encoded[idx[0]];
+    const sameWhen = idx.every((i) => String(encoded[i][2]) === String(first[2]));
+    const sameRest = idx.every((i) => String(encoded[i][3]) === String(first[3]) && String(encoded[i][4]) === String(first[4]));
+    const genAll = idx.every((i) => encoded[i][0] === null);
+    const form = n > 1 && sameRest ? (sameWhen ? '=' : '~') : null;
+    const argv = [this.maxPayload, replace ? '1' : '0'];
+    if (form === null) {
+      argv.push(n);
+      for (const i of idx) {
+        const [id, payload, when, max, backoff] = encoded[i];
+        argv.push(id ?? '', payload, when, max, backoff);
+      }
+    } else {
+      argv.push(`${form}${genAll ? '*' : ''}${n}`);
+      if (form === '=') argv.push(first[2]);
+      argv.push(first[3], first[4]);
+      for (const i of idx) {
+        if (!genAll) argv.push(encoded[i][0] ?? '');
+        argv.push(encoded[i][1]);
+        if (form === '~') argv.push(encoded[i][2]);
+      }
+    }
+    // The count routed with goes last: the script refuses the call
+    // (PUNCTUAL_STALE, nothing written) when the topic has another.
+    argv.push(k);
+    const reply = await this.call('enqueue', physical, argv);
+    const bad = (why) => new Error(`unexpected reply from Redis to enqueue: ${why}`);
+    if (!Array.isArray(reply)) throw bad('an array expected');
+    if (form === null) {
+      if (reply.length !== 2 * n) throw bad('one result per job expected');
+      return idx.map((_, j) => ({ id: text(reply[2 * j]), status: statusName(reply[2 * j + 1]) }));
+    }
+    // Shared forms: c, c ids (n when one was generated, 0 when all were
+    // given), then pairs j, status for the jobs not created; or, all
+    // generated, -1 and the first id, the others following it.
+    const count = reply.length > 0 ? Number(reply[0]) : 0;
+    if (count === -1 && genAll) {
+      if (reply.length !== 2) throw bad('more after the first id');
+      return followingIds(text(reply[1]), n).map((id) => ({ id, status: 'created' }));
+    }
+    if ((count !== 0 && count !== n) || reply.length < 1 + count || (reply.length - 1 - count) % 2 !== 0) {
+      throw bad('one id per job expected');
+    }
+    if (count === 0 && idx.some((i) => encoded[i][0] === null)) throw bad('no ids returned for generated ones');
+    const out = idx.map((i, j) => ({ id: count === 0 ? encoded[i][0] : text(reply[1 + j]), status: 'created' }));
+    for (let p = 1 + count; p < reply.length; p += 2) {
+      const j = Number(reply[p]) - 1;
+      if (!(j >= 0 && j < n)) throw bad('a status for no job');
+      out[j].status = statusName(reply[p + 1]);
+    }
+    return out;
   }
 
   /**

@@ -29,6 +29,8 @@ const LOCK_MS = 10000;
 // enqueues an occurrence at most a minute (punctual::schedule::AHEAD) before
 // it; 5 minutes leave room for clocks of cluster nodes that differ.
 const FIRED_LOOKBACK_MS = 300000;
+// How long fired marks live (7 days): the longest spread window take-back reads.
+const FIRED_KEEP_MS = 604800000;
 const UNLOCK = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const MIN_EVERY_MS = 1000;
@@ -156,27 +158,46 @@ class Schedules {
   }
 
   /**
-   * Under the lock: takes back the occurrences of `name` fired ahead (after
-   * now, up to its watermark) that are not due yet, with the unfire script,
-   * and lowers the watermark to now. Returns how many were taken back.
+   * Under the lock: takes back, with the unfire script, the occurrences of
+   * schedule `name`, `s` (as stored: for a new timing, the old one) that are
+   * not due yet, and lowers its watermark to now when it was ahead. Those
+   * are the ones fired ahead (now < o <= watermark) and, for catch-up
+   * `spread`, also the missed ones whose due time was spread ahead of now:
+   * every `<name>@<digits>` marked in P:{T}:fired within the spread window
+   * (at most the 7 days marks live) plus 5 minutes for the clocks of nodes
+   * that differ (unfire leaves any already due alone), as PROTOCOL.md's
+   * unfire section says. Returns how many were taken back.
    */
-  async takeBack(topic, name) {
+  async takeBack(topic, name, s) {
     const now = await this.nowMs();
     const raw = await this.client.hGet(this.key(topic, ':last'), name);
-    if (raw == null || !/^[0-9]+$/.test(String(raw)) || Number(raw) <= now) return 0;
+    if (raw == null || !/^[0-9]+$/.test(String(raw))) return 0;
     const wm = Number(raw);
+    const spread = s?.catch_up === 'spread' && Number.isSafeInteger(s?.spread_ms);
+    const since = now - FIRED_LOOKBACK_MS - (spread ? Math.min(s.spread_ms, FIRED_KEEP_MS) : 0);
     const head = `${name}@`;
     let removed = 0;
     for (const physical of await this.producer.physicals(topic)) {
       const fired = `${this.prefix}:{${physical}}:fired`;
       const ids = [];
-      for (let offset = 0; ; offset += MAX_BATCH) {
-        const page = await this.client.zRangeByScore(fired, now - FIRED_LOOKBACK_MS, '+inf', {
-          LIMIT: { offset, count: MAX_BATCH },
+      // Pages by score: each starts at the last page's highest score, past
+      // the ids already read at it (an offset is walked entry by entry).
+      let [from, skip] = [since, 0];
+      for (;;) {
+        const page = await this.client.zRangeByScoreWithScores(fired, String(from), '+inf', {
+          LIMIT: { offset: skip, count: MAX_BATCH },
         });
-        for (const id of page.map(String)) {
+        for (const { value } of page) {
+          const id = String(value);
           const at = id.slice(head.length);
-          if (id.startsWith(head) && /^[0-9]+$/.test(at) && Number(at) > now && Number(at) <= wm) ids.push(id);
+          if (id.startsWith(head) && /^[0-9]+$/.test(at) && (spread || (Number(at) > now && Number(at) <= wm))) ids.push(id);
+        }
+        if (page.length > 0) {
+          const last = Number(page[page.length - 1].score);
+          let atLast = 0;
+          for (let i = page.length - 1; i >= 0 && Number(page[i].score) === last; i--) atLast++;
+          if (last === from) skip += atLast;
+          else [from, skip] = [last, atLast];
         }
         if (page.length < MAX_BATCH) break;
       }
@@ -184,7 +205,7 @@ class Schedules {
         removed += await this.producer.unfire(physical, ids.slice(i, i + MAX_BATCH));
       }
     }
-    await this.client.hSet(this.key(topic, ':last'), name, String(now));
+    if (wm > now) await this.client.hSet(this.key(topic, ':last'), name, String(now));
     return removed;
   }
 
@@ -217,7 +238,7 @@ class Schedules {
       // what the old one fired ahead.
       s.created_ms = Number.isSafeInteger(old?.created_ms) ? old.created_ms : await this.nowMs();
       if (old !== null && ['cron', 'every_ms', 'tz'].some((f) => (old[f] ?? null) !== (s[f] ?? null))) {
-        await this.takeBack(topic, name);
+        await this.takeBack(topic, name, old);
       }
       await this.store(topic, s);
     });
@@ -240,7 +261,7 @@ class Schedules {
       const s = await this.read(topic, name);
       if (s === null) return false;
       if ('unreadable' in s) throw new InvalidInput(`schedule ${quote(name)} is not readable JSON; add it again`);
-      if (paused) await this.takeBack(topic, name);
+      if (paused) await this.takeBack(topic, name, s);
       s.paused = paused;
       await this.store(topic, s);
       return true;
@@ -253,8 +274,9 @@ class Schedules {
     validateTopic(topic);
     validateName(name);
     const found = await this.locked(topic, async () => {
-      if (Number(await this.client.hExists(this.key(topic), name)) === 0) return false;
-      await this.takeBack(topic, name);
+      const s = await this.read(topic, name);
+      if (s === null) return false;
+      await this.takeBack(topic, name, s); // an unreadable one: as not spread
       await this.client.hDel(this.key(topic), name);
       await this.client.hDel(this.key(topic, ':last'), name);
       return true;

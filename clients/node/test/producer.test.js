@@ -106,6 +106,72 @@ test('batch: the first of an id wins, calls of 1000', async () => {
   assert.equal(await redis.hLen(`${prefix}:{big}:jobs`), 2500);
 });
 
+test('batch: the shared forms (=n, ~n, =*n, ~*n): ids and statuses as the script wrote them', async () => {
+  const prefix = freshPrefix();
+  const p = new punctual.Producer(redis, { prefix });
+  // The form each call sent (ARGV[3]), as the Rust library picks it.
+  const sent = [];
+  const call = p.call.bind(p);
+  p.call = (name, physical, argv) => {
+    if (name === 'enqueue') sent.push(String(argv[2]));
+    return call(name, physical, argv);
+  };
+  const got = async (id) => p.get('s', id);
+  // =*n: every id generated, jobs alike (the reply: -1 and the first id).
+  let out = await p.enqueueBatch('s', Array.from({ length: 100 }, (_, i) => ({ payload: `g${i}` })));
+  assert.equal(sent.pop(), '=*100');
+  assert.equal(new Set(out.map((e) => e.id)).size, 100);
+  for (const [i, e] of out.entries()) {
+    const info = await got(e.id);
+    assert.deepEqual([e.status, info.payload.toString(), info.state], ['created', `g${i}`, 'ready']);
+  }
+  // ~*n: generated, a delay each.
+  out = await p.enqueueBatch('s', Array.from({ length: 10 }, (_, i) => ({ payload: `d${i}`, delayMs: 60000 * (i + 1) })));
+  assert.equal(sent.pop(), '~*10');
+  const due = [];
+  for (const [i, e] of out.entries()) {
+    const info = await got(e.id);
+    assert.deepEqual([e.status, info.payload.toString(), info.state], ['created', `d${i}`, 'pool']);
+    due.push(info.dueMs);
+  }
+  assert.deepEqual(due, [...new Set(due)].sort((a, b) => a - b));
+  assert.ok(due[9] - due[0] >= 9 * 60000, 'each its own delay');
+  // =*n with a per-job option (the reply lists every id).
+  out = await p.enqueueBatch('s', [{ payload: 'o1', group: 'g1' }, { payload: 'o2', group: 'g1' }]);
+  assert.equal(sent.pop(), '=*2');
+  const opts = await Promise.all(out.map((e) => got(e.id)));
+  assert.deepEqual(opts.map((i) => [i.payload.toString(), i.group]), [['o1', 'g1'], ['o2', 'g1']]);
+  // =n, ids given and one generated: statuses of the jobs not created.
+  await p.enqueue('s', 'x', { id: 'live' });
+  await p.enqueue('s', 'y', { id: 'gone' });
+  assert.equal(await redis.zRem(`${prefix}:{s}:ready`, 'gone'), 1);
+  await redis.zAdd(`${prefix}:{s}:dead`, { score: 1000, value: 'gone' });
+  sent.length = 0;
+  out = await p.enqueueBatch('s', [{ payload: '1', id: 'live' }, { payload: '2', id: 'fresh' },
+    { payload: '3', id: 'gone' }, { payload: '4' }]);
+  assert.equal(sent.pop(), '=4');
+  assert.deepEqual(out.map((e) => e.status), ['duplicate', 'created', 'dead', 'created']);
+  assert.deepEqual(out.slice(0, 3).map((e) => e.id), ['live', 'fresh', 'gone']);
+  const payloads = await Promise.all(out.map(async (e) => (await got(e.id)).payload.toString()));
+  assert.deepEqual(payloads, ['x', '2', 'y', '4']);
+  // =n, all ids given (the reply lists none), with replace.
+  out = await p.enqueueBatch('s', [{ payload: 'r1', id: 'live' }, { payload: 'r2', id: 'fresh' }], { replace: true });
+  assert.equal(sent.pop(), '=2');
+  assert.deepEqual(out, [{ id: 'live', status: 'replaced' }, { id: 'fresh', status: 'replaced' }]);
+  assert.equal((await got('live')).payload.toString(), 'r1');
+  // ~n: ids given, a time each.
+  out = await p.enqueueBatch('s', [{ payload: 't1', id: 't1', delayMs: 60000 }, { payload: 't2', id: 't2' }]);
+  assert.equal(sent.pop(), '~2');
+  assert.deepEqual(out, [{ id: 't1', status: 'created' }, { id: 't2', status: 'created' }]);
+  assert.deepEqual([(await got('t1')).state, (await got('t2')).state], ['pool', 'ready']);
+  // Jobs that differ in max attempts, and one job: the five-argument form.
+  out = await p.enqueueBatch('s', [{ payload: 'm1', maxAttempts: 2 }, { payload: 'm2', maxAttempts: 3 }]);
+  assert.equal(sent.pop(), '2');
+  assert.deepEqual([(await got(out[0].id)).maxAttempts, (await got(out[1].id)).maxAttempts], [2, 3]);
+  assert.equal((await p.enqueue('s', 'one')).status, 'created');
+  assert.equal(sent.pop(), '1');
+});
+
 test('invalid input is refused before Redis, with the library messages', async () => {
   const prefix = freshPrefix();
   const p = new punctual.Producer(redis, { prefix });

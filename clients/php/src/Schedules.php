@@ -41,6 +41,8 @@ final class Schedules
      * before it; 5 minutes leave room for clocks of cluster nodes that differ.
      */
     private const FIRED_LOOKBACK_MS = 300000;
+    /** How long fired marks live (7 days): the longest spread window take-back reads. */
+    private const FIRED_KEEP_MS = 604800000;
     private const UNLOCK = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
 
     /**
@@ -212,40 +214,67 @@ final class Schedules
     }
 
     /**
-     * Under the lock: takes back the occurrences of $name fired ahead (after
-     * now, up to its watermark) that are not due yet, with the unfire script,
-     * and lowers the watermark to now. Returns how many were taken back.
+     * Under the lock: takes back, with the unfire script, the occurrences of
+     * schedule $name, $s (as stored: for a new timing, the old one) that are not
+     * due yet, and lowers its watermark to now when it was ahead. Those are
+     * the ones fired ahead (now < o <= watermark) and, for catch-up
+     * `spread`, also the missed ones whose due time was spread ahead of
+     * now: every `<name>@<digits>` marked in P:{T}:fired within the spread
+     * window (at most the 7 days marks live) plus 5 minutes for the clocks
+     * of nodes that differ (unfire leaves any already due alone), as
+     * PROTOCOL.md's unfire section says. Returns how many were taken back.
+     *
+     * @param array<string, mixed> $s
      */
-    private function takeBack(string $topic, string $name): int
+    private function takeBack(string $topic, string $name, array $s): int
     {
         $now = $this->nowMs($topic);
         $wm = $this->redis->hGet($this->key($topic, ':last'), $name);
-        if (!is_string($wm) || !ctype_digit($wm) || (int) $wm <= $now) {
+        if (!is_string($wm) || !ctype_digit($wm)) {
             return 0;
         }
         $wm = (int) $wm;
+        $spread = ($s['catch_up'] ?? null) === 'spread' && is_int($s['spread_ms'] ?? null);
+        $since = $now - self::FIRED_LOOKBACK_MS - ($spread ? min((int) $s['spread_ms'], self::FIRED_KEEP_MS) : 0);
         $head = $name . '@';
         $removed = 0;
         foreach (($this->physicals)($topic) as $physical) {
             $fired = $this->prefix . ':{' . $physical . '}:fired';
             $ids = [];
-            for ($offset = 0; ; $offset += Producer::MAX_BATCH) {
-                $page = $this->redis->zRangeByScore($fired, (string) ($now - self::FIRED_LOOKBACK_MS), '+inf', ['limit' => [$offset, Producer::MAX_BATCH]]) ?: [];
-                foreach ($page as $id) {
-                    $at = substr((string) $id, strlen($head));
-                    if (str_starts_with((string) $id, $head) && ctype_digit($at) && (int) $at > $now && (int) $at <= $wm) {
-                        $ids[] = (string) $id;
+            // Pages by score: each starts at the last page's highest score,
+            // past the ids already read at it (an offset is walked entry by entry).
+            $from = (string) $since;
+            $fromScore = (float) $since;
+            $skip = 0;
+            do {
+                $page = $this->redis->zRangeByScore($fired, $from, '+inf', ['withscores' => true, 'limit' => [$skip, Producer::MAX_BATCH]]) ?: [];
+                $atLast = 0;
+                $last = null;
+                foreach ($page as $id => $score) {
+                    $id = (string) $id; // a numeric member is an int key
+                    $score = (float) $score;
+                    $atLast = $score === $last ? $atLast + 1 : 1;
+                    $last = $score;
+                    $at = substr($id, strlen($head));
+                    if (str_starts_with($id, $head) && ctype_digit($at) && ($spread || ((int) $at > $now && (int) $at <= $wm))) {
+                        $ids[] = $id;
                     }
                 }
-                if (count($page) < Producer::MAX_BATCH) {
-                    break;
+                if ($last !== null) {
+                    if ($last === $fromScore) {
+                        $skip += $atLast;
+                    } else {
+                        [$from, $fromScore, $skip] = [(string) json_encode($last), $last, $atLast];
+                    }
                 }
-            }
+            } while (count($page) === Producer::MAX_BATCH);
             foreach (array_chunk($ids, Producer::MAX_BATCH) as $chunk) {
                 $removed += ($this->unfire)($physical, $chunk);
             }
         }
-        $this->redis->hSet($this->key($topic, ':last'), $name, (string) $now);
+        if ($wm > $now) {
+            $this->redis->hSet($this->key($topic, ':last'), $name, (string) $now);
+        }
         return $removed;
     }
 
@@ -267,7 +296,7 @@ final class Schedules
             if ($old !== null) {
                 foreach (['cron', 'every_ms', 'tz'] as $f) {
                     if (($old[$f] ?? null) !== ($s[$f] ?? null)) {
-                        $this->takeBack($topic, $name);
+                        $this->takeBack($topic, $name, $old);
                         break;
                     }
                 }
@@ -303,7 +332,7 @@ final class Schedules
                 throw new InvalidInput(sprintf('schedule %s is not readable JSON; add it again', Validate::quote($name)));
             }
             if ($paused) {
-                $this->takeBack($topic, $name);
+                $this->takeBack($topic, $name, $s);
             }
             $s['paused'] = $paused;
             $this->store($topic, $s);
@@ -320,10 +349,11 @@ final class Schedules
         Validate::topic($topic);
         self::name($name);
         $found = $this->locked($topic, function () use ($topic, $name): bool {
-            if (!$this->redis->hExists($this->key($topic), $name)) {
+            $s = $this->read($topic, $name);
+            if ($s === null) {
                 return false;
             }
-            $this->takeBack($topic, $name);
+            $this->takeBack($topic, $name, $s); // an unreadable one: as not spread
             $this->redis->hDel($this->key($topic), $name);
             $this->redis->hDel($this->key($topic, ':last'), $name);
             return true;

@@ -2,8 +2,9 @@
 
 // The resident handler used by the tests (tests/run.php's fake driver and
 // crates/punctual-cli/tests/clients.rs), the same as the Python one: what it
-// does depends on the payload {"do": ok|print|retry|dead|raise|hang|slow|once},
-// and every delivery is recorded with RPUSH on $E2E_KEY:seen (default e2e:TOPIC:seen).
+// does depends on the payload {"do": ok|print|retry|dead|raise|hang|slow|once|
+// exit} (exit: the program exits on the first attempt, recorded on
+// $E2E_KEY:crashed first), and every delivery is recorded with RPUSH on $E2E_KEY:seen (default e2e:TOPIC:seen).
 
 declare(strict_types=1);
 
@@ -34,7 +35,10 @@ Worker::run(function (Job $job) use ($redis): void {
         'payload_hex' => bin2hex($job->payload), 'do' => $do,
     ]);
     $key = getenv('E2E_KEY') ?: 'e2e:' . $job->topic;
-    if ($do === 'print') {
+    if ($do === 'exit' && $job->attempt === 1) {
+        $redis->rPush($key . ':crashed', $seen);
+        exit(7);
+    } elseif ($do === 'print') {
         echo '{"type":"done","id":"not-a-reply"}', "\n", "junk on stdout\n";
         fwrite(STDERR, "junk on stderr\n");
     } elseif ($do === 'hang' && $job->attempt === 1) {

@@ -49,6 +49,22 @@ def _status(code) -> str:
         raise RuntimeError(f"enqueue returned an unknown status {code!r}") from e
 _DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
 
+
+def _following_ids(first: str, n: int) -> list:
+    """The ids the enqueue script generated for ``n`` jobs from ``first``
+    on, when it skipped none: each the one before with its last four
+    base-36 digits counted up by one, modulo 36^4 (docs/PROTOCOL.md
+    "enqueue")."""
+    last = first[-4:]
+    if len(first) < 4 or any(c not in _DIGITS for c in last):
+        raise redis.exceptions.ResponseError(f"unexpected reply from Redis to enqueue: {first!r} is not a generated id")
+    stamp, v = first[:-4], int(last, 36)
+    out = []
+    for j in range(n):
+        x = (v + j) % 36 ** 4
+        out.append(stamp + "".join(_DIGITS[(x // 36 ** e) % 36] for e in (3, 2, 1, 0)))
+    return out
+
 Payload = Union[bytes, str]
 Duration = Union[int, float, timedelta]
 Time = Union[int, float, datetime]
@@ -655,19 +671,10 @@ class _Core:
             k = yield from self._g_partitions(topic)
             stale: list = []
             for physical, idx in self._groups(topic, k, pending, ids):
-                # The count routed with goes last: the script refuses the call
-                # (PUNCTUAL_STALE, nothing written) when the topic has another.
-                argv: list = [self.max_payload, "1" if replace else "0", len(idx)]
-                for i in idx:
-                    payload, when, max_attempts, backoff = encoded[i]
-                    argv += [ids[i] or "", payload, when, max_attempts, backoff]
-                argv.append(k)
                 try:
-                    reply = yield from self._g_call("enqueue", physical, *argv)
-                    if len(reply) != 2 * len(idx):
-                        raise redis.exceptions.ResponseError("unexpected reply from Redis to enqueue")
-                    for n, i in enumerate(idx):
-                        placed[i] = Enqueued(_text(reply[2 * n]), _status(reply[2 * n + 1]))
+                    results = yield from self._g_enqueue_call(physical, k, replace, idx, ids, encoded)
+                    for i, result in zip(idx, results):
+                        placed[i] = result
                     accepted = True
                 except Exception as e:  # noqa: BLE001 - reported below, as the library does
                     if _is_stale(e) and rounds < STALE_ROUNDS:
@@ -691,6 +698,72 @@ class _Core:
             written = {i: p for i, p in enumerate(placed) if p is not None}
             raise PartialBatch(len(jobs), written, sorted(failed), first_error)
         return placed
+
+    def _g_enqueue_call(self, physical: str, k: int, replace: bool, idx: list, ids: list, encoded: list):
+        """One call of the enqueue script for the jobs ``idx``, in the form
+        the Rust library sends for the same jobs (docs/PROTOCOL.md
+        "enqueue"): one job, or jobs that differ in max attempts or backoff,
+        in the five-argument form; jobs alike in all but id and payload in
+        the shared form ``=n`` (their when, max attempts and backoff once),
+        jobs alike in max attempts and backoff in ``~n``; ``=*n``, ``~*n``
+        when every id is to be generated. Returns an :class:`Enqueued` per
+        job, in the order of ``idx``."""
+        n = len(idx)
+        first = encoded[idx[0]]
+        same_when = all(str(encoded[i][1]) == str(first[1]) for i in idx)
+        same_rest = all(str(encoded[i][2]) == str(first[2]) and str(encoded[i][3]) == str(first[3]) for i in idx)
+        gen_all = all(ids[i] is None for i in idx)
+        form = ("=" if same_when else "~") if n > 1 and same_rest else None
+        argv: list = [self.max_payload, "1" if replace else "0"]
+        if form is None:
+            argv.append(n)
+            for i in idx:
+                payload, when, max_attempts, backoff = encoded[i]
+                argv += [ids[i] or "", payload, when, max_attempts, backoff]
+        else:
+            argv.append(f"{form}{'*' if gen_all else ''}{n}")
+            if form == "=":
+                argv.append(first[1])
+            argv += [first[2], first[3]]
+            for i in idx:
+                if not gen_all:
+                    argv.append(ids[i] or "")
+                argv.append(encoded[i][0])
+                if form == "~":
+                    argv.append(encoded[i][1])
+        # The count routed with goes last: the script refuses the call
+        # (PUNCTUAL_STALE, nothing written) when the topic has another.
+        argv.append(k)
+        reply = yield from self._g_call("enqueue", physical, *argv)
+
+        def bad(why: str) -> Exception:
+            return redis.exceptions.ResponseError(f"unexpected reply from Redis to enqueue: {why}")
+
+        if not isinstance(reply, list):
+            raise bad("an array expected")
+        if form is None:
+            if len(reply) != 2 * n:
+                raise bad("one result per job expected")
+            return [Enqueued(_text(reply[2 * j]), _status(reply[2 * j + 1])) for j in range(n)]
+        # Shared forms: c, c ids (n when one was generated, 0 when all were
+        # given), then pairs j, status for the jobs not created; or, all
+        # generated, -1 and the first id, the others following it.
+        count = int(reply[0]) if reply else 0
+        if count == -1 and gen_all:
+            if len(reply) != 2:
+                raise bad("more after the first id")
+            return [Enqueued(job_id, "created") for job_id in _following_ids(_text(reply[1]), n)]
+        if count not in (0, n) or len(reply) < 1 + count or (len(reply) - 1 - count) % 2:
+            raise bad("one id per job expected")
+        if count == 0 and any(ids[i] is None for i in idx):
+            raise bad("no ids returned for generated ones")
+        out = [Enqueued(ids[i] if count == 0 else _text(reply[1 + j]), "created") for j, i in enumerate(idx)]
+        for p in range(1 + count, len(reply), 2):
+            j = int(reply[p]) - 1
+            if not 0 <= j < n:
+                raise bad("a status for no job")
+            out[j] = Enqueued(out[j].id, _status(reply[p + 1]))
+        return out
 
     def _g_get(self, topic: str, job_id: str):
         validate_topic(topic)

@@ -47,6 +47,8 @@ LOCK_MS = 10_000
 # enqueues an occurrence at most a minute (punctual::schedule::AHEAD) before
 # it, so 5 minutes leave room for clocks of cluster nodes that differ.
 FIRED_LOOKBACK_MS = 300_000
+# How long fired marks live (7 days): the longest spread window take-back reads.
+FIRED_KEEP_MS = 604_800_000
 _UNLOCK = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
 MIN_EVERY_MS = 1000
 CATCH_UP = ("all", "latest", "skip", "spread")
@@ -158,38 +160,58 @@ class Schedules:
         except redis.exceptions.RedisError:
             pass  # it expires by itself
 
-    def _take_back(self, topic: str, name: str):
-        """Under the lock: takes back the occurrences of ``name`` fired ahead
-        (after now, up to its watermark) that are not due yet, with the
-        ``unfire`` script, and lowers the watermark to now. Returns how many
-        were taken back."""
+    def _take_back(self, topic: str, name: str, s: dict):
+        """Under the lock: takes back, with the ``unfire`` script, the
+        occurrences of schedule ``name``, ``s`` (as stored: for a new timing, the old
+        one) that are not due yet, and lowers its watermark to now when it
+        was ahead. Those are the ones fired ahead (now < o <= watermark)
+        and, for catch-up ``spread``, also the missed ones whose due time was
+        spread ahead of now: every ``<name>@<digits>`` marked in
+        ``P:{T}:fired`` within the spread window (at most the 7 days marks
+        live) plus 5 minutes for the clocks of nodes that differ (``unfire``
+        leaves any already due alone), as PROTOCOL.md's unfire section says.
+        Returns how many were taken back."""
         now = yield from self._now_ms()
         wm = yield _Cmd("hget", self.key(topic, ":last"), name)
         try:
             wm = int(wm)
         except (TypeError, ValueError):
             return 0
-        if wm <= now:
-            return 0
+        spread_ms = s.get("spread_ms")
+        spread = s.get("catch_up") == "spread" and isinstance(spread_ms, int) and not isinstance(spread_ms, bool)
+        since = now - FIRED_LOOKBACK_MS - (min(spread_ms, FIRED_KEEP_MS) if spread else 0)
         k = yield from self.p._g_partitions(topic)
         head, removed = name + "@", 0
         for physical in [partition_name(topic, i, k) for i in range(k)]:
             fired = f"{self.p.prefix}:{{{physical}}}:fired"
-            ids, offset = [], 0
+            # Pages by score: each starts at the last page's highest score,
+            # past the ids already read at it (an offset is walked entry by entry).
+            ids, start, start_score, skip = [], str(since), float(since), 0
             while True:
-                page = yield _Cmd("zrangebyscore", fired, now - FIRED_LOOKBACK_MS, "+inf",
-                                                   start=offset, num=MAX_BATCH)
-                for raw in page:
+                page = yield _Cmd("zrangebyscore", fired, start, "+inf",
+                                  start=skip, num=MAX_BATCH, withscores=True)
+                for raw, _ in page:
                     job_id = _text(raw)
                     at = job_id[len(head):]
-                    if job_id.startswith(head) and at.isdigit() and now < int(at) <= wm:
+                    if job_id.startswith(head) and at.isdigit() and at.isascii() and (spread or now < int(at) <= wm):
                         ids.append(job_id)
+                if page:
+                    last = float(page[-1][1])
+                    at_last = 0
+                    for _, score in reversed(page):
+                        if float(score) != last:
+                            break
+                        at_last += 1
+                    if last == start_score:
+                        skip += at_last
+                    else:
+                        start, start_score, skip = repr(last), last, at_last
                 if len(page) < MAX_BATCH:
                     break
-                offset += MAX_BATCH
-            for s in range(0, len(ids), MAX_BATCH):
-                removed += int((yield from self.p._g_call("unfire", physical, *ids[s:s + MAX_BATCH], fired=True)))
-        yield _Cmd("hset", self.key(topic, ":last"), name, now)
+            for i in range(0, len(ids), MAX_BATCH):
+                removed += int((yield from self.p._g_call("unfire", physical, *ids[i:i + MAX_BATCH], fired=True)))
+        if wm > now:
+            yield _Cmd("hset", self.key(topic, ":last"), name, now)
         return removed
 
     def _read(self, topic: str, name: str):
@@ -220,7 +242,7 @@ class Schedules:
             # back what the old one fired ahead.
             s["created_ms"] = created if isinstance(created, int) and not isinstance(created, bool) else (yield from self._now_ms())
             if old and any(old.get(f) != s.get(f) for f in ("cron", "every_ms", "tz")):
-                yield from self._take_back(topic, name)
+                yield from self._take_back(topic, name, old)
             yield _Cmd("hset", self.key(topic), name, json.dumps(s, separators=(",", ":"), ensure_ascii=False))
         finally:
             yield from self._unlock(lock)
@@ -251,7 +273,7 @@ class Schedules:
             if "unreadable" in s:
                 raise InvalidInput(f"schedule {debug_quote(name)} is not readable JSON; add it again")
             if paused:
-                yield from self._take_back(topic, name)
+                yield from self._take_back(topic, name, s)
             s["paused"] = paused
             yield _Cmd("hset", self.key(topic), name, json.dumps(s, separators=(",", ":"), ensure_ascii=False))
         finally:
@@ -264,9 +286,10 @@ class Schedules:
         validate_name(name)
         lock = yield from self._lock(topic)
         try:
-            if not (yield _Cmd("hexists", self.key(topic), name)):
+            s = yield from self._read(topic, name)
+            if s is None:
                 return False
-            yield from self._take_back(topic, name)
+            yield from self._take_back(topic, name, s)  # an unreadable one: as not spread
             yield _Cmd("hdel", self.key(topic), name)
             yield _Cmd("hdel", self.key(topic, ":last"), name)
         finally:

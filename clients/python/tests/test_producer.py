@@ -99,6 +99,68 @@ class ProducerTest(unittest.TestCase):
         self.assertEqual(len({b.id for b in big}), 2500)
         self.assertEqual(self.r.hlen(f"{self.prefix}:{{big}}:jobs"), 2500)
 
+    def test_batch_shared_forms_ids_and_statuses_as_the_script_wrote_them(self):
+        # The form each call sent (ARGV[3]), as the Rust library picks it.
+        sent, call = [], self.p._g_call
+
+        def spy(name, physical, *argv, **kw):
+            if name == "enqueue":
+                sent.append(str(argv[2]))
+            return (yield from call(name, physical, *argv, **kw))
+
+        self.p._g_call = spy
+        p, k = self.p, lambda key: f"{self.prefix}:{{s}}:{key}"
+        # =*n: every id generated, jobs alike (the reply: -1 and the first id).
+        out = p.enqueue_batch("s", [punctual.NewJob(f"g{i}") for i in range(100)])
+        self.assertEqual(sent.pop(), "=*100")
+        self.assertEqual(len({e.id for e in out}), 100)
+        for i, e in enumerate(out):
+            info = p.get("s", e.id)
+            self.assertEqual((e.status, info.payload, info.state), ("created", f"g{i}".encode(), "ready"))
+        # ~*n: generated, a delay each.
+        out = p.enqueue_batch("s", [punctual.NewJob(f"d{i}", delay_ms=60_000 * (i + 1)) for i in range(10)])
+        self.assertEqual(sent.pop(), "~*10")
+        due = []
+        for i, e in enumerate(out):
+            info = p.get("s", e.id)
+            self.assertEqual((e.status, info.payload, info.state), ("created", f"d{i}".encode(), "pool"))
+            due.append(info.due_ms)
+        self.assertEqual(due, sorted(set(due)))
+        self.assertGreaterEqual(due[9] - due[0], 9 * 60_000)
+        # =*n with a per-job option (the reply lists every id).
+        out = p.enqueue_batch("s", [punctual.NewJob("o1", group="g1"), punctual.NewJob("o2", group="g1")])
+        self.assertEqual(sent.pop(), "=*2")
+        self.assertEqual([(p.get("s", e.id).payload, p.get("s", e.id).group) for e in out],
+                         [(b"o1", "g1"), (b"o2", "g1")])
+        # =n, ids given and one generated: statuses of the jobs not created.
+        p.enqueue("s", "x", id="live")
+        p.enqueue("s", "y", id="gone")
+        self.assertEqual(self.r.zrem(k("ready"), "gone"), 1)
+        self.r.zadd(k("dead"), {"gone": 1000})
+        sent.clear()
+        out = p.enqueue_batch("s", [punctual.NewJob("1", id="live"), punctual.NewJob("2", id="fresh"),
+                                    punctual.NewJob("3", id="gone"), punctual.NewJob("4")])
+        self.assertEqual(sent.pop(), "=4")
+        self.assertEqual([e.status for e in out], ["duplicate", "created", "dead", "created"])
+        self.assertEqual([e.id for e in out[:3]], ["live", "fresh", "gone"])
+        self.assertEqual([p.get("s", e.id).payload for e in out], [b"x", b"2", b"y", b"4"])
+        # =n, all ids given (the reply lists none), with replace.
+        out = p.enqueue_batch("s", [punctual.NewJob("r1", id="live"), punctual.NewJob("r2", id="fresh")], replace=True)
+        self.assertEqual(sent.pop(), "=2")
+        self.assertEqual(out, [punctual.Enqueued("live", "replaced"), punctual.Enqueued("fresh", "replaced")])
+        self.assertEqual(p.get("s", "live").payload, b"r1")
+        # ~n: ids given, a time each.
+        out = p.enqueue_batch("s", [punctual.NewJob("t1", id="t1", delay_ms=60_000), punctual.NewJob("t2", id="t2")])
+        self.assertEqual(sent.pop(), "~2")
+        self.assertEqual(out, [punctual.Enqueued("t1", "created"), punctual.Enqueued("t2", "created")])
+        self.assertEqual([p.get("s", "t1").state, p.get("s", "t2").state], ["pool", "ready"])
+        # Jobs that differ in max attempts, and one job: the five-argument form.
+        out = p.enqueue_batch("s", [punctual.NewJob("m1", max_attempts=2), punctual.NewJob("m2", max_attempts=3)])
+        self.assertEqual(sent.pop(), "2")
+        self.assertEqual([p.get("s", e.id).max_attempts for e in out], [2, 3])
+        self.assertEqual(p.enqueue("s", "one").status, "created")
+        self.assertEqual(sent.pop(), "1")
+
     def test_invalid_input_is_refused_before_redis_with_the_library_messages(self):
         with open(os.path.join(TESTDATA, "invalid.json")) as f:
             cases = json.load(f)

@@ -9,7 +9,7 @@
 //!   (`clients/*/tests/e2e_handler.*`) on a partitioned topic: every job at
 //!   least once and none early, exact payloads, retry with a delay and dead
 //!   replies landing in Redis, junk on stdout, kill -9 of a program mid-job,
-//!   SIGTERM draining;
+//!   SIGTERM draining; a PHP program's `exit` mid-job retried at once;
 //! - the CLI refuses `clients/testdata/invalid.json` with the clients' messages.
 //! - schedules written by each client (`clients/*/tests/e2e_schedule.*`) on a
 //!   Redis Cluster, and fired by `punctual serve`; per-job options enqueued
@@ -650,6 +650,69 @@ async fn php_end_to_end_under_serve() {
     end_to_end(Lang::Php).await;
 }
 
+/// A crash of a PHP resident program mid-job (`exit` in the handler) is
+/// retried at once, not after the topic's 60 s timeout: serve sees the
+/// program exit and puts the job back (backoff 0 s), and replaces the
+/// program; the second attempt is due within seconds of the crash, by
+/// Redis's clock (the Python and Node apps' crashes are checked in
+/// client_apps.rs).
+#[tokio::test(flavor = "multi_thread")]
+async fn php_crash_in_the_resident_handler_is_retried_at_once() {
+    let lang = Lang::Php;
+    if !lang.available() {
+        return;
+    }
+    let server = RedisServer::start();
+    let url = server.url();
+    let rc = redis::Client::open(url.as_str()).unwrap();
+    let topic = "crash-php";
+    let key = format!("e2e:{topic}");
+    let serve = Serve::start(&url, lang, topic, &key);
+    let q = Queue::connect(url.as_str()).await.unwrap();
+    eventually(
+        Duration::from_secs(60),
+        "serve partitions the topic and starts 2 programs",
+        || async { q.partitions(topic).await.unwrap() == 2 && residents(&serve.needle).len() == 2 },
+    )
+    .await;
+    produce(
+        lang,
+        &url,
+        topic,
+        &[json!({"payload": r#"{"do":"exit"}"#, "id": "exit"})],
+    );
+    // Longer than the timeout, so a job held until it ran out shows below
+    // as the time it came back after, not as this wait failing.
+    eventually(
+        Duration::from_secs(90),
+        "the crashed job is done",
+        || async { q.get(topic, "exit").await.unwrap().is_none() },
+    )
+    .await;
+    let crashed = recorded(&rc, &format!("{key}:crashed"));
+    assert_eq!(crashed.len(), 1, "{crashed:?}");
+    assert_eq!(crashed[0]["attempt"], 1);
+    let seen = recorded(&rc, &format!("{key}:seen"));
+    let again: Vec<&Value> = seen.iter().filter(|s| s["id"] == "exit").collect();
+    assert_eq!(again.len(), 1, "done once, on the second attempt: {seen:?}");
+    assert_eq!(again[0]["attempt"], 2);
+    assert_ne!(again[0]["pid"], crashed[0]["pid"]);
+    let redo = again[0]["due_ms"].as_i64().unwrap() - crashed[0]["now_ms"].as_i64().unwrap();
+    assert!(
+        redo < 30_000,
+        "the crashed job came back {redo} ms after the crash (the timeout is 60 s)"
+    );
+    eventually(
+        Duration::from_secs(60),
+        "the crashed program is replaced",
+        || async {
+            let now = residents(&serve.needle);
+            now.len() == 2 && !now.contains(&(crashed[0]["pid"].as_i64().unwrap() as i32))
+        },
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn python_end_to_end_under_serve() {
     end_to_end(Lang::Python).await;
@@ -925,6 +988,118 @@ async fn schedule_pause_and_remove_from_the_clients_take_back_what_was_fired_ahe
 async fn schedule_pause_and_remove_from_the_clients_take_back_on_a_redis_cluster() {
     let cluster = RedisCluster::start();
     take_back_through_the_clients(&cluster.node(1).url(), &cluster.seed_urls()).await;
+}
+
+/// An every-60s schedule with catch-up spread over 1 h, written through
+/// the client, 10 minutes down, then fired by a real firer: its missed
+/// occurrences are due over the next hour. Pause (topic `…-pause`) and
+/// remove (`…-remove`) through the client take those back too, not only
+/// the occurrences after now, as the Rust library's
+/// `rm_/pause_takes_back_occurrences_spread_ahead` (PROTOCOL.md, unfire).
+/// More than a page of other marks, tied at one score, sit before the
+/// occurrences' marks in every partition: the take-back pages past them.
+async fn spread_taken_back_through(lang: Lang) {
+    if !lang.available() {
+        return;
+    }
+    let server = RedisServer::start();
+    let url = server.url();
+    let q = Queue::connect(&url).await.unwrap();
+    let mut c = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    for change in ["pause", "remove"] {
+        let topic = format!("spread-{}-{change}", lang.name());
+        q.set_partitions(&topic, 3).await.unwrap();
+        let add = json!({"op": "add", "name": "tick", "spec": {
+            "every_ms": 60000, "payload": "tick", "catch_up": "spread", "spread_ms": 3600000}});
+        let mut s = schedule_ops(lang, &url, "", &topic, &[add]).remove(0);
+        // Ten minutes down: created (and last handled) 10 min 30 s ago.
+        let created = s["created_ms"].as_i64().unwrap() - 630_000;
+        s["created_ms"] = json!(created);
+        let _: () = redis::pipe()
+            .hset(
+                format!("punctual:{{{topic}}}:schedules"),
+                "tick",
+                s.to_string(),
+            )
+            .ignore()
+            .hset(
+                format!("punctual:{{{topic}}}:schedules:last"),
+                "tick",
+                created,
+            )
+            .ignore()
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        let ahead = async |after: i64| {
+            q.peek(&topic, State::Pool, 1000)
+                .await
+                .unwrap()
+                .into_iter()
+                .filter(|l| l.id.starts_with("tick@") && l.at_ms > after)
+                .map(|l| l.id)
+                .collect::<Vec<_>>()
+        };
+        let stop = tokio_util::sync::CancellationToken::new();
+        let firer = punctual::Scheduler::new(q.clone(), punctual::SchedulerConfig::default())
+            .topic(topic.clone());
+        let firer = tokio::spawn(firer.run(stop.clone().cancelled_owned()));
+        eventually(
+            Duration::from_secs(10),
+            "the missed occurrences spread ahead",
+            async || ahead(q.redis_now_ms().await.unwrap() + 60_000).await.len() >= 8,
+        )
+        .await;
+        stop.cancel();
+        firer.await.unwrap().unwrap();
+        let other_at = q.redis_now_ms().await.unwrap() - 3_000_000;
+        for i in 0..3 {
+            let mut zadd = redis::cmd("ZADD");
+            zadd.arg(format!(
+                "punctual:{{{}}}:fired",
+                punctual::partition_name(&topic, i, 3)
+            ));
+            for j in 0..2500 {
+                zadd.arg(other_at).arg(format!("other@{j}"));
+            }
+            let _: i64 = zadd.query_async(&mut c).await.unwrap();
+        }
+        assert_eq!(
+            schedule_ops(
+                lang,
+                &url,
+                "",
+                &topic,
+                &[json!({"op": change, "name": "tick"})]
+            ),
+            [json!(true)]
+        );
+        let left = ahead(q.redis_now_ms().await.unwrap()).await;
+        assert!(
+            left.is_empty(),
+            "{}: {change} left occurrences due ahead: {left:?}",
+            lang.name()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn php_schedule_pause_and_remove_take_back_occurrences_spread_ahead() {
+    spread_taken_back_through(Lang::Php).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn python_schedule_pause_and_remove_take_back_occurrences_spread_ahead() {
+    spread_taken_back_through(Lang::Python).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn node_schedule_pause_and_remove_take_back_occurrences_spread_ahead() {
+    spread_taken_back_through(Lang::Node).await;
 }
 
 /// Schedules written by each client are fired by `punctual serve` (the
