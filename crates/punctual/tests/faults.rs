@@ -388,8 +388,11 @@ enum FirstAfterPause {
 /// them, for 2 s, so the handlers end while Redis is stopped and the leases
 /// have expired by Redis's clock when it resumes. Returns the `claimed`,
 /// `done` and `reclaimed` counters, after checking that every job ended done
-/// exactly once with consistent deliveries.
-async fn ride_out_a_pause(first: FirstAfterPause) -> (u64, u64, u64) {
+/// exactly once with consistent deliveries; `None` when the run could not
+/// set up the order asked for (with `Tick`: the worker's next extension was
+/// sent before Redis stopped, so Redis read it before the tick, as happens
+/// when a loaded machine delays the test for more than lease/3).
+async fn ride_out_a_pause(first: FirstAfterPause) -> Option<(u64, u64, u64)> {
     let server = RedisServer::start();
     let q = queue(&server).await;
     let t = "stall";
@@ -469,6 +472,16 @@ async fn ride_out_a_pause(first: FirstAfterPause) -> (u64, u64, u64) {
         // scheduler wakes for each lease deadline): a tick ran first.
         let r = tick.await.unwrap().unwrap();
         let reclaimed = counter(&q.stats(t).await.unwrap(), "reclaimed");
+        if reclaimed == 0 && r.next_lease.is_some_and(|d| d > Duration::ZERO) {
+            // An extension reached Redis first (the tick saw every lease
+            // live, the next one ending ahead): this run is the natural
+            // order, not the one asked for. Its own test covers it.
+            eprintln!("pause test: an extension was read before the tick ({r:?}); run again");
+            stop.cancel();
+            worker.await.unwrap().unwrap();
+            sched.await.unwrap().unwrap();
+            return None;
+        }
         assert_eq!(reclaimed, n as u64, "a tick ran first: {r:?}");
     }
 
@@ -523,19 +536,33 @@ async fn ride_out_a_pause(first: FirstAfterPause) -> (u64, u64, u64) {
          reclaimed after the pause, {} acked by the holder that ran through the pause",
         n as u64 - reclaimed
     );
-    (claimed, done, reclaimed)
+    Some((claimed, done, reclaimed))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn worker_and_scheduler_ride_out_a_redis_pause_longer_than_the_lease() {
     // Either outcome is correct: the holder's extension reaches Redis first
     // and keeps the job (nobody else holds it), or a tick reclaims it first.
-    ride_out_a_pause(FirstAfterPause::Natural).await;
+    ride_out_a_pause(FirstAfterPause::Natural)
+        .await
+        .expect("the natural order asks for no set-up");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leases_reclaimed_during_a_redis_pause_refuse_the_holders_acks_and_rerun_the_jobs() {
-    let (claimed, done, reclaimed) = ride_out_a_pause(FirstAfterPause::Tick).await;
+    // The set-up (Redis stopped between two extensions) can miss on a loaded
+    // machine; a missed run is detected and the run made again.
+    let mut runs = 0;
+    let (claimed, done, reclaimed) = loop {
+        runs += 1;
+        if let Some(r) = ride_out_a_pause(FirstAfterPause::Tick).await {
+            break r;
+        }
+        assert!(
+            runs < 5,
+            "in {runs} runs, an extension always reached Redis before the tick"
+        );
+    };
     // Every first delivery ran to its end during the pause, but its lease was
     // reclaimed before its ack arrived: the ack was refused, the job ran again.
     assert_eq!((claimed, done, reclaimed), (20, 10, 10));
