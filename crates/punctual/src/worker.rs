@@ -293,6 +293,7 @@ impl Capacity {
         k
     }
 
+    /// A job that held one unit ended: the fetcher may claim again.
     fn give_back(&self, n: usize) {
         if n == 0 {
             return;
@@ -302,6 +303,14 @@ impl Capacity {
         if let Some(w) = &st.waker {
             w.notify_one();
         }
+    }
+
+    /// The fetcher took more than its claim brought back: the rest is free
+    /// again, without a wake-up (the fetcher knows, and a wake-up here would
+    /// have it claim again at once, in a loop, while nothing is due).
+    fn unused(&self, n: usize) {
+        let mut st = self.state.lock().unwrap();
+        st.used = st.used.saturating_sub(n);
     }
 
     fn wake(&self, notify: Arc<Notify>) {
@@ -965,7 +974,7 @@ async fn fetch_loop(
                 raw::claim_with_wait(&shared.queue, &part, want, shared.config.lease).await;
             if let Some(g) = &topic.gate {
                 let got = claimed.as_ref().map_or(0, |c| c.jobs.len());
-                g.give_back(want - got.min(want));
+                g.unused(want - got.min(want));
             }
             match claimed {
                 Ok(got) => {

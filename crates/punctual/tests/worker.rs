@@ -8,7 +8,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use punctual::{Job, Outcome, Queue, Scheduler, SchedulerConfig, State, Worker, WorkerConfig};
+use punctual::{
+    Capacity, Job, Outcome, Queue, Scheduler, SchedulerConfig, State, Worker, WorkerConfig,
+};
 use punctual_testkit::{eventually, RedisServer};
 use rand::{Rng, SeedableRng};
 use tokio_util::sync::CancellationToken;
@@ -322,6 +324,20 @@ async fn graceful_shutdown_finishes_running_jobs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_worker_and_scheduler_do_not_poll() {
+    idle_consumers_do_not_poll(None).await;
+}
+
+/// A topic whose handler has a capacity of its own (serve's resident
+/// programs): a claim that comes back short gives the unused capacity back
+/// without waking the fetcher again, or it would claim in a loop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_worker_with_a_capacity_does_not_poll() {
+    let cap = Capacity::new();
+    cap.open(4);
+    idle_consumers_do_not_poll(Some(cap)).await;
+}
+
+async fn idle_consumers_do_not_poll(capacity: Option<Arc<Capacity>>) {
     let server = RedisServer::start();
     let q = Queue::connect(server.url()).await.unwrap();
     let stop = CancellationToken::new();
@@ -340,6 +356,10 @@ async fn idle_worker_and_scheduler_do_not_poll() {
                 Outcome::Done
             }
         });
+    let worker = match capacity {
+        Some(cap) => worker.capacity("t", cap),
+        None => worker,
+    };
     let w = tokio::spawn(worker.run(stop.clone().cancelled_owned()));
     // Let both settle, then count the commands Redis runs in 2 s of idleness.
     q.enqueue("t", Job::new("warm-up").delay(Duration::from_millis(100)))
