@@ -61,8 +61,10 @@ pub enum Outcome {
         /// Kept as the job's last error.
         error: String,
     },
-    /// The handler never started the job (at shutdown, say): back to
-    /// ready at once, its attempt not counted.
+    /// The handler never started the job and the worker is stopping: back
+    /// to ready at once, its attempt not counted. Answered while the worker
+    /// is not stopping, it is taken as [`Outcome::Retry`] (an attempt
+    /// counted), so no handler can put a job back for ever.
     HandBack,
 }
 

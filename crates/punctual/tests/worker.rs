@@ -110,6 +110,43 @@ async fn never_early_and_each_job_once_over_random_delays() {
     assert!(q.check("t").await.unwrap().is_empty());
 }
 
+/// A hand-back costs no attempt, so a handler answering it while the worker
+/// runs would put its job back for ever: it is taken as a retry then, and
+/// the job reaches dead after its attempts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_back_while_running_counts_as_a_retry() {
+    let server = RedisServer::start();
+    let q = Queue::connect(server.url()).await.unwrap();
+    q.enqueue(
+        "t",
+        Job::new("x")
+            .id("back")
+            .max_attempts(3)
+            .backoff(vec![Duration::ZERO]),
+    )
+    .await
+    .unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let stop = CancellationToken::new();
+    let sched = spawn_scheduler(&q, &["t"], &stop);
+    let c2 = calls.clone();
+    let worker = Worker::new(q.clone(), WorkerConfig::default()).handle("t", move |_| {
+        c2.fetch_add(1, Ordering::SeqCst);
+        async { Outcome::HandBack }
+    });
+    let w = tokio::spawn(worker.run(stop.clone().cancelled_owned()));
+    eventually(
+        Duration::from_secs(10),
+        "the job to reach dead",
+        async || q.stats("t").await.unwrap().dead == 1,
+    )
+    .await;
+    stop.cancel();
+    w.await.unwrap().unwrap();
+    sched.await.unwrap();
+    assert_eq!(calls.load(Ordering::SeqCst), 3, "one run per attempt");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn handler_outcomes_timeout_panic_permanent_and_retry_after() {
     let server = RedisServer::start();
