@@ -157,8 +157,8 @@ end
 -- group_limits' count, so the counts add up. (claim leases only records
 -- whose options read, for which this is group_of_field's answer.)
 local function group_of_rec(rec)
-  local m = string.match(rec, '^([^:]*):')
-  return m and string.match(m, ';g([^;]*)') or ''
+  -- One match: the first ';g' before the first ':' (the M field's end).
+  return string.match(rec, '^[^:]-;g([^;:]*)') or ''
 end
 
 -- Adds the jobs of `recs` (records, false for a missing one, skipped) to

@@ -167,6 +167,14 @@ local function opts_of(m)
   return tonumber(d), o
 end
 
+-- The group of a record's M field: its g option, or '' (no group, or an
+-- unreadable field).
+local function group_of_field(m)
+  if not string.find(m, ';', 1, true) then return '' end
+  local _, o = opts_of(m)
+  return o and o.group or ''
+end
+
 -- A record as a table: max (number or nil: the topic default), mfield (M as
 -- stored, written back by encode), due, created, backoff, err, payload, and
 -- when M carries options: deadline, timeout, group (each nil when absent).
@@ -371,8 +379,8 @@ local INF = 1 / 0
 -- group_limits' count, so the counts add up. (claim leases only records
 -- whose options read, for which this is group_of_field's answer.)
 local function group_of_rec(rec)
-  local m = string.match(rec, '^([^:]*):')
-  return m and string.match(m, ';g([^;]*)') or ''
+  -- One match: the first ';g' before the first ':' (the M field's end).
+  return string.match(rec, '^[^:]-;g([^;:]*)') or ''
 end
 
 -- Adds the jobs of `recs` (records, false for a missing one, skipped) to
@@ -525,10 +533,15 @@ end
 -- whose time has come return first (at the topic's virtual time); a group
 -- takes at most its room, and one left without room goes to gwait (so do
 -- groups met without room, at most 1000 per call: after a change of
--- limits). Returns the ids, the virtual time to store (nil: none served),
--- whether the groups ran out (rather than the steps), and, when they ran out
--- with groups held back, the wait to report: ms to the earliest gwait entry,
--- or -1 (until a running job ends).
+-- limits). Only jobs the claim will lease (a record that reads, not
+-- expired) take a group's room: one that goes to dead or is dropped does
+-- not. An index entry whose job's record names another group (a stale
+-- one, see index_ready) is dropped, not served. Returns the ids, the
+-- virtual time to store (nil: none served), whether the groups ran out
+-- (rather than the steps), when they ran out with groups held back, the
+-- wait to report: ms to the earliest gwait entry, or -1 (until a running
+-- job ends), and the records of the ids (false for a missing one), read
+-- once for the checks above and reused by claim.
 local function claim_groups(n, gs, now)
   local K_GROUPS, K_GWAIT = KEY_BASE .. 'groups', KEY_BASE .. 'gwait'
   if gs then
@@ -544,7 +557,7 @@ local function claim_groups(n, gs, now)
       redis.call('ZREM', K_GWAIT, unpack(back))
     end
   end
-  local ids, picked, steps, held_steps = {}, {}, 4 * n + 16, 1000
+  local ids, recs, picked, steps, held_steps = {}, {}, {}, 4 * n + 16, 1000
   local vt, ran_out = nil, false
   while #ids < n and steps > 0 and held_steps > 0 do
     local need = math.min(n - #ids, steps)
@@ -605,14 +618,41 @@ local function claim_groups(n, gs, now)
         owner[#all] = i
       end
     end
-    local live = {}
+    -- live: the ids served per group; took: those the claim will lease
+    -- (a record that reads and has not expired), the only ones that take
+    -- the group's room and tokens. Counting a job that goes to dead or is
+    -- dropped would hold the group at its max_running with nothing of it
+    -- running, and nothing would ever release it.
+    local live, took = {}, {}
     if #all > 0 then
       local sc = redis.call('ZMSCORE', K_READY, unpack(all))
+      local cand, cown = {}, {}
       for j, id in ipairs(all) do
         if sc[j] and not picked[id] then
+          cand[#cand + 1] = id
+          cown[#cand] = owner[j]
+        end
+      end
+      local crecs = #cand > 0 and redis.call('HMGET', K_JOBS, unpack(cand)) or {}
+      for j, id in ipairs(cand) do
+        local rec, i = crecs[j], cown[j]
+        -- An entry left in the index of a group the job no longer belongs
+        -- to (it was replaced into another group, or cancelled and enqueued
+        -- again into another): dropped, never served through that group
+        -- (the job is served through its own group's index).
+        -- (group_of_rec, the group claim counts it in; only a record
+        -- whose group differs there pays for group_of_field, index_ready's
+        -- reading, which differs from it for an unreadable field only.)
+        local m = rec and group_of_rec(rec) ~= names[i] and string.match(rec, '^([^:]*):')
+        if not (m and group_of_field(m) ~= names[i]) then
           picked[id] = true
           ids[#ids + 1] = id
-          live[owner[j]] = (live[owner[j]] or 0) + 1
+          recs[#ids] = rec
+          live[i] = (live[i] or 0) + 1
+          if gs and rec then
+            local ok, expired = claimable(rec, now)
+            if ok and not expired then took[i] = (took[i] or 0) + 1 end
+          end
         end
       end
     end
@@ -625,7 +665,7 @@ local function claim_groups(n, gs, now)
           gone[#gone + 1] = names[i]
         elseif l > 0 then
           local s = st[i]
-          if s then s.taken = s.taken + l end
+          if s then s.taken = s.taken + (took[i] or 0) end
           if s and group_room(s) <= 0 then
             group_hold(s, names[i], now)
           else
@@ -645,7 +685,7 @@ local function claim_groups(n, gs, now)
       if e[2] == 'inf' then held = -1 else held = math.max(1, tonumber(e[2]) - now) end
     end
   end
-  return ids, vt, ran_out, held
+  return ids, vt, ran_out, held, recs
 end
 
 -- claim's accounting with group limits: each leased job (`leases`: the
@@ -701,7 +741,8 @@ end
 -- by group, the group with the lowest virtual time first, from the group
 -- indexes P:{T}:g:<group>, dropping index entries whose job left ready.
 -- Group limits (meta glimited = 1, PROTOCOL.md "Group limits"): a group takes
--- no more than its own rate and max_running allow; wait_ms also reports
+-- no more than its own rate and max_running allow (only the jobs leased
+-- take room: one sent to dead or dropped does not); wait_ms also reports
 -- when groups held back by them are all that is left.
 -- The steady flow (no groups; ARCHITECTURE.md "Workers claim due jobs
 -- straight from the pool"): when ready yields fewer than n ids, pool entries
@@ -784,10 +825,12 @@ if meta[9] == '1' then
   gs = { g = {} }
 end
 local held
+-- The records of the ids when claim_groups read them already.
+local grecs
 if meta[7] == '1' then
   -- Groups (PROTOCOL.md "Groups"): lib.lua's claim_groups picks them.
   local vt, ran_out
-  ids, vt, ran_out, held = claim_groups(n, gs, now)
+  ids, vt, ran_out, held, grecs = claim_groups(n, gs, now)
   if vt then redis.call('HSET', K_META, 'vtime', vt) end
   -- Never an empty answer while ready holds jobs: when the steps went to
   -- stale entries only (or ready holds jobs no index has, which should not
@@ -802,6 +845,7 @@ if meta[7] == '1' then
     end
     ids = redis.call('ZRANGE', K_READY, 0, n - 1)
     by_rank = true
+    grecs = nil
   end
 else
   ids = redis.call('ZRANGE', K_READY, 0, n - 1)
@@ -860,7 +904,7 @@ local deadline = now + lease
 -- is formatted ("%.17g", about 3,600 instructions) for every argument it
 -- fills, so the ZADD's 1,000 equal scores cost 1,000 formattings.
 local deadline_s = string.format('%d', deadline)
-local recs = redis.call('HMGET', K_JOBS, unpack(ids))
+local recs = grecs or redis.call('HMGET', K_JOBS, unpack(ids))
 -- The attempts entries of these jobs (false: none, the first attempt).
 -- Only a job sent back by fail or a reclaim has one while it waits, and it
 -- is in P:{T}:retried (K_RETRIED): once meta retried is 1, only the ids in
