@@ -882,6 +882,17 @@ async fn log_lines_of_a_program_name_the_job_that_wrote_them() {
         live(&q, "t").await == 0
     })
     .await;
+    // A job is acked before its program's last lines are read and logged:
+    // wait for them (a lost line still fails the count below).
+    let said = |log: &str| {
+        log.lines()
+            .filter(|l| l.contains("punctual::resident") && l.contains("said "))
+            .count()
+    };
+    eventually(Duration::from_secs(30), "every line logged", || async {
+        said(&svc.log()) >= 2 * n
+    })
+    .await;
     let log = svc.log();
     let mut seen = 0;
     let mut wrong = Vec::new();

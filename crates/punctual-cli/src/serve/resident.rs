@@ -960,11 +960,15 @@ impl Manager {
             // jobs (inflight > 1 under load may never hold none).
             if replied && !over_memory {
                 replied = false;
-                if let (Some(max), Some(rss)) = (self.cfg.max_memory, rss_bytes(pid)) {
-                    if rss > max {
-                        tracing::info!(topic = %self.topic, pid, rss, max, "resident program over max_memory");
-                        over_memory = true;
-                    }
+                // /proc is read only when a limit is set (it costs ~6 us).
+                let over = self.cfg.max_memory.and_then(|max| {
+                    rss_bytes(pid)
+                        .filter(|&rss| rss > max)
+                        .map(|rss| (rss, max))
+                });
+                if let Some((rss, max)) = over {
+                    tracing::info!(topic = %self.topic, pid, rss, max, "resident program over max_memory");
+                    over_memory = true;
                 }
             }
             if inflight.is_empty() {
