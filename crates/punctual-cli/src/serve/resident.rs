@@ -571,7 +571,10 @@ where
                 let line = String::from_utf8_lossy(&rest[..end]);
                 let job = current.lock().unwrap().clone();
                 tracing::info!(target: "punctual::resident", topic = %topic, pid, job = %job, stream, "{}", line.trim_end());
-                if let Some(tail) = &tail {
+                // Only lines written while it held a job can explain a crash
+                // of that job (boot notices and a finished job's warnings
+                // cannot).
+                if let (Some(tail), false) = (&tail, job.is_empty()) {
                     keep_tail(&mut tail.lock().unwrap(), line.trim_end());
                 }
                 start += end;
@@ -1195,6 +1198,10 @@ impl Manager {
 }
 
 fn set_current(p: &Proc, inflight: &HashMap<String, InFlight>) {
+    if inflight.is_empty() {
+        // What it wrote so far belongs to no job that can still fail.
+        p.stderr_tail.lock().unwrap().clear();
+    }
     let mut cur = p.current.lock().unwrap();
     cur.clear();
     for (i, id) in inflight.keys().enumerate() {
