@@ -319,23 +319,8 @@ struct Proc {
     stderr_tail: Arc<Mutex<VecDeque<String>>>,
     /// The task reading its stderr: ends at EOF.
     stderr_reader: Option<JoinHandle<()>>,
-    /// Asks its stdout and stderr readers to log what they can read now,
-    /// with the fd each reads (kept open by its reader until its EOF).
-    log_settle: Vec<(Settle, i32)>,
-}
-
-/// Whether the pipe `fd` holds data (or is at EOF) now.
-#[allow(unsafe_code)]
-fn readable(fd: i32) -> bool {
-    let mut fds = [nix::libc::pollfd {
-        fd,
-        events: nix::libc::POLLIN,
-        revents: 0,
-    }];
-    // SAFETY: one valid pollfd, zero timeout; `fd` at worst names a closed
-    // or reused descriptor, which only makes a needless ask.
-    let n = unsafe { nix::libc::poll(fds.as_mut_ptr(), 1, 0) };
-    n > 0 && fds[0].revents & nix::libc::POLLIN != 0
+    /// Its stdout and stderr.
+    logs: Vec<Arc<LogPipe>>,
 }
 
 impl Proc {
@@ -343,25 +328,12 @@ impl Proc {
         Pid::from_raw(self.pid as i32)
     }
 
-    /// Before a reply's job leaves the jobs in flight: lets its stdout and
-    /// stderr readers log the lines written before the reply, under the
-    /// ids they were written under. Only a pipe that holds something
-    /// (poll(2), no wait) is asked; an answer is awaited at most 500 ms.
-    async fn settle_logs(&self) {
-        let waits: Vec<_> = self
-            .log_settle
-            .iter()
-            .filter(|(_, fd)| readable(*fd))
-            .filter_map(|(s, _)| {
-                let (tx, rx) = oneshot::channel();
-                s.send(tx).ok().map(|_| rx)
-            })
-            .collect();
-        if waits.is_empty() {
-            return;
+    /// Before a reply's job leaves the jobs in flight: logs the lines its
+    /// stdout and stderr hold, under the ids they were written under.
+    fn drain_logs(&self) {
+        for log in &self.logs {
+            log.drain();
         }
-        let all = futures::future::join_all(waits);
-        let _ = tokio::time::timeout(Duration::from_millis(500), all).await;
     }
 
     /// SIGKILLs its process group and reaps it.
@@ -531,85 +503,115 @@ pub(crate) fn high_fd(fd: OwnedFd) -> std::io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(raw) })
 }
 
-/// Asks a log reader to log what it can read now, and says when it has.
-type Settle = mpsc::UnboundedSender<oneshot::Sender<()>>;
-
-/// Logs a program's stdout or stderr line by line, each line with the ids
-/// of the jobs the program held when it wrote it. A line written before a
-/// reply is logged before that reply's job leaves `current`: the manager
-/// asks the reader (`settle`) to log what the pipe holds first (lines
-/// written before the reply are in it by then). The ask reads the pipe
-/// with read(2) itself, since tokio may not have seen it become readable.
-fn forward_log<R>(
-    mut src: R,
+/// A program's stdout or stderr, logged line by line, each line with the
+/// ids of the jobs the program held when it wrote it.
+///
+/// Its reader task and the manager read the pipe under one lock, and a
+/// read's lines are logged before the lock is let go. So when the manager,
+/// holding a reply, has drained the pipe ([`LogPipe::drain`]), every line
+/// the program wrote before that reply has been logged under the ids it was
+/// written under, even one the reader task had just read; only then does the
+/// reply's job leave `current`.
+struct LogPipe {
+    pipe: pipe::Receiver,
     topic: String,
     pid: u32,
     stream: &'static str,
     current: Arc<Mutex<String>>,
+    /// stderr only: the lines kept for a crash's error.
     tail: Option<Arc<Mutex<VecDeque<String>>>>,
-) -> (JoinHandle<()>, Settle)
-where
-    R: tokio::io::AsyncRead + std::os::fd::AsFd + Unpin + Send + 'static,
-{
-    let (settle, mut asks) = mpsc::unbounded_channel::<oneshot::Sender<()>>();
-    let task = tokio::spawn(async move {
-        let mut pending: Vec<u8> = Vec::new();
-        let mut chunk = vec![0u8; 64 << 10];
-        let max = MAX_LOG_LINE as usize;
-        // Logs every whole line of `pending` (and a line grown past
-        // MAX_LOG_LINE as one); `all`: the rest too (at EOF).
-        let emit = |pending: &mut Vec<u8>, all: bool| {
-            let mut start = 0;
+    read: Mutex<LogRead>,
+}
+
+/// What a [`LogPipe`] has read and not yet logged.
+#[derive(Default)]
+struct LogRead {
+    pending: Vec<u8>,
+    chunk: Vec<u8>,
+    eof: bool,
+}
+
+impl LogPipe {
+    /// Starts the task that logs `src` as it is written; it ends at EOF.
+    fn start(
+        src: OwnedFd,
+        topic: String,
+        pid: u32,
+        stream: &'static str,
+        current: Arc<Mutex<String>>,
+        tail: Option<Arc<Mutex<VecDeque<String>>>>,
+    ) -> std::io::Result<(Arc<LogPipe>, JoinHandle<()>)> {
+        let log = Arc::new(LogPipe {
+            pipe: pipe::Receiver::from_owned_fd(src)?,
+            topic,
+            pid,
+            stream,
+            current,
+            tail,
+            read: Mutex::new(LogRead {
+                chunk: vec![0u8; 64 << 10],
+                ..LogRead::default()
+            }),
+        });
+        let reader = log.clone();
+        let task = tokio::spawn(async move {
             loop {
-                let rest = &pending[start..];
-                let end = match rest.iter().position(|&b| b == b'\n') {
-                    Some(i) if i < max => i + 1,
-                    _ if rest.len() >= max => max,
-                    _ if all && !rest.is_empty() => rest.len(),
-                    _ => break,
-                };
-                let line = String::from_utf8_lossy(&rest[..end]);
-                let job = current.lock().unwrap().clone();
-                tracing::info!(target: "punctual::resident", topic = %topic, pid, job = %job, stream, "{}", line.trim_end());
-                // Only lines written while it held a job can explain a crash
-                // of that job (boot notices and a finished job's warnings
-                // cannot).
-                if let (Some(tail), false) = (&tail, job.is_empty()) {
-                    keep_tail(&mut tail.lock().unwrap(), line.trim_end());
+                if reader.pipe.readable().await.is_err() || reader.drain() {
+                    return;
                 }
-                start += end;
             }
-            pending.drain(..start);
-        };
-        let mut asking = true;
-        loop {
-            tokio::select! {
-                biased;
-                got = src.read(&mut chunk) => match got {
-                    Ok(0) | Err(_) => {
-                        emit(&mut pending, true);
-                        return;
-                    }
-                    Ok(n) => {
-                        pending.extend_from_slice(&chunk[..n]);
-                        emit(&mut pending, false);
-                    }
-                },
-                ask = asks.recv(), if asking => match ask {
-                    Some(done) => {
-                        // What the pipe holds now was written before the ask.
-                        while let Ok(n @ 1..) = nix::unistd::read(&src, &mut chunk) {
-                            pending.extend_from_slice(&chunk[..n]);
-                        }
-                        emit(&mut pending, false);
-                        let _ = done.send(());
-                    }
-                    None => asking = false,
-                },
+        });
+        Ok((log, task))
+    }
+
+    /// Reads what the pipe holds now, without waiting, and logs every whole
+    /// line of it (at EOF the rest too). True at EOF.
+    fn drain(&self) -> bool {
+        let mut read = self.read.lock().unwrap();
+        let LogRead {
+            pending,
+            chunk,
+            eof,
+        } = &mut *read;
+        while !*eof {
+            match self.pipe.try_read(chunk) {
+                Ok(0) => *eof = true,
+                Ok(n) => pending.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => *eof = true,
             }
         }
-    });
-    (task, settle)
+        self.emit(pending, *eof);
+        *eof
+    }
+
+    /// Logs every whole line of `pending` (and a line grown past
+    /// MAX_LOG_LINE as one); `all`: the rest too.
+    fn emit(&self, pending: &mut Vec<u8>, all: bool) {
+        let max = MAX_LOG_LINE as usize;
+        let mut start = 0;
+        loop {
+            let rest = &pending[start..];
+            let end = match rest.iter().position(|&b| b == b'\n') {
+                Some(i) if i < max => i + 1,
+                _ if rest.len() >= max => max,
+                _ if all && !rest.is_empty() => rest.len(),
+                _ => break,
+            };
+            let line = String::from_utf8_lossy(&rest[..end]);
+            let line = line.trim_end();
+            let job = self.current.lock().unwrap().clone();
+            tracing::info!(target: "punctual::resident", topic = %self.topic, pid = self.pid, job = %job, stream = self.stream, "{line}");
+            // Only lines written while it held a job can explain a crash of
+            // that job (boot notices and a finished job's warnings cannot).
+            if let (Some(tail), false) = (&self.tail, job.is_empty()) {
+                keep_tail(&mut tail.lock().unwrap(), line);
+            }
+            start += end;
+        }
+        pending.drain(..start);
+    }
 }
 
 /// Adds `line` to a program's stderr tail, dropping its oldest lines past
@@ -670,21 +672,21 @@ impl Manager {
         let pid = child.id().unwrap_or(0);
         let current = Arc::new(Mutex::new(String::new()));
         let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
-        let mut log_settle = Vec::new();
+        let mut logs = Vec::new();
         if let Some(out) = child.stdout.take() {
-            let fd = out.as_raw_fd();
             let topic = self.topic.clone();
-            let (_, settle) = forward_log(out, topic, pid, "stdout", current.clone(), None);
-            log_settle.push((settle, fd));
+            let cur = current.clone();
+            let (log, _) = LogPipe::start(out.into_owned_fd()?, topic, pid, "stdout", cur, None)?;
+            logs.push(log);
         }
-        let stderr_reader = child.stderr.take().map(|err| {
-            let fd = err.as_raw_fd();
-            let tail = Some(stderr_tail.clone());
-            let topic = self.topic.clone();
-            let (task, settle) = forward_log(err, topic, pid, "stderr", current.clone(), tail);
-            log_settle.push((settle, fd));
-            task
-        });
+        let mut stderr_reader = None;
+        if let Some(err) = child.stderr.take() {
+            let (topic, cur, tail) = (self.topic.clone(), current.clone(), stderr_tail.clone());
+            let (log, task) =
+                LogPipe::start(err.into_owned_fd()?, topic, pid, "stderr", cur, Some(tail))?;
+            logs.push(log);
+            stderr_reader = Some(task);
+        }
         // fd 3: a writer task, so a program slow to read never blocks us.
         let mut w = pipe::Sender::from_owned_fd(OwnedFd::from(jobs_w))?;
         let (jobs, mut job_rx) = mpsc::unbounded_channel::<Vec<u8>>();
@@ -731,7 +733,7 @@ impl Manager {
             current,
             stderr_tail,
             stderr_reader,
-            log_settle,
+            logs,
         })
     }
 
@@ -1008,7 +1010,7 @@ impl Manager {
                     Some(line) => match parse_reply(&line) {
                         Ok((id, outcome)) => {
                             // Its lines first, under the ids they were written under.
-                            p.settle_logs().await;
+                            p.drain_logs();
                             match inflight.remove(&id) {
                             Some(f) => {
                                 f.cancel.cancel();
