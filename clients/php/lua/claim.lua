@@ -744,7 +744,7 @@ end
 -- no more than its own rate and max_running allow (only the jobs leased
 -- take room: one sent to dead or dropped does not); wait_ms also reports
 -- when groups held back by them are all that is left.
--- The steady flow (no groups; ARCHITECTURE.md "Workers claim due jobs
+-- The steady flow (no groups; decisions.md "Workers claim due jobs
 -- straight from the pool"): when ready yields fewer than n ids, pool entries
 -- due by this claim's TIME fill the rest, in due order, and go straight to
 -- running (counted in "promoted" too). A non-empty reply ends with one more

@@ -6,7 +6,7 @@ namespace Punctual;
 
 /**
  * Schedules: recurring jobs that `punctual serve` fires (docs/PROTOCOL.md,
- * "Schedules"; docs/ARCHITECTURE.md, "Recurring schedules"). The schedule
+ * "Schedules"; docs/decisions.md, "Recurring schedules"). The schedule
  * operations of a Producer (its schedule* methods).
  *
  * A client only writes and reads the definitions: a JSON object per name in

@@ -1,5 +1,5 @@
 """Schedules: recurring jobs that ``punctual serve`` fires (docs/PROTOCOL.md,
-"Schedules"; docs/ARCHITECTURE.md, "Recurring schedules").
+"Schedules"; docs/decisions.md, "Recurring schedules").
 
 A client only writes and reads the definitions: a JSON object per name in
 the HASH ``P:{T}:schedules``, each change followed by ``PUBLISH

@@ -9,7 +9,7 @@
 -- ready holds this many), ARGV[3] reclaim batch (1..1000), optional ARGV[4]
 -- grace in ms (0..60000, default 0): on a topic without groups, whose
 -- workers claim due jobs from the pool themselves, promote only jobs due
--- more than the grace ago (ARCHITECTURE.md "Workers claim due jobs straight
+-- more than the grace ago (decisions.md "Workers claim due jobs straight
 -- from the pool").
 -- Returns {promoted, reclaimed, dead, refused (0/1), more (0/1),
 --          ms until the next promotion: the pool's earliest due time plus

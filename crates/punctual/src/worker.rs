@@ -7,7 +7,7 @@
 //! settler records outcomes (acks batched per topic, each fail on its own,
 //! none waiting behind another). Idle, the fetcher blocks on a wake-up, or
 //! sleeps until the pool's next job is due (claims take due jobs straight
-//! from the pool: ARCHITECTURE.md "Workers claim due jobs straight from the
+//! from the pool: docs/decisions.md "Workers claim due jobs straight from the
 //! pool").
 
 use std::collections::{HashMap, HashSet};
