@@ -337,3 +337,41 @@ fn push_refuses_a_malformed_traceparent_saying_why() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn with_the_opentelemetry_feature_a_job_takes_the_current_spans_context() {
+    use opentelemetry::trace::{TraceContextExt, TracerProvider as _};
+    use tracing::Instrument;
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    use tracing_subscriber::layer::SubscriberExt;
+
+    let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();
+    let subscriber = tracing_subscriber::registry()
+        .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("test")));
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let redis = RedisServer::start();
+    let q = Queue::connect(redis.url()).await.unwrap();
+    let span = tracing::info_span!("checkout");
+    let expected = {
+        let cx = span.context();
+        let s = cx.span();
+        let sc = s.span_context();
+        format!("00-{}-{}-01", sc.trace_id(), sc.span_id())
+    };
+    q.enqueue("t", Job::new("x").id("inside"))
+        .instrument(span.clone())
+        .await
+        .unwrap();
+    q.enqueue("t", Job::new("x").id("given").traceparent(traceparent()))
+        .instrument(span)
+        .await
+        .unwrap();
+    q.enqueue("t", Job::new("x").id("outside")).await.unwrap();
+    let tp = |id: &'static str| {
+        let q = q.clone();
+        async move { q.get("t", id).await.unwrap().unwrap().traceparent }
+    };
+    assert_eq!(tp("inside").await, Some(expected));
+    assert_eq!(tp("given").await, Some(traceparent()), "a given one wins");
+    assert_eq!(tp("outside").await, None, "no span, no context");
+}

@@ -419,6 +419,36 @@ async fn fail_tick_and_dead_keep_the_options_as_written() {
 
 const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 
+#[test]
+fn trace_context_errors_are_the_ones_the_clients_give() {
+    // clients/testdata/invalid_options.json holds the messages the PHP,
+    // Python and Node producers give; for the trace context they are the
+    // library's.
+    let cases: Vec<serde_json::Value> = serde_json::from_str(include_str!(
+        "../../../clients/testdata/invalid_options.json"
+    ))
+    .unwrap();
+    let mut n = 0;
+    for c in &cases {
+        let args = c["args"].as_object().unwrap();
+        if !args.keys().all(|k| k == "traceparent" || k == "tracestate") {
+            continue;
+        }
+        let mut job = Job::new("x");
+        if let Some(tp) = args.get("traceparent") {
+            job = job.traceparent(tp.as_str().unwrap());
+        }
+        if let Some(ts) = args.get("tracestate") {
+            job = job.tracestate(ts.as_str().unwrap());
+        }
+        let err = job.validate().unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidInput);
+        assert_eq!(err.to_string(), c["message"].as_str().unwrap());
+        n += 1;
+    }
+    assert!(n >= 8, "{n} trace cases");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_trace_context_survives_retry_reclaim_dead_and_replay() {
     let f = Fixture::new().await;
