@@ -102,6 +102,7 @@ fn push(redis: &str, args: &[&str]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_exports_a_span_per_attempt_as_a_child_of_the_producers_context() {
     let (otlp, spans) = receiver().await;
+    let (hook, headers) = hook().await;
     let redis = RedisServer::start();
     let mut svc = Service::new();
     // Fails its first attempt, then succeeds: two spans for one job.
@@ -113,7 +114,7 @@ async fn serve_exports_a_span_per_attempt_as_a_child_of_the_producers_context() 
         &redis.url(),
         &format!("workers = 1\n[otel]\nendpoint = \"http://127.0.0.1:{otlp}\"\nservice_name = \"trace-test\""),
         &format!(
-            "[topics.t]\nexec = [{:?}]\nmax_attempts = 3\nbackoff = [\"0s\"]",
+            "[topics.t]\nexec = [{:?}]\nmax_attempts = 3\nbackoff = [\"0s\"]\n[topics.h]\nhttp = {{ url = \"http://127.0.0.1:{hook}/hook\" }}",
             flaky.display().to_string()
         ),
     );
@@ -133,20 +134,39 @@ async fn serve_exports_a_span_per_attempt_as_a_child_of_the_producers_context() 
         ],
     );
     push(&redis.url(), &["t", "x", "--id", "plain"]);
+    push(
+        &redis.url(),
+        &["h", "x", "--id", "hj", "--traceparent", &tp],
+    );
     let q = Queue::connect(redis.url()).await.unwrap();
-    eventually(Duration::from_secs(30), "both jobs done", || async {
-        live(&q, "t").await == 0
+    eventually(Duration::from_secs(30), "the jobs done", || async {
+        live(&q, "t").await == 0 && live(&q, "h").await == 0
     })
     .await;
     // The worker sends what it holds when it stops.
     svc.signal(Signal::SIGTERM);
     svc.wait(Duration::from_secs(20));
-    eventually(Duration::from_secs(20), "four spans", || async {
-        spans.lock().unwrap().len() >= 4
+    eventually(Duration::from_secs(20), "five spans", || async {
+        spans.lock().unwrap().len() >= 5
     })
     .await;
     let spans = spans.lock().unwrap().clone();
-    assert_eq!(spans.len(), 4, "one span per attempt: {spans:#?}");
+    assert_eq!(spans.len(), 5, "one span per attempt: {spans:#?}");
+
+    // The http handler's parent is its attempt's span too.
+    let h = spans
+        .iter()
+        .find(|s| attr(s, "punctual.job_id").as_deref() == Some("hj"))
+        .expect("the http job's span");
+    assert_eq!(attr(h, "punctual.topic").as_deref(), Some("h"));
+    assert_eq!(hex(&h.parent_span_id), PARENT);
+    let got = headers.lock().unwrap().clone();
+    assert_eq!(got.len(), 1);
+    assert_eq!(
+        got[0]["traceparent"],
+        format!("00-{TRACE}-{}-01", hex(&h.span_id)).as_str()
+    );
+    assert!(got[0].get("tracestate").is_none(), "none was given");
 
     let mut traced: Vec<&Span> = spans
         .iter()
@@ -204,9 +224,9 @@ async fn serve_exports_a_span_per_attempt_as_a_child_of_the_producers_context() 
     assert!(rec.iter().all(|r| r[2] == "-" && r[3] == "-"), "{rec:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn handlers_get_the_producers_context_through_dead_and_replay() {
-    // An http hook that records the trace headers it gets.
+/// An http hook on a free port that records the headers of each POST to
+/// /hook and answers 200.
+async fn hook() -> (u16, Arc<Mutex<Vec<HeaderMap>>>) {
     let headers: Arc<Mutex<Vec<HeaderMap>>> = Arc::default();
     let got = headers.clone();
     let app = axum::Router::new().route(
@@ -219,6 +239,12 @@ async fn handlers_get_the_producers_context_through_dead_and_replay() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (port, headers)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handlers_get_the_producers_context_through_dead_and_replay() {
+    let (port, headers) = hook().await;
 
     let redis = RedisServer::start();
     let mut svc = Service::new();
