@@ -362,6 +362,55 @@ fn push_refuses_a_malformed_traceparent_saying_why() {
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
+
+    // push --batch: a line's own context, and a bad one refused by line.
+    let batch = |input: String| {
+        let mut child = Command::new(BIN)
+            .args(["--redis", &redis.url(), "push", "t", "--batch"])
+            .env_remove("TRACEPARENT")
+            .env_remove("TRACESTATE")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let out = batch(format!(
+        "{{\"payload\": 1, \"id\": \"b1\", \"traceparent\": \"{}\", \"tracestate\": \"k=v\"}}\n{{\"payload\": 2, \"id\": \"b2\"}}\n",
+        traceparent()
+    ));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let get = |id: &str| {
+        let out = Command::new(BIN)
+            .args(["--redis", &redis.url(), "get", "t", id, "--json"])
+            .output()
+            .unwrap();
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let b1 = get("b1");
+    assert_eq!(
+        (b1["traceparent"].as_str(), b1["tracestate"].as_str()),
+        (Some(traceparent().as_str()), Some("k=v"))
+    );
+    assert_eq!(get("b2").get("traceparent"), None);
+    let out = batch("{\"payload\": 1, \"traceparent\": \"00-1-2-01\"}\n".into());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("line 1") && err.contains("invalid traceparent"),
+        "{err}"
+    );
 }
 
 #[tokio::test(flavor = "current_thread")]
