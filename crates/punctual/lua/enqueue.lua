@@ -10,7 +10,7 @@
 --   id ("" = generate), payload, when ("d<ms>" delay or "a<ms>" epoch ms),
 --   max attempts ("" = topic default), optionally followed by per-job
 --   options (";x<ms>" expiry after the due time, ";t<ms>" handler timeout,
---   ";g<group>"; stored with x turned into e<due + ms, base 36>, where the due time
+--   ";g<group>", ";p<traceparent>", ";s<tracestate>"; stored with x turned into e<due + ms, base 36>, where the due time
 --   is the one asked for, also when an absolute time already past made the job
 --   due now; see
 --   PROTOCOL.md "Per-job options"), backoff ladder ("" = topic default,
