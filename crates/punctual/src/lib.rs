@@ -57,9 +57,11 @@ mod held;
 mod history;
 mod job;
 mod keys;
+mod lease;
 mod limits;
 pub mod nodes;
 mod once;
+mod ops;
 mod options;
 #[cfg(feature = "opentelemetry")]
 mod otel;
