@@ -36,6 +36,12 @@ pub fn validate_group(group: &str) -> Result<()> {
 }
 
 /// Longest tracestate, in bytes ([`validate_tracestate`]).
+///
+/// ```
+/// use punctual::{validate_tracestate, MAX_TRACESTATE_LEN};
+/// assert!(validate_tracestate(&"k".repeat(MAX_TRACESTATE_LEN)).is_ok());
+/// assert!(validate_tracestate(&"k".repeat(MAX_TRACESTATE_LEN + 1)).is_err());
+/// ```
 pub const MAX_TRACESTATE_LEN: usize = 512;
 
 /// Checks a W3C `traceparent` ([`crate::Job::traceparent`]):
