@@ -32,7 +32,7 @@
 //!     #[command(flatten)]
 //!     bench: punctual_bench::BenchArgs,
 //! }
-//! let (url, _redis) = punctual_bench::private_redis::start("bench-example-")?;
+//! let (url, _redis) = punctual_redis_server::start("bench-example-")?;
 //! let cli = Cli::parse_from(["bench", "--phase", "enqueue", "--n", "2000"]);
 //! punctual_bench::run(&url, true, true, cli.bench).await?; // prints one JSON line
 //! # Ok(()) }
@@ -40,7 +40,6 @@
 
 mod harness;
 mod phases;
-pub mod private_redis;
 mod probe;
 mod proctree;
 mod report;

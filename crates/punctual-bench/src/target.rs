@@ -54,7 +54,7 @@ pub(crate) struct Target {
     /// The physical names of the bench topic: `[TOPIC]`, or its partitions.
     pub parts: Vec<String>,
     /// Set when the bench started the server itself.
-    pub private: Option<crate::private_redis::PrivateRedis>,
+    pub private: Option<punctual_redis_server::PrivateRedis>,
 }
 
 impl std::fmt::Debug for Target {
@@ -109,7 +109,7 @@ pub(crate) async fn open(url: &str, explicit: bool, partitions: u32) -> Result<T
             Ok(conn) => ((seeds[0].to_string(), conn), None),
             Err(e) if explicit => return Err(e),
             Err(_) => {
-                let (url, private) = crate::private_redis::start("punctual-bench-redis-")?;
+                let (url, private) = punctual_redis_server::start("punctual-bench-redis-")?;
                 let conn = connect(&url, Duration::from_secs(2)).await?;
                 ((url, conn), Some(private))
             }

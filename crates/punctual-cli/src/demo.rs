@@ -49,7 +49,7 @@ pub(crate) async fn run(redis_url: &str, args: DemoArgs) -> Result<()> {
         println!("Using the Redis at {}", punctual::redact(redis_url));
         (redis_url.to_string(), None)
     } else {
-        let (url, p) = punctual_bench::private_redis::start("punctual-demo-redis-")?;
+        let (url, p) = punctual_redis_server::start("punctual-demo-redis-")?;
         println!(
             "No Redis answers at {}; started a private redis-server at {url}",
             punctual::redact(redis_url)

@@ -53,9 +53,8 @@
 //! assert_eq!(redis.cli(&["EXISTS", "greeting"]).unwrap().trim(), "0");
 //! ```
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
@@ -204,10 +203,7 @@ return #far / 2
 /// assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err());
 /// ```
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("bind 127.0.0.1:0")
+    punctual_redis_server::free_port().expect("bind 127.0.0.1:0")
 }
 
 impl RedisServer {
@@ -266,54 +262,29 @@ impl RedisServer {
         );
     }
 
+    /// Starts the process on its port and directory (punctual-redis-server's
+    /// launcher: persistence off, then the cluster's and the test's
+    /// arguments), ready once it answers `PING`.
     fn spawn(&mut self) -> Result<(), String> {
-        let mut cmd = Command::new("redis-server");
-        cmd.arg("--port")
-            .arg(self.port.to_string())
-            .arg("--bind")
-            .arg("127.0.0.1")
-            .arg("--dir")
-            .arg(self.dir.path())
-            .arg("--save")
-            .arg("")
-            .arg("--appendonly")
-            .arg("no")
-            .arg("--logfile")
-            .arg(self.dir.path().join("redis.log"));
+        let mut args: Vec<String> = Vec::new();
         if let Some(bus) = self.bus_port {
-            cmd.arg("--cluster-enabled")
-                .arg("yes")
-                .arg("--cluster-config-file")
-                .arg("nodes.conf")
-                .arg("--cluster-port")
-                .arg(bus.to_string());
+            args.extend(
+                [
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-port",
+                ]
+                .map(String::from),
+            );
+            args.push(bus.to_string());
         }
-        cmd.args(&self.extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| format!("spawn redis-server: {e}"))?;
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(status)) = child.try_wait() {
-                return Err(format!("redis-server exited: {status}"));
-            }
-            if self.ping() {
-                self.child = Some(child);
-                return Ok(());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-        Err("redis-server did not answer within 10 s".into())
-    }
-
-    fn ping(&self) -> bool {
-        self.cli(&["PING"])
-            .map(|o| o.trim() == "PONG")
-            .unwrap_or(false)
+        args.extend(self.extra.iter().cloned());
+        let child = punctual_redis_server::spawn(self.port, self.dir.path(), &args)
+            .map_err(|e| e.to_string())?;
+        self.child = Some(child);
+        Ok(())
     }
 
     /// The port.
