@@ -53,7 +53,7 @@ use anyhow::Result;
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use punctual::redact;
+use punctual::internal::redact;
 
 pub(crate) use report::Report;
 use report::{emit, segments};

@@ -773,10 +773,13 @@ fn script_prints_the_exact_lua_without_redis() {
     let url = format!("redis://127.0.0.1:{}", free_port());
     let out = punctual_at(&url, &["script", "enqueue"], b"").ok();
     assert!(out.stdout.starts_with("#!lua"), "{out:?}");
-    assert_eq!(out.stdout, punctual::script_source("enqueue").unwrap());
+    assert_eq!(
+        out.stdout,
+        punctual::internal::script_source("enqueue").unwrap()
+    );
 
     let list = punctual_at(&url, &["script"], b"").ok().stdout;
-    for name in punctual::script_names() {
+    for name in punctual::internal::script_names() {
         assert!(
             list.lines().any(|l| l.starts_with(&format!("{name} "))),
             "{name}: {list}"

@@ -169,7 +169,7 @@ const NOT_INTEGERS: &[&str] = &[
 /// EVAL of a script with the nine keys of `t` and `argv`.
 fn eval(script: &str, keys: &[String], argv: &[&str]) -> redis::Cmd {
     let mut cmd = redis::cmd("EVAL");
-    cmd.arg(punctual::script_source(script).unwrap())
+    cmd.arg(punctual::internal::script_source(script).unwrap())
         .arg(keys.len())
         .arg(keys)
         .arg(argv);
@@ -185,8 +185,8 @@ async fn every_assembled_script_loads_and_answers_bad_input_itself() {
     let f = Fixture::new().await;
     let keys = topic_keys("assembled");
     let mut c = f.conn.clone();
-    for name in punctual::script_names() {
-        let source = punctual::script_source(name).unwrap();
+    for name in punctual::internal::script_names() {
+        let source = punctual::internal::script_source(name).unwrap();
         let sha: String = redis::cmd("SCRIPT")
             .arg("LOAD")
             .arg(&source)
@@ -462,7 +462,7 @@ async fn enqueue_refuses_ids_that_are_not_utf8_or_hold_c1_controls() {
     for id in &bad_ids {
         for replace in ["0", "1"] {
             let mut cmd = redis::cmd("EVAL");
-            cmd.arg(punctual::script_source("enqueue").unwrap())
+            cmd.arg(punctual::internal::script_source("enqueue").unwrap())
                 .arg(9)
                 .arg(topic_keys(t))
                 .arg("65536")
@@ -542,7 +542,7 @@ async fn topic_names_with_invisible_or_bidi_characters_are_refused() {
         })
         .collect();
     let mut cmd = redis::cmd("EVAL");
-    cmd.arg(punctual::script_source("enqueue").unwrap())
+    cmd.arg(punctual::internal::script_source("enqueue").unwrap())
         .arg(9)
         .arg(keys)
         .arg(&["65536", "0", "1", "", "p", "d0", "", ""]);
@@ -650,7 +650,7 @@ async fn oldest_dead_jobs_of_a_partitioned_topic_are_the_oldest_across_partition
     let pick = |p: u32, n: usize| -> Vec<String> {
         (0..)
             .map(|i| format!("{p}-{i}"))
-            .filter(|id| punctual::partition_of(id, 3) == p)
+            .filter(|id| punctual::internal::partition_of(id, 3) == p)
             .take(n)
             .collect()
     };
@@ -658,7 +658,8 @@ async fn oldest_dead_jobs_of_a_partitioned_topic_are_the_oldest_across_partition
     let late: Vec<String> = pick(0, 3);
     for id in early.iter().chain(&late) {
         q.enqueue(t, Job::new("x").id(id.as_str())).await.unwrap();
-        let physical = punctual::partition_name(t, punctual::partition_of(id, 3), 3);
+        let physical =
+            punctual::internal::partition_name(t, punctual::internal::partition_of(id, 3), 3);
         let d = claim_one(q, &physical).await;
         assert_eq!(&d.id, id);
         assert_eq!(
@@ -898,7 +899,7 @@ async fn a_producer_with_a_stale_partition_count_cannot_strand_a_job() {
     // The script refuses a call routed with a stale count, writing nothing.
     let snap = f.snapshot().await;
     let mut c = f.conn.clone();
-    let p0 = punctual::partition_name(t, 0, 3);
+    let p0 = punctual::internal::partition_name(t, 0, 3);
     let err = eval(
         "enqueue",
         &topic_keys(&p0),
@@ -912,7 +913,7 @@ async fn a_producer_with_a_stale_partition_count_cannot_strand_a_job() {
     // Without the count (older producers) the call is not checked.
     let id0 = (0..)
         .map(|i| format!("raw{i}"))
-        .find(|id| punctual::partition_of(id, 3) == 0)
+        .find(|id| punctual::internal::partition_of(id, 3) == 0)
         .unwrap();
     let ok: Vec<redis::Value> = eval(
         "enqueue",
@@ -940,7 +941,7 @@ async fn a_partition_change_that_fails_midway_leaves_the_topic_open_to_producers
     let f = Fixture::new().await;
     let t = "half-split";
     let mut c = f.conn.clone();
-    let p2 = punctual::partition_name(t, 2, 3);
+    let p2 = punctual::internal::partition_name(t, 2, 3);
     // Redis refuses to mark a new partition: its meta is not a hash (a
     // stand-in for any error after the old layout was checked and marked).
     let _: () = redis::cmd("SET")
@@ -966,7 +967,7 @@ async fn a_partition_change_that_fails_midway_leaves_the_topic_open_to_producers
     let u = "half-split-2";
     for i in 0..3 {
         let _: () = redis::cmd("HSET")
-            .arg(key(&punctual::partition_name(u, i, 3), "meta"))
+            .arg(key(&punctual::internal::partition_name(u, i, 3), "meta"))
             .arg("partitions")
             .arg(1)
             .query_async(&mut c)
@@ -1158,7 +1159,7 @@ async fn a_grouped_ack_refuses_each_stale_cancelled_or_repeated_job_in_its_place
     assert_eq!(refused, [0, 7, 10], "{leases:?}");
     // It went in the grouped form: EVALSHA, the SHA, 9, the nine keys, then
     // "" and two groups.
-    let ack = redis::Script::new(&punctual::script_source("ack").unwrap());
+    let ack = redis::Script::new(&punctual::internal::script_source("ack").unwrap());
     let log = take_slowlog(&mut slow).await;
     let calls: Vec<&[String]> = log
         .iter()
@@ -1320,7 +1321,7 @@ async fn oldest_dead_of_a_partitioned_topic_purges_an_id_that_is_not_utf8() {
     let f = Fixture::new().await;
     let (q, t) = (&f.queue, "old-bytes-parts");
     q.set_partitions(t, 2).await.unwrap();
-    let p0 = punctual::partition_name(t, 0, 2);
+    let p0 = punctual::internal::partition_name(t, 0, 2);
     let mut c = f.conn.clone();
     let bad: &[u8] = b"old\xfe";
     let _: () = redis::pipe()
@@ -1393,7 +1394,7 @@ async fn the_enqueue_script_refuses_every_character_validate_topic_refuses() {
     let mut c = f.conn.clone();
     let sha: String = redis::cmd("SCRIPT")
         .arg("LOAD")
-        .arg(punctual::script_source("enqueue").unwrap())
+        .arg(punctual::internal::script_source("enqueue").unwrap())
         .query_async(&mut c)
         .await
         .unwrap();

@@ -937,7 +937,7 @@ async fn bad_input_is_rejected_and_writes_nothing() {
 /// it; each job is five arguments: id, payload, when, max attempts, backoff.
 fn raw_enqueue(topic: &str, jobs: &[[&str; 5]]) -> redis::Cmd {
     let mut cmd = redis::cmd("EVAL");
-    cmd.arg(punctual::script_source("enqueue").unwrap())
+    cmd.arg(punctual::internal::script_source("enqueue").unwrap())
         .arg(9)
         .arg(topic_keys(topic));
     cmd.arg("65536").arg("0").arg(jobs.len());
@@ -1741,7 +1741,7 @@ async fn tick_drops_a_lease_whose_record_vanished() {
 async fn scripts_are_reloaded_after_script_flush() {
     let f = Fixture::new().await;
     let (q, t) = (&f.queue, "flush");
-    let sha = redis::Script::new(&punctual::script_source("enqueue").unwrap())
+    let sha = redis::Script::new(&punctual::internal::script_source("enqueue").unwrap())
         .get_hash()
         .to_string();
     q.enqueue(t, Job::new("a").id("a")).await.unwrap();
@@ -2279,7 +2279,7 @@ async fn a_batch_of_generated_ids_is_sent_without_ids_and_gets_them_across_the_w
         .map(|i| Job::new(format!("b{i}")).delay(Duration::from_millis(60_000 + i)))
         .collect();
     let own = q.enqueue_batch("t", own).await.unwrap();
-    let enqueue = redis::Script::new(&punctual::script_source("enqueue").unwrap());
+    let enqueue = redis::Script::new(&punctual::internal::script_source("enqueue").unwrap());
     let log = take_slowlog(&mut slow).await;
     let forms: Vec<&str> = log
         .iter()

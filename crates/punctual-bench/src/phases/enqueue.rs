@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use punctual::{Job, TopicKeys, When};
+use punctual::internal::TopicKeys;
+use punctual::{Job, When};
 use serde::Serialize;
 
 use crate::harness::{first_tick, load, payload, status, Layout, Left, PAYLOAD_BYTES};

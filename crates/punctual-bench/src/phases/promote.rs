@@ -4,7 +4,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use punctual::{raw, TopicKeys, When};
+use punctual::internal::TopicKeys;
+use punctual::{raw, When};
 use serde::Serialize;
 
 use crate::harness::{
