@@ -77,6 +77,7 @@
 mod conn;
 mod error;
 mod handler;
+mod held;
 mod history;
 pub mod internal;
 mod job;

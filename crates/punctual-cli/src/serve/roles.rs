@@ -201,7 +201,14 @@ pub(crate) async fn run_worker(
             let gate = pool.capacity.clone();
             let run = move |d: punctual::Delivery, stop| {
                 let (pool, metrics) = (pool.clone(), metrics.clone());
-                async move { measured(&d, metrics.as_deref(), pool.run(d.clone(), stop)).await }
+                async move {
+                    // Measured from when a program got the job, not from
+                    // when it joined the pool's queue.
+                    let queued = Instant::now();
+                    let (outcome, started) = pool.run(d.clone(), stop).await;
+                    record(&d, metrics.as_deref(), started.unwrap_or(queued), &outcome);
+                    outcome
+                }
             };
             // Claims take no more than the ready programs can start.
             worker = worker
@@ -305,11 +312,22 @@ async fn measured(
     metrics: Option<&MetricsSender>,
     run: impl std::future::Future<Output = Outcome>,
 ) -> Outcome {
-    let lateness = d.lateness();
     let start = Instant::now();
     let outcome = run.await;
+    record(d, metrics, start, &outcome);
+    outcome
+}
+
+/// Logs and counts one run of a job that started at `start`.
+fn record(
+    d: &punctual::Delivery,
+    metrics: Option<&MetricsSender>,
+    start: Instant,
+    outcome: &Outcome,
+) {
+    let lateness = Duration::from_micros(d.lateness_us_at(start).max(0) as u64);
     let duration = start.elapsed();
-    let kind = match &outcome {
+    let kind = match outcome {
         Outcome::Done => "done",
         Outcome::Retry { .. } => "retry",
         Outcome::Permanent { .. } => "permanent",
@@ -326,7 +344,6 @@ async fn measured(
             outcome: kind,
         });
     }
-    outcome
 }
 
 /// A scheduler process for every configured topic.
