@@ -58,7 +58,7 @@ pub fn validate_topic(topic: &str) -> Result<()> {
 /// Characters that show nothing or reorder text: Unicode's format characters
 /// (general category Cf: bidi controls and isolates, zero-width characters,
 /// the byte order mark, soft hyphen, tags...) and the Hangul fillers. The
-/// enqueue script refuses the same list (a test in tests/integrity.rs sends
+/// enqueue script refuses the same list (a test in tests/validation.rs sends
 /// it every code point `validate_topic` refuses, and their neighbours).
 fn is_invisible(c: char) -> bool {
     matches!(c,
