@@ -75,6 +75,7 @@
 //! ```
 
 mod conn;
+mod enqueued;
 mod error;
 mod handler;
 mod held;
@@ -99,12 +100,13 @@ mod unlisted;
 mod wake;
 mod worker;
 
+pub use enqueued::{EnqueueStatus, Enqueued};
 pub use error::{Error, ErrorKind, Result};
 pub use handler::{cancellable, BoxedHandler, Cancellable, Handler, Outcome};
 pub use history::{History, Lateness, MinuteFigures};
 pub use job::{
-    DeadSelector, EnqueueOptions, EnqueueStatus, Enqueued, Job, JobInfo, ListPage, Listed,
-    ReplayPace, State, TopicDeleted, TopicStats, Violation, When, MAX_ATTEMPTS, MAX_DELAY,
+    DeadSelector, EnqueueOptions, Job, JobInfo, ListPage, Listed, ReplayPace, State, TopicDeleted,
+    TopicStats, Violation, When, MAX_ATTEMPTS, MAX_DELAY,
 };
 pub use keys::{validate_id, validate_topic, MAX_ID_LEN, MAX_TOPIC_LEN};
 pub use limits::{Limited, Limits, Rate};
