@@ -6,11 +6,17 @@
 -- reports), or nil when no such
 -- job is live. A worker still running a cancelled job cannot ack
 -- or fail it afterwards (its lease is gone).
+-- include: args
+-- include: at_max_running
+-- include: state
+-- include: drop_retried
+-- include: cold_left
+-- include: release_groups
 
 if #ARGV ~= 1 then return invalid('cancel expects one id') end
 local id = ARGV[1]
 local st = state_of(id)
--- (Before any other write: lib.lua's K_RETRIED.)
+-- (Before any other write: keys.lua's K_RETRIED.)
 if st == 'pool' or st == 'ready' or st == 'cold' then drop_retried({ id }) end
 local full, glim = false, false
 if st == 'running' then

@@ -1,6 +1,6 @@
 #!lua
 -- enqueue: add jobs to a topic, one or a batch, atomically.
--- KEYS: the nine topic keys (see lib.lua), and optionally a tenth,
+-- KEYS: the nine topic keys (see includes/keys.lua), and optionally a tenth,
 -- P:{T}:fired (ZSET id -> ms): the occurrences of schedules fired in the
 -- last 7 days. With it, a given id that is in it gets status 4 and nothing
 -- is written; every id created is added to it; entries older than 7 days
@@ -46,7 +46,24 @@
 -- Errors: "PUNCTUAL_INVALID <reason>" and nothing is written, when any job of
 -- the batch is invalid.
 -- A job due now goes to ready, one due later to pool, or, due far ahead,
--- to the cold pool (lib.lua's cold_place; PROTOCOL.md "The cold pool").
+-- to the cold pool (cold.lua's cold_place; PROTOCOL.md "The cold pool").
+-- include: args
+-- include: clock
+-- include: utf8_ok
+-- include: b36
+-- include: record
+-- include: meta
+-- include: due_of
+-- include: earliest
+-- include: state
+-- include: bulk
+-- include: drop_retried
+-- include: cold_due
+-- include: cold_place
+-- include: cold_place_all
+-- include: cold_left
+-- include: index_ready
+-- include: release_groups
 
 local max_payload = int_arg(ARGV[1], 0, MAX_SAFE)
 local replace = ARGV[2] == '1'
@@ -565,7 +582,7 @@ end
 
 if created > 0 then
   -- Replaced jobs: their ids leave P:{T}:retried, and then the cold pool's
-  -- keys are written, before the others (lib.lua's K_RETRIED, cold_place).
+  -- keys are written, before the others (keys.lua's K_RETRIED, cold_place).
   local replaced = {}
   for id in pairs(old_state) do replaced[#replaced + 1] = id end
   if #replaced > 0 then drop_retried(replaced) end

@@ -83,8 +83,10 @@ mod history;
 pub mod internal;
 mod job;
 mod keys;
+mod lease;
 mod limits;
 mod once;
+mod ops;
 mod options;
 mod partition;
 mod queue;
@@ -121,7 +123,7 @@ pub use scheduler::{Scheduler, SchedulerConfig};
 pub use tokio_util::sync::CancellationToken;
 pub use worker::{Capacity, Stopped, Worker, WorkerConfig, DEFAULT_CLAIM_BATCH};
 
-// The doc examples of `raw.rs` and `scripts.rs` name these at the root;
+// The doc examples of `lease.rs` and `scripts.rs` name these at the root;
 // they are `internal`'s, not part of the API.
 #[doc(hidden)]
 pub use keys::TopicKeys;

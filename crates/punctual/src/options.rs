@@ -47,8 +47,9 @@ pub(crate) struct RecordField {
     pub(crate) group: Option<String>,
 }
 
-/// Decodes an M field as the scripts do (`opts_of` in lib.lua): None when
-/// it does not match `^%d*(;[etg][^;:]*)*$`. Numbers past i64 saturate.
+/// Decodes an M field as the scripts do (`opts_of` in
+/// lua/includes/record.lua): None when it does not match
+/// `^%d*(;[etg][^;:]*)*$`. Numbers past i64 saturate.
 pub(crate) fn parse_field(m: &[u8]) -> Option<RecordField> {
     let num = |s: &[u8], radix: u32| -> Option<i64> {
         let s = std::str::from_utf8(s).ok()?;

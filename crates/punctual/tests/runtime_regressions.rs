@@ -906,7 +906,11 @@ fn an_ack_whose_reply_was_lost_is_reported_as_unknown_not_as_a_lost_lease() {
         let t = "unknown";
         q.enqueue(t, Job::new("x").id("x")).await.unwrap();
         redis
-            .cli(&["SCRIPT", "LOAD", &punctual::script_source("ack").unwrap()])
+            .cli(&[
+                "SCRIPT",
+                "LOAD",
+                &punctual::internal::script_source("ack").unwrap(),
+            ])
             .unwrap();
         let proxy = StallingProxy::start(redis.port(), Duration::ZERO).await;
         proxy.cut.store(true, Ordering::SeqCst);
