@@ -39,6 +39,9 @@ class Job {
     this.dueMs = Number(msg.due_ms ?? 0);
     this.createdMs = Number(msg.created_ms ?? 0);
     this.timeoutMs = Number(msg.timeout_ms ?? 0);
+    /** The producer's W3C trace context (the parent span when serve exports spans), or null. */
+    this.traceparent = msg.traceparent ?? null;
+    this.tracestate = msg.tracestate ?? null;
     /** Exactly the bytes the producer enqueued. */
     this.payload =
       msg.payload_b64 != null ? Buffer.from(msg.payload_b64, 'base64') : Buffer.from(String(msg.payload ?? ''));

@@ -164,7 +164,7 @@ end
 
 -- The options of an M field: max attempts (number or nil) and a table
 -- {deadline, timeout, group} (nil when M has no options), or false when M
--- is not one (M must match ^%d*(;[etg][^;:]*)*$). Only a field with ';' pays
+-- is not one (M must match ^%d*(;[etgps][^;:]*)*$). Only a field with ';' pays
 -- for more than one string.find.
 local function opts_of(m)
   if not string.find(m, ';', 1, true) then
@@ -178,7 +178,7 @@ local function opts_of(m)
     if letter == 'e' then o.deadline = tonumber(v, 36)
     elseif letter == 't' then o.timeout = tonumber(v)
     elseif letter == 'g' then o.group = v
-    else return false end
+    elseif letter ~= 'p' and letter ~= 's' then return false end
   end
   return tonumber(d), o
 end
@@ -194,7 +194,8 @@ end
 
 -- M may carry per-job options after the max attempts (PROTOCOL.md "Per-job
 -- options"): ";" then a letter and a value, M = "<digits or empty>[;<opt>]*",
--- with e<deadline, epoch ms, base 36>, t<timeout ms> and g<group>.
+-- with e<deadline, epoch ms, base 36>, t<timeout ms>, g<group>, and the
+-- trace context p<traceparent> and s<tracestate>, which only clients read.
 local HEADER = '^([^:]*):(%w+):(%w+):([%d,]*):(%d+):()'
 -- A record's due time, D (base 36), alone: for a look at it without decode.
 local RECORD_DUE = '^[^:]*:(%w+):'
@@ -621,7 +622,7 @@ end
 --   id ("" = generate), payload, when ("d<ms>" delay or "a<ms>" epoch ms),
 --   max attempts ("" = topic default), optionally followed by per-job
 --   options (";x<ms>" expiry after the due time, ";t<ms>" handler timeout,
---   ";g<group>"; stored with x turned into e<due + ms, base 36>, where the due time
+--   ";g<group>", ";p<traceparent>", ";s<tracestate>"; stored with x turned into e<due + ms, base 36>, where the due time
 --   is the one asked for, also when an absolute time already past made the job
 --   due now; see
 --   PROTOCOL.md "Per-job options"), backoff ladder ("" = topic default,
@@ -755,6 +756,26 @@ if routed then
   end
 end
 
+-- A W3C traceparent: version-traceid-spanid-flags in lowercase hex, the
+-- version not ff, neither id all zeros.
+local function trace_parent_ok(v)
+  local ver, tid, sid = string.match(v, '^([0-9a-f][0-9a-f])%-(' .. string.rep('[0-9a-f]', 32) .. ')%-('
+    .. string.rep('[0-9a-f]', 16) .. ')%-[0-9a-f][0-9a-f]$')
+  return ver ~= nil and ver ~= 'ff' and string.find(tid, '[^0]') ~= nil and string.find(sid, '[^0]') ~= nil
+end
+
+-- A tracestate as stored: printable ASCII, each % starting an escape of two
+-- hex digits (% ; : are written %25 %3B %3A), at most 512 bytes decoded.
+local function trace_state_ok(v)
+  if #v > 1536 or string.find(v, '[^ -~]') then return false end
+  local n = #v
+  for esc in string.gmatch(v, '%%(.?.?)') do
+    if not string.find(esc, '^%x%x$') then return false end
+    n = n - 2
+  end
+  return n <= 512
+end
+
 -- Per-job options in the max attempts argument: "<max>;<letter><value>...".
 -- Returns {pre, x, post} (x: the expiry ms, to be stored as
 -- pre .. ";e" .. b36(due + x) .. post; nil without one), or nil and why.
@@ -786,12 +807,23 @@ local function parse_opts(arg)
         return nil, 'a group (g) is 1 to 64 bytes of letters, digits, _ . @ -'
       end
       parts[#parts + 1] = ';' .. opt
+    elseif letter == 'p' then
+      if not trace_parent_ok(v) then
+        return nil, 'a traceparent (p) is W3C version-traceid-spanid-flags: 2, 32, 16 and 2 lowercase hex digits, version not ff, ids not all zero'
+      end
+      parts[#parts + 1] = ';' .. opt
+    elseif letter == 's' then
+      if not trace_state_ok(v) then
+        return nil, 'a tracestate (s) is at most 512 bytes of printable ASCII, with % ; : written %25 %3B %3A'
+      end
+      parts[#parts + 1] = ';' .. opt
     elseif letter == 'e' then
       return nil, 'option e (a deadline) is written by enqueue; pass x<ms> for an expiry'
     else
-      return nil, 'unknown option "' .. letter .. '": give x<ms>, t<ms> or g<group>'
+      return nil, 'unknown option "' .. letter .. '": give x<ms>, t<ms>, g<group>, p<traceparent> or s<tracestate>'
     end
   end
+  if seen_opt.s and not seen_opt.p then return nil, 'a tracestate (s) needs a traceparent (p)' end
   if not x then return { pre = arg } end
   return {
     pre = table.concat(parts, '', 1, xat - 1),

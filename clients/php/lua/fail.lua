@@ -105,7 +105,7 @@ end
 
 -- The options of an M field: max attempts (number or nil) and a table
 -- {deadline, timeout, group} (nil when M has no options), or false when M
--- is not one (M must match ^%d*(;[etg][^;:]*)*$). Only a field with ';' pays
+-- is not one (M must match ^%d*(;[etgps][^;:]*)*$). Only a field with ';' pays
 -- for more than one string.find.
 local function opts_of(m)
   if not string.find(m, ';', 1, true) then
@@ -119,7 +119,7 @@ local function opts_of(m)
     if letter == 'e' then o.deadline = tonumber(v, 36)
     elseif letter == 't' then o.timeout = tonumber(v)
     elseif letter == 'g' then o.group = v
-    else return false end
+    elseif letter ~= 'p' and letter ~= 's' then return false end
   end
   return tonumber(d), o
 end
@@ -135,7 +135,8 @@ end
 
 -- M may carry per-job options after the max attempts (PROTOCOL.md "Per-job
 -- options"): ";" then a letter and a value, M = "<digits or empty>[;<opt>]*",
--- with e<deadline, epoch ms, base 36>, t<timeout ms> and g<group>.
+-- with e<deadline, epoch ms, base 36>, t<timeout ms>, g<group>, and the
+-- trace context p<traceparent> and s<tracestate>, which only clients read.
 local HEADER = '^([^:]*):(%w+):(%w+):([%d,]*):(%d+):()'
 -- A record's due time, D (base 36), alone: for a look at it without decode.
 local RECORD_DUE = '^[^:]*:(%w+):'

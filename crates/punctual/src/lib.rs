@@ -11,8 +11,9 @@
 //! - **Consume**: a [`Worker`] ([`WorkerConfig`], [`Capacity`]) runs a
 //!   [`Handler`] for each claimed job, a [`Delivery`], extending its lease;
 //!   the handler returns an [`Outcome`] and gets a [`CancellationToken`]
-//!   ([`cancellable`], [`Cancellable`], [`BoxedHandler`]); [`Stopped`] is
-//!   what a stopped worker left.
+//!   ([`cancellable`], [`Cancellable`], [`BoxedHandler`]); [`AttemptEnd`]
+//!   tells how each attempt ended; [`Stopped`] is what a stopped worker
+//!   left.
 //! - **Schedule**: a [`Scheduler`] ([`SchedulerConfig`]) promotes due jobs,
 //!   reclaims expired leases and fires the topic's recurring
 //!   [`schedule`]s.
@@ -25,8 +26,9 @@
 //!   jobs ([`GroupInfo`], [`GroupLimits`], [`GroupHold`]); partitions (at
 //!   most [`MAX_PARTITIONS`]).
 //! - **Check input** before sending it: [`validate_topic`], [`validate_id`],
-//!   [`validate_group`], and the limits [`MAX_TOPIC_LEN`], [`MAX_ID_LEN`],
-//!   [`MAX_GROUP_LEN`], [`MAX_ATTEMPTS`], [`MAX_DELAY`]; the defaults
+//!   [`validate_group`], [`validate_traceparent`], [`validate_tracestate`],
+//!   and the limits [`MAX_TOPIC_LEN`], [`MAX_ID_LEN`], [`MAX_GROUP_LEN`],
+//!   [`MAX_TRACESTATE_LEN`], [`MAX_ATTEMPTS`], [`MAX_DELAY`]; the defaults
 //!   [`DEFAULT_PREFIX`], [`DEFAULT_MAX_PAYLOAD`], [`DEFAULT_ENQUEUE_CHUNK`],
 //!   [`DEFAULT_LOADING_WAIT`], [`DEFAULT_CLAIM_BATCH`].
 //! - **Errors**: [`Error`] ([`ErrorKind`]) and [`Result`].
@@ -88,6 +90,8 @@ mod limits;
 mod once;
 mod ops;
 mod options;
+#[cfg(feature = "opentelemetry")]
+mod otel;
 mod partition;
 mod queue;
 pub mod raw;
@@ -112,7 +116,9 @@ pub use job::{
 };
 pub use keys::{validate_id, validate_topic, MAX_ID_LEN, MAX_TOPIC_LEN};
 pub use limits::{Limited, Limits, Rate};
-pub use options::{validate_group, MAX_GROUP_LEN};
+pub use options::{
+    validate_group, validate_traceparent, validate_tracestate, MAX_GROUP_LEN, MAX_TRACESTATE_LEN,
+};
 pub use partition::MAX_PARTITIONS;
 pub use queue::{
     GroupHold, GroupInfo, GroupLimits, Queue, QueueBuilder, SkippedTopic, Topics,
@@ -121,7 +127,7 @@ pub use queue::{
 pub use raw::Delivery;
 pub use scheduler::{Scheduler, SchedulerConfig};
 pub use tokio_util::sync::CancellationToken;
-pub use worker::{Capacity, Stopped, Worker, WorkerConfig, DEFAULT_CLAIM_BATCH};
+pub use worker::{AttemptEnd, Capacity, Stopped, Worker, WorkerConfig, DEFAULT_CLAIM_BATCH};
 
 // The doc examples of `lease.rs` and `scripts.rs` name these at the root;
 // they are `internal`'s, not part of the API.

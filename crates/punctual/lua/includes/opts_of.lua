@@ -2,7 +2,7 @@
 
 -- The options of an M field: max attempts (number or nil) and a table
 -- {deadline, timeout, group} (nil when M has no options), or false when M
--- is not one (M must match ^%d*(;[etg][^;:]*)*$). Only a field with ';' pays
+-- is not one (M must match ^%d*(;[etgps][^;:]*)*$). Only a field with ';' pays
 -- for more than one string.find.
 local function opts_of(m)
   if not string.find(m, ';', 1, true) then
@@ -16,7 +16,7 @@ local function opts_of(m)
     if letter == 'e' then o.deadline = tonumber(v, 36)
     elseif letter == 't' then o.timeout = tonumber(v)
     elseif letter == 'g' then o.group = v
-    else return false end
+    elseif letter ~= 'p' and letter ~= 's' then return false end
   end
   return tonumber(d), o
 end

@@ -10,7 +10,8 @@
 
 -- M may carry per-job options after the max attempts (PROTOCOL.md "Per-job
 -- options"): ";" then a letter and a value, M = "<digits or empty>[;<opt>]*",
--- with e<deadline, epoch ms, base 36>, t<timeout ms> and g<group>.
+-- with e<deadline, epoch ms, base 36>, t<timeout ms>, g<group>, and the
+-- trace context p<traceparent> and s<tracestate>, which only clients read.
 local HEADER = '^([^:]*):(%w+):(%w+):([%d,]*):(%d+):()'
 -- A record's due time, D (base 36), alone: for a look at it without decode.
 local RECORD_DUE = '^[^:]*:(%w+):'

@@ -139,6 +139,11 @@ pub struct Delivery {
     pub timeout: Option<Duration>,
     /// The job's group ([`crate::Job::group`]).
     pub group: Option<String>,
+    /// The producer's W3C trace context ([`crate::Job::traceparent`]),
+    /// the same on every attempt.
+    pub traceparent: Option<String>,
+    /// Its tracestate ([`crate::Job::tracestate`]).
+    pub tracestate: Option<String>,
     /// Redis's clock at the claim, epoch microseconds: the job started no
     /// earlier than this, and this is never before `due_ms`.
     pub claimed_us: i64,
@@ -445,6 +450,8 @@ pub async fn claim_with_wait(
             deadline_ms: c.opts.deadline_ms,
             timeout: c.opts.timeout_ms.map(Duration::from_millis),
             group: c.opts.group,
+            traceparent: c.opts.traceparent,
+            tracestate: c.opts.tracestate,
             claimed_us,
             received,
             sent,
