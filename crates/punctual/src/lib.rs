@@ -128,10 +128,3 @@ pub use raw::Delivery;
 pub use scheduler::{Scheduler, SchedulerConfig};
 pub use tokio_util::sync::CancellationToken;
 pub use worker::{AttemptEnd, Capacity, Stopped, Worker, WorkerConfig, DEFAULT_CLAIM_BATCH};
-
-// The doc examples of `lease.rs` and `scripts.rs` name these at the root;
-// they are `internal`'s, not part of the API.
-#[doc(hidden)]
-pub use keys::TopicKeys;
-#[doc(hidden)]
-pub use scripts::{script_names, script_source};
