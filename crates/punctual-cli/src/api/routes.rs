@@ -23,7 +23,7 @@ use super::auth::Authorized;
 use super::error::{ApiError, ApiResult};
 use super::reply::{HistoryReply, JobReply, ProcessReply, TopicReply};
 use super::ApiState;
-use crate::admin::audit::counted;
+use crate::forms::counted;
 use crate::health;
 use crate::input::parse_time;
 
@@ -806,7 +806,7 @@ async fn delete_topic(
     Path(topic): Path<String>,
 ) -> ApiResult<Json<Value>> {
     topic_ok(&topic)?;
-    let schedules = crate::admin::topic::schedule_names(&s.queue, &topic).await;
+    let schedules = crate::forms::schedule_names(&s.queue, &topic).await;
     match s.queue.delete_topic(&topic).await? {
         TopicDeleted::Deleted => {
             who.record(
