@@ -7,7 +7,7 @@ use std::sync::Arc;
 use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
-use punctual::audit::Entry;
+use punctual::internal::audit::Entry;
 use punctual::Queue;
 use serde_json::Value;
 use subtle::ConstantTimeEq;
@@ -100,7 +100,7 @@ impl Authorized {
         let entry = Entry::new("api", self.from.as_str(), action)
             .topic(topic)
             .detail(detail);
-        crate::admin::audit::record(queue, entry).await;
+        crate::forms::record(queue, entry).await;
     }
 }
 

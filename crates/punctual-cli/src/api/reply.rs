@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use punctual::audit::Entry;
+use punctual::internal::audit::Entry;
 use punctual::registry::ProcessInfo;
 use punctual::{History, JobInfo, Lateness, MinuteFigures, TopicStats};
 use serde::Serialize;
@@ -104,7 +104,7 @@ impl TopicReply {
             overdue: s.overdue,
             overdue_ms: s.overdue_ms,
             counters: s.counters.clone(),
-            limits: crate::admin::limits::limits_json(&s.limits),
+            limits: crate::forms::limits_json(&s.limits),
             limited: s.limited.map(|l| l.as_str()),
             status: h.status,
             workers: h.workers,

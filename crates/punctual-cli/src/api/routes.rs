@@ -23,7 +23,7 @@ use super::auth::Authorized;
 use super::error::{ApiError, ApiResult};
 use super::reply::{HistoryReply, JobReply, ProcessReply, TopicReply};
 use super::ApiState;
-use crate::admin::audit::counted;
+use crate::forms::counted;
 use crate::health;
 use crate::input::parse_time;
 
@@ -356,10 +356,10 @@ async fn history(
 ) -> ApiResult<Json<HistoryReply>> {
     topic_ok(&topic)?;
     let minutes = query(q)?.minutes.unwrap_or(60);
-    if minutes == 0 || minutes > punctual::MAX_HISTORY_MINUTES {
+    if minutes == 0 || minutes > punctual::internal::MAX_HISTORY_MINUTES {
         return Err(ApiError::invalid(format!(
             "minutes={minutes}: give 1 to {} (7 days)",
-            punctual::MAX_HISTORY_MINUTES
+            punctual::internal::MAX_HISTORY_MINUTES
         )));
     }
     let history = s.queue.history(&topic, minutes).await?;
@@ -806,7 +806,7 @@ async fn delete_topic(
     Path(topic): Path<String>,
 ) -> ApiResult<Json<Value>> {
     topic_ok(&topic)?;
-    let schedules = crate::admin::topic::schedule_names(&s.queue, &topic).await;
+    let schedules = crate::forms::schedule_names(&s.queue, &topic).await;
     match s.queue.delete_topic(&topic).await? {
         TopicDeleted::Deleted => {
             who.record(

@@ -3,7 +3,7 @@
 //! schedule that was new or changed.
 
 use anyhow::{Context, Result};
-use punctual::audit::Entry;
+use punctual::internal::audit::Entry;
 use punctual::Queue;
 
 use super::config::Config;
@@ -29,7 +29,7 @@ pub(crate) async fn upsert(queue: &Queue, cfg: &Config) -> Result<()> {
         let entry = Entry::new("serve", "config", action)
             .topic(&sc.topic)
             .detail(serde_json::to_value(&stored).unwrap_or_default());
-        crate::admin::audit::record(queue, entry).await;
+        crate::forms::record(queue, entry).await;
     }
     Ok(())
 }
