@@ -297,9 +297,15 @@ async fn cancelling_a_running_job_stops_its_handler() {
     let dropped = Arc::new(AtomicUsize::new(0));
     let d2 = dropped.clone();
     let stop = CancellationToken::new();
+    // A lease of a minute: the keeper's backstop (a refused extension,
+    // every 20 s) cannot be what stops the handler in time; the cancel
+    // message must. The handler ignores every token: it is dropped after
+    // the grace.
     let worker = Worker::new(
         q.clone(),
-        WorkerConfig::default().lease(Duration::from_millis(300)),
+        WorkerConfig::default()
+            .lease(Duration::from_secs(60))
+            .cancelled_grace(Duration::from_millis(100)),
     )
     .handle_with_timeout("t", Duration::from_secs(60), move |_| {
         let flag = Flag(d2.clone());
@@ -322,6 +328,60 @@ async fn cancelling_a_running_job_stops_its_handler() {
     stop.cancel();
     w.await.unwrap().unwrap();
     assert_eq!(total_live(&q, "t").await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_from_another_connection_fires_the_delivery_token_and_records_nothing() {
+    let server = RedisServer::start();
+    let q = Queue::connect(server.url()).await.unwrap();
+    // The operator's side: another connection (another process or host
+    // would do the same: the message goes through Redis).
+    let operator = Queue::connect(server.url()).await.unwrap();
+    q.enqueue("t", Job::new("x").id("c")).await.unwrap();
+    // What the handler saw: the delivery's token, then its own.
+    let seen: Arc<Mutex<Vec<&'static str>>> = Arc::default();
+    let log = seen.clone();
+    let stop = CancellationToken::new();
+    let worker = Worker::new(
+        q.clone(),
+        WorkerConfig::default().lease(Duration::from_secs(60)),
+    )
+    .handler_with_timeout(
+        "t",
+        Duration::from_secs(60),
+        punctual::cancellable(move |job: punctual::Delivery, token: CancellationToken| {
+            let log = log.clone();
+            async move {
+                log.lock().unwrap().push("started");
+                job.cancelled.cancelled().await;
+                log.lock().unwrap().push("cancelled");
+                token.cancelled().await;
+                log.lock().unwrap().push("token");
+                // Not recorded: the cancel ended the job.
+                Outcome::Done
+            }
+        }),
+    );
+    let w = tokio::spawn(worker.run(stop.clone().cancelled_owned()));
+    eventually(Duration::from_secs(10), "job running", || async {
+        seen.lock().unwrap().len() == 1
+    })
+    .await;
+    assert_eq!(operator.cancel("t", "c").await.unwrap(), Some(State::Running));
+    eventually(Duration::from_secs(10), "the handler heard the cancel", || async {
+        seen.lock().unwrap().len() == 3
+    })
+    .await;
+    assert_eq!(*seen.lock().unwrap(), ["started", "cancelled", "token"]);
+    stop.cancel();
+    let stopped = w.await.unwrap().unwrap();
+    assert_eq!(stopped.abandoned, 0);
+    let s = q.stats("t").await.unwrap();
+    assert_eq!(s.pool + s.ready + s.running + s.dead, 0);
+    let c = |n: &str| s.counters.get(n).copied().unwrap_or(0);
+    assert_eq!((c("cancelled"), c("done"), c("retried"), c("dead")), (1, 0, 0, 0));
+    // Not reclaimed later either: nothing is left to reclaim.
+    assert!(q.get("t", "c").await.unwrap().is_none());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
