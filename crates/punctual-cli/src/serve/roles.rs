@@ -184,6 +184,7 @@ pub(crate) async fn run_worker(
         .idle_check(cfg.idle_check)
         .shutdown_timeout(grace)
         .max_retry_delay(cfg.max_retry_delay)
+        .cancelled_grace(cfg.cancel_grace)
         .registry(registry);
     let mut worker = Worker::new(queue, wc);
     for (name, t) in &cfg.topics {
@@ -305,11 +306,18 @@ async fn measured(
     metrics: Option<&MetricsSender>,
     run: impl std::future::Future<Output = Outcome>,
 ) -> Outcome {
-    let lateness = d.lateness();
-    let start = Instant::now();
+    let mut m = Measure {
+        d,
+        metrics,
+        lateness: d.lateness(),
+        start: Instant::now(),
+        recorded: false,
+    };
     let outcome = run.await;
-    let duration = start.elapsed();
+    // A job an operator cancelled while it ran counts as cancelled,
+    // whatever its handler answered (the worker records no answer).
     let kind = match &outcome {
+        _ if d.cancelled.is_cancelled() => "cancelled",
         Outcome::Done => "done",
         Outcome::Retry { .. } => "retry",
         Outcome::Permanent { .. } => "permanent",
@@ -317,16 +325,43 @@ async fn measured(
         Outcome::HandBack => "handed_back",
         _ => "other",
     };
-    tracing::debug!(topic = %d.topic, id = %d.id, attempt = d.attempt, lateness_ms = lateness.as_secs_f64() * 1e3, duration_ms = duration.as_secs_f64() * 1e3, outcome = kind, "job ran");
-    if let Some(m) = metrics {
-        m.send(JobRecord {
-            topic: d.topic.clone(),
-            lateness,
-            duration,
-            outcome: kind,
-        });
-    }
+    m.record(kind);
     outcome
+}
+
+/// One handler run's figures, sent once: when it answers, or, for a run
+/// dropped after an operator's cancel (its handler did not stop within
+/// `cancel_grace`), when it is dropped.
+struct Measure<'a> {
+    d: &'a punctual::Delivery,
+    metrics: Option<&'a MetricsSender>,
+    lateness: Duration,
+    start: Instant,
+    recorded: bool,
+}
+
+impl Measure<'_> {
+    fn record(&mut self, kind: &'static str) {
+        self.recorded = true;
+        let (d, lateness, duration) = (self.d, self.lateness, self.start.elapsed());
+        tracing::debug!(topic = %d.topic, id = %d.id, attempt = d.attempt, lateness_ms = lateness.as_secs_f64() * 1e3, duration_ms = duration.as_secs_f64() * 1e3, outcome = kind, "job ran");
+        if let Some(m) = self.metrics {
+            m.send(JobRecord {
+                topic: d.topic.clone(),
+                lateness,
+                duration,
+                outcome: kind,
+            });
+        }
+    }
+}
+
+impl Drop for Measure<'_> {
+    fn drop(&mut self) {
+        if !self.recorded && self.d.cancelled.is_cancelled() {
+            self.record("cancelled");
+        }
+    }
 }
 
 /// A scheduler process for every configured topic.
