@@ -129,17 +129,27 @@ echo "ended $PUNCTUAL_JOB_ID" >> "$here/events"
 
     assert_ended_cancelled(&q, "t", 2).await;
     // Counted by the handler metrics too, and in the audit trail with who.
-    eventually(Duration::from_secs(10), "cancelled runs in /metrics", || async {
-        svc.metrics()
-            .await
-            .contains("punctual_handler_runs_total{topic=\"t\",outcome=\"cancelled\"} 2")
-    })
+    eventually(
+        Duration::from_secs(10),
+        "cancelled runs in /metrics",
+        || async {
+            svc.metrics()
+                .await
+                .contains("punctual_handler_runs_total{topic=\"t\",outcome=\"cancelled\"} 2")
+        },
+    )
     .await;
     let trail = punctual::audit::read(&q, 10).await.unwrap().entries;
     let cancels: Vec<_> = trail.iter().filter(|e| e.action == "cancel").collect();
     assert_eq!(cancels.len(), 2, "{trail:?}");
-    assert!(cancels.iter().all(|e| e.who == "cli" && e.detail["was"] == "running"));
-    assert!(svc.log().contains("job cancelled while it ran"), "{}", svc.log());
+    assert!(cancels
+        .iter()
+        .all(|e| e.who == "cli" && e.detail["was"] == "running"));
+    assert!(
+        svc.log().contains("job cancelled while it ran"),
+        "{}",
+        svc.log()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -252,7 +262,7 @@ async fn a_resident_program_is_told_and_replaced_only_if_it_does_not_stop() {
     let program = svc.script("resident.py", RESIDENT);
     svc.config(
         &redis.url(),
-        "lease = \"60s\"\ncancel_grace = \"500ms\"",
+        "workers = 1\nlease = \"60s\"\ncancel_grace = \"500ms\"",
         &format!(
             "[topics.r]\nresident = [\"python3\", {:?}]\ntimeout = \"120s\"",
             program.display().to_string()
@@ -269,9 +279,11 @@ async fn a_resident_program_is_told_and_replaced_only_if_it_does_not_stop() {
     .await;
     let pid = find(&svc, "records", &["job", "p"]).unwrap()[2].clone();
     cancel_running(&redis.url(), "r", "p");
-    eventually(Duration::from_secs(10), "the program heard the cancel", || async {
-        find(&svc, "records", &["cancel", "p", &pid]).is_some()
-    })
+    eventually(
+        Duration::from_secs(10),
+        "the program heard the cancel",
+        || async { find(&svc, "records", &["cancel", "p", &pid]).is_some() },
+    )
     .await;
     q.enqueue("r", Job::new("plain").id("after")).await.unwrap();
     eventually(Duration::from_secs(10), "the next job ran", || async {
@@ -293,13 +305,22 @@ async fn a_resident_program_is_told_and_replaced_only_if_it_does_not_stop() {
     let old: i32 = pid.parse().unwrap();
     cancel_running(&redis.url(), "r", "s");
     eventually(Duration::from_secs(20), "the program replaced", || async {
-        gone(old) && lines(&svc, "records").iter().filter(|l| l[0] == "ready").count() == 2
+        gone(old)
+            && lines(&svc, "records")
+                .iter()
+                .filter(|l| l[0] == "ready")
+                .count()
+                == 2
     })
     .await;
 
     let s = q.stats("r").await.unwrap();
     assert_eq!(s.pool + s.ready + s.running + s.dead, 0, "{s:?}");
-    assert_eq!((counter(&s, "cancelled"), counter(&s, "done")), (2, 1), "{s:?}");
+    assert_eq!(
+        (counter(&s, "cancelled"), counter(&s, "done")),
+        (2, 1),
+        "{s:?}"
+    );
     for c in ["retried", "dead", "reclaimed"] {
         assert_eq!(counter(&s, c), 0, "{c}: {s:?}");
     }
@@ -353,12 +374,9 @@ echo "ended $PUNCTUAL_JOB_ID" >> "$(dirname "$0")/events"
 
     // A job due 3 s from now (three leases) runs on the restarted worker:
     // by then a lease the cancel had left would have been reclaimed.
-    q.enqueue(
-        "t",
-        Job::new("x").id("later").delay(Duration::from_secs(3)),
-    )
-    .await
-    .unwrap();
+    q.enqueue("t", Job::new("x").id("later").delay(Duration::from_secs(3)))
+        .await
+        .unwrap();
     eventually(Duration::from_secs(30), "later done", || async {
         find(&svc, "events", &["ended", "later"]).is_some()
     })
@@ -368,7 +386,11 @@ echo "ended $PUNCTUAL_JOB_ID" >> "$(dirname "$0")/events"
     })
     .await;
     let s = q.stats("t").await.unwrap();
-    assert_eq!((counter(&s, "cancelled"), counter(&s, "done")), (1, 1), "{s:?}");
+    assert_eq!(
+        (counter(&s, "cancelled"), counter(&s, "done")),
+        (1, 1),
+        "{s:?}"
+    );
     for c in ["retried", "dead", "reclaimed"] {
         assert_eq!(counter(&s, c), 0, "{c}: {s:?}");
     }
@@ -398,7 +420,14 @@ async fn a_cancel_after_the_job_ended_reports_it_done_and_changes_nothing() {
     .await;
     let (code, out, err) = cli_cancel(&redis.url(), "t", "quick");
     assert_eq!(code, 1, "{out}{err}");
-    assert!(err.contains("no live job \"quick\"") && err.contains("it is done"), "{err}");
+    assert!(
+        err.contains("no live job \"quick\"") && err.contains("it is done"),
+        "{err}"
+    );
     let s = q.stats("t").await.unwrap();
-    assert_eq!((counter(&s, "done"), counter(&s, "cancelled")), (1, 0), "{s:?}");
+    assert_eq!(
+        (counter(&s, "done"), counter(&s, "cancelled")),
+        (1, 0),
+        "{s:?}"
+    );
 }

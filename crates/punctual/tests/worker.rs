@@ -367,10 +367,15 @@ async fn a_cancel_from_another_connection_fires_the_delivery_token_and_records_n
         seen.lock().unwrap().len() == 1
     })
     .await;
-    assert_eq!(operator.cancel("t", "c").await.unwrap(), Some(State::Running));
-    eventually(Duration::from_secs(10), "the handler heard the cancel", || async {
-        seen.lock().unwrap().len() == 3
-    })
+    assert_eq!(
+        operator.cancel("t", "c").await.unwrap(),
+        Some(State::Running)
+    );
+    eventually(
+        Duration::from_secs(10),
+        "the handler heard the cancel",
+        || async { seen.lock().unwrap().len() == 3 },
+    )
     .await;
     assert_eq!(*seen.lock().unwrap(), ["started", "cancelled", "token"]);
     stop.cancel();
@@ -379,7 +384,10 @@ async fn a_cancel_from_another_connection_fires_the_delivery_token_and_records_n
     let s = q.stats("t").await.unwrap();
     assert_eq!(s.pool + s.ready + s.running + s.dead, 0);
     let c = |n: &str| s.counters.get(n).copied().unwrap_or(0);
-    assert_eq!((c("cancelled"), c("done"), c("retried"), c("dead")), (1, 0, 0, 0));
+    assert_eq!(
+        (c("cancelled"), c("done"), c("retried"), c("dead")),
+        (1, 0, 0, 0)
+    );
     // Not reclaimed later either: nothing is left to reclaim.
     assert!(q.get("t", "c").await.unwrap().is_none());
 }
@@ -392,7 +400,9 @@ async fn a_cancel_racing_the_end_of_a_job_leaves_it_done_or_cancelled_never_both
     let part: Partition = "t".parse().unwrap();
     q.enqueue("t", Job::new("x").id("a")).await.unwrap();
     q.enqueue("t", Job::new("x").id("b")).await.unwrap();
-    let jobs = raw::claim(&q, &part, 2, Duration::from_secs(60)).await.unwrap();
+    let jobs = raw::claim(&q, &part, 2, Duration::from_secs(60))
+        .await
+        .unwrap();
     let lease = |id: &str| jobs.iter().find(|j| j.id == id).unwrap().lease();
     // The ack first: the job stays done, the cancel finds nothing.
     assert_eq!(raw::ack(&q, &part, &[lease("a")]).await.unwrap(), [true]);
@@ -409,7 +419,10 @@ async fn a_cancel_racing_the_end_of_a_job_leaves_it_done_or_cancelled_never_both
     let s = q.stats("t").await.unwrap();
     assert_eq!(s.pool + s.ready + s.running + s.dead, 0);
     let c = |s: &punctual::TopicStats, n: &str| s.counters.get(n).copied().unwrap_or(0);
-    assert_eq!((c(&s, "done"), c(&s, "cancelled"), c(&s, "retried")), (1, 1, 0));
+    assert_eq!(
+        (c(&s, "done"), c(&s, "cancelled"), c(&s, "retried")),
+        (1, 1, 0)
+    );
 
     // At once: a worker ending jobs as fast as it can, an operator
     // cancelling every one of them meanwhile.
@@ -420,7 +433,9 @@ async fn a_cancel_racing_the_end_of_a_job_leaves_it_done_or_cancelled_never_both
     let stop = CancellationToken::new();
     let worker = Worker::new(
         q.clone(),
-        WorkerConfig::default().concurrency(8).lease(Duration::from_secs(60)),
+        WorkerConfig::default()
+            .concurrency(8)
+            .lease(Duration::from_secs(60)),
     )
     .handle("r", |job| async move {
         if job.id.ends_with('7') {
@@ -447,12 +462,16 @@ async fn a_cancel_racing_the_end_of_a_job_leaves_it_done_or_cancelled_never_both
     stop.cancel();
     w.await.unwrap().unwrap();
     let s = q.stats("r").await.unwrap();
-    let cancelled = replies.get("running").copied().unwrap_or(0)
-        + replies.get("waiting").copied().unwrap_or(0);
+    let cancelled =
+        replies.get("running").copied().unwrap_or(0) + replies.get("waiting").copied().unwrap_or(0);
     // Each job ended once: done (the cancel then found nothing) or
     // cancelled (its ack then refused), never both, never retried.
     assert_eq!(c(&s, "cancelled"), cancelled, "{replies:?} {s:?}");
-    assert_eq!(c(&s, "done"), replies.get("gone").copied().unwrap_or(0), "{replies:?} {s:?}");
+    assert_eq!(
+        c(&s, "done"),
+        replies.get("gone").copied().unwrap_or(0),
+        "{replies:?} {s:?}"
+    );
     assert_eq!(c(&s, "done") + c(&s, "cancelled"), n as u64);
     for name in ["retried", "dead", "reclaimed"] {
         assert_eq!(c(&s, name), 0, "{name}: {s:?}");
