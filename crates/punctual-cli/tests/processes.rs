@@ -12,7 +12,7 @@ use punctual::{Job, Queue};
 use punctual_testkit::eventually;
 use punctual_testkit::RedisServer;
 use serde_json::Value;
-use support::{live, output_text, Server, Service, BIN};
+use support::{live, metric, output_text, Server, Service, BIN};
 
 /// `punctual ps --json` (plus `extra`): the records.
 fn ps(redis: &str, extra: &[&str]) -> Vec<Value> {
@@ -62,13 +62,6 @@ async fn healthz(port: u16) -> (u16, Value) {
 async fn get_json(url: String) -> Value {
     let text = reqwest::get(url).await.unwrap().text().await.unwrap();
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
-}
-
-/// The value of the metric line starting with `series ` (labels included).
-fn metric(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-        .and_then(|v| v.trim().parse().ok())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

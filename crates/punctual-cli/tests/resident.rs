@@ -14,7 +14,7 @@ use punctual::{Job, Queue};
 use punctual_testkit::eventually;
 use punctual_testkit::RedisServer;
 use serde_json::{json, Value};
-use support::{gone, live, Service};
+use support::{gone, live, metric, Service};
 
 /// The resident handler under test. It appends to `records` (next to it):
 /// `ready PID`, `job ID ATTEMPT PID HEX(payload bytes) DUE_MS START_MS`,
@@ -955,5 +955,126 @@ async fn log_lines_of_a_program_name_the_job_that_wrote_them() {
         "{} of {seen} lines name another job: {:?}",
         wrong.len(),
         &wrong[..wrong.len().min(10)]
+    );
+}
+
+/// Issue 29 item 10, resident: a job the worker holds queued for a busy
+/// program is not started when the worker resumes from a stop (SIGSTOP,
+/// swap) longer than its lease: the lease ran out meanwhile and the job
+/// was claimed elsewhere. The worker hands it back unstarted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_job_is_not_started_after_its_worker_stopped_past_its_lease() {
+    let redis = RedisServer::start();
+    let mut svc = Resident::new();
+    svc.start(
+        &redis.url(),
+        "workers = 1\nlease = \"2s\"",
+        "processes = 1\ntimeout = \"30s\"",
+    );
+    let q = Queue::connect(redis.url()).await.unwrap();
+    q.enqueue("t", Job::new("sleep:5").id("a")).await.unwrap();
+    eventually(Duration::from_secs(20), "a started", || async {
+        svc.jobs().iter().any(|j| j.id == "a")
+    })
+    .await;
+    q.enqueue("t", Job::new("x").id("b")).await.unwrap();
+    eventually(
+        Duration::from_secs(20),
+        "b leased, queued for the program",
+        || async {
+            matches!(q.get("t", "b").await.unwrap(), Some(j) if j.state == punctual::State::Running)
+        },
+    )
+    .await;
+    let worker = q
+        .processes()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|p| p.role == punctual::registry::Role::Worker)
+        .expect("a worker registered")
+        .pid;
+    let worker = Pid::from_raw(worker as i32);
+    let stopped = std::time::Instant::now();
+    kill(worker, Signal::SIGSTOP).unwrap();
+    // Past b's lease the scheduler reclaims it, and another worker (this
+    // test) claims it.
+    let part: punctual::raw::Partition = "t".parse().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let elsewhere = loop {
+        let got = punctual::raw::claim(&q, &part, 10, Duration::from_secs(120))
+            .await
+            .unwrap();
+        if let Some(b) = got.into_iter().find(|d| d.id == "b") {
+            break b;
+        }
+        assert!(std::time::Instant::now() < deadline, "b never reclaimed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(elsewhere.attempt, 2);
+    // The program has finished a (5 s) when the worker resumes: it is free
+    // for b at once.
+    tokio::time::sleep(Duration::from_secs(6).saturating_sub(stopped.elapsed())).await;
+    kill(worker, Signal::SIGCONT).unwrap();
+    eventually(
+        Duration::from_secs(20),
+        "b started, or the worker said why not",
+        || async {
+            svc.log()
+                .contains("not started: its lease was not extended")
+                || svc.jobs().iter().any(|j| j.id == "b")
+        },
+    )
+    .await;
+    // Its hand-back (a fail under the old token) changed nothing.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let b: Vec<JobRec> = svc.jobs().into_iter().filter(|j| j.id == "b").collect();
+    assert!(
+        b.is_empty(),
+        "b started on the stopped worker's program: {b:?}"
+    );
+    let j = q
+        .get("t", "b")
+        .await
+        .unwrap()
+        .expect("b is still held here");
+    assert_eq!((j.state, j.attempts), (punctual::State::Running, 2));
+}
+
+/// A resident job's lateness is measured when a program gets it, not when
+/// it joins the pool's queue: b, due with a, waits for the program to
+/// finish a (2 s) and is reported about that late.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resident_jobs_lateness_counts_its_wait_for_a_program() {
+    let redis = RedisServer::start();
+    let mut svc = Resident::new();
+    svc.start(&redis.url(), "workers = 1", "processes = 1");
+    let q = Queue::connect(redis.url()).await.unwrap();
+    q.enqueue_batch(
+        "t",
+        vec![Job::new("sleep:2").id("a"), Job::new("x").id("b")],
+    )
+    .await
+    .unwrap();
+    eventually(Duration::from_secs(30), "both done", || async {
+        live(&q, "t").await == 0
+    })
+    .await;
+    let b = svc.jobs().into_iter().find(|j| j.id == "b").expect("b ran");
+    let waited = (b.start_ms - b.due_ms) as f64 / 1000.0;
+    assert!(waited >= 1.5, "b waited {waited} s for the program");
+    let series = "punctual_lateness_seconds_sum{topic=\"t\"}";
+    let mut sum = None;
+    for _ in 0..50 {
+        sum = metric(&svc.metrics().await, series);
+        if sum.is_some_and(|s| s >= waited - 0.2) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let sum = sum.expect("the lateness histogram has topic t");
+    assert!(
+        sum >= waited - 0.2,
+        "lateness of a and b {sum} s, while b alone waited {waited} s"
     );
 }

@@ -53,6 +53,7 @@ pub mod audit;
 mod conn;
 mod error;
 mod handler;
+mod held;
 mod history;
 mod job;
 mod keys;

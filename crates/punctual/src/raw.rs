@@ -476,6 +476,9 @@ pub struct Delivery {
     /// # let _ = worker; }
     /// ```
     pub cancelled: tokio_util::sync::CancellationToken,
+    /// When its worker's keeper last extended the lease (see
+    /// [`Delivery::lease_in_doubt`]); None outside a worker.
+    pub(crate) extended: Option<std::sync::Arc<crate::held::Extended>>,
 }
 
 /// A claim's round trip longer than this is taken for a stall between the
@@ -502,10 +505,16 @@ impl Delivery {
     /// # let _ = report;
     /// ```
     pub fn lateness_us(&self) -> i64 {
+        self.lateness_us_at(std::time::Instant::now())
+    }
+
+    /// [`Delivery::lateness_us`] as it was, or will be, at `at` (a start
+    /// later than now, e.g. when a job waited for a free program).
+    pub fn lateness_us_at(&self, at: std::time::Instant) -> i64 {
         let since = if self.received.duration_since(self.sent) > STALLED_REPLY {
-            self.sent.elapsed()
+            at.saturating_duration_since(self.sent)
         } else {
-            self.received.elapsed()
+            at.saturating_duration_since(self.received)
         };
         self.claimed_us - self.due_ms * 1000 + since.as_micros() as i64
     }
@@ -827,6 +836,7 @@ pub async fn claim_with_wait(
             received,
             sent,
             cancelled: Default::default(),
+            extended: None,
         });
     }
     while r.len() > 1 {

@@ -24,6 +24,7 @@ use tracing::Instrument;
 
 use crate::error::{Error, Result};
 use crate::handler::{BoxedHandler, Handler, Json, Outcome};
+use crate::held::Extended;
 use crate::keys::validate_topic;
 use crate::queue::{Queue, MAX_BATCH};
 use crate::raw::{self, Delivery, FailKind, Failed, Lease, Partition};
@@ -437,6 +438,9 @@ struct Running {
     cancelled: CancellationToken,
     /// Drops the run at once (the shutdown timeout).
     abort: AbortHandle,
+    /// When the keeper last extended its lease (the delivery's copy tells
+    /// a handler that holds it before starting whether it still may).
+    extended: Arc<Extended>,
 }
 
 struct Shared {
@@ -1121,7 +1125,7 @@ async fn fetch_loop(
 fn spawn_slot(
     shared: &Arc<Shared>,
     ti: usize,
-    job: Delivery,
+    mut job: Delivery,
     permit: (tokio::sync::OwnedSemaphorePermit, Ticket),
     settle: mpsc::UnboundedSender<Settle>,
 ) {
@@ -1134,6 +1138,8 @@ fn spawn_slot(
         None => job.timeout.unwrap_or(topic.timeout),
     };
     let grace = shared.config.cancel_grace;
+    let extended = Arc::new(Extended::new(shared.config.lease));
+    job.extended = Some(extended.clone());
     // Right before the handler starts: the job's expiry, by Redis's clock
     // (the claim's, advanced by the local clock since), and the age of its
     // lease (at most the time since the claim was sent: a worker stalled
@@ -1247,6 +1253,7 @@ fn spawn_slot(
                 lost,
                 cancelled,
                 abort: handle.abort_handle(),
+                extended,
             },
         ),
     );
@@ -1493,6 +1500,9 @@ fn forget_held(held: &mut HashMap<String, (i64, Running)>, id: &str, token: i64)
 
 /// Extends the leases of every job this process holds, every third of the
 /// lease; stops the handler of a job whose lease was lost.
+/// A lease the keeper extends, and where it marks the extension.
+type HeldLease = (Lease, Arc<Extended>);
+
 async fn keep_leases(shared: Arc<Shared>, stop: CancellationToken) {
     let every = shared.config.lease / 3;
     loop {
@@ -1500,7 +1510,9 @@ async fn keep_leases(shared: Arc<Shared>, stop: CancellationToken) {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(every) => {}
         }
-        let by_topic: Vec<(usize, Vec<Lease>)> = shared
+        // Every lease listed now and extended below holds a lease past this.
+        let round = std::time::Instant::now();
+        let by_topic: Vec<(usize, Vec<HeldLease>)> = shared
             .inflight
             .lock()
             .unwrap()
@@ -1508,19 +1520,23 @@ async fn keep_leases(shared: Arc<Shared>, stop: CancellationToken) {
             .enumerate()
             .filter(|(_, held)| !held.is_empty())
             .map(|(ti, held)| {
-                let leases = held
-                    .iter()
-                    .map(|(id, (token, _))| Lease::new(id.clone(), *token));
+                let leases = held.iter().map(|(id, (token, run))| {
+                    (Lease::new(id.clone(), *token), run.extended.clone())
+                });
                 (ti, leases.collect())
             })
             .collect();
         for (ti, held) in by_topic {
             let topic = &shared.topics[ti].name;
             let part = Partition::known(topic);
+            let (held, marks): (Vec<Lease>, Vec<Arc<Extended>>) = held.into_iter().unzip();
             match raw::extend(&shared.queue, &part, &held, shared.config.lease).await {
                 Ok(flags) => {
-                    for (Lease { id, token, .. }, ok) in held.into_iter().zip(flags) {
+                    for ((Lease { id, token, .. }, ok), mark) in
+                        held.into_iter().zip(flags).zip(marks)
+                    {
                         if ok {
+                            mark.mark(round);
                             continue;
                         }
                         let mut inflight = shared.inflight.lock().unwrap();

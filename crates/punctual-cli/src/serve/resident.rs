@@ -91,6 +91,8 @@ struct Request {
     /// `QUEUED`, then `SENT` when a manager writes it to a program, or
     /// `WITHDRAWN` when the worker took it back first (shutdown).
     state: Arc<AtomicU8>,
+    /// When it was written to a program: its start.
+    started: Arc<std::sync::OnceLock<std::time::Instant>>,
 }
 
 const QUEUED: u8 = 0;
@@ -250,22 +252,29 @@ impl Pool {
         backstop(&self.cfg, concurrency, capacity, job_timeout)
     }
 
-    /// Runs one job on a program of the pool. When `stop` fires (the
-    /// worker is shutting down) before a program took the job, the job is
-    /// handed back unstarted.
-    pub(crate) async fn run(&self, d: Delivery, stop: CancellationToken) -> Outcome {
+    /// Runs one job on a program of the pool, and says when a program got
+    /// it (None if none did). When `stop` fires (the worker is shutting
+    /// down) before a program took the job, the job is handed back
+    /// unstarted.
+    pub(crate) async fn run(
+        &self,
+        d: Delivery,
+        stop: CancellationToken,
+    ) -> (Outcome, Option<std::time::Instant>) {
         let (reply, mut answer) = oneshot::channel();
         let cancel = CancellationToken::new();
         let guard = cancel.clone().drop_guard();
         let state = Arc::new(AtomicU8::new(QUEUED));
+        let started = Arc::new(std::sync::OnceLock::new());
         let req = Request {
             d,
             reply,
             cancel,
             state: state.clone(),
+            started: started.clone(),
         };
         if self.tx.send(req).is_err() {
-            return Outcome::HandBack;
+            return (Outcome::HandBack, None);
         }
         let answered = tokio::select! {
             a = &mut answer => Some(a),
@@ -279,7 +288,7 @@ impl Pool {
                     .is_ok()
                 {
                     guard.disarm();
-                    return Outcome::HandBack;
+                    return (Outcome::HandBack, None);
                 }
                 answer.await
             }
@@ -291,7 +300,7 @@ impl Pool {
             ))
         });
         guard.disarm();
-        outcome
+        (outcome, started.get().copied())
     }
 
     /// Retires every program (fd 3 closed, SIGTERM, SIGKILL: see
@@ -1158,6 +1167,7 @@ impl Manager {
     ) {
         let timeout = req.d.timeout.unwrap_or(self.cfg.timeout);
         let line = job_line(&req.d, timeout);
+        let _ = req.started.set(std::time::Instant::now());
         *seq += 1;
         *sent += 1;
         let s = *seq;
@@ -1228,16 +1238,22 @@ impl Manager {
     }
 
     /// Whether a job may start now: one whose expiry passed while it waited
-    /// for a program goes to dead instead, as the claim would have sent it.
+    /// for a program goes to dead instead, as the claim would have sent it;
+    /// one whose lease may have run out meanwhile (the worker was stopped,
+    /// or could not reach Redis, for over half a lease) is handed back
+    /// unstarted: it may be running elsewhere already.
     fn may_start(&self, req: Request) -> Option<Request> {
-        match req.d.expiry_error() {
-            None => Some(req),
-            Some(error) => {
-                tracing::warn!(topic = %self.topic, job = %req.d.id, "not started: {error}");
-                let _ = req.reply.send(Outcome::Expired { error });
-                None
-            }
+        if let Some(error) = req.d.expiry_error() {
+            tracing::warn!(topic = %self.topic, job = %req.d.id, "not started: {error}");
+            let _ = req.reply.send(Outcome::Expired { error });
+            return None;
         }
+        if req.d.lease_in_doubt() {
+            tracing::warn!(topic = %self.topic, job = %req.d.id, "not started: its lease was not extended for over half its length (this worker was stopped or cut off from Redis); handed back, since it may be running elsewhere");
+            let _ = req.reply.send(Outcome::HandBack);
+            return None;
+        }
+        Some(req)
     }
 
     /// A program replied for a job.

@@ -202,7 +202,16 @@ pub(crate) async fn run_worker(
             let gate = pool.capacity.clone();
             let run = move |d: punctual::Delivery, stop| {
                 let (pool, metrics) = (pool.clone(), metrics.clone());
-                async move { measured(&d, metrics.as_deref(), pool.run(d.clone(), stop)).await }
+                async move {
+                    // Measured from when a program got the job, not from
+                    // when it joined the pool's queue.
+                    let queued = Instant::now();
+                    let mut unanswered = Unanswered::new(&d, metrics.as_deref(), queued);
+                    let (outcome, started) = pool.run(d.clone(), stop).await;
+                    unanswered.answered();
+                    record(&d, metrics.as_deref(), started.unwrap_or(queued), &outcome);
+                    outcome
+                }
             };
             // Claims take no more than the ready programs can start.
             worker = worker
@@ -306,17 +315,24 @@ async fn measured(
     metrics: Option<&MetricsSender>,
     run: impl std::future::Future<Output = Outcome>,
 ) -> Outcome {
-    let mut m = Measure {
-        d,
-        metrics,
-        lateness: d.lateness(),
-        start: Instant::now(),
-        recorded: false,
-    };
+    let start = Instant::now();
+    let mut unanswered = Unanswered::new(d, metrics, start);
     let outcome = run.await;
-    // A job an operator cancelled while it ran counts as cancelled,
-    // whatever its handler answered (the worker records no answer).
-    let kind = match &outcome {
+    unanswered.answered();
+    record(d, metrics, start, &outcome);
+    outcome
+}
+
+/// Logs and counts one run of a job that started at `start`. A job an
+/// operator cancelled while it ran counts as `cancelled`, whatever its
+/// handler answered (the worker records no answer).
+fn record(
+    d: &punctual::Delivery,
+    metrics: Option<&MetricsSender>,
+    start: Instant,
+    outcome: &Outcome,
+) {
+    let kind = match outcome {
         _ if d.cancelled.is_cancelled() => "cancelled",
         Outcome::Done => "done",
         Outcome::Retry { .. } => "retry",
@@ -325,41 +341,57 @@ async fn measured(
         Outcome::HandBack => "handed_back",
         _ => "other",
     };
-    m.record(kind);
-    outcome
+    record_kind(d, metrics, start, kind);
 }
 
-/// One handler run's figures, sent once: when it answers, or, for a run
-/// dropped after an operator's cancel (its handler did not stop within
-/// `cancel_grace`), when it is dropped.
-struct Measure<'a> {
-    d: &'a punctual::Delivery,
-    metrics: Option<&'a MetricsSender>,
-    lateness: Duration,
+fn record_kind(
+    d: &punctual::Delivery,
+    metrics: Option<&MetricsSender>,
     start: Instant,
-    recorded: bool,
-}
-
-impl Measure<'_> {
-    fn record(&mut self, kind: &'static str) {
-        self.recorded = true;
-        let (d, lateness, duration) = (self.d, self.lateness, self.start.elapsed());
-        tracing::debug!(topic = %d.topic, id = %d.id, attempt = d.attempt, lateness_ms = lateness.as_secs_f64() * 1e3, duration_ms = duration.as_secs_f64() * 1e3, outcome = kind, "job ran");
-        if let Some(m) = self.metrics {
-            m.send(JobRecord {
-                topic: d.topic.clone(),
-                lateness,
-                duration,
-                outcome: kind,
-            });
-        }
+    kind: &'static str,
+) {
+    let lateness = Duration::from_micros(d.lateness_us_at(start).max(0) as u64);
+    let duration = start.elapsed();
+    tracing::debug!(topic = %d.topic, id = %d.id, attempt = d.attempt, lateness_ms = lateness.as_secs_f64() * 1e3, duration_ms = duration.as_secs_f64() * 1e3, outcome = kind, "job ran");
+    if let Some(m) = metrics {
+        m.send(JobRecord {
+            topic: d.topic.clone(),
+            lateness,
+            duration,
+            outcome: kind,
+        });
     }
 }
 
-impl Drop for Measure<'_> {
+/// A run not answered yet: if it is dropped unanswered after an operator
+/// cancelled its job (its handler did not stop within `cancel_grace`), it
+/// is counted as `cancelled` then.
+struct Unanswered<'a> {
+    d: &'a punctual::Delivery,
+    metrics: Option<&'a MetricsSender>,
+    start: Instant,
+    armed: bool,
+}
+
+impl<'a> Unanswered<'a> {
+    fn new(d: &'a punctual::Delivery, metrics: Option<&'a MetricsSender>, start: Instant) -> Self {
+        Unanswered {
+            d,
+            metrics,
+            start,
+            armed: true,
+        }
+    }
+
+    fn answered(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Unanswered<'_> {
     fn drop(&mut self) {
-        if !self.recorded && self.d.cancelled.is_cancelled() {
-            self.record("cancelled");
+        if self.armed && self.d.cancelled.is_cancelled() {
+            record_kind(self.d, self.metrics, self.start, "cancelled");
         }
     }
 }
