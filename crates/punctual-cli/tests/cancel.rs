@@ -183,7 +183,9 @@ async fn an_http_handler_has_its_request_aborted() {
     let mut svc = Service::new();
     svc.config(
         &redis.url(),
-        "lease = \"60s\"",
+        // A grace of an hour: only the abort at the cancel can close the
+        // connection within the wait below (the drop after the grace cannot).
+        "lease = \"60s\"\ncancel_grace = \"1h\"",
         &format!(
             "[topics.h]\nhttp = {{ url = \"http://127.0.0.1:{port}/hook\", timeout = \"120s\" }}\n"
         ),
@@ -430,4 +432,69 @@ async fn a_cancel_after_the_job_ended_reports_it_done_and_changes_nothing() {
         (1, 0),
         "{s:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_the_cli_cancel_reaches_exec_handlers_on_every_shard() {
+    let c = punctual_testkit::RedisCluster::start();
+    // One topic on each master.
+    let mut topics: Vec<String> = Vec::new();
+    let mut masters = std::collections::HashSet::new();
+    for t in ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j"] {
+        let m = c.master_of(&format!("punctual:{{{t}}}:jobs")).unwrap();
+        if masters.insert(m) {
+            topics.push(t.to_string());
+        }
+    }
+    assert_eq!(topics.len(), 3, "a topic on each master");
+    let mut svc = Service::new();
+    let handler = svc.script(
+        "handler.sh",
+        r#"cat > /dev/null
+here="$(dirname "$0")"
+trap 'echo "term $PUNCTUAL_TOPIC" >> "$here/events"; exit 0' TERM
+sleep 60 &
+echo "started $PUNCTUAL_TOPIC" >> "$here/events"
+wait
+"#,
+    );
+    let sections: String = topics
+        .iter()
+        .map(|t| {
+            format!(
+                "[topics.{t}]\nexec = [{:?}]\ntimeout = \"120s\"\n",
+                handler.display().to_string()
+            )
+        })
+        .collect();
+    svc.config(&c.seed_urls(), "lease = \"60s\"", &sections);
+    svc.start();
+    let q = Queue::connect(c.seed_urls()).await.unwrap();
+    for t in &topics {
+        q.enqueue(t, Job::new("x").id("j")).await.unwrap();
+    }
+    eventually(Duration::from_secs(30), "every handler started", || async {
+        topics
+            .iter()
+            .all(|t| find(&svc, "events", &["started", t]).is_some())
+    })
+    .await;
+    // The CLI talks to one node only.
+    let node = c.urls()[1].clone();
+    for t in &topics {
+        cancel_running(&node, t, "j");
+    }
+    eventually(
+        Duration::from_secs(10),
+        "every handler got SIGTERM",
+        || async {
+            topics
+                .iter()
+                .all(|t| find(&svc, "events", &["term", t]).is_some())
+        },
+    )
+    .await;
+    for t in &topics {
+        assert_ended_cancelled(&q, t, 1).await;
+    }
 }
