@@ -1,10 +1,13 @@
 //! Cancelling a running job, wherever it runs (docs/PROTOCOL.md "cancel"):
-//! the job is cancelled by the CLI (`punctual cancel`, its own process),
+//! the job is cancelled by the CLI (`punctual cancel`, its own process; the
+//! HTTP API of `serve` once),
 //! the worker holding it runs in a `serve` process, and hears it on the
 //! topic's cancel channel. Every `serve` here has a lease of a minute: the
 //! keeper's backstop (a refused extension, every 20 s) cannot be what
 //! stops a handler within the tests' waits; the message must.
 
+#[path = "support/provision.rs"]
+mod provision;
 mod support;
 
 use std::io::{Read, Write};
@@ -16,7 +19,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use punctual::{Job, Queue};
 use punctual_testkit::{eventually, RedisServer};
-use support::{gone, live, Service, BIN};
+use support::{gone, live, Service, BIN, TOKEN};
 
 /// `punctual cancel TOPIC ID` through the CLI: (exit code, stdout, stderr).
 fn cli_cancel(redis: &str, topic: &str, id: &str) -> (i32, String, String) {
@@ -93,7 +96,7 @@ echo "ended $PUNCTUAL_JOB_ID" >> "$here/events"
     );
     svc.config(
         &redis.url(),
-        "lease = \"60s\"\ncancel_grace = \"500ms\"",
+        &format!("lease = \"60s\"\ncancel_grace = \"500ms\"\napi_token = {TOKEN:?}"),
         &format!(
             "[topics.t]\nexec = [{:?}]\ntimeout = \"120s\"",
             handler.display().to_string()
@@ -117,7 +120,21 @@ echo "ended $PUNCTUAL_JOB_ID" >> "$here/events"
 
     let stubborn = find(&svc, "events", &["started", "stubborn"]).unwrap();
     let (sh, sleep): (i32, i32) = (stubborn[2].parse().unwrap(), stubborn[3].parse().unwrap());
-    cancel_running(&redis.url(), "t", "stubborn");
+    // This one through the HTTP API of the serve.
+    let reply = reqwest::Client::new()
+        .delete(format!(
+            "http://127.0.0.1:{}/api/v1/topics/t/jobs/stubborn",
+            svc.http
+        ))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let reply: serde_json::Value = serde_json::from_str(&reply).unwrap();
+    assert_eq!(reply["was"], "running", "{reply}");
     eventually(
         Duration::from_secs(10),
         "stubborn's group SIGKILLed after the grace",
@@ -142,9 +159,19 @@ echo "ended $PUNCTUAL_JOB_ID" >> "$here/events"
     let trail = punctual::audit::read(&q, 10).await.unwrap().entries;
     let cancels: Vec<_> = trail.iter().filter(|e| e.action == "cancel").collect();
     assert_eq!(cancels.len(), 2, "{trail:?}");
-    assert!(cancels
+    assert!(
+        cancels.iter().all(|e| e.detail["was"] == "running"),
+        "{cancels:?}"
+    );
+    let who: Vec<(&str, &str)> = cancels
         .iter()
-        .all(|e| e.who == "cli" && e.detail["was"] == "running"));
+        .map(|e| (e.who.as_str(), e.detail["id"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        who,
+        [("api", "stubborn"), ("cli", "polite")],
+        "newest first"
+    );
     assert!(
         svc.log().contains("job cancelled while it ran"),
         "{}",
@@ -497,4 +524,66 @@ wait
     for t in &topics {
         assert_ended_cancelled(&q, t, 1).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_clients_cancel_stops_a_running_job_too() {
+    // The clients run their copy of the cancel script (clients_lua.rs keeps
+    // it identical): the worker hears their cancel as the CLI's.
+    if provision::skipped("python") {
+        return;
+    }
+    let python = provision::python().unwrap_or_else(|e| panic!("{e}"));
+    let redis = RedisServer::start();
+    let mut svc = Service::new();
+    let handler = svc.script(
+        "handler.sh",
+        r#"cat > /dev/null
+here="$(dirname "$0")"
+trap 'echo "term $PUNCTUAL_JOB_ID" >> "$here/events"; exit 0' TERM
+sleep 60 &
+echo "started $PUNCTUAL_JOB_ID" >> "$here/events"
+wait
+"#,
+    );
+    svc.config(
+        &redis.url(),
+        "lease = \"60s\"",
+        &format!(
+            "[topics.t]\nexec = [{:?}]\ntimeout = \"120s\"",
+            handler.display().to_string()
+        ),
+    );
+    svc.start();
+    let q = Queue::connect(redis.url()).await.unwrap();
+    q.enqueue("t", Job::new("x").id("py")).await.unwrap();
+    eventually(Duration::from_secs(20), "the handler started", || async {
+        find(&svc, "events", &["started", "py"]).is_some()
+    })
+    .await;
+    let out = Command::new(python)
+        .arg("-c")
+        .arg(
+            "import sys, redis, punctual\n\
+             p = punctual.Producer(redis.Redis.from_url(sys.argv[1]))\n\
+             print(p.cancel('t', 'py'))",
+        )
+        .arg(redis.url())
+        .env("PYTHONPATH", provision::clients_dir().join("python"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(text.trim(), "running");
+    eventually(
+        Duration::from_secs(10),
+        "the handler got SIGTERM",
+        || async { find(&svc, "events", &["term", "py"]).is_some() },
+    )
+    .await;
+    assert_ended_cancelled(&q, "t", 1).await;
 }
