@@ -1194,6 +1194,13 @@ fn spawn_slot(
                 }
             }
         }
+        if cancelled.is_cancelled() {
+            // Cancelled between the claim and now: never started.
+            let topic = &shared.topics[ti].logical;
+            tracing::info!(topic = %topic, id = %id, "not started: the job was cancelled");
+            forget(&shared, ti, &id, token);
+            return;
+        }
         let run = AssertUnwindSafe(handler.call(job, cancel.clone())).catch_unwind();
         let mut run = std::pin::pin!(run);
         let finished = tokio::select! {
