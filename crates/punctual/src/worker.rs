@@ -1570,3 +1570,20 @@ async fn keep_leases(shared: Arc<Shared>, stop: CancellationToken) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::parse_cancel;
+
+    #[test]
+    fn a_cancel_message_is_the_token_then_the_whole_id() {
+        assert_eq!(
+            parse_cancel(b"1764530000000123:order:10086"),
+            Some((1764530000000123, "order:10086"))
+        );
+        assert_eq!(parse_cancel(b"7: spaced id "), Some((7, " spaced id ")));
+        assert_eq!(parse_cancel(b"order:10086"), None);
+        assert_eq!(parse_cancel(b"12"), None);
+        assert_eq!(parse_cancel(b"\xff:x"), None);
+    }
+}
