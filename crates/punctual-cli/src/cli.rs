@@ -77,7 +77,10 @@ pub(crate) enum Command {
 
     /// Show sizes and counters of one topic, or of every known topic.
     ///
-    /// POOL, READY, RUNNING and DEAD are the jobs in each state now. NEXT-DUE
+    /// POOL, READY, RUNNING and DEAD are the jobs in each state now; of the
+    /// leased jobs, RUNNING have started and WAITING wait inside a worker
+    /// for a place to start (a resident pool's queue, as the workers' last
+    /// heartbeats report it; --json: `running` counts both). NEXT-DUE
     /// is when the next waiting job is due; OLDEST-READY is how long the
     /// oldest due job has waited for a worker (it grows when workers fall
     /// behind). DONE, RETRIED and DIED count since the topic began; EXPIRED

@@ -1078,3 +1078,55 @@ async fn a_resident_jobs_lateness_counts_its_wait_for_a_program() {
         "lateness of a and b {sum} s, while b alone waited {waited} s"
     );
 }
+
+/// Issue 29 (c): jobs the worker leased for a busy program but has not
+/// started show as waiting, not running, in stats and the API.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_queued_for_a_busy_program_show_as_waiting_not_running() {
+    let redis = RedisServer::start();
+    let mut svc = Resident::new();
+    svc.start(
+        &redis.url(),
+        "workers = 1\nheartbeat = \"200ms\"",
+        "processes = 1",
+    );
+    let q = Queue::connect(redis.url()).await.unwrap();
+    q.enqueue("t", Job::new("sleep:4").id("a")).await.unwrap();
+    eventually(Duration::from_secs(20), "a started", || async {
+        svc.jobs().iter().any(|j| j.id == "a")
+    })
+    .await;
+    q.enqueue_batch("t", vec![Job::new("x").id("b"), Job::new("x").id("c")])
+        .await
+        .unwrap();
+    eventually(
+        Duration::from_secs(20),
+        "a running, b and c waiting",
+        || async {
+            let s = q.stats("t").await.unwrap();
+            (s.running, s.waiting) == (3, 2)
+        },
+    )
+    .await;
+    let api = reqwest::get(format!("http://127.0.0.1:{}/api/v1/topics/t", svc.http))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let api: Value = serde_json::from_str(&api).unwrap();
+    assert_eq!(
+        (&api["running"], &api["waiting"]),
+        (&json!(3), &json!(2)),
+        "{api}"
+    );
+    eventually(
+        Duration::from_secs(30),
+        "all done, none waiting",
+        || async {
+            let s = q.stats("t").await.unwrap();
+            live(&q, "t").await == 0 && s.waiting == 0
+        },
+    )
+    .await;
+}

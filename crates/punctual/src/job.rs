@@ -664,8 +664,14 @@ pub struct TopicStats {
     pub pool: u64,
     /// Due jobs waiting for a worker.
     pub ready: u64,
-    /// Leased jobs.
+    /// Leased jobs: started, or waiting inside a worker to start (see
+    /// `waiting`).
     pub running: u64,
+    /// Of `running`, the jobs leased by a worker but not started yet
+    /// (waiting inside it for a place to start, as in a resident pool's
+    /// queue), as the live workers' last beats report them (the registry:
+    /// [`crate::registry::ProcessInfo::waiting`]); at most `running`.
+    pub waiting: u64,
     /// Dead jobs.
     pub dead: u64,
     /// Whether workers are told not to claim.

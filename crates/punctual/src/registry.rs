@@ -36,6 +36,8 @@
 //! # Ok(()) }
 //! ```
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -153,7 +155,17 @@ pub struct ProcessInfo {
     pub beat_ms: i64,
     /// Its beat period, ms: the record expires 3 periods after a beat.
     pub beat_period_ms: u64,
+    /// A worker's jobs leased but not started yet, by topic, at its last
+    /// beat: jobs waiting inside a handler for a place to start (a resident
+    /// pool's queue). They count in a topic's running jobs in Redis;
+    /// [`crate::Queue::stats`] shows them apart. Topics with none are left
+    /// out.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub waiting: BTreeMap<String, u64>,
 }
+
+/// Reads a worker's [`ProcessInfo::waiting`] before each beat.
+pub(crate) type Gauge = Arc<dyn Fn() -> BTreeMap<String, u64> + Send + Sync>;
 
 impl ProcessInfo {
     /// A record for this process: a generated id, this host and pid.
@@ -178,6 +190,7 @@ impl ProcessInfo {
             started_ms: 0,
             beat_ms: 0,
             beat_period_ms: DEFAULT_HEARTBEAT.as_millis() as u64,
+            waiting: BTreeMap::new(),
         }
     }
 
@@ -312,6 +325,7 @@ impl Registry {
         queue: &Queue,
         role: Role,
         topics: &[String],
+        waiting: Option<Gauge>,
     ) -> Result<Option<Registration>> {
         if !self.enabled {
             return Ok(None);
@@ -320,7 +334,9 @@ impl Registry {
         if let Some(id) = &self.id {
             info.id = id.clone();
         }
-        queue.register_process(info, self.heartbeat).map(Some)
+        queue
+            .register_gauged(info, self.heartbeat, waiting)
+            .map(Some)
     }
 }
 
@@ -465,10 +481,16 @@ impl Queue {
     /// registration.stop().await;
     /// # Ok(()) }
     /// ```
-    pub fn register_process(
+    pub fn register_process(&self, info: ProcessInfo, period: Duration) -> Result<Registration> {
+        self.register_gauged(info, period, None)
+    }
+
+    /// [`Queue::register_process`], with `waiting` read before each beat.
+    fn register_gauged(
         &self,
         mut info: ProcessInfo,
         period: Duration,
+        waiting: Option<Gauge>,
     ) -> Result<Registration> {
         validate_process_id(&info.id)?;
         if period < Duration::from_millis(100) {
@@ -484,6 +506,9 @@ impl Queue {
             let mut clock = None;
             let mut beats: u64 = 0;
             loop {
+                if let Some(gauge) = &waiting {
+                    info.waiting = gauge();
+                }
                 match queue.beat(&mut info, &mut clock, beats).await {
                     Ok(()) => {
                         warned = false;

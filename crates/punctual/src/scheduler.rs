@@ -237,10 +237,10 @@ impl Scheduler {
         let mut logical = self.topics.clone();
         logical.sort();
         logical.dedup();
-        let registration = self
-            .config
-            .registry
-            .start(&self.queue, Role::Scheduler, &logical)?;
+        let registration =
+            self.config
+                .registry
+                .start(&self.queue, Role::Scheduler, &logical, None)?;
         let stop = CancellationToken::new();
         let mut channels = HashMap::new();
         let mut tasks = Vec::new();

@@ -266,6 +266,8 @@ struct TopicEntry {
 #[derive(Debug, Default)]
 pub struct Capacity {
     state: Mutex<CapacityState>,
+    /// Jobs claimed for it that no handler started yet.
+    waiting: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -295,6 +297,29 @@ impl Capacity {
     pub fn close(&self, n: usize) {
         let mut st = self.state.lock().unwrap();
         st.open = st.open.saturating_sub(n);
+    }
+
+    /// A claimed job now waits inside the handler for a place to start
+    /// (a resident pool's queue): until [`Capacity::started`], the
+    /// worker's registry record counts it as leased but not running
+    /// ([`crate::registry::ProcessInfo::waiting`]).
+    pub fn waits(&self) {
+        self.waiting
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// A job counted by [`Capacity::waits`] started, or left unstarted.
+    pub fn started(&self) {
+        let _ = self.waiting.fetch_update(
+            std::sync::atomic::Ordering::Relaxed,
+            std::sync::atomic::Ordering::Relaxed,
+            |n| n.checked_sub(1),
+        );
+    }
+
+    /// Jobs waiting to start ([`Capacity::waits`]).
+    pub fn waiting(&self) -> u64 {
+        self.waiting.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Jobs that could be claimed now: open capacity not in use.
@@ -727,10 +752,27 @@ impl Worker {
         let mut logical: Vec<String> = self.topics.iter().map(|t| t.logical.clone()).collect();
         logical.sort();
         logical.dedup();
-        let registration = self
-            .config
-            .registry
-            .start(&self.queue, Role::Worker, &logical)?;
+        // Its record tells, per topic, how many leased jobs wait inside a
+        // handler to start.
+        let gates: Vec<(String, Arc<Capacity>)> = self
+            .topics
+            .iter()
+            .filter_map(|t| Some((t.logical.clone(), t.gate.clone()?)))
+            .collect();
+        let waiting = (!gates.is_empty()).then(|| -> crate::registry::Gauge {
+            Arc::new(move || {
+                let mut by_topic = std::collections::BTreeMap::new();
+                for (topic, gate) in &gates {
+                    *by_topic.entry(topic.clone()).or_default() += gate.waiting();
+                }
+                by_topic.retain(|_, n| *n > 0);
+                by_topic
+            })
+        });
+        let registration =
+            self.config
+                .registry
+                .start(&self.queue, Role::Worker, &logical, waiting)?;
         // A partitioned topic is served as one entry per partition, with the
         // same handler; claims rotate over them all.
         let mut entries = Vec::new();

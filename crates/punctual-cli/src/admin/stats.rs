@@ -58,6 +58,7 @@ fn table(all: &[TopicStats]) -> String {
         "POOL",
         "READY",
         "RUNNING",
+        "WAITING",
         "DEAD",
         "PAUSED",
         "NEXT-DUE",
@@ -74,7 +75,8 @@ fn table(all: &[TopicStats]) -> String {
             s.topic.clone(),
             s.pool.to_string(),
             s.ready.to_string(),
-            s.running.to_string(),
+            (s.running - s.waiting).to_string(),
+            s.waiting.to_string(),
             s.dead.to_string(),
             if s.paused { "yes" } else { "no" }.to_string(),
             s.next_due_in_ms

@@ -65,6 +65,7 @@ pub(super) struct TopicReply {
     pool: u64,
     ready: u64,
     running: u64,
+    waiting: u64,
     dead: u64,
     paused: bool,
     next_due_in_ms: Option<i64>,
@@ -89,6 +90,7 @@ impl TopicReply {
             pool: s.pool,
             ready: s.ready,
             running: s.running,
+            waiting: s.waiting,
             dead: s.dead,
             paused: s.paused,
             next_due_in_ms: s.next_due_in_ms,
@@ -118,6 +120,8 @@ pub(super) struct ProcessReply {
     started_ms: i64,
     beat_ms: i64,
     beat_period_ms: u64,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    waiting: BTreeMap<String, u64>,
 }
 
 impl From<&ProcessInfo> for ProcessReply {
@@ -132,6 +136,7 @@ impl From<&ProcessInfo> for ProcessReply {
             started_ms: p.started_ms,
             beat_ms: p.beat_ms,
             beat_period_ms: p.beat_period_ms,
+            waiting: p.waiting.clone(),
         }
     }
 }

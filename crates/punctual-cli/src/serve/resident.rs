@@ -89,8 +89,9 @@ struct Request {
     /// (timeout backstop, lease lost, shutdown abandon).
     cancel: CancellationToken,
     /// `QUEUED`, then `SENT` when a manager writes it to a program, or
-    /// `WITHDRAWN` when the worker took it back first (shutdown).
-    state: Arc<AtomicU8>,
+    /// `WITHDRAWN` when the worker took it back first (shutdown) or it was
+    /// dropped unsent.
+    state: Queued,
     /// When it was written to a program: its start.
     started: Arc<std::sync::OnceLock<std::time::Instant>>,
 }
@@ -102,9 +103,51 @@ const WITHDRAWN: u8 = 2;
 impl Request {
     /// Takes the job for a program, unless it was withdrawn.
     fn take(&self) -> bool {
-        self.state
-            .compare_exchange(QUEUED, SENT, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
+        self.state.leave(SENT)
+    }
+}
+
+/// A request's state, shared with the worker's side; while `QUEUED`, the
+/// job counts as waiting to start in the pool's capacity (the worker's
+/// registry record shows it as leased, not running).
+struct Queued {
+    state: Arc<AtomicU8>,
+    capacity: Arc<punctual::Capacity>,
+}
+
+impl Queued {
+    fn new(capacity: &Arc<punctual::Capacity>) -> Queued {
+        capacity.waits();
+        Queued {
+            state: Arc::new(AtomicU8::new(QUEUED)),
+            capacity: capacity.clone(),
+        }
+    }
+
+    fn share(&self) -> Queued {
+        Queued {
+            state: self.state.clone(),
+            capacity: self.capacity.clone(),
+        }
+    }
+
+    /// Leaves `QUEUED` for `to`, unless it left already.
+    fn leave(&self, to: u8) -> bool {
+        let left = self
+            .state
+            .compare_exchange(QUEUED, to, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok();
+        if left {
+            self.capacity.started();
+        }
+        left
+    }
+}
+
+impl Drop for Queued {
+    /// A request dropped unsent is withdrawn (one side's drop is enough).
+    fn drop(&mut self) {
+        self.leave(WITHDRAWN);
     }
 }
 
@@ -264,13 +307,13 @@ impl Pool {
         let (reply, mut answer) = oneshot::channel();
         let cancel = CancellationToken::new();
         let guard = cancel.clone().drop_guard();
-        let state = Arc::new(AtomicU8::new(QUEUED));
+        let state = Queued::new(&self.capacity);
         let started = Arc::new(std::sync::OnceLock::new());
         let req = Request {
             d,
             reply,
             cancel,
-            state: state.clone(),
+            state: state.share(),
             started: started.clone(),
         };
         if self.tx.send(req).is_err() {
@@ -283,10 +326,7 @@ impl Pool {
         let answered = match answered {
             Some(a) => a,
             None => {
-                if state
-                    .compare_exchange(QUEUED, WITHDRAWN, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok()
-                {
+                if state.leave(WITHDRAWN) {
                     guard.disarm();
                     return (Outcome::HandBack, None);
                 }

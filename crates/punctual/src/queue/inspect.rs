@@ -302,6 +302,17 @@ impl Queue {
                 (a, b) => b.or(a),
             };
         }
+        // The registry is advisory: stats do not fail for it.
+        if total.running > 0 {
+            let waiting: u64 = match self.processes().await {
+                Ok(ps) => ps.iter().filter_map(|p| p.waiting.get(topic)).sum(),
+                Err(e) => {
+                    tracing::debug!(error = %e, "stats: the registry could not be read; waiting jobs counted as running");
+                    0
+                }
+            };
+            total.waiting = waiting.min(total.running);
+        }
         Ok(total)
     }
 
@@ -336,6 +347,7 @@ impl Queue {
             pool: pool as u64,
             ready: ready as u64,
             running: running as u64,
+            waiting: 0,
             dead: dead as u64,
             paused,
             next_due_in_ms: (next >= 0).then_some(next),
