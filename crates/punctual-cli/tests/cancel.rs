@@ -587,3 +587,87 @@ wait
     .await;
     assert_ended_cancelled(&q, "t", 1).await;
 }
+
+/// A resident program on the Python client's `run_async`: a `wait` job
+/// sleeps until its task is cancelled. Records `job ID PID` and
+/// `cancelled ID PID`.
+const PY_ASYNC: &str = r#"import asyncio, os, sys
+sys.path.insert(0, sys.argv[1])
+import punctual
+here = os.path.dirname(os.path.abspath(__file__))
+def record(line):
+    with open(os.path.join(here, "records"), "a") as f:
+        f.write(line + "\n")
+async def handle(job):
+    record("job %s %d" % (job.id, os.getpid()))
+    if job.payload == b"wait":
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            record("cancelled %s %d" % (job.id, os.getpid()))
+            raise
+asyncio.run(punctual.run_async(handle, inflight=2))
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_clients_async_loop_cancels_the_handlers_task() {
+    if provision::skipped("python") {
+        return;
+    }
+    let python = provision::python().unwrap_or_else(|e| panic!("{e}"));
+    let redis = RedisServer::start();
+    let mut svc = Service::new();
+    let program = svc.script("worker.py", PY_ASYNC);
+    let client = provision::clients_dir().join("python");
+    svc.config(
+        &redis.url(),
+        // A grace of an hour: the program is not replaced within the test.
+        "workers = 1\nlease = \"60s\"\ncancel_grace = \"1h\"",
+        &format!(
+            "[topics.r]\nresident = [{:?}, {:?}, {:?}]\ntimeout = \"120s\"",
+            python.display().to_string(),
+            program.display().to_string(),
+            client.display().to_string()
+        ),
+    );
+    svc.start();
+    let q = Queue::connect(redis.url()).await.unwrap();
+    q.enqueue("r", Job::new("wait").id("w")).await.unwrap();
+    eventually(Duration::from_secs(30), "w running", || async {
+        find(&svc, "records", &["job", "w"]).is_some()
+    })
+    .await;
+    let pid = find(&svc, "records", &["job", "w"]).unwrap()[2].clone();
+    cancel_running(&redis.url(), "r", "w");
+    eventually(
+        Duration::from_secs(10),
+        "the handler's task was cancelled",
+        || async { find(&svc, "records", &["cancelled", "w", &pid]).is_some() },
+    )
+    .await;
+    q.enqueue("r", Job::new("plain").id("after")).await.unwrap();
+    eventually(Duration::from_secs(10), "after done", || async {
+        counter(&q.stats("r").await.unwrap(), "done") == 1
+    })
+    .await;
+    assert_eq!(find(&svc, "records", &["job", "after"]).unwrap()[2], pid);
+    let s = q.stats("r").await.unwrap();
+    assert_eq!(s.pool + s.ready + s.running + s.dead, 0, "{s:?}");
+    assert_eq!(
+        (counter(&s, "cancelled"), counter(&s, "retried")),
+        (1, 0),
+        "{s:?}"
+    );
+    // The program replied for the cancelled job (with a grace of an hour,
+    // only its reply ends that run and counts it).
+    eventually(
+        Duration::from_secs(10),
+        "the cancelled run counted",
+        || async {
+            svc.metrics()
+                .await
+                .contains("punctual_handler_runs_total{topic=\"r\",outcome=\"cancelled\"} 1")
+        },
+    )
+    .await;
+}
