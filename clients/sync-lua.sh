@@ -1,7 +1,7 @@
 #!/bin/sh
 # Copies punctual's Lua scripts into the client packages, exactly as punctual
 # loads them into Redis (`punctual script NAME`: the script's shebang line,
-# the parts of lib.lua it uses, then the rest of the script), so a client's
+# the includes it names, then the rest of the script), so a client's
 # EVALSHA uses the same SHA1 as the Rust library and `punctual script` lists.
 #
 # Run it after any change under crates/punctual/lua/, and commit the copies:

@@ -133,16 +133,21 @@ const text = (v) => (Buffer.isBuffer(v) ? v.toString() : String(v));
 
 /**
  * The options part of a record's first field as `get` returns it
- * (`;e<deadline base 36>;t<ms>;g<group>`, or ''; an older get script
- * returns none): {expiresAtMs, timeoutMs, group}, null where not set.
+ * (`;e<deadline base 36>;t<ms>;g<group>;p<traceparent>;s<tracestate>`, or
+ * ''; an older get script returns none): {expiresAtMs, timeoutMs, group,
+ * traceparent, tracestate}, null where not set.
  */
 function parseOptions(s) {
-  const out = { expiresAtMs: null, timeoutMs: null, group: null };
+  const out = { expiresAtMs: null, timeoutMs: null, group: null, traceparent: null, tracestate: null };
   for (const part of s.split(';').slice(1)) {
     const [letter, value] = [part.slice(0, 1), part.slice(1)];
     if (letter === 'e' && /^[0-9a-z]+$/.test(value)) out.expiresAtMs = parseInt(value, 36);
     else if (letter === 't' && /^[0-9]+$/.test(value)) out.timeoutMs = Number(value);
     else if (letter === 'g' && value !== '') out.group = value;
+    else if (letter === 'p' && value !== '') out.traceparent = value;
+    else if (letter === 's' && value !== '') {
+      out.tracestate = value.replace(/%([0-9A-Fa-f]{2})/g, (_, h) => String.fromCharCode(parseInt(h, 16)));
+    }
   }
   return out;
 }
@@ -234,7 +239,10 @@ class Producer {
    * to ten years: the job may start only until its due time plus this,
    * later it goes to dead unrun), timeoutMs (same range: the handler
    * timeout for this job instead of the topic's), group (1 to 64 bytes of
-   * [A-Za-z0-9_.@-]: the group it is served fairly in).
+   * [A-Za-z0-9_.@-]: the group it is served fairly in), traceparent and
+   * tracestate (W3C Trace Context: the producer's trace, handed to every
+   * attempt's handler; without them, the active OpenTelemetry context's when
+   * @opentelemetry/api is installed with a registered propagator).
    * @returns {Promise<{id: string, status: 'created'|'duplicate'|'replaced'|'dead'}>}
    */
   async enqueue(topic, payload, { replace = false, ...options } = {}) {

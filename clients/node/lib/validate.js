@@ -149,12 +149,90 @@ function validateGroup(group) {
   }
 }
 
+const MAX_TRACESTATE_LEN = 512;
+
+/**
+ * A W3C traceparent: `version-traceid-spanid-flags`, 2, 32, 16 and 2
+ * lowercase hex digits, the version not `ff`, neither id all zeros.
+ */
+function validateTraceparent(tp) {
+  if (typeof tp !== 'string') throw new InvalidInput(`invalid traceparent ${String(tp)}: give a string`);
+  let why = null;
+  if (!/^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$/.test(tp)) {
+    why = 'not four dash-separated fields of lowercase hex';
+  } else if (tp.startsWith('ff')) why = 'version ff is invalid';
+  else if (/^0+$/.test(tp.slice(3, 35))) why = 'the trace id is all zeros';
+  else if (/^0+$/.test(tp.slice(36, 52))) why = 'the parent span id is all zeros';
+  if (why) {
+    throw new InvalidInput(
+      `invalid traceparent ${quote(tp)}: ${why}; a W3C traceparent is version-traceid-spanid-flags, ` +
+        '2, 32, 16 and 2 lowercase hex digits, e.g. 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01',
+    );
+  }
+}
+
+/** A W3C tracestate: at most 512 bytes of printable ASCII. */
+function validateTracestate(ts) {
+  const bytes = typeof ts === 'string' ? Buffer.byteLength(ts) : 0;
+  if (typeof ts !== 'string' || bytes > MAX_TRACESTATE_LEN || !/^[\x20-\x7e]*$/.test(ts)) {
+    throw new InvalidInput(
+      `invalid tracestate: a W3C tracestate is at most ${MAX_TRACESTATE_LEN} bytes of printable ASCII (got ${bytes} bytes)`,
+    );
+  }
+}
+
+// @opentelemetry/api, looked up once: undefined before, null when absent.
+let otelApi;
+
+/**
+ * The active OpenTelemetry context's traceparent and tracestate (each null
+ * when absent), read through `@opentelemetry/api` when it is installed and
+ * a propagator is registered (the SDK's default: W3C Trace Context);
+ * [null, null] otherwise. Not a dependency.
+ */
+function currentTraceContext(api) {
+  if (api === undefined) {
+    if (otelApi === undefined) {
+      try {
+        otelApi = require('@opentelemetry/api');
+      } catch {
+        otelApi = null;
+      }
+    }
+    api = otelApi;
+  }
+  if (!api) return [null, null];
+  const carrier = {};
+  try {
+    api.propagation.inject(api.context.active(), carrier);
+  } catch {
+    return [null, null];
+  }
+  const tp = carrier.traceparent ?? null;
+  const ts = carrier.tracestate || null;
+  try {
+    validateTraceparent(tp);
+    if (ts !== null) validateTracestate(ts);
+  } catch {
+    return [null, null];
+  }
+  return [tp, ts];
+}
+
+/** Tests only: the OpenTelemetry API to read (null: none; undefined: look it up). */
+function useOpenTelemetry(api) {
+  otelApi = api;
+}
+
+const escapeTracestate = (ts) => ts.replace(/%/g, '%25').replace(/;/g, '%3B').replace(/:/g, '%3A');
+
 /**
  * The enqueue script's "max attempts" argument with the per-job options
- * (docs/PROTOCOL.md, "Per-job options"): `<max>;x<ms>;t<ms>;g<group>`, each
+ * (docs/PROTOCOL.md, "Per-job options"):
+ * `<max>;x<ms>;t<ms>;g<group>;p<traceparent>;s<tracestate, escaped>`, each
  * part only when given; '' for none.
  */
-function encodeOptions({ maxAttempts, expireMs, timeoutMs, group } = {}) {
+function encodeOptions({ maxAttempts, expireMs, timeoutMs, group, traceparent, tracestate } = {}) {
   let out = '';
   if (maxAttempts != null) {
     const m = maxAttempts;
@@ -172,10 +250,22 @@ function encodeOptions({ maxAttempts, expireMs, timeoutMs, group } = {}) {
     validateGroup(group);
     out += `;g${group}`;
   }
+  if (traceparent != null) validateTraceparent(traceparent);
+  if (tracestate != null) {
+    if (traceparent == null) throw new InvalidInput('a tracestate needs a traceparent: give both, or neither');
+    validateTracestate(tracestate);
+  }
+  if (traceparent != null) {
+    out += `;p${traceparent}`;
+    if (tracestate) out += `;s${escapeTracestate(tracestate)}`;
+  }
   return out;
 }
 
-const JOB_FIELDS = ['payload', 'id', 'delayMs', 'at', 'maxAttempts', 'backoffMs', 'expireMs', 'timeoutMs', 'group'];
+const JOB_FIELDS = [
+  'payload', 'id', 'delayMs', 'at', 'maxAttempts', 'backoffMs', 'expireMs', 'timeoutMs', 'group',
+  'traceparent', 'tracestate',
+];
 
 /** Checks one job; returns [id or null, payload Buffer, when, max attempts and options, backoff]. */
 function encodeJob(job, maxPayload) {
@@ -186,7 +276,13 @@ function encodeJob(job, maxPayload) {
   }
   const id = job.id ?? null;
   if (id !== null) validateId(id);
-  const max = encodeOptions(job);
+  let max;
+  if (job.traceparent == null && job.tracestate == null) {
+    const [traceparent, tracestate] = currentTraceContext();
+    max = encodeOptions({ ...job, traceparent, tracestate });
+  } else {
+    max = encodeOptions(job);
+  }
   let backoff = '';
   if (job.backoffMs != null) {
     if (!Array.isArray(job.backoffMs)) throw new InvalidInput('backoff must be a list of delays in milliseconds');
@@ -227,6 +323,10 @@ module.exports = {
   validateId,
   validatePrefix,
   validateGroup,
+  validateTraceparent,
+  validateTracestate,
+  currentTraceContext,
+  useOpenTelemetry,
   wholeMs,
   encodeWhen,
   encodeOptions,

@@ -39,6 +39,9 @@ class Job {
     this.dueMs = Number(msg.due_ms ?? 0);
     this.createdMs = Number(msg.created_ms ?? 0);
     this.timeoutMs = Number(msg.timeout_ms ?? 0);
+    /** The producer's W3C trace context (the parent span when serve exports spans), or null. */
+    this.traceparent = msg.traceparent ?? null;
+    this.tracestate = msg.tracestate ?? null;
     /** Aborts when an operator cancels the job while it runs (set by run). */
     this.signal = new AbortController().signal;
     /** Exactly the bytes the producer enqueued. */

@@ -1,13 +1,7 @@
 #!lua
--- lib.lua: helpers shared by every punctual script. The parts of it a script
--- uses are inserted after the shebang line of each script (see
--- src/scripts.rs), so each script is one self-contained text; `punctual
--- script NAME` prints the assembled text. A part is a top-level statement,
--- which starts at column 0, with the comment lines just before it: a
--- statement that defines nothing (the KEYS check) is always kept, a `local`
--- one when the script or a kept part mentions one of its names. So every
--- helper is a `local` named where it is used (no forward declarations, no
--- names reached only through a table).
+-- keys: the KEYS every script takes and their check. The loader puts this
+-- file first in every script (src/scripts.rs), before the includes the
+-- script names, so every call is checked before anything else runs.
 --
 -- KEYS, the same for every script (one topic T, prefix P):
 --   KEYS[1] P:{T}:pool     ZSET id -> due ms        (also the pub/sub channel
@@ -30,15 +24,9 @@
 --   KEYS[10] P:{T}:fired   ZSET id -> ms fired: occurrences of schedules
 --                          (optional; enqueue and unfire only)
 -- Reached by name (same hash tag): P:{T}:cold, a ZSET of bucket starts, and
--- P:{T}:c:<start>, LISTs of ids: the cold pool (see cold_place below);
+-- P:{T}:c:<start>, LISTs of ids: the cold pool (see cold.lua);
 -- meta cold_after, cold_at, cold_n. P:{T}:retried, a SET of ids (K_RETRIED
--- below); meta retried, retried_n.
---
--- Record (never rewritten by claim, ack or extend): "M:D:G:B:E:" then E bytes
--- of last error, then the payload. M max attempts (decimal, empty: topic
--- default), then the per-job options if any (see opts_of), D due time (ms,
--- base 36), G due - created (ms, base 36), B backoff ladder (ms, comma
--- separated, empty: topic default), E length of the last error (decimal).
+-- below; retried.lua); meta retried, retried_n.
 
 -- Every call is checked once, before anything else: exactly these nine keys,
 -- in this order, all with the same prefix and hash tag. (Keys of two topics
@@ -76,12 +64,31 @@ local K_FIRED = KEYS[10]
 -- migrating, touching it when it is not on this node fails the script, so
 -- every script touches it before its other writes (as the cold pool's keys).
 local K_RETRIED = KEY_BASE .. 'retried'
+-- args: the bounds and defaults the scripts check against, the check of a
+-- numeric argument (int_arg) and the reply to a call refused (invalid).
+
+local DEFAULT_MAX_ATTEMPTS = 6
 -- Most deliveries a job may have (its own setting or the topic's).
 local MAX_ATTEMPTS = 10000
 -- Largest integer a Lua number (a double) holds exactly: 2^53.
 local MAX_SAFE = 9007199254740992
+local DEFAULT_BACKOFF = '0,5000,30000,120000,600000,1800000'
 -- Ten years in ms: longer delays are refused as absurd.
 local MAX_DELAY_MS = 315360000000
+
+-- A numeric argument: plain decimal digits (no sign, point, exponent,
+-- spaces, hex, inf or nan), at most 16 of them, within lo..hi. nil otherwise.
+local function int_arg(s, lo, hi)
+  if not s or #s > 16 or not string.find(s, '^%d+$') then return nil end
+  local v = tonumber(s)
+  if v < lo or v > hi then return nil end
+  return v
+end
+
+local function invalid(msg)
+  return redis.error_reply('PUNCTUAL_INVALID ' .. msg)
+end
+-- clock: Redis's clock, rounded down and up, and in microseconds.
 
 -- Redis's clock: ms rounded down, ms rounded up, and microseconds. A delay
 -- counts from the rounded-up ms, so a job is never due before the instant
@@ -94,15 +101,7 @@ local function clock()
   if us % 1000 ~= 0 then up = now + 1 end
   return now, up, s * 1000000 + us
 end
-
--- A numeric argument: plain decimal digits (no sign, point, exponent,
--- spaces, hex, inf or nan), at most 16 of them, within lo..hi. nil otherwise.
-local function int_arg(s, lo, hi)
-  if not s or #s > 16 or not string.find(s, '^%d+$') then return nil end
-  local v = tonumber(s)
-  if v < lo or v > hi then return nil end
-  return v
-end
+-- utf8_ok: the UTF-8 check of ids and payloads.
 
 -- Whether s is valid UTF-8 (no overlong forms, surrogates or code points
 -- past U+10FFFF). ASCII is checked by one string.find.
@@ -129,6 +128,7 @@ local function utf8_ok(s)
   end
   return true
 end
+-- b36: base 36, as records and generated ids write numbers.
 
 -- The byte of each base-36 digit, '0'..'9' then 'a'..'z'. A table
 -- constructor, not a loop of string.byte: this line runs on every call of
@@ -160,12 +160,11 @@ local function b36(n, width)
   if width and #s < width then s = string.rep('0', width - #s) .. s end
   return s
 end
--- A record's due time, D (base 36), alone: for a look at it without decode.
-local RECORD_DUE = '^[^:]*:(%w+):'
+-- opts_of: the per-job options of a record's M field.
 
 -- The options of an M field: max attempts (number or nil) and a table
 -- {deadline, timeout, group} (nil when M has no options), or false when M
--- is not one (M must match ^%d*(;[etg][^;:]*)*$). Only a field with ';' pays
+-- is not one (M must match ^%d*(;[etgps][^;:]*)*$). Only a field with ';' pays
 -- for more than one string.find.
 local function opts_of(m)
   if not string.find(m, ';', 1, true) then
@@ -179,18 +178,53 @@ local function opts_of(m)
     if letter == 'e' then o.deadline = tonumber(v, 36)
     elseif letter == 't' then o.timeout = tonumber(v)
     elseif letter == 'g' then o.group = v
-    else return false end
+    elseif letter ~= 'p' and letter ~= 's' then return false end
   end
   return tonumber(d), o
 end
+-- record: reading a job's record, P:{T}:jobs's value.
+--
+-- Record (never rewritten by claim, ack or extend): "M:D:G:B:E:" then E bytes
+-- of last error, then the payload. M max attempts (decimal, empty: topic
+-- default), then the per-job options if any (see opts_of), D due time (ms,
+-- base 36), G due - created (ms, base 36), B backoff ladder (ms, comma
+-- separated, empty: topic default), E length of the last error (decimal).
+-- encode.lua writes one.
+-- include: opts_of
 
--- The group of a record's M field: its g option, or '' (no group, or an
--- unreadable field).
-local function group_of_field(m)
-  if not string.find(m, ';', 1, true) then return '' end
-  local _, o = opts_of(m)
-  return o and o.group or ''
+-- M may carry per-job options after the max attempts (PROTOCOL.md "Per-job
+-- options"): ";" then a letter and a value, M = "<digits or empty>[;<opt>]*",
+-- with e<deadline, epoch ms, base 36>, t<timeout ms>, g<group>, and the
+-- trace context p<traceparent> and s<tracestate>, which only clients read.
+local HEADER = '^([^:]*):(%w+):(%w+):([%d,]*):(%d+):()'
+-- A record's due time, D (base 36), alone: for a look at it without decode.
+local RECORD_DUE = '^[^:]*:(%w+):'
+
+-- A record as a table: max (number or nil: the topic default), mfield (M as
+-- stored, written back by encode), due, created, backoff, err, payload, and
+-- when M carries options: deadline, timeout, group (each nil when absent).
+-- nil when the record is missing or unreadable.
+local function decode(rec)
+  if not rec then return nil end
+  local m, d, g, b, e, p = string.match(rec, HEADER)
+  if not m then return nil end
+  local max, o = opts_of(m)
+  if max == false then return nil end
+  e = tonumber(e)
+  local due = tonumber(d, 36)
+  local r = {
+    max = max,
+    mfield = m,
+    due = due,
+    created = due - tonumber(g, 36),
+    backoff = b,
+    err = string.sub(rec, p, p + e - 1),
+    payload = string.sub(rec, p + e),
+  }
+  if o then r.deadline, r.timeout, r.group = o.deadline, o.timeout, o.group end
+  return r
 end
+-- meta: the topic settings the helpers read, with one HMGET per call.
 
 -- The topic settings the helpers below read (topic_defaults,
 -- at_max_running, index_ready; enqueue's partitions), read with one HMGET
@@ -206,10 +240,8 @@ local function meta()
   end
   return meta_read
 end
-
-local function max_attempts(r, topic_max)
-  return r.max or topic_max
-end
+-- due_of: a due time from a "when" argument.
+-- include: args
 
 -- Parse a "when": "d<ms>" delay from now, or "a<ms>" absolute epoch ms.
 -- `now` and `up` are the clock rounded down and up (see clock()).
@@ -228,14 +260,96 @@ local function due_of(when, now, up)
   if v < now then return now end
   return v
 end
+-- earliest: the lowest score of a ZSET.
 
 local function earliest(key)
   local e = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
   if #e == 0 then return nil end
   return tonumber(e[2])
 end
+-- cold: the cold pool's keys and constants.
+
+-- The cold pool (PROTOCOL.md "The cold pool"): a job due at least
+-- `cold_after` ms (meta; default 10 minutes, 0: none) after its placement,
+-- and not before meta `cold_at`, waits in the LIST of its due minute,
+-- P:{T}:c:<start>, indexed by the ZSET P:{T}:cold, instead of in pool; tick
+-- moves each list into pool `cold_after` before the list's start. A job in
+-- no set whose record is due at or after `cold_at` is such a cold job.
+-- Only tick writes cold_at first: a topic whose scheduler predates the cold
+-- pool never gets a cold job, which its tick would never move.
+-- The lists and the index are not among the KEYS: on a Redis Cluster
+-- whose slot is migrating, touching one that is not on this node fails the
+-- script, so every script writes them before anything else.
+local COLD_BUCKET = 60000
+local COLD_AFTER = 600000
+local K_COLD = KEY_BASE .. 'cold'
+-- cold_settings: the topic's cold_after and cold_at (meta), parsed once per call.
+-- include: args
+-- include: meta
+-- include: cold
+
+-- cold_after and cold_at below are read per job (cold_place, is_cold_due):
+-- each keeps the number it parsed with the meta value it came from (a
+-- string, or false when absent; NONE: nothing parsed yet), so a call parses
+-- each once (parsing them per job cost a cold enqueue about 4,000
+-- instructions per job, callgrind).
+local NONE = {}
+local cold_after_raw, cold_after_v = NONE, nil
+local cold_at_raw, cold_at_v = NONE, nil
+
+-- The topic's cold_after (meta), 0 when no job is to be placed cold.
+local function cold_after()
+  local w = meta().cold_after
+  if w ~= cold_after_raw then
+    cold_after_raw = w
+    cold_after_v = w and int_arg(w, 0, MAX_DELAY_MS) or COLD_AFTER
+  end
+  return cold_after_v
+end
+
+-- meta cold_at as a number; nil when absent (or not a number).
+local function cold_at()
+  local a = meta().cold_at
+  if a ~= cold_at_raw then
+    cold_at_raw = a
+    cold_at_v = int_arg(a, 0, MAX_SAFE)
+  end
+  return cold_at_v
+end
+-- cold_due: whether a job in no set is a cold job.
+-- include: cold_settings
+
+-- Whether a job in no set, with this record due time, is a cold job.
+local function is_cold_due(due)
+  local at = cold_at()
+  if not at then return false end
+  return due >= at
+end
+-- state: which set holds a job.
+-- include: record
+-- include: cold_settings
+-- include: cold_due
 
 local STATE_KEY = { pool = K_POOL, ready = K_READY, running = K_RUNNING, dead = K_DEAD }
+
+-- Which set holds `id`, and its score there: pool, ready, running, dead,
+-- or 'cold' (a cold job, in the pool: its record's due time), else nil.
+local function state_of(id)
+  local s = redis.call('ZSCORE', K_POOL, id)
+  if s then return 'pool', tonumber(s) end
+  s = redis.call('ZSCORE', K_READY, id)
+  if s then return 'ready', tonumber(s) end
+  s = redis.call('ZSCORE', K_RUNNING, id)
+  if s then return 'running', tonumber(s) end
+  s = redis.call('ZSCORE', K_DEAD, id)
+  if s then return 'dead', tonumber(s) end
+  if cold_at() then
+    local r = decode(redis.call('HGET', K_JOBS, id))
+    if r and is_cold_due(r.due) then return 'cold', r.due end
+  end
+  return nil
+end
+-- bulk: variadic, the one way the scripts write many entries at once.
 
 -- Bulk writes and the listpack (PROTOCOL.md "Bulk writes"). Redis 7.0 keeps
 -- a small hash or sorted set as a listpack and writes a call's fields into
@@ -287,6 +401,8 @@ local function variadic(cmd, key, args)
   end
   return sum
 end
+-- drop_retried: removes ids from P:{T}:retried (K_RETRIED, in keys.lua).
+-- include: bulk
 
 -- Removes ids from P:{T}:retried, when meta retried_n says it has members
 -- (else the set is not touched). Called before a script's other writes.
@@ -295,61 +411,10 @@ local function drop_retried(ids)
   local removed = variadic('SREM', K_RETRIED, ids)
   if removed > 0 then redis.call('HINCRBY', K_META, 'retried_n', -removed) end
 end
-
-local function invalid(msg)
-  return redis.error_reply('PUNCTUAL_INVALID ' .. msg)
-end
-
--- The cold pool (PROTOCOL.md "The cold pool"): a job due at least
--- `cold_after` ms (meta; default 10 minutes, 0: none) after its placement,
--- and not before meta `cold_at`, waits in the LIST of its due minute,
--- P:{T}:c:<start>, indexed by the ZSET P:{T}:cold, instead of in pool; tick
--- moves each list into pool `cold_after` before the list's start. A job in
--- no set whose record is due at or after `cold_at` is such a cold job.
--- Only tick writes cold_at first: a topic whose scheduler predates the cold
--- pool never gets a cold job, which its tick would never move.
--- The lists and the index are not among the KEYS: on a Redis Cluster
--- whose slot is migrating, touching one that is not on this node fails the
--- script, so every script writes them before anything else.
-local COLD_BUCKET = 60000
-local COLD_AFTER = 600000
-local K_COLD = KEY_BASE .. 'cold'
-
--- cold_after and cold_at below are read per job (cold_place, is_cold_due):
--- each keeps the number it parsed with the meta value it came from (a
--- string, or false when absent; NONE: nothing parsed yet), so a call parses
--- each once (parsing them per job cost a cold enqueue about 4,000
--- instructions per job, callgrind).
-local NONE = {}
-local cold_after_raw, cold_after_v = NONE, nil
-local cold_at_raw, cold_at_v = NONE, nil
-
--- The topic's cold_after (meta), 0 when no job is to be placed cold.
-local function cold_after()
-  local w = meta().cold_after
-  if w ~= cold_after_raw then
-    cold_after_raw = w
-    cold_after_v = w and int_arg(w, 0, MAX_DELAY_MS) or COLD_AFTER
-  end
-  return cold_after_v
-end
-
--- meta cold_at as a number; nil when absent (or not a number).
-local function cold_at()
-  local a = meta().cold_at
-  if a ~= cold_at_raw then
-    cold_at_raw = a
-    cold_at_v = int_arg(a, 0, MAX_SAFE)
-  end
-  return cold_at_v
-end
-
--- Whether a job in no set, with this record due time, is a cold job.
-local function is_cold_due(due)
-  local at = cold_at()
-  if not at then return false end
-  return due >= at
-end
+-- cold_place: placing jobs in the cold pool.
+-- include: bulk
+-- include: cold
+-- include: cold_settings
 
 -- The earliest due time cold_place places cold at `now` (math.huge when
 -- none): lets a loop skip the call for near jobs.
@@ -381,20 +446,6 @@ local function cold_place(id, due, now, from)
   return true
 end
 
--- cold_place for jobs all due at `due`, which the caller found due at or
--- after cold_from(now): `ids` joins the bucket's list (kept, not copied,
--- when the bucket has none yet).
-local function cold_place_all(ids, due)
-  local s = due - due % COLD_BUCKET
-  if not cold_ids then cold_ids = {} end
-  local l = cold_ids[s]
-  if not l then
-    cold_ids[s] = ids
-    return
-  end
-  for i = 1, #ids do l[#l + 1] = ids[i] end
-end
-
 -- Writes what cold_place collected: RPUSH per bucket, the index, cold_n.
 -- Called before the script's other writes (see above). A bucket that is
 -- new and now the first publishes the time it is to be moved (its start
@@ -422,12 +473,44 @@ local function cold_flush()
   end
   return n
 end
+-- cold_place_all: placing many jobs due at one time in the cold pool.
+-- include: cold
+-- include: cold_place
+
+-- cold_place for jobs all due at `due`, which the caller found due at or
+-- after cold_from(now): `ids` joins the bucket's list (kept, not copied,
+-- when the bucket has none yet).
+local function cold_place_all(ids, due)
+  local s = due - due % COLD_BUCKET
+  if not cold_ids then cold_ids = {} end
+  local l = cold_ids[s]
+  if not l then
+    cold_ids[s] = ids
+    return
+  end
+  for i = 1, #ids do l[#l + 1] = ids[i] end
+end
+-- cold_left: a cold job left the cold pool other than by tick.
 
 -- A cold job left the cold pool other than by tick's move (cancel,
 -- reschedule, replace, unfire): its list entry stays, stale.
 local function cold_left(n)
   redis.call('HINCRBY', K_META, 'cold_n', -n)
 end
+-- group_of_field: the group of a record's M field.
+-- include: opts_of
+
+-- The group of a record's M field: its g option, or '' (no group, or an
+-- unreadable field).
+local function group_of_field(m)
+  if not string.find(m, ';', 1, true) then return '' end
+  local _, o = opts_of(m)
+  return o and o.group or ''
+end
+-- index_ready: the groups' indexes of ready jobs.
+-- include: group_of_field
+-- include: meta
+-- include: bulk
 
 -- Groups (PROTOCOL.md "Groups"): once a topic has grouped jobs (meta
 -- `groups` = 1), every job put into ready is also indexed in its group's
@@ -472,6 +555,7 @@ local function index_ready(pairs)
     end
   end
 end
+-- group_count: the group a job counts in, and counts of jobs by group.
 
 -- The group a job counts in, from its record: its g option, '' without
 -- one. One pattern; the same in claim, in release_groups and in
@@ -496,6 +580,9 @@ local function count_groups(recs, count, names)
     end
   end
 end
+-- release_groups: group limits: the running counts of jobs leaving running.
+-- include: meta
+-- include: group_count
 
 -- Every path that takes jobs out of running (ack, fail, tick's reclaim,
 -- cancel, enqueue's replace) calls this first, while their records are
@@ -525,7 +612,7 @@ local function release_groups(ids, glim, recs)
 end
 
 -- enqueue: add jobs to a topic, one or a batch, atomically.
--- KEYS: the nine topic keys (see lib.lua), and optionally a tenth,
+-- KEYS: the nine topic keys (see includes/keys.lua), and optionally a tenth,
 -- P:{T}:fired (ZSET id -> ms): the occurrences of schedules fired in the
 -- last 7 days. With it, a given id that is in it gets status 4 and nothing
 -- is written; every id created is added to it; entries older than 7 days
@@ -535,7 +622,7 @@ end
 --   id ("" = generate), payload, when ("d<ms>" delay or "a<ms>" epoch ms),
 --   max attempts ("" = topic default), optionally followed by per-job
 --   options (";x<ms>" expiry after the due time, ";t<ms>" handler timeout,
---   ";g<group>"; stored with x turned into e<due + ms, base 36>, where the due time
+--   ";g<group>", ";p<traceparent>", ";s<tracestate>"; stored with x turned into e<due + ms, base 36>, where the due time
 --   is the one asked for, also when an absolute time already past made the job
 --   due now; see
 --   PROTOCOL.md "Per-job options"), backoff ladder ("" = topic default,
@@ -571,7 +658,24 @@ end
 -- Errors: "PUNCTUAL_INVALID <reason>" and nothing is written, when any job of
 -- the batch is invalid.
 -- A job due now goes to ready, one due later to pool, or, due far ahead,
--- to the cold pool (lib.lua's cold_place; PROTOCOL.md "The cold pool").
+-- to the cold pool (cold.lua's cold_place; PROTOCOL.md "The cold pool").
+-- include: args
+-- include: clock
+-- include: utf8_ok
+-- include: b36
+-- include: record
+-- include: meta
+-- include: due_of
+-- include: earliest
+-- include: state
+-- include: bulk
+-- include: drop_retried
+-- include: cold_due
+-- include: cold_place
+-- include: cold_place_all
+-- include: cold_left
+-- include: index_ready
+-- include: release_groups
 
 local max_payload = int_arg(ARGV[1], 0, MAX_SAFE)
 local replace = ARGV[2] == '1'
@@ -652,6 +756,26 @@ if routed then
   end
 end
 
+-- A W3C traceparent: version-traceid-spanid-flags in lowercase hex, the
+-- version not ff, neither id all zeros.
+local function trace_parent_ok(v)
+  local ver, tid, sid = string.match(v, '^([0-9a-f][0-9a-f])%-(' .. string.rep('[0-9a-f]', 32) .. ')%-('
+    .. string.rep('[0-9a-f]', 16) .. ')%-[0-9a-f][0-9a-f]$')
+  return ver ~= nil and ver ~= 'ff' and string.find(tid, '[^0]') ~= nil and string.find(sid, '[^0]') ~= nil
+end
+
+-- A tracestate as stored: printable ASCII, each % starting an escape of two
+-- hex digits (% ; : are written %25 %3B %3A), at most 512 bytes decoded.
+local function trace_state_ok(v)
+  if #v > 1536 or string.find(v, '[^ -~]') then return false end
+  local n = #v
+  for esc in string.gmatch(v, '%%(.?.?)') do
+    if not string.find(esc, '^%x%x$') then return false end
+    n = n - 2
+  end
+  return n <= 512
+end
+
 -- Per-job options in the max attempts argument: "<max>;<letter><value>...".
 -- Returns {pre, x, post} (x: the expiry ms, to be stored as
 -- pre .. ";e" .. b36(due + x) .. post; nil without one), or nil and why.
@@ -683,12 +807,23 @@ local function parse_opts(arg)
         return nil, 'a group (g) is 1 to 64 bytes of letters, digits, _ . @ -'
       end
       parts[#parts + 1] = ';' .. opt
+    elseif letter == 'p' then
+      if not trace_parent_ok(v) then
+        return nil, 'a traceparent (p) is W3C version-traceid-spanid-flags: 2, 32, 16 and 2 lowercase hex digits, version not ff, ids not all zero'
+      end
+      parts[#parts + 1] = ';' .. opt
+    elseif letter == 's' then
+      if not trace_state_ok(v) then
+        return nil, 'a tracestate (s) is at most 512 bytes of printable ASCII, with % ; : written %25 %3B %3A'
+      end
+      parts[#parts + 1] = ';' .. opt
     elseif letter == 'e' then
       return nil, 'option e (a deadline) is written by enqueue; pass x<ms> for an expiry'
     else
-      return nil, 'unknown option "' .. letter .. '": give x<ms>, t<ms> or g<group>'
+      return nil, 'unknown option "' .. letter .. '": give x<ms>, t<ms>, g<group>, p<traceparent> or s<tracestate>'
     end
   end
+  if seen_opt.s and not seen_opt.p then return nil, 'a tracestate (s) needs a traceparent (p)' end
   if not x then return { pre = arg } end
   return {
     pre = table.concat(parts, '', 1, xat - 1),
@@ -1090,7 +1225,7 @@ end
 
 if created > 0 then
   -- Replaced jobs: their ids leave P:{T}:retried, and then the cold pool's
-  -- keys are written, before the others (lib.lua's K_RETRIED, cold_place).
+  -- keys are written, before the others (keys.lua's K_RETRIED, cold_place).
   local replaced = {}
   for id in pairs(old_state) do replaced[#replaced + 1] = id end
   if #replaced > 0 then drop_retried(replaced) end

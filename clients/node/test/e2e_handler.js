@@ -32,6 +32,7 @@ async function main() {
         due_ms: job.dueMs, created_ms: job.createdMs, timeout_ms: job.timeoutMs,
         now_ms: Number(sec) * 1000 + Math.floor(Number(usec) / 1000), pid: process.pid,
         payload_hex: job.payload.toString('hex'), do: d,
+        traceparent: job.traceparent, tracestate: job.tracestate,
       });
       const key = process.env.E2E_KEY || `e2e:${job.topic}`;
       if (job.attempt === 1 && d === 'exit') {

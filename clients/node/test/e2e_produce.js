@@ -29,6 +29,8 @@ async function main() {
     if (s.expire_ms != null) job.expireMs = s.expire_ms;
     if (s.timeout_ms != null) job.timeoutMs = s.timeout_ms;
     if (s.group != null) job.group = s.group;
+    if (s.traceparent != null) job.traceparent = s.traceparent;
+    if (s.tracestate != null) job.tracestate = s.tracestate;
     jobs.push(job);
   }
   let out;

@@ -89,9 +89,13 @@ test('options are passed in the max-attempts argument', () => {
 
 test('options read back from what get returns', () => {
   const { parseOptions } = require('../lib/producer');
-  assert.deepEqual(parseOptions(';ezz;t5000;gshop-17'), { expiresAtMs: 36 * 36 - 1, timeoutMs: 5000, group: 'shop-17' });
-  assert.deepEqual(parseOptions(';gops'), { expiresAtMs: null, timeoutMs: null, group: 'ops' });
-  assert.deepEqual(parseOptions(''), { expiresAtMs: null, timeoutMs: null, group: null });
+  const none = { traceparent: null, tracestate: null };
+  assert.deepEqual(parseOptions(';ezz;t5000;gshop-17'), { expiresAtMs: 36 * 36 - 1, timeoutMs: 5000, group: 'shop-17', ...none });
+  assert.deepEqual(parseOptions(';gops'), { expiresAtMs: null, timeoutMs: null, group: 'ops', ...none });
+  assert.deepEqual(parseOptions(''), { expiresAtMs: null, timeoutMs: null, group: null, ...none });
+  assert.deepEqual(parseOptions(';p00-ab-cd-01;sk=a%3Bb%3Ac%25'), {
+    expiresAtMs: null, timeoutMs: null, group: null, traceparent: '00-ab-cd-01', tracestate: 'k=a;b:c%',
+  });
 });
 
 // Needs the enqueue script of the `opts` branch.
@@ -113,6 +117,57 @@ test('options round-trip into the record', async () => {
   assert.equal(await head('o3'), '4', 'without options the record is what it was');
   const o3 = await p.get('orders', 'o3');
   assert.deepEqual([o3.expiresAtMs, o3.timeoutMs, o3.group], [null, null, null]);
+});
+
+const TP = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
+
+test('a trace context round-trips, escaped, through the record', async () => {
+  const prefix = freshPrefix();
+  const p = new punctual.Producer(redis, { prefix });
+  const state = 'rojo=00f067aa0ba902b7,congo=a:b;c%d';
+  await p.enqueue('orders', 'pay', { id: 't1', maxAttempts: 3, group: 'g1', traceparent: TP, tracestate: state });
+  const head = async (id) => String(await redis.hGet(`${prefix}:{orders}:jobs`, id)).split(':')[0];
+  assert.equal(await head('t1'), `3;gg1;p${TP};srojo=00f067aa0ba902b7,congo=a%3Ab%3Bc%25d`);
+  const info = await p.get('orders', 't1');
+  assert.deepEqual([info.traceparent, info.tracestate, info.group], [TP, state, 'g1']);
+  // None given and no OpenTelemetry: nothing stored, no byte more.
+  await p.enqueue('orders', 'pay', { id: 't2', maxAttempts: 3 });
+  assert.equal(await head('t2'), '3');
+  assert.equal((await p.get('orders', 't2')).traceparent, null);
+});
+
+test('the active OpenTelemetry context is taken when none is given', async () => {
+  const { useOpenTelemetry } = require('../lib/validate');
+  const other = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01';
+  // A stand-in for @opentelemetry/api with a registered W3C propagator.
+  const active = { span: other };
+  const fake = {
+    context: { active: () => active },
+    propagation: {
+      inject: (cx, carrier) => {
+        carrier.traceparent = cx.span;
+        carrier.tracestate = 'k=v';
+      },
+    },
+  };
+  const prefix = freshPrefix();
+  const p = new punctual.Producer(redis, { prefix });
+  useOpenTelemetry(fake);
+  try {
+    await p.enqueue('orders', 'x', { id: 'o1' });
+    await p.enqueue('orders', 'x', { id: 'o2', traceparent: TP });
+  } finally {
+    useOpenTelemetry(undefined);
+  }
+  const [o1, o2] = [await p.get('orders', 'o1'), await p.get('orders', 'o2')];
+  assert.deepEqual([o1.traceparent, o1.tracestate], [other, 'k=v']);
+  assert.deepEqual([o2.traceparent, o2.tracestate], [TP, null], 'a given one wins');
+});
+
+test('a resident job message carries the trace context', () => {
+  const job = new punctual.Job({ id: 'j', traceparent: TP, tracestate: 'k=v' });
+  assert.deepEqual([job.traceparent, job.tracestate], [TP, 'k=v']);
+  assert.equal(new punctual.Job({ id: 'j' }).traceparent, null);
 });
 
 test('scheduleAdd writes the documented JSON and publishes', async () => {

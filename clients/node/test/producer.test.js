@@ -196,7 +196,7 @@ test('invalid input is refused before Redis, with the library messages', async (
   await refused(() => p.enqueue('t', 'x', { backoffMs: [1000, 315360001000] }), 'invalid backoff step 315360001s: steps are at most ten years');
   await refused(() => p.enqueue('t', 'x', { delayMs: 1, at: 1 }), 'give a delay or a due time, not both');
   await refused(() => p.enqueue('t', 'x', { backoffMs: 5000 }), 'backoff must be a list of delays in milliseconds');
-  await refused(() => p.enqueue('t', 'x', { dealyMs: 1 }), "unknown job field 'dealyMs'; the fields are: payload, id, delayMs, at, maxAttempts, backoffMs, expireMs, timeoutMs, group");
+  await refused(() => p.enqueue('t', 'x', { dealyMs: 1 }), "unknown job field 'dealyMs'; the fields are: payload, id, delayMs, at, maxAttempts, backoffMs, expireMs, timeoutMs, group, traceparent, tracestate");
   await refused(() => p.get('t', ''), 'invalid id "": ids may not be empty (leave the id out to have one generated)');
   assert.throws(() => new punctual.Producer(redis, { prefix: 'a{b' }), {
     message: 'invalid prefix "a{b": prefixes must be non-empty and may not contain braces',

@@ -1,13 +1,7 @@
 #!lua flags=allow-oom
--- lib.lua: helpers shared by every punctual script. The parts of it a script
--- uses are inserted after the shebang line of each script (see
--- src/scripts.rs), so each script is one self-contained text; `punctual
--- script NAME` prints the assembled text. A part is a top-level statement,
--- which starts at column 0, with the comment lines just before it: a
--- statement that defines nothing (the KEYS check) is always kept, a `local`
--- one when the script or a kept part mentions one of its names. So every
--- helper is a `local` named where it is used (no forward declarations, no
--- names reached only through a table).
+-- keys: the KEYS every script takes and their check. The loader puts this
+-- file first in every script (src/scripts.rs), before the includes the
+-- script names, so every call is checked before anything else runs.
 --
 -- KEYS, the same for every script (one topic T, prefix P):
 --   KEYS[1] P:{T}:pool     ZSET id -> due ms        (also the pub/sub channel
@@ -30,15 +24,9 @@
 --   KEYS[10] P:{T}:fired   ZSET id -> ms fired: occurrences of schedules
 --                          (optional; enqueue and unfire only)
 -- Reached by name (same hash tag): P:{T}:cold, a ZSET of bucket starts, and
--- P:{T}:c:<start>, LISTs of ids: the cold pool (see cold_place below);
+-- P:{T}:c:<start>, LISTs of ids: the cold pool (see cold.lua);
 -- meta cold_after, cold_at, cold_n. P:{T}:retried, a SET of ids (K_RETRIED
--- below); meta retried, retried_n.
---
--- Record (never rewritten by claim, ack or extend): "M:D:G:B:E:" then E bytes
--- of last error, then the payload. M max attempts (decimal, empty: topic
--- default), then the per-job options if any (see opts_of), D due time (ms,
--- base 36), G due - created (ms, base 36), B backoff ladder (ms, comma
--- separated, empty: topic default), E length of the last error (decimal).
+-- below; retried.lua); meta retried, retried_n.
 
 -- Every call is checked once, before anything else: exactly these nine keys,
 -- in this order, all with the same prefix and hash tag. (Keys of two topics
@@ -62,8 +50,29 @@ end
 local K_POOL, K_READY, K_RUNNING, K_DEAD = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_JOBS, K_META, K_STATS, K_SEQ = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local K_ATT = KEYS[9]
+local K_FIRED = KEYS[10]
+-- P:{T}:retried, a SET: ids of waiting jobs (pool, ready or cold) whose
+-- attempts entry was kept when their lease ended (fail's retry, tick's
+-- reclaim), added by those two scripts and removed by the claim that takes
+-- the job, or by whatever deletes it; meta retried_n counts its members
+-- (add_retried, drop_retried), so that a script touches the set only when
+-- it has some. Once meta "retried" is 1 (claim sets it when the attempts
+-- hash is empty, so no entry predates the set), every waiting job with an
+-- entry is in it: a claim then reads the entries of these ids only, and a
+-- job of a claim not in it is on its first attempt.
+-- The set is not among the KEYS: on a Redis Cluster whose slot is
+-- migrating, touching it when it is not on this node fails the script, so
+-- every script touches it before its other writes (as the cold pool's keys).
+local K_RETRIED = KEY_BASE .. 'retried'
+-- args: the bounds and defaults the scripts check against, the check of a
+-- numeric argument (int_arg) and the reply to a call refused (invalid).
+
+local DEFAULT_MAX_ATTEMPTS = 6
+-- Most deliveries a job may have (its own setting or the topic's).
+local MAX_ATTEMPTS = 10000
 -- Largest integer a Lua number (a double) holds exactly: 2^53.
 local MAX_SAFE = 9007199254740992
+local DEFAULT_BACKOFF = '0,5000,30000,120000,600000,1800000'
 -- Ten years in ms: longer delays are refused as absurd.
 local MAX_DELAY_MS = 315360000000
 
@@ -76,6 +85,11 @@ local function int_arg(s, lo, hi)
   return v
 end
 
+local function invalid(msg)
+  return redis.error_reply('PUNCTUAL_INVALID ' .. msg)
+end
+-- is_live_att: whether an attempts-hash entry carries the live mark.
+
 -- The live mark: claim writes a job's attempts entry as "0A:T", a zero
 -- before the attempts, and every script that takes the job out of running
 -- drops the zero (fail, tick's reclaim) or deletes the entry (ack, cancel,
@@ -86,6 +100,7 @@ end
 local function is_live_att(v)
   return string.byte(v, 1) == 48
 end
+-- meta: the topic settings the helpers read, with one HMGET per call.
 
 -- The topic settings the helpers below read (topic_defaults,
 -- at_max_running, index_ready; enqueue's partitions), read with one HMGET
@@ -101,6 +116,10 @@ local function meta()
   end
   return meta_read
 end
+-- at_max_running: whether the topic is at its max_running, read by the scripts that
+-- take jobs out of running.
+-- include: args
+-- include: meta
 
 -- Whether the topic is at its max_running (meta), read before a script
 -- takes jobs out of running: then it publishes on the ready channel after,
@@ -113,44 +132,7 @@ local function at_max_running()
   local mr = int_arg(m.max_running, 1, MAX_SAFE)
   return mr ~= nil and redis.call('ZCARD', K_RUNNING) >= mr, m.glimited == '1'
 end
-
-local function max_attempts(r, topic_max)
-  return r.max or topic_max
-end
-
-local function invalid(msg)
-  return redis.error_reply('PUNCTUAL_INVALID ' .. msg)
-end
-local COLD_AFTER = 600000
-
--- cold_after and cold_at below are read per job (cold_place, is_cold_due):
--- each keeps the number it parsed with the meta value it came from (a
--- string, or false when absent; NONE: nothing parsed yet), so a call parses
--- each once (parsing them per job cost a cold enqueue about 4,000
--- instructions per job, callgrind).
-local NONE = {}
-local cold_after_raw, cold_after_v = NONE, nil
-local cold_at_raw, cold_at_v = NONE, nil
-
--- The topic's cold_after (meta), 0 when no job is to be placed cold.
-local function cold_after()
-  local w = meta().cold_after
-  if w ~= cold_after_raw then
-    cold_after_raw = w
-    cold_after_v = w and int_arg(w, 0, MAX_DELAY_MS) or COLD_AFTER
-  end
-  return cold_after_v
-end
-
--- meta cold_at as a number; nil when absent (or not a number).
-local function cold_at()
-  local a = meta().cold_at
-  if a ~= cold_at_raw then
-    cold_at_raw = a
-    cold_at_v = int_arg(a, 0, MAX_SAFE)
-  end
-  return cold_at_v
-end
+-- group_count: the group a job counts in, and counts of jobs by group.
 
 -- The group a job counts in, from its record: its g option, '' without
 -- one. One pattern; the same in claim, in release_groups and in
@@ -175,6 +157,9 @@ local function count_groups(recs, count, names)
     end
   end
 end
+-- release_groups: group limits: the running counts of jobs leaving running.
+-- include: meta
+-- include: group_count
 
 -- Every path that takes jobs out of running (ack, fail, tick's reclaim,
 -- cancel, enqueue's replace) calls this first, while their records are
@@ -227,6 +212,10 @@ end
 -- unmarked entry with that token is also looked up in running. The entry
 -- form is only a shortcut: when it is not the entry, its token is checked
 -- so, as if given alone (its attempt is not compared).
+-- include: args
+-- include: is_live_att
+-- include: at_max_running
+-- include: release_groups
 
 -- ids[i]: the i-th job's id; toks[i]: the token it is acked with (in the
 -- grouped form, made only when a job's entry is not its group's token).

@@ -1,13 +1,7 @@
 #!lua
--- lib.lua: helpers shared by every punctual script. The parts of it a script
--- uses are inserted after the shebang line of each script (see
--- src/scripts.rs), so each script is one self-contained text; `punctual
--- script NAME` prints the assembled text. A part is a top-level statement,
--- which starts at column 0, with the comment lines just before it: a
--- statement that defines nothing (the KEYS check) is always kept, a `local`
--- one when the script or a kept part mentions one of its names. So every
--- helper is a `local` named where it is used (no forward declarations, no
--- names reached only through a table).
+-- keys: the KEYS every script takes and their check. The loader puts this
+-- file first in every script (src/scripts.rs), before the includes the
+-- script names, so every call is checked before anything else runs.
 --
 -- KEYS, the same for every script (one topic T, prefix P):
 --   KEYS[1] P:{T}:pool     ZSET id -> due ms        (also the pub/sub channel
@@ -30,15 +24,9 @@
 --   KEYS[10] P:{T}:fired   ZSET id -> ms fired: occurrences of schedules
 --                          (optional; enqueue and unfire only)
 -- Reached by name (same hash tag): P:{T}:cold, a ZSET of bucket starts, and
--- P:{T}:c:<start>, LISTs of ids: the cold pool (see cold_place below);
+-- P:{T}:c:<start>, LISTs of ids: the cold pool (see cold.lua);
 -- meta cold_after, cold_at, cold_n. P:{T}:retried, a SET of ids (K_RETRIED
--- below); meta retried, retried_n.
---
--- Record (never rewritten by claim, ack or extend): "M:D:G:B:E:" then E bytes
--- of last error, then the payload. M max attempts (decimal, empty: topic
--- default), then the per-job options if any (see opts_of), D due time (ms,
--- base 36), G due - created (ms, base 36), B backoff ladder (ms, comma
--- separated, empty: topic default), E length of the last error (decimal).
+-- below; retried.lua); meta retried, retried_n.
 
 -- Every call is checked once, before anything else: exactly these nine keys,
 -- in this order, all with the same prefix and hash tag. (Keys of two topics
@@ -62,6 +50,7 @@ end
 local K_POOL, K_READY, K_RUNNING, K_DEAD = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_JOBS, K_META, K_STATS, K_SEQ = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local K_ATT = KEYS[9]
+local K_FIRED = KEYS[10]
 -- P:{T}:retried, a SET: ids of waiting jobs (pool, ready or cold) whose
 -- attempts entry was kept when their lease ended (fail's retry, tick's
 -- reclaim), added by those two scripts and removed by the claim that takes
@@ -75,12 +64,15 @@ local K_ATT = KEYS[9]
 -- migrating, touching it when it is not on this node fails the script, so
 -- every script touches it before its other writes (as the cold pool's keys).
 local K_RETRIED = KEY_BASE .. 'retried'
+-- args: the bounds and defaults the scripts check against, the check of a
+-- numeric argument (int_arg) and the reply to a call refused (invalid).
 
 local DEFAULT_MAX_ATTEMPTS = 6
 -- Most deliveries a job may have (its own setting or the topic's).
 local MAX_ATTEMPTS = 10000
 -- Largest integer a Lua number (a double) holds exactly: 2^53.
 local MAX_SAFE = 9007199254740992
+local DEFAULT_BACKOFF = '0,5000,30000,120000,600000,1800000'
 -- Ten years in ms: longer delays are refused as absurd.
 local MAX_DELAY_MS = 315360000000
 
@@ -92,6 +84,11 @@ local function int_arg(s, lo, hi)
   if v < lo or v > hi then return nil end
   return v
 end
+
+local function invalid(msg)
+  return redis.error_reply('PUNCTUAL_INVALID ' .. msg)
+end
+-- reserve_tokens: claim's lease tokens.
 
 -- Reserves n lease tokens and returns the value just before the first. They
 -- follow the topic's seq counter and never fall below Redis's clock in
@@ -106,6 +103,93 @@ local function reserve_tokens(n, now_us)
   redis.call('SET', K_SEQ, string.format('%d', old + n))
   return old
 end
+-- opts_of: the per-job options of a record's M field.
+
+-- The options of an M field: max attempts (number or nil) and a table
+-- {deadline, timeout, group} (nil when M has no options), or false when M
+-- is not one (M must match ^%d*(;[etgps][^;:]*)*$). Only a field with ';' pays
+-- for more than one string.find.
+local function opts_of(m)
+  if not string.find(m, ';', 1, true) then
+    if not string.find(m, '^%d*$') then return false end
+    return tonumber(m), nil
+  end
+  local d, rest = string.match(m, '^(%d*)(;.*)$')
+  if not d then return false end
+  local o = {}
+  for letter, v in string.gmatch(rest, ';([^;]?)([^;]*)') do
+    if letter == 'e' then o.deadline = tonumber(v, 36)
+    elseif letter == 't' then o.timeout = tonumber(v)
+    elseif letter == 'g' then o.group = v
+    elseif letter ~= 'p' and letter ~= 's' then return false end
+  end
+  return tonumber(d), o
+end
+-- record: reading a job's record, P:{T}:jobs's value.
+--
+-- Record (never rewritten by claim, ack or extend): "M:D:G:B:E:" then E bytes
+-- of last error, then the payload. M max attempts (decimal, empty: topic
+-- default), then the per-job options if any (see opts_of), D due time (ms,
+-- base 36), G due - created (ms, base 36), B backoff ladder (ms, comma
+-- separated, empty: topic default), E length of the last error (decimal).
+-- encode.lua writes one.
+-- include: opts_of
+
+-- M may carry per-job options after the max attempts (PROTOCOL.md "Per-job
+-- options"): ";" then a letter and a value, M = "<digits or empty>[;<opt>]*",
+-- with e<deadline, epoch ms, base 36>, t<timeout ms>, g<group>, and the
+-- trace context p<traceparent> and s<tracestate>, which only clients read.
+local HEADER = '^([^:]*):(%w+):(%w+):([%d,]*):(%d+):()'
+-- A record's due time, D (base 36), alone: for a look at it without decode.
+local RECORD_DUE = '^[^:]*:(%w+):'
+
+-- A record as a table: max (number or nil: the topic default), mfield (M as
+-- stored, written back by encode), due, created, backoff, err, payload, and
+-- when M carries options: deadline, timeout, group (each nil when absent).
+-- nil when the record is missing or unreadable.
+local function decode(rec)
+  if not rec then return nil end
+  local m, d, g, b, e, p = string.match(rec, HEADER)
+  if not m then return nil end
+  local max, o = opts_of(m)
+  if max == false then return nil end
+  e = tonumber(e)
+  local due = tonumber(d, 36)
+  local r = {
+    max = max,
+    mfield = m,
+    due = due,
+    created = due - tonumber(g, 36),
+    backoff = b,
+    err = string.sub(rec, p, p + e - 1),
+    payload = string.sub(rec, p + e),
+  }
+  if o then r.deadline, r.timeout, r.group = o.deadline, o.timeout, o.group end
+  return r
+end
+-- claimable: claim's check of a record it is about to lease.
+-- include: opts_of
+-- include: record
+
+-- A readable record without options, without captures. (A record with
+-- options fails it, and is read with decode.)
+local HEADER_CHECK = '^%d*:%w+:%w+:[%d,]*:%d+:'
+
+-- claim's check of a record: whether it reads, and for one whose expiry
+-- deadline is before `now`, the record decoded (true, r). Only a record with
+-- options pays for more than one string.find, and only an expired one is
+-- decoded whole.
+local HEADER_M = '^([^:]*):%w+:%w+:[%d,]*:%d+:'
+local function claimable(rec, now)
+  if string.find(rec, HEADER_CHECK) then return true, nil end
+  local m = string.match(rec, HEADER_M)
+  if not m then return false, nil end
+  local max, o = opts_of(m)
+  if max == false then return false, nil end
+  if o and o.deadline and o.deadline < now then return true, decode(rec) end
+  return true, nil
+end
+-- b36: base 36, as records and generated ids write numbers.
 
 -- The byte of each base-36 digit, '0'..'9' then 'a'..'z'. A table
 -- constructor, not a loop of string.byte: this line runs on every call of
@@ -137,83 +221,8 @@ local function b36(n, width)
   if width and #s < width then s = string.rep('0', width - #s) .. s end
   return s
 end
-
--- M may carry per-job options after the max attempts (PROTOCOL.md "Per-job
--- options"): ";" then a letter and a value, M = "<digits or empty>[;<opt>]*",
--- with e<deadline, epoch ms, base 36>, t<timeout ms> and g<group>.
-local HEADER = '^([^:]*):(%w+):(%w+):([%d,]*):(%d+):()'
--- A readable record without options, without captures. (A record with
--- options fails it, and is read with decode.)
-local HEADER_CHECK = '^%d*:%w+:%w+:[%d,]*:%d+:'
-
--- The options of an M field: max attempts (number or nil) and a table
--- {deadline, timeout, group} (nil when M has no options), or false when M
--- is not one (M must match ^%d*(;[etg][^;:]*)*$). Only a field with ';' pays
--- for more than one string.find.
-local function opts_of(m)
-  if not string.find(m, ';', 1, true) then
-    if not string.find(m, '^%d*$') then return false end
-    return tonumber(m), nil
-  end
-  local d, rest = string.match(m, '^(%d*)(;.*)$')
-  if not d then return false end
-  local o = {}
-  for letter, v in string.gmatch(rest, ';([^;]?)([^;]*)') do
-    if letter == 'e' then o.deadline = tonumber(v, 36)
-    elseif letter == 't' then o.timeout = tonumber(v)
-    elseif letter == 'g' then o.group = v
-    else return false end
-  end
-  return tonumber(d), o
-end
-
--- The group of a record's M field: its g option, or '' (no group, or an
--- unreadable field).
-local function group_of_field(m)
-  if not string.find(m, ';', 1, true) then return '' end
-  local _, o = opts_of(m)
-  return o and o.group or ''
-end
-
--- A record as a table: max (number or nil: the topic default), mfield (M as
--- stored, written back by encode), due, created, backoff, err, payload, and
--- when M carries options: deadline, timeout, group (each nil when absent).
--- nil when the record is missing or unreadable.
-local function decode(rec)
-  if not rec then return nil end
-  local m, d, g, b, e, p = string.match(rec, HEADER)
-  if not m then return nil end
-  local max, o = opts_of(m)
-  if max == false then return nil end
-  e = tonumber(e)
-  local due = tonumber(d, 36)
-  local r = {
-    max = max,
-    mfield = m,
-    due = due,
-    created = due - tonumber(g, 36),
-    backoff = b,
-    err = string.sub(rec, p, p + e - 1),
-    payload = string.sub(rec, p + e),
-  }
-  if o then r.deadline, r.timeout, r.group = o.deadline, o.timeout, o.group end
-  return r
-end
-
--- claim's check of a record: whether it reads, and for one whose expiry
--- deadline is before `now`, the record decoded (true, r). Only a record with
--- options pays for more than one string.find, and only an expired one is
--- decoded whole.
-local HEADER_M = '^([^:]*):%w+:%w+:[%d,]*:%d+:'
-local function claimable(rec, now)
-  if string.find(rec, HEADER_CHECK) then return true, nil end
-  local m = string.match(rec, HEADER_M)
-  if not m then return false, nil end
-  local max, o = opts_of(m)
-  if max == false then return false, nil end
-  if o and o.deadline and o.deadline < now then return true, decode(rec) end
-  return true, nil
-end
+-- encode: a record's text (the format is in record.lua).
+-- include: b36
 
 local function encode(r)
   local gap = r.due - r.created
@@ -222,6 +231,7 @@ local function encode(r)
     r.mfield or r.max or '', ':', b36(r.due), ':', b36(gap), ':', r.backoff, ':', #r.err, ':', r.err, r.payload,
   })
 end
+-- att_of: the attempts and token of an attempts-hash entry.
 
 -- Attempts and token from an attempts-hash value ("A:T", or "0A:T" while
 -- live); 0, 0 when absent.
@@ -230,21 +240,8 @@ local function att_of(v)
   local a, t = string.match(v, '^(%d+):(%d+)$')
   return tonumber(a) or 0, tonumber(t) or 0
 end
-
--- The topic settings the helpers below read (topic_defaults,
--- at_max_running, index_ready; enqueue's partitions), read with one HMGET
--- per call, at the first use, and kept: a script that writes one of these
--- fields afterwards updates the table too (enqueue's groups).
-local meta_read = nil
-local function meta()
-  if not meta_read then
-    local m = redis.call('HMGET', K_META, 'max_attempts', 'backoff', 'max_running', 'groups', 'vtime',
-      'partitions', 'glimited', 'cold_after', 'cold_at')
-    meta_read = { max_attempts = m[1], backoff = m[2], max_running = m[3], groups = m[4], vtime = m[5],
-      partitions = m[6], glimited = m[7], cold_after = m[8], cold_at = m[9] }
-  end
-  return meta_read
-end
+-- rate: a rate limit's token bucket (the topic's, and each group's).
+-- include: args
 
 -- A topic's rate (meta `rate`, "n/period ms"): n and the period, or nil
 -- when unset or unreadable (then no rate applies).
@@ -272,10 +269,7 @@ local function bucket_tokens(v, burst, n, p, now)
   if elapsed < 0 then elapsed = 0 end
   return math.min(burst, tk + elapsed * n / p)
 end
-
-local function max_attempts(r, topic_max)
-  return r.max or topic_max
-end
+-- bulk: variadic, the one way the scripts write many entries at once.
 
 -- Bulk writes and the listpack (PROTOCOL.md "Bulk writes"). Redis 7.0 keeps
 -- a small hash or sorted set as a listpack and writes a call's fields into
@@ -327,52 +321,17 @@ local function variadic(cmd, key, args)
   end
   return sum
 end
+-- group_of_field: the group of a record's M field.
+-- include: opts_of
 
-local function invalid(msg)
-  return redis.error_reply('PUNCTUAL_INVALID ' .. msg)
+-- The group of a record's M field: its g option, or '' (no group, or an
+-- unreadable field).
+local function group_of_field(m)
+  if not string.find(m, ';', 1, true) then return '' end
+  local _, o = opts_of(m)
+  return o and o.group or ''
 end
-local COLD_AFTER = 600000
-
--- cold_after and cold_at below are read per job (cold_place, is_cold_due):
--- each keeps the number it parsed with the meta value it came from (a
--- string, or false when absent; NONE: nothing parsed yet), so a call parses
--- each once (parsing them per job cost a cold enqueue about 4,000
--- instructions per job, callgrind).
-local NONE = {}
-local cold_after_raw, cold_after_v = NONE, nil
-local cold_at_raw, cold_at_v = NONE, nil
-
--- The topic's cold_after (meta), 0 when no job is to be placed cold.
-local function cold_after()
-  local w = meta().cold_after
-  if w ~= cold_after_raw then
-    cold_after_raw = w
-    cold_after_v = w and int_arg(w, 0, MAX_DELAY_MS) or COLD_AFTER
-  end
-  return cold_after_v
-end
-
--- meta cold_at as a number; nil when absent (or not a number).
-local function cold_at()
-  local a = meta().cold_at
-  if a ~= cold_at_raw then
-    cold_at_raw = a
-    cold_at_v = int_arg(a, 0, MAX_SAFE)
-  end
-  return cold_at_v
-end
-
--- Group limits (PROTOCOL.md "Group limits"), on a topic with meta
--- `glimited` = 1 (some group limit set; written by the group_limits script):
---   P:{T}:glimits  HASH group -> "rate;burst;max_running": a group's own
---                  limits, replacing the defaults (meta group_rate,
---                  group_burst, group_max_running); an empty field: none
---   P:{T}:grunning HASH group -> its jobs in running (absent: 0)
---   P:{T}:gbucket  HASH group -> "tokens:last refill ms" (absent: full)
---   P:{T}:gwait    ZSET group -> ms when it may be served again (inf: when
---                  one of its running jobs ends): groups held back by their
---                  own limit, out of P:{T}:groups meanwhile
-local INF = 1 / 0
+-- group_count: the group a job counts in, and counts of jobs by group.
 
 -- The group a job counts in, from its record: its g option, '' without
 -- one. One pattern; the same in claim, in release_groups and in
@@ -397,6 +356,25 @@ local function count_groups(recs, count, names)
     end
   end
 end
+-- claim_groups: claim's pick on a topic with groups, and the group limits
+-- it applies; used by claim alone.
+-- include: args
+-- include: group_of_field
+-- include: claimable
+-- include: rate
+-- include: group_count
+
+-- Group limits (PROTOCOL.md "Group limits"), on a topic with meta
+-- `glimited` = 1 (some group limit set; written by the group_limits script):
+--   P:{T}:glimits  HASH group -> "rate;burst;max_running": a group's own
+--                  limits, replacing the defaults (meta group_rate,
+--                  group_burst, group_max_running); an empty field: none
+--   P:{T}:grunning HASH group -> its jobs in running (absent: 0)
+--   P:{T}:gbucket  HASH group -> "tokens:last refill ms" (absent: full)
+--   P:{T}:gwait    ZSET group -> ms when it may be served again (inf: when
+--                  one of its running jobs ends): groups held back by their
+--                  own limit, out of P:{T}:groups meanwhile
+local INF = 1 / 0
 
 -- The state of the groups in `list` for one claim call (gs: {g = {}} per
 -- call; groups already there are kept): each group's limits (rn, rp,
@@ -730,7 +708,7 @@ end
 -- when the topic is paused or ready is empty. A ready id whose record
 -- vanished (eviction, restore) is dropped and counted as "orphans"; one whose
 -- record cannot be read is moved to dead. A job whose expiry deadline
--- (option e, see lib.lua) has passed is moved to dead with the last error
+-- (option e, see record.lua) has passed is moved to dead with the last error
 -- "expired: ...", counted in "expired" and "dead"; its attempts are
 -- unchanged (it never started).
 -- Limits (meta rate, burst, max_running; PROTOCOL.md "Limits"): at most
@@ -751,23 +729,31 @@ end
 -- entry: the us from the claim's time to the pool's earliest due time after
 -- the claim (0: due jobs are left; -1: the pool is empty or was not looked
 -- at). An empty array also when nothing was claimable and the pool is empty.
+-- include: args
+-- include: reserve_tokens
+-- include: claimable
+-- include: encode
+-- include: att_of
+-- include: rate
+-- include: bulk
+-- include: claim_groups
 
 local k = int_arg(ARGV[1], 1, 1000)
 local lease = int_arg(ARGV[2], 1, MAX_DELAY_MS)
 if not k or not lease or #ARGV ~= 2 then
   return invalid('claim expects 1 to 1000 jobs and a lease of 1 ms to ten years')
 end
-local meta = redis.call('HMGET', K_META, 'paused', 'max_attempts', 'rate', 'burst', 'max_running', 'bucket',
+local topic_meta = redis.call('HMGET', K_META, 'paused', 'max_attempts', 'rate', 'burst', 'max_running', 'bucket',
   'groups', 'vtime', 'glimited', 'retried', 'retried_n')
-if meta[1] == '1' then return {} end
--- Jobs waiting with an attempts entry (P:{T}:retried, lib.lua's
+if topic_meta[1] == '1' then return {} end
+-- Jobs waiting with an attempts entry (P:{T}:retried, keys.lua's
 -- K_RETRIED): the set is touched only when it has members, and then here,
 -- before any write (it is not among the KEYS).
-local n_retried = tonumber(meta[11]) or 0
+local n_retried = tonumber(topic_meta[11]) or 0
 if n_retried > 0 then redis.call('SCARD', K_RETRIED) end
-local topic_max = int_arg(meta[2], 1, MAX_ATTEMPTS) or DEFAULT_MAX_ATTEMPTS
+local topic_max = int_arg(topic_meta[2], 1, MAX_ATTEMPTS) or DEFAULT_MAX_ATTEMPTS
 -- Due pool jobs may be claimed (topics without groups).
-local from_pool = meta[7] ~= '1'
+local from_pool = topic_meta[7] ~= '1'
 
 -- Redis's clock, read once: before the ids when a rate needs it, else after.
 local now_us, now
@@ -789,16 +775,16 @@ end
 
 -- Limits: n jobs at most, and the wait to report when they hold jobs back.
 local n, wait = k, 0
-local max_running = int_arg(meta[5], 1, MAX_SAFE)
+local max_running = int_arg(topic_meta[5], 1, MAX_SAFE)
 if max_running then
   local free = max_running - redis.call('ZCARD', K_RUNNING)
   if free < n then n, wait = free, -1 end
 end
-local rate_n, rate_p = rate_of(meta[3])
+local rate_n, rate_p = rate_of(topic_meta[3])
 local tokens
 if rate_n then
   read_clock()
-  tokens = bucket_tokens(meta[6], burst_of(meta[4], rate_n, rate_p), rate_n, rate_p, now)
+  tokens = bucket_tokens(topic_meta[6], burst_of(topic_meta[4], rate_n, rate_p), rate_n, rate_p, now)
   local whole = math.floor(tokens)
   if whole < n then
     n = whole
@@ -818,17 +804,17 @@ local ids
 -- they leave by ZREMRANGEBYRANK, one walk of the skiplist, where a ZREM
 -- looks each one up (nothing in between writes ready or pool).
 local by_rank = false
--- Group limits (meta glimited = 1): the state of the groups met (lib.lua).
+-- Group limits (meta glimited = 1): the state of the groups met (claim_groups.lua).
 local gs
-if meta[9] == '1' then
+if topic_meta[9] == '1' then
   read_clock()
   gs = { g = {} }
 end
 local held
 -- The records of the ids when claim_groups read them already.
 local grecs
-if meta[7] == '1' then
-  -- Groups (PROTOCOL.md "Groups"): lib.lua's claim_groups picks them.
+if topic_meta[7] == '1' then
+  -- Groups (PROTOCOL.md "Groups"): claim_groups.lua's claim_groups picks them.
   local vt, ran_out
   ids, vt, ran_out, held, grecs = claim_groups(n, gs, now)
   if vt then redis.call('HSET', K_META, 'vtime', vt) end
@@ -910,7 +896,7 @@ local recs = grecs or redis.call('HMGET', K_JOBS, unpack(ids))
 -- is in P:{T}:retried (K_RETRIED): once meta retried is 1, only the ids in
 -- that set are read, and a claim with none of them reads no entry at all.
 -- Until then (a topic whose entries may predate the set) every id's is.
-local trusted = meta[10] == '1'
+local trusted = topic_meta[10] == '1'
 if not trusted and redis.call('EXISTS', K_ATT) == 0 then
   -- No entry at all: none predates the set.
   redis.call('HSET', K_META, 'retried', '1')

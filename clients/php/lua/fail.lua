@@ -1,13 +1,7 @@
 #!lua flags=allow-oom
--- lib.lua: helpers shared by every punctual script. The parts of it a script
--- uses are inserted after the shebang line of each script (see
--- src/scripts.rs), so each script is one self-contained text; `punctual
--- script NAME` prints the assembled text. A part is a top-level statement,
--- which starts at column 0, with the comment lines just before it: a
--- statement that defines nothing (the KEYS check) is always kept, a `local`
--- one when the script or a kept part mentions one of its names. So every
--- helper is a `local` named where it is used (no forward declarations, no
--- names reached only through a table).
+-- keys: the KEYS every script takes and their check. The loader puts this
+-- file first in every script (src/scripts.rs), before the includes the
+-- script names, so every call is checked before anything else runs.
 --
 -- KEYS, the same for every script (one topic T, prefix P):
 --   KEYS[1] P:{T}:pool     ZSET id -> due ms        (also the pub/sub channel
@@ -30,15 +24,9 @@
 --   KEYS[10] P:{T}:fired   ZSET id -> ms fired: occurrences of schedules
 --                          (optional; enqueue and unfire only)
 -- Reached by name (same hash tag): P:{T}:cold, a ZSET of bucket starts, and
--- P:{T}:c:<start>, LISTs of ids: the cold pool (see cold_place below);
+-- P:{T}:c:<start>, LISTs of ids: the cold pool (see cold.lua);
 -- meta cold_after, cold_at, cold_n. P:{T}:retried, a SET of ids (K_RETRIED
--- below); meta retried, retried_n.
---
--- Record (never rewritten by claim, ack or extend): "M:D:G:B:E:" then E bytes
--- of last error, then the payload. M max attempts (decimal, empty: topic
--- default), then the per-job options if any (see opts_of), D due time (ms,
--- base 36), G due - created (ms, base 36), B backoff ladder (ms, comma
--- separated, empty: topic default), E length of the last error (decimal).
+-- below; retried.lua); meta retried, retried_n.
 
 -- Every call is checked once, before anything else: exactly these nine keys,
 -- in this order, all with the same prefix and hash tag. (Keys of two topics
@@ -62,6 +50,7 @@ end
 local K_POOL, K_READY, K_RUNNING, K_DEAD = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_JOBS, K_META, K_STATS, K_SEQ = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local K_ATT = KEYS[9]
+local K_FIRED = KEYS[10]
 -- P:{T}:retried, a SET: ids of waiting jobs (pool, ready or cold) whose
 -- attempts entry was kept when their lease ended (fail's retry, tick's
 -- reclaim), added by those two scripts and removed by the claim that takes
@@ -75,6 +64,8 @@ local K_ATT = KEYS[9]
 -- migrating, touching it when it is not on this node fails the script, so
 -- every script touches it before its other writes (as the cold pool's keys).
 local K_RETRIED = KEY_BASE .. 'retried'
+-- args: the bounds and defaults the scripts check against, the check of a
+-- numeric argument (int_arg) and the reply to a call refused (invalid).
 
 local DEFAULT_MAX_ATTEMPTS = 6
 -- Most deliveries a job may have (its own setting or the topic's).
@@ -84,6 +75,20 @@ local MAX_SAFE = 9007199254740992
 local DEFAULT_BACKOFF = '0,5000,30000,120000,600000,1800000'
 -- Ten years in ms: longer delays are refused as absurd.
 local MAX_DELAY_MS = 315360000000
+
+-- A numeric argument: plain decimal digits (no sign, point, exponent,
+-- spaces, hex, inf or nan), at most 16 of them, within lo..hi. nil otherwise.
+local function int_arg(s, lo, hi)
+  if not s or #s > 16 or not string.find(s, '^%d+$') then return nil end
+  local v = tonumber(s)
+  if v < lo or v > hi then return nil end
+  return v
+end
+
+local function invalid(msg)
+  return redis.error_reply('PUNCTUAL_INVALID ' .. msg)
+end
+-- clock: Redis's clock, rounded down and up, and in microseconds.
 
 -- Redis's clock: ms rounded down, ms rounded up, and microseconds. A delay
 -- counts from the rounded-up ms, so a job is never due before the instant
@@ -96,15 +101,71 @@ local function clock()
   if us % 1000 ~= 0 then up = now + 1 end
   return now, up, s * 1000000 + us
 end
+-- opts_of: the per-job options of a record's M field.
 
--- A numeric argument: plain decimal digits (no sign, point, exponent,
--- spaces, hex, inf or nan), at most 16 of them, within lo..hi. nil otherwise.
-local function int_arg(s, lo, hi)
-  if not s or #s > 16 or not string.find(s, '^%d+$') then return nil end
-  local v = tonumber(s)
-  if v < lo or v > hi then return nil end
-  return v
+-- The options of an M field: max attempts (number or nil) and a table
+-- {deadline, timeout, group} (nil when M has no options), or false when M
+-- is not one (M must match ^%d*(;[etgps][^;:]*)*$). Only a field with ';' pays
+-- for more than one string.find.
+local function opts_of(m)
+  if not string.find(m, ';', 1, true) then
+    if not string.find(m, '^%d*$') then return false end
+    return tonumber(m), nil
+  end
+  local d, rest = string.match(m, '^(%d*)(;.*)$')
+  if not d then return false end
+  local o = {}
+  for letter, v in string.gmatch(rest, ';([^;]?)([^;]*)') do
+    if letter == 'e' then o.deadline = tonumber(v, 36)
+    elseif letter == 't' then o.timeout = tonumber(v)
+    elseif letter == 'g' then o.group = v
+    elseif letter ~= 'p' and letter ~= 's' then return false end
+  end
+  return tonumber(d), o
 end
+-- record: reading a job's record, P:{T}:jobs's value.
+--
+-- Record (never rewritten by claim, ack or extend): "M:D:G:B:E:" then E bytes
+-- of last error, then the payload. M max attempts (decimal, empty: topic
+-- default), then the per-job options if any (see opts_of), D due time (ms,
+-- base 36), G due - created (ms, base 36), B backoff ladder (ms, comma
+-- separated, empty: topic default), E length of the last error (decimal).
+-- encode.lua writes one.
+-- include: opts_of
+
+-- M may carry per-job options after the max attempts (PROTOCOL.md "Per-job
+-- options"): ";" then a letter and a value, M = "<digits or empty>[;<opt>]*",
+-- with e<deadline, epoch ms, base 36>, t<timeout ms>, g<group>, and the
+-- trace context p<traceparent> and s<tracestate>, which only clients read.
+local HEADER = '^([^:]*):(%w+):(%w+):([%d,]*):(%d+):()'
+-- A record's due time, D (base 36), alone: for a look at it without decode.
+local RECORD_DUE = '^[^:]*:(%w+):'
+
+-- A record as a table: max (number or nil: the topic default), mfield (M as
+-- stored, written back by encode), due, created, backoff, err, payload, and
+-- when M carries options: deadline, timeout, group (each nil when absent).
+-- nil when the record is missing or unreadable.
+local function decode(rec)
+  if not rec then return nil end
+  local m, d, g, b, e, p = string.match(rec, HEADER)
+  if not m then return nil end
+  local max, o = opts_of(m)
+  if max == false then return nil end
+  e = tonumber(e)
+  local due = tonumber(d, 36)
+  local r = {
+    max = max,
+    mfield = m,
+    due = due,
+    created = due - tonumber(g, 36),
+    backoff = b,
+    err = string.sub(rec, p, p + e - 1),
+    payload = string.sub(rec, p + e),
+  }
+  if o then r.deadline, r.timeout, r.group = o.deadline, o.timeout, o.group end
+  return r
+end
+-- b36: base 36, as records and generated ids write numbers.
 
 -- The byte of each base-36 digit, '0'..'9' then 'a'..'z'. A table
 -- constructor, not a loop of string.byte: this line runs on every call of
@@ -136,65 +197,8 @@ local function b36(n, width)
   if width and #s < width then s = string.rep('0', width - #s) .. s end
   return s
 end
-
--- M may carry per-job options after the max attempts (PROTOCOL.md "Per-job
--- options"): ";" then a letter and a value, M = "<digits or empty>[;<opt>]*",
--- with e<deadline, epoch ms, base 36>, t<timeout ms> and g<group>.
-local HEADER = '^([^:]*):(%w+):(%w+):([%d,]*):(%d+):()'
-
--- The options of an M field: max attempts (number or nil) and a table
--- {deadline, timeout, group} (nil when M has no options), or false when M
--- is not one (M must match ^%d*(;[etg][^;:]*)*$). Only a field with ';' pays
--- for more than one string.find.
-local function opts_of(m)
-  if not string.find(m, ';', 1, true) then
-    if not string.find(m, '^%d*$') then return false end
-    return tonumber(m), nil
-  end
-  local d, rest = string.match(m, '^(%d*)(;.*)$')
-  if not d then return false end
-  local o = {}
-  for letter, v in string.gmatch(rest, ';([^;]?)([^;]*)') do
-    if letter == 'e' then o.deadline = tonumber(v, 36)
-    elseif letter == 't' then o.timeout = tonumber(v)
-    elseif letter == 'g' then o.group = v
-    else return false end
-  end
-  return tonumber(d), o
-end
-
--- The group of a record's M field: its g option, or '' (no group, or an
--- unreadable field).
-local function group_of_field(m)
-  if not string.find(m, ';', 1, true) then return '' end
-  local _, o = opts_of(m)
-  return o and o.group or ''
-end
-
--- A record as a table: max (number or nil: the topic default), mfield (M as
--- stored, written back by encode), due, created, backoff, err, payload, and
--- when M carries options: deadline, timeout, group (each nil when absent).
--- nil when the record is missing or unreadable.
-local function decode(rec)
-  if not rec then return nil end
-  local m, d, g, b, e, p = string.match(rec, HEADER)
-  if not m then return nil end
-  local max, o = opts_of(m)
-  if max == false then return nil end
-  e = tonumber(e)
-  local due = tonumber(d, 36)
-  local r = {
-    max = max,
-    mfield = m,
-    due = due,
-    created = due - tonumber(g, 36),
-    backoff = b,
-    err = string.sub(rec, p, p + e - 1),
-    payload = string.sub(rec, p + e),
-  }
-  if o then r.deadline, r.timeout, r.group = o.deadline, o.timeout, o.group end
-  return r
-end
+-- encode: a record's text (the format is in record.lua).
+-- include: b36
 
 local function encode(r)
   local gap = r.due - r.created
@@ -203,6 +207,7 @@ local function encode(r)
     r.mfield or r.max or '', ':', b36(r.due), ':', b36(gap), ':', r.backoff, ':', #r.err, ':', r.err, r.payload,
   })
 end
+-- att_of: the attempts and token of an attempts-hash entry.
 
 -- Attempts and token from an attempts-hash value ("A:T", or "0A:T" while
 -- live); 0, 0 when absent.
@@ -211,6 +216,7 @@ local function att_of(v)
   local a, t = string.match(v, '^(%d+):(%d+)$')
   return tonumber(a) or 0, tonumber(t) or 0
 end
+-- token_str: the token of an attempts-hash entry, as fencing compares it.
 
 -- The token of an attempts-hash value ("A:T") as claim wrote it (decimal
 -- digits, no sign or leading zero); nil when absent. Fencing compares it
@@ -221,6 +227,7 @@ local function token_str(v)
   local p = string.find(v, ':', 1, true)
   return p and string.sub(v, p + 1)
 end
+-- is_live_att: whether an attempts-hash entry carries the live mark.
 
 -- The live mark: claim writes a job's attempts entry as "0A:T", a zero
 -- before the attempts, and every script that takes the job out of running
@@ -232,12 +239,14 @@ end
 local function is_live_att(v)
   return string.byte(v, 1) == 48
 end
+-- ended_att: the attempts-hash entry of a job leaving running.
 
 -- The entry of a job leaving running: its attempts and token, unmarked.
 local function ended_att(v)
   if v and string.byte(v, 1) == 48 then return string.sub(v, 2) end
   return v
 end
+-- meta: the topic settings the helpers read, with one HMGET per call.
 
 -- The topic settings the helpers below read (topic_defaults,
 -- at_max_running, index_ready; enqueue's partitions), read with one HMGET
@@ -253,23 +262,14 @@ local function meta()
   end
   return meta_read
 end
+-- retry: a job's max attempts and backoff, with the topic's defaults.
+-- include: args
+-- include: meta
 
 -- Topic settings: max attempts and backoff ladder, with built-in defaults.
 local function topic_defaults()
   local m = meta()
   return int_arg(m.max_attempts, 1, MAX_ATTEMPTS) or DEFAULT_MAX_ATTEMPTS, m.backoff or DEFAULT_BACKOFF
-end
-
--- Whether the topic is at its max_running (meta), read before a script
--- takes jobs out of running: then it publishes on the ready channel after,
--- so a worker waiting for a free slot claims at once. False (and no
--- ZCARD) when the topic has no max_running.
--- Also returns whether the topic has group limits (meta `glimited` = 1),
--- for release_groups, from the same HMGET.
-local function at_max_running()
-  local m = meta()
-  local mr = int_arg(m.max_running, 1, MAX_SAFE)
-  return mr ~= nil and redis.call('ZCARD', K_RUNNING) >= mr, m.glimited == '1'
 end
 
 local function max_attempts(r, topic_max)
@@ -290,12 +290,30 @@ local function backoff_ms(r, topic_backoff, attempts)
   if steps[i] > MAX_DELAY_MS then return MAX_DELAY_MS end
   return steps[i]
 end
+-- at_max_running: whether the topic is at its max_running, read by the scripts that
+-- take jobs out of running.
+-- include: args
+-- include: meta
+
+-- Whether the topic is at its max_running (meta), read before a script
+-- takes jobs out of running: then it publishes on the ready channel after,
+-- so a worker waiting for a free slot claims at once. False (and no
+-- ZCARD) when the topic has no max_running.
+-- Also returns whether the topic has group limits (meta `glimited` = 1),
+-- for release_groups, from the same HMGET.
+local function at_max_running()
+  local m = meta()
+  local mr = int_arg(m.max_running, 1, MAX_SAFE)
+  return mr ~= nil and redis.call('ZCARD', K_RUNNING) >= mr, m.glimited == '1'
+end
+-- earliest: the lowest score of a ZSET.
 
 local function earliest(key)
   local e = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
   if #e == 0 then return nil end
   return tonumber(e[2])
 end
+-- bulk: variadic, the one way the scripts write many entries at once.
 
 -- Bulk writes and the listpack (PROTOCOL.md "Bulk writes"). Redis 7.0 keeps
 -- a small hash or sorted set as a listpack and writes a call's fields into
@@ -347,6 +365,8 @@ local function variadic(cmd, key, args)
   end
   return sum
 end
+-- add_retried: adds ids to P:{T}:retried (K_RETRIED, in keys.lua).
+-- include: bulk
 
 -- Adds ids to P:{T}:retried (K_RETRIED), counting the new members in meta
 -- retried_n. Called before a script's other writes.
@@ -354,10 +374,7 @@ local function add_retried(ids)
   local added = variadic('SADD', K_RETRIED, ids)
   if added > 0 then redis.call('HINCRBY', K_META, 'retried_n', added) end
 end
-
-local function invalid(msg)
-  return redis.error_reply('PUNCTUAL_INVALID ' .. msg)
-end
+-- cold: the cold pool's keys and constants.
 
 -- The cold pool (PROTOCOL.md "The cold pool"): a job due at least
 -- `cold_after` ms (meta; default 10 minutes, 0: none) after its placement,
@@ -373,6 +390,10 @@ end
 local COLD_BUCKET = 60000
 local COLD_AFTER = 600000
 local K_COLD = KEY_BASE .. 'cold'
+-- cold_settings: the topic's cold_after and cold_at (meta), parsed once per call.
+-- include: args
+-- include: meta
+-- include: cold
 
 -- cold_after and cold_at below are read per job (cold_place, is_cold_due):
 -- each keeps the number it parsed with the meta value it came from (a
@@ -402,6 +423,10 @@ local function cold_at()
   end
   return cold_at_v
 end
+-- cold_place: placing jobs in the cold pool.
+-- include: bulk
+-- include: cold
+-- include: cold_settings
 
 -- The earliest due time cold_place places cold at `now` (math.huge when
 -- none): lets a loop skip the call for near jobs.
@@ -460,6 +485,20 @@ local function cold_flush()
   end
   return n
 end
+-- group_of_field: the group of a record's M field.
+-- include: opts_of
+
+-- The group of a record's M field: its g option, or '' (no group, or an
+-- unreadable field).
+local function group_of_field(m)
+  if not string.find(m, ';', 1, true) then return '' end
+  local _, o = opts_of(m)
+  return o and o.group or ''
+end
+-- index_ready: the groups' indexes of ready jobs.
+-- include: group_of_field
+-- include: meta
+-- include: bulk
 
 -- Groups (PROTOCOL.md "Groups"): once a topic has grouped jobs (meta
 -- `groups` = 1), every job put into ready is also indexed in its group's
@@ -504,6 +543,7 @@ local function index_ready(pairs)
     end
   end
 end
+-- group_count: the group a job counts in, and counts of jobs by group.
 
 -- The group a job counts in, from its record: its g option, '' without
 -- one. One pattern; the same in claim, in release_groups and in
@@ -528,6 +568,9 @@ local function count_groups(recs, count, names)
     end
   end
 end
+-- release_groups: group limits: the running counts of jobs leaving running.
+-- include: meta
+-- include: group_count
 
 -- Every path that takes jobs out of running (ack, fail, tick's reclaim,
 -- cancel, enqueue's replace) calls this first, while their records are
@@ -570,6 +613,21 @@ end
 -- {"stale", 0}.
 -- Publishes on the ready channel when it frees a slot of a topic at its
 -- max_running (or of a group at its own, see release_groups).
+-- include: args
+-- include: clock
+-- include: record
+-- include: encode
+-- include: att_of
+-- include: token_str
+-- include: is_live_att
+-- include: ended_att
+-- include: retry
+-- include: at_max_running
+-- include: earliest
+-- include: add_retried
+-- include: cold_place
+-- include: index_ready
+-- include: release_groups
 
 local id, token, err = ARGV[1], int_arg(ARGV[2], 0, MAX_SAFE), ARGV[3]
 local delay = ARGV[4]
@@ -590,7 +648,7 @@ local rec = redis.call('HGET', K_JOBS, id)
 local r = decode(rec)
 local topic_max, topic_backoff = topic_defaults()
 -- The retry's due time, decided before any write: a retry placed cold
--- writes the cold pool's keys first (lib.lua's cold_place).
+-- writes the cold pool's keys first (cold.lua's cold_place).
 local retry, wait, to_cold = r and not permanent and not back and attempts < max_attempts(r, topic_max), nil, false
 if r and back then
   -- Handed back unstarted: the claim's attempt did not happen. Its
@@ -609,7 +667,7 @@ elseif retry then
   if wait == 0 then r.due = now else r.due = up + wait end
   to_cold = wait > 0 and cold_place(id, r.due, now)
   -- It will wait with its attempts entry: the next claim reads it. (Before
-  -- any other write: lib.lua's K_RETRIED.)
+  -- any other write: keys.lua's K_RETRIED.)
   add_retried({ id })
   if to_cold then cold_flush() end
 end

@@ -1,13 +1,7 @@
 #!lua flags=no-writes
--- lib.lua: helpers shared by every punctual script. The parts of it a script
--- uses are inserted after the shebang line of each script (see
--- src/scripts.rs), so each script is one self-contained text; `punctual
--- script NAME` prints the assembled text. A part is a top-level statement,
--- which starts at column 0, with the comment lines just before it: a
--- statement that defines nothing (the KEYS check) is always kept, a `local`
--- one when the script or a kept part mentions one of its names. So every
--- helper is a `local` named where it is used (no forward declarations, no
--- names reached only through a table).
+-- keys: the KEYS every script takes and their check. The loader puts this
+-- file first in every script (src/scripts.rs), before the includes the
+-- script names, so every call is checked before anything else runs.
 --
 -- KEYS, the same for every script (one topic T, prefix P):
 --   KEYS[1] P:{T}:pool     ZSET id -> due ms        (also the pub/sub channel
@@ -30,15 +24,9 @@
 --   KEYS[10] P:{T}:fired   ZSET id -> ms fired: occurrences of schedules
 --                          (optional; enqueue and unfire only)
 -- Reached by name (same hash tag): P:{T}:cold, a ZSET of bucket starts, and
--- P:{T}:c:<start>, LISTs of ids: the cold pool (see cold_place below);
+-- P:{T}:c:<start>, LISTs of ids: the cold pool (see cold.lua);
 -- meta cold_after, cold_at, cold_n. P:{T}:retried, a SET of ids (K_RETRIED
--- below); meta retried, retried_n.
---
--- Record (never rewritten by claim, ack or extend): "M:D:G:B:E:" then E bytes
--- of last error, then the payload. M max attempts (decimal, empty: topic
--- default), then the per-job options if any (see opts_of), D due time (ms,
--- base 36), G due - created (ms, base 36), B backoff ladder (ms, comma
--- separated, empty: topic default), E length of the last error (decimal).
+-- below; retried.lua); meta retried, retried_n.
 
 -- Every call is checked once, before anything else: exactly these nine keys,
 -- in this order, all with the same prefix and hash tag. (Keys of two topics
@@ -62,6 +50,22 @@ end
 local K_POOL, K_READY, K_RUNNING, K_DEAD = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_JOBS, K_META, K_STATS, K_SEQ = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local K_ATT = KEYS[9]
+local K_FIRED = KEYS[10]
+-- P:{T}:retried, a SET: ids of waiting jobs (pool, ready or cold) whose
+-- attempts entry was kept when their lease ended (fail's retry, tick's
+-- reclaim), added by those two scripts and removed by the claim that takes
+-- the job, or by whatever deletes it; meta retried_n counts its members
+-- (add_retried, drop_retried), so that a script touches the set only when
+-- it has some. Once meta "retried" is 1 (claim sets it when the attempts
+-- hash is empty, so no entry predates the set), every waiting job with an
+-- entry is in it: a claim then reads the entries of these ids only, and a
+-- job of a claim not in it is on its first attempt.
+-- The set is not among the KEYS: on a Redis Cluster whose slot is
+-- migrating, touching it when it is not on this node fails the script, so
+-- every script touches it before its other writes (as the cold pool's keys).
+local K_RETRIED = KEY_BASE .. 'retried'
+-- args: the bounds and defaults the scripts check against, the check of a
+-- numeric argument (int_arg) and the reply to a call refused (invalid).
 
 local DEFAULT_MAX_ATTEMPTS = 6
 -- Most deliveries a job may have (its own setting or the topic's).
@@ -72,11 +76,6 @@ local DEFAULT_BACKOFF = '0,5000,30000,120000,600000,1800000'
 -- Ten years in ms: longer delays are refused as absurd.
 local MAX_DELAY_MS = 315360000000
 
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
 -- A numeric argument: plain decimal digits (no sign, point, exponent,
 -- spaces, hex, inf or nan), at most 16 of them, within lo..hi. nil otherwise.
 local function int_arg(s, lo, hi)
@@ -86,14 +85,28 @@ local function int_arg(s, lo, hi)
   return v
 end
 
--- M may carry per-job options after the max attempts (PROTOCOL.md "Per-job
--- options"): ";" then a letter and a value, M = "<digits or empty>[;<opt>]*",
--- with e<deadline, epoch ms, base 36>, t<timeout ms> and g<group>.
-local HEADER = '^([^:]*):(%w+):(%w+):([%d,]*):(%d+):()'
+local function invalid(msg)
+  return redis.error_reply('PUNCTUAL_INVALID ' .. msg)
+end
+-- now_ms: Redis's clock in ms.
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+-- options_text: the options part of a record's M field, as listings show it.
+
+-- The options part of an M field: from its first ';' on ('' without).
+local function options_text(m)
+  local p = string.find(m, ';', 1, true)
+  if not p then return '' end
+  return string.sub(m, p)
+end
+-- opts_of: the per-job options of a record's M field.
 
 -- The options of an M field: max attempts (number or nil) and a table
 -- {deadline, timeout, group} (nil when M has no options), or false when M
--- is not one (M must match ^%d*(;[etg][^;:]*)*$). Only a field with ';' pays
+-- is not one (M must match ^%d*(;[etgps][^;:]*)*$). Only a field with ';' pays
 -- for more than one string.find.
 local function opts_of(m)
   if not string.find(m, ';', 1, true) then
@@ -107,17 +120,27 @@ local function opts_of(m)
     if letter == 'e' then o.deadline = tonumber(v, 36)
     elseif letter == 't' then o.timeout = tonumber(v)
     elseif letter == 'g' then o.group = v
-    else return false end
+    elseif letter ~= 'p' and letter ~= 's' then return false end
   end
   return tonumber(d), o
 end
+-- record: reading a job's record, P:{T}:jobs's value.
+--
+-- Record (never rewritten by claim, ack or extend): "M:D:G:B:E:" then E bytes
+-- of last error, then the payload. M max attempts (decimal, empty: topic
+-- default), then the per-job options if any (see opts_of), D due time (ms,
+-- base 36), G due - created (ms, base 36), B backoff ladder (ms, comma
+-- separated, empty: topic default), E length of the last error (decimal).
+-- encode.lua writes one.
+-- include: opts_of
 
--- The options part of an M field: from its first ';' on ('' without).
-local function options_text(m)
-  local p = string.find(m, ';', 1, true)
-  if not p then return '' end
-  return string.sub(m, p)
-end
+-- M may carry per-job options after the max attempts (PROTOCOL.md "Per-job
+-- options"): ";" then a letter and a value, M = "<digits or empty>[;<opt>]*",
+-- with e<deadline, epoch ms, base 36>, t<timeout ms>, g<group>, and the
+-- trace context p<traceparent> and s<tracestate>, which only clients read.
+local HEADER = '^([^:]*):(%w+):(%w+):([%d,]*):(%d+):()'
+-- A record's due time, D (base 36), alone: for a look at it without decode.
+local RECORD_DUE = '^[^:]*:(%w+):'
 
 -- A record as a table: max (number or nil: the topic default), mfield (M as
 -- stored, written back by encode), due, created, backoff, err, payload, and
@@ -143,6 +166,7 @@ local function decode(rec)
   if o then r.deadline, r.timeout, r.group = o.deadline, o.timeout, o.group end
   return r
 end
+-- att_of: the attempts and token of an attempts-hash entry.
 
 -- Attempts and token from an attempts-hash value ("A:T", or "0A:T" while
 -- live); 0, 0 when absent.
@@ -151,6 +175,7 @@ local function att_of(v)
   local a, t = string.match(v, '^(%d+):(%d+)$')
   return tonumber(a) or 0, tonumber(t) or 0
 end
+-- meta: the topic settings the helpers read, with one HMGET per call.
 
 -- The topic settings the helpers below read (topic_defaults,
 -- at_max_running, index_ready; enqueue's partitions), read with one HMGET
@@ -166,6 +191,9 @@ local function meta()
   end
   return meta_read
 end
+-- retry: a job's max attempts and backoff, with the topic's defaults.
+-- include: args
+-- include: meta
 
 -- Topic settings: max attempts and backoff ladder, with built-in defaults.
 local function topic_defaults()
@@ -177,10 +205,40 @@ local function max_attempts(r, topic_max)
   return r.max or topic_max
 end
 
-local function invalid(msg)
-  return redis.error_reply('PUNCTUAL_INVALID ' .. msg)
+-- Delay before the next attempt after `attempts` failed ones.
+local function backoff_ms(r, topic_backoff, attempts)
+  local ladder = r.backoff
+  if ladder == '' then ladder = topic_backoff end
+  local steps = {}
+  for s in string.gmatch(ladder, '%d+') do steps[#steps + 1] = tonumber(s) end
+  if #steps == 0 then return 0 end
+  local i = attempts
+  if i < 1 then i = 1 end
+  if i > #steps then i = #steps end
+  -- A ladder written by hand may hold absurd steps: cap them like delays.
+  if steps[i] > MAX_DELAY_MS then return MAX_DELAY_MS end
+  return steps[i]
 end
+-- cold: the cold pool's keys and constants.
+
+-- The cold pool (PROTOCOL.md "The cold pool"): a job due at least
+-- `cold_after` ms (meta; default 10 minutes, 0: none) after its placement,
+-- and not before meta `cold_at`, waits in the LIST of its due minute,
+-- P:{T}:c:<start>, indexed by the ZSET P:{T}:cold, instead of in pool; tick
+-- moves each list into pool `cold_after` before the list's start. A job in
+-- no set whose record is due at or after `cold_at` is such a cold job.
+-- Only tick writes cold_at first: a topic whose scheduler predates the cold
+-- pool never gets a cold job, which its tick would never move.
+-- The lists and the index are not among the KEYS: on a Redis Cluster
+-- whose slot is migrating, touching one that is not on this node fails the
+-- script, so every script writes them before anything else.
+local COLD_BUCKET = 60000
 local COLD_AFTER = 600000
+local K_COLD = KEY_BASE .. 'cold'
+-- cold_settings: the topic's cold_after and cold_at (meta), parsed once per call.
+-- include: args
+-- include: meta
+-- include: cold
 
 -- cold_after and cold_at below are read per job (cold_place, is_cold_due):
 -- each keeps the number it parsed with the meta value it came from (a
@@ -210,6 +268,8 @@ local function cold_at()
   end
   return cold_at_v
 end
+-- cold_due: whether a job in no set is a cold job.
+-- include: cold_settings
 
 -- Whether a job in no set, with this record due time, is a cold job.
 local function is_cold_due(due)
@@ -217,6 +277,12 @@ local function is_cold_due(due)
   if not at then return false end
   return due >= at
 end
+-- state: which set holds a job.
+-- include: record
+-- include: cold_settings
+-- include: cold_due
+
+local STATE_KEY = { pool = K_POOL, ready = K_READY, running = K_RUNNING, dead = K_DEAD }
 
 -- Which set holds `id`, and its score there: pool, ready, running, dead,
 -- or 'cold' (a cold job, in the pool: its record's due time), else nil.
@@ -246,6 +312,13 @@ end
 -- State is pool (also a cold job), ready, running, dead (or "orphan": a record in no set,
 -- which punctual check reports) and score is the due time (pool, ready), the
 -- lease deadline (running) or the time of death (dead).
+-- include: args
+-- include: now_ms
+-- include: options_text
+-- include: record
+-- include: att_of
+-- include: retry
+-- include: state
 
 if #ARGV ~= 1 then return invalid('get expects one id') end
 local id = ARGV[1]

@@ -19,6 +19,9 @@ final class Job
         public readonly int $createdMs,
         public readonly int $timeoutMs,
         public readonly string $payload,
+        /** The producer's W3C trace context (the parent span when serve exports spans). */
+        public readonly ?string $traceparent = null,
+        public readonly ?string $tracestate = null,
     ) {
     }
 
@@ -42,6 +45,8 @@ final class Job
             (int) ($msg['created_ms'] ?? 0),
             (int) ($msg['timeout_ms'] ?? 0),
             $payload,
+            isset($msg['traceparent']) ? (string) $msg['traceparent'] : null,
+            isset($msg['tracestate']) ? (string) $msg['tracestate'] : null,
         );
     }
 

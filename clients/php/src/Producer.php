@@ -307,7 +307,10 @@ final class Producer
      * until its due time plus this, later it goes to dead unrun),
      * 'timeout_ms' (same range: the handler timeout for this job instead of
      * the topic's), 'group' (1 to 64 bytes of [A-Za-z0-9_.@-]: the group it
-     * is served fairly in).
+     * is served fairly in), 'traceparent' and 'tracestate' (W3C Trace
+     * Context: the producer's trace, handed to every attempt's handler;
+     * without them, the current OpenTelemetry context's when
+     * open-telemetry/api is installed and a span is active).
      *
      * @param array<string, mixed> $options
      * @return array{id: string, status: string} status: created, duplicate, replaced
@@ -564,14 +567,15 @@ final class Producer
 
     /**
      * The options part of a record's first field as `get` returns it
-     * (`;e<deadline base 36>;t<ms>;g<group>`, or ''): expires_at_ms,
-     * timeout_ms, group, null where not set.
+     * (`;e<deadline base 36>;t<ms>;g<group>;p<traceparent>;s<tracestate>`,
+     * or ''): expires_at_ms, timeout_ms, group, traceparent, tracestate,
+     * null where not set.
      *
-     * @return array{expires_at_ms: ?int, timeout_ms: ?int, group: ?string}
+     * @return array{expires_at_ms: ?int, timeout_ms: ?int, group: ?string, traceparent: ?string, tracestate: ?string}
      */
     public static function parseOptions(string $text): array
     {
-        $out = ['expires_at_ms' => null, 'timeout_ms' => null, 'group' => null];
+        $out = ['expires_at_ms' => null, 'timeout_ms' => null, 'group' => null, 'traceparent' => null, 'tracestate' => null];
         foreach (array_slice(explode(';', $text), 1) as $part) {
             $letter = substr($part, 0, 1);
             $value = substr($part, 1);
@@ -581,6 +585,14 @@ final class Producer
                 $out['timeout_ms'] = (int) $value;
             } elseif ($letter === 'g' && $value !== '') {
                 $out['group'] = $value;
+            } elseif ($letter === 'p' && $value !== '') {
+                $out['traceparent'] = $value;
+            } elseif ($letter === 's' && $value !== '') {
+                $out['tracestate'] = (string) preg_replace_callback(
+                    '/%([0-9A-Fa-f]{2})/',
+                    fn (array $m) => chr((int) hexdec($m[1])),
+                    $value,
+                );
             }
         }
         return $out;

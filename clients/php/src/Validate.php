@@ -211,12 +211,90 @@ final class Validate
         }
     }
 
+    public const MAX_TRACESTATE_LEN = 512;
+
+    /**
+     * A W3C traceparent: `version-traceid-spanid-flags`, 2, 32, 16 and 2
+     * lowercase hex digits, the version not `ff`, neither id all zeros.
+     */
+    public static function traceparent(mixed $tp): void
+    {
+        if (!is_string($tp)) {
+            throw new InvalidInput(sprintf('invalid traceparent %s: give a string', var_export($tp, true)));
+        }
+        $why = null;
+        if (preg_match('/^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$/D', $tp) !== 1) {
+            $why = 'not four dash-separated fields of lowercase hex';
+        } elseif (str_starts_with($tp, 'ff')) {
+            $why = 'version ff is invalid';
+        } elseif (trim(substr($tp, 3, 32), '0') === '') {
+            $why = 'the trace id is all zeros';
+        } elseif (trim(substr($tp, 36, 16), '0') === '') {
+            $why = 'the parent span id is all zeros';
+        }
+        if ($why !== null) {
+            throw new InvalidInput(sprintf(
+                'invalid traceparent %s: %s; a W3C traceparent is version-traceid-spanid-flags, '
+                . '2, 32, 16 and 2 lowercase hex digits, e.g. 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01',
+                self::quote($tp),
+                $why,
+            ));
+        }
+    }
+
+    /** A W3C tracestate: at most 512 bytes of printable ASCII. */
+    public static function tracestate(mixed $ts): void
+    {
+        $len = is_string($ts) ? strlen($ts) : 0;
+        if (!is_string($ts) || $len > self::MAX_TRACESTATE_LEN || preg_match('/^[\x20-\x7e]*$/D', $ts) !== 1) {
+            throw new InvalidInput(sprintf(
+                'invalid tracestate: a W3C tracestate is at most %d bytes of printable ASCII (got %d bytes)',
+                self::MAX_TRACESTATE_LEN,
+                $len,
+            ));
+        }
+    }
+
+    /**
+     * The current OpenTelemetry context's traceparent and tracestate (each
+     * null when absent), read through the open-telemetry/api package when it
+     * is installed (its W3C propagator, on the current context); [null, null]
+     * otherwise. Not a dependency.
+     *
+     * @return array{0: ?string, 1: ?string}
+     */
+    public static function currentTraceContext(): array
+    {
+        $propagator = 'OpenTelemetry\API\Trace\Propagation\TraceContextPropagator';
+        if (!class_exists($propagator)) {
+            return [null, null];
+        }
+        $carrier = [];
+        try {
+            $propagator::getInstance()->inject($carrier);
+        } catch (\Throwable) {
+            return [null, null];
+        }
+        $tp = $carrier['traceparent'] ?? null;
+        $ts = ($carrier['tracestate'] ?? '') === '' ? null : $carrier['tracestate'];
+        try {
+            self::traceparent($tp);
+            if ($ts !== null) {
+                self::tracestate($ts);
+            }
+        } catch (InvalidInput) {
+            return [null, null];
+        }
+        return [$tp, $ts];
+    }
+
     /**
      * The enqueue script's "max attempts" argument with the per-job options
-     * (docs/PROTOCOL.md, "Per-job options"): `<max>;x<ms>;t<ms>;g<group>`,
+     * (docs/PROTOCOL.md, "Per-job options"):
+     * `<max>;x<ms>;t<ms>;g<group>;p<traceparent>;s<tracestate, escaped>`,
      * each part only when given; '' for none.
      *
-     * @param array<string, mixed> $o max_attempts, expire_ms, timeout_ms, group
+     * @param array<string, mixed> $o max_attempts, expire_ms, timeout_ms, group, traceparent, tracestate
      */
     public static function options(array $o): string
     {
@@ -241,6 +319,23 @@ final class Validate
             self::group($o['group']);
             $out .= ';g' . $o['group'];
         }
+        $tp = $o['traceparent'] ?? null;
+        $ts = $o['tracestate'] ?? null;
+        if ($tp !== null) {
+            self::traceparent($tp);
+        }
+        if ($ts !== null) {
+            if ($tp === null) {
+                throw new InvalidInput('a tracestate needs a traceparent: give both, or neither');
+            }
+            self::tracestate($ts);
+        }
+        if ($tp !== null) {
+            $out .= ';p' . $tp;
+            if ($ts !== null && $ts !== '') {
+                $out .= ';s' . strtr($ts, ['%' => '%25', ';' => '%3B', ':' => '%3A']);
+            }
+        }
         return $out;
     }
 
@@ -252,7 +347,7 @@ final class Validate
      */
     public static function job(array $job, int $maxPayload): array
     {
-        $known = ['payload', 'id', 'delay_ms', 'at_ms', 'max_attempts', 'backoff_ms', 'expire_ms', 'timeout_ms', 'group'];
+        $known = ['payload', 'id', 'delay_ms', 'at_ms', 'max_attempts', 'backoff_ms', 'expire_ms', 'timeout_ms', 'group', 'traceparent', 'tracestate'];
         foreach (array_keys($job) as $k) {
             if (!in_array($k, $known, true)) {
                 throw new InvalidInput(sprintf('unknown job field %s; the fields are: %s', var_export($k, true), implode(', ', $known)));
@@ -264,6 +359,9 @@ final class Validate
                 throw new InvalidInput(sprintf('invalid id %s: give a string', var_export($id, true)));
             }
             self::id($id);
+        }
+        if (($job['traceparent'] ?? null) === null && ($job['tracestate'] ?? null) === null) {
+            [$job['traceparent'], $job['tracestate']] = self::currentTraceContext();
         }
         $max = self::options($job);
         $backoff = '';

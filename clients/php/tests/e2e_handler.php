@@ -33,6 +33,7 @@ Worker::run(function (Job $job) use ($redis): void {
         'created_ms' => $job->createdMs, 'timeout_ms' => $job->timeoutMs,
         'now_ms' => (int) $sec * 1000 + intdiv((int) $usec, 1000), 'pid' => getmypid(),
         'payload_hex' => bin2hex($job->payload), 'do' => $do,
+        'traceparent' => $job->traceparent, 'tracestate' => $job->tracestate,
     ]);
     $key = getenv('E2E_KEY') ?: 'e2e:' . $job->topic;
     if ($do === 'exit' && $job->attempt === 1) {

@@ -114,9 +114,64 @@ $tests['options are passed in the max-attempts argument'] = function (Redis $r):
 };
 
 $tests['options read back from what get returns'] = function (Redis $r): void {
-    same(['expires_at_ms' => 36 * 36 - 1, 'timeout_ms' => 5000, 'group' => 'shop-17'], Producer::parseOptions(';ezz;t5000;gshop-17'));
-    same(['expires_at_ms' => null, 'timeout_ms' => null, 'group' => 'ops'], Producer::parseOptions(';gops'));
-    same(['expires_at_ms' => null, 'timeout_ms' => null, 'group' => null], Producer::parseOptions(''));
+    $none = ['traceparent' => null, 'tracestate' => null];
+    same(['expires_at_ms' => 36 * 36 - 1, 'timeout_ms' => 5000, 'group' => 'shop-17'] + $none, Producer::parseOptions(';ezz;t5000;gshop-17'));
+    same(['expires_at_ms' => null, 'timeout_ms' => null, 'group' => 'ops'] + $none, Producer::parseOptions(';gops'));
+    same(['expires_at_ms' => null, 'timeout_ms' => null, 'group' => null] + $none, Producer::parseOptions(''));
+    same(
+        ['expires_at_ms' => null, 'timeout_ms' => null, 'group' => null, 'traceparent' => '00-ab-cd-01', 'tracestate' => 'k=a;b:c%'],
+        Producer::parseOptions(';p00-ab-cd-01;sk=a%3Bb%3Ac%25'),
+    );
+};
+
+const TP = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
+
+$tests['a trace context round-trips, escaped, through the record'] = function (Redis $r): void {
+    $prefix = fresh_prefix();
+    $p = new Producer($r, $prefix);
+    $state = 'rojo=00f067aa0ba902b7,congo=a:b;c%d';
+    $p->enqueue('orders', 'pay', ['id' => 't1', 'max_attempts' => 3, 'group' => 'g1', 'traceparent' => TP, 'tracestate' => $state]);
+    $head = fn (string $id) => explode(':', (string) $r->hGet("$prefix:{orders}:jobs", $id))[0];
+    same('3;gg1;p' . TP . ';srojo=00f067aa0ba902b7,congo=a%3Ab%3Bc%25d', $head('t1'));
+    $info = $p->get('orders', 't1');
+    same([TP, $state, 'g1'], [$info['traceparent'], $info['tracestate'], $info['group']]);
+    // None given and no OpenTelemetry: nothing stored, no byte more.
+    $p->enqueue('orders', 'pay', ['id' => 't2', 'max_attempts' => 3]);
+    same('3', $head('t2'));
+    same(null, $p->get('orders', 't2')['traceparent']);
+};
+
+$tests['the current OpenTelemetry context is taken when none is given'] = function (Redis $r): void {
+    // A stand-in for open-telemetry/api's W3C propagator, which writes the
+    // current context's headers into the carrier (here: while set).
+    if (!class_exists('OpenTelemetry\\API\\Trace\\Propagation\\TraceContextPropagator')) {
+        eval('namespace OpenTelemetry\\API\\Trace\\Propagation; final class TraceContextPropagator {
+            public static ?array $current = null;
+            public static function getInstance(): self { return new self(); }
+            public function inject(&$carrier): void { if (self::$current !== null) { $carrier += self::$current; } }
+        }');
+    }
+    $fake = 'OpenTelemetry\\API\\Trace\\Propagation\\TraceContextPropagator';
+    $other = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01';
+    $prefix = fresh_prefix();
+    $p = new Producer($r, $prefix);
+    $fake::$current = ['traceparent' => $other, 'tracestate' => 'k=v'];
+    try {
+        $p->enqueue('orders', 'x', ['id' => 'o1']);
+        $p->enqueue('orders', 'x', ['id' => 'o2', 'traceparent' => TP]);
+    } finally {
+        $fake::$current = null;
+    }
+    $o1 = $p->get('orders', 'o1');
+    $o2 = $p->get('orders', 'o2');
+    same([$other, 'k=v'], [$o1['traceparent'], $o1['tracestate']]);
+    same([TP, null], [$o2['traceparent'], $o2['tracestate']], 'a given one wins');
+};
+
+$tests['a resident job message carries the trace context'] = function (Redis $r): void {
+    $job = \Punctual\Job::fromMessage(['id' => 'j', 'traceparent' => TP, 'tracestate' => 'k=v']);
+    same([TP, 'k=v'], [$job->traceparent, $job->tracestate]);
+    same(null, \Punctual\Job::fromMessage(['id' => 'j'])->traceparent);
 };
 
 // Needs the enqueue script of the `opts` branch.

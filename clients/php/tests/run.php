@@ -200,7 +200,7 @@ $tests['invalid input: refused before Redis, with the library messages'] = funct
     refused(fn () => $p->enqueue('t', 'x', ['backoff_ms' => [1000, 315360001000]]), 'invalid backoff step 315360001s: steps are at most ten years');
     refused(fn () => $p->enqueue('t', 'x', ['delay_ms' => 1, 'at_ms' => 1]), 'give a delay or a due time, not both');
     refused(fn () => $p->enqueue('t', 'x', ['backoff_ms' => 5000]), 'backoff must be a list of delays in milliseconds');
-    refused(fn () => $p->enqueue('t', 'x', ['dealy_ms' => 1]), "unknown job field 'dealy_ms'; the fields are: payload, id, delay_ms, at_ms, max_attempts, backoff_ms, expire_ms, timeout_ms, group");
+    refused(fn () => $p->enqueue('t', 'x', ['dealy_ms' => 1]), "unknown job field 'dealy_ms'; the fields are: payload, id, delay_ms, at_ms, max_attempts, backoff_ms, expire_ms, timeout_ms, group, traceparent, tracestate");
     refused(fn () => new Producer($r, 'a{b'), 'invalid prefix "a{b": prefixes must be non-empty and may not contain braces');
     refused(fn () => $p->get('t', ''), 'invalid id "": ids may not be empty (leave the id out to have one generated)');
     same([], $r->keys("$prefix:*"), 'nothing reached Redis');

@@ -23,20 +23,23 @@ from .producer import (
     NewJob,
     PartialBatch,
     Producer,
+    current_trace_context,
     encode_options,
     generate_id,
     partition_of,
     validate_group,
     validate_id,
     validate_topic,
+    validate_traceparent,
+    validate_tracestate,
 )
 from .tasks import Task, configure, current_job, task
 from .worker import Dead, Job, NotUnderServe, Retry, Worker, once_key, run, run_async
 
 __all__ = [
     "AsyncProducer", "DEFAULT_MAX_PAYLOAD", "DEFAULT_PREFIX", "Dead", "Duration", "Enqueued", "InvalidInput", "Job",
-    "JobInfo", "NewJob", "NotUnderServe", "PartialBatch", "Producer", "Retry", "Task", "Worker", "configure", "current_job", "task", "encode_options",
+    "JobInfo", "NewJob", "NotUnderServe", "PartialBatch", "Producer", "Retry", "Task", "Worker", "configure", "current_job", "task", "current_trace_context", "encode_options",
     "generate_id", "once_key", "partition_of", "run", "run_async", "validate_group", "validate_id",
-    "validate_topic",
+    "validate_topic", "validate_traceparent", "validate_tracestate",
 ]
 __version__ = "0.3.0"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import math
+import re
 import secrets
 import time
 import unicodedata
@@ -102,6 +103,10 @@ class NewJob:
     expire_ms: Optional[Duration] = None
     timeout_ms: Optional[Duration] = None
     group: Optional[str] = None
+    # The producer's W3C trace context (docs/PROTOCOL.md, "Trace context");
+    # without one, the active OpenTelemetry span's, when the SDK is in use.
+    traceparent: Optional[str] = None
+    tracestate: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -145,12 +150,19 @@ class JobInfo:
     expires_at_ms: Optional[int] = None  # the expiry deadline: may start only until then
     timeout_ms: Optional[int] = None
     group: Optional[str] = None
+    traceparent: Optional[str] = None
+    tracestate: Optional[str] = None
+
+
+def _unescape_tracestate(v: str) -> str:
+    return re.sub(r"%([0-9A-Fa-f]{2})", lambda m: chr(int(m.group(1), 16)), v)
 
 
 def parse_options(text: str) -> dict:
     """The options part of a record's first field as ``get`` returns it
-    (``;e<deadline base 36>;t<ms>;g<group>``, or ``""``): a dict of
-    ``expires_at_ms``, ``timeout_ms``, ``group`` (only those present)."""
+    (``;e<deadline base 36>;t<ms>;g<group>;p<traceparent>;s<tracestate>``,
+    or ``""``): a dict of ``expires_at_ms``, ``timeout_ms``, ``group``,
+    ``traceparent``, ``tracestate`` (only those present)."""
     out: dict = {}
     for part in text.split(";")[1:]:
         letter, value = part[:1], part[1:]
@@ -160,6 +172,10 @@ def parse_options(text: str) -> dict:
             out["timeout_ms"] = int(value)
         elif letter == "g" and value:
             out["group"] = value
+        elif letter == "p" and value:
+            out["traceparent"] = value
+        elif letter == "s" and value:
+            out["tracestate"] = _unescape_tracestate(value)
     return out
 
 
@@ -359,10 +375,82 @@ def validate_group(group: str) -> None:
         )
 
 
+_TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
+MAX_TRACESTATE_LEN = 512
+
+
+def validate_traceparent(tp: str) -> None:
+    """A W3C traceparent: ``version-traceid-spanid-flags``, 2, 32, 16 and 2
+    lowercase hex digits, the version not ``ff``, neither id all zeros."""
+    if not isinstance(tp, str):
+        raise InvalidInput(f"invalid traceparent {tp!r}: give a string")
+    why = None
+    if not _TRACEPARENT.fullmatch(tp):
+        why = "not four dash-separated fields of lowercase hex"
+    elif tp.startswith("ff"):
+        why = "version ff is invalid"
+    elif set(tp[3:35]) == {"0"}:
+        why = "the trace id is all zeros"
+    elif set(tp[36:52]) == {"0"}:
+        why = "the parent span id is all zeros"
+    if why:
+        raise InvalidInput(
+            f"invalid traceparent {debug_quote(tp)}: {why}; a W3C traceparent is version-traceid-spanid-flags, "
+            "2, 32, 16 and 2 lowercase hex digits, e.g. 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+        )
+
+
+def validate_tracestate(ts: str) -> None:
+    """A W3C tracestate: at most 512 bytes of printable ASCII."""
+    raw = ts.encode("utf-8", "surrogateescape") if isinstance(ts, str) else b""
+    if not isinstance(ts, str) or len(raw) > MAX_TRACESTATE_LEN or any(b < 0x20 or b > 0x7E for b in raw):
+        raise InvalidInput(
+            f"invalid tracestate: a W3C tracestate is at most {MAX_TRACESTATE_LEN} bytes of printable ASCII "
+            f"(got {len(raw)} bytes)"
+        )
+
+
+_otel_propagate: Any = None
+
+
+def current_trace_context() -> tuple:
+    """The active OpenTelemetry span's traceparent and tracestate (each
+    ``None`` when absent), when the ``opentelemetry`` package is installed;
+    ``(None, None)`` otherwise. Not a dependency: looked up once."""
+    global _otel_propagate
+    if _otel_propagate is None:
+        try:
+            from opentelemetry import propagate  # type: ignore
+            _otel_propagate = propagate
+        except Exception:  # not installed, or broken: no context
+            _otel_propagate = False
+    if not _otel_propagate:
+        return None, None
+    carrier: dict = {}
+    try:
+        _otel_propagate.inject(carrier)
+    except Exception:
+        return None, None
+    tp, ts = carrier.get("traceparent"), carrier.get("tracestate") or None
+    try:
+        validate_traceparent(tp)
+        if ts is not None:
+            validate_tracestate(ts)
+    except InvalidInput:
+        return None, None
+    return tp, ts
+
+
+def _escape_tracestate(ts: str) -> str:
+    return ts.replace("%", "%25").replace(";", "%3B").replace(":", "%3A")
+
+
 def encode_options(max_attempts: Optional[int] = None, expire_ms: Optional[Duration] = None,
-                   timeout_ms: Optional[Duration] = None, group: Optional[str] = None) -> str:
+                   timeout_ms: Optional[Duration] = None, group: Optional[str] = None,
+                   traceparent: Optional[str] = None, tracestate: Optional[str] = None) -> str:
     """The enqueue script's "max attempts" argument with the per-job options
-    (docs/PROTOCOL.md, "Per-job options"): ``<max>;x<ms>;t<ms>;g<group>``,
+    (docs/PROTOCOL.md, "Per-job options"):
+    ``<max>;x<ms>;t<ms>;g<group>;p<traceparent>;s<tracestate, escaped>``,
     each part only when given; ``""`` for none."""
     out = ""
     if max_attempts is not None:
@@ -381,6 +469,16 @@ def encode_options(max_attempts: Optional[int] = None, expire_ms: Optional[Durat
     if group is not None:
         validate_group(group)
         out += f";g{group}"
+    if traceparent is not None:
+        validate_traceparent(traceparent)
+    if tracestate is not None:
+        if traceparent is None:
+            raise InvalidInput("a tracestate needs a traceparent: give both, or neither")
+        validate_tracestate(tracestate)
+    if traceparent is not None:
+        out += f";p{traceparent}"
+        if tracestate:
+            out += f";s{_escape_tracestate(tracestate)}"
     return out
 
 
@@ -389,7 +487,11 @@ def _encode_job(job: NewJob, max_payload: int) -> tuple:
     options, backoff)."""
     if job.id is not None:
         validate_id(job.id)
-    max_attempts = encode_options(job.max_attempts, job.expire_ms, job.timeout_ms, job.group)
+    traceparent, tracestate = job.traceparent, job.tracestate
+    if traceparent is None and tracestate is None:
+        traceparent, tracestate = current_trace_context()
+    max_attempts = encode_options(job.max_attempts, job.expire_ms, job.timeout_ms, job.group,
+                                  traceparent, tracestate)
     backoff = ""
     if job.backoff_ms is not None:
         if isinstance(job.backoff_ms, (str, bytes)) or not hasattr(job.backoff_ms, "__iter__"):
@@ -810,7 +912,10 @@ _ENQUEUE_DOC = """Enqueues one job, due now, ``delay_ms`` after Redis gets it (m
         until its due time plus this, later it goes to dead unrun;
         ``timeout_ms`` (same range): the handler timeout for this job instead
         of the topic's; ``group`` (1 to 64 bytes of ``[A-Za-z0-9_.@-]``): the
-        group the job is served fairly in."""
+        group the job is served fairly in; ``traceparent`` and ``tracestate``
+        (W3C Trace Context): the producer's trace, handed to every attempt's
+        handler; without them, the active OpenTelemetry span's when the
+        ``opentelemetry`` package is installed and a span is active."""
 
 
 class Producer(_Core):
@@ -854,9 +959,12 @@ class Producer(_Core):
         expire_ms: Optional[Duration] = None,
         timeout_ms: Optional[Duration] = None,
         group: Optional[str] = None,
+        traceparent: Optional[str] = None,
+        tracestate: Optional[str] = None,
         replace: bool = False,
     ) -> Enqueued:
-        job = NewJob(payload, id, delay_ms, at_ms, max_attempts, backoff_ms, expire_ms, timeout_ms, group)
+        job = NewJob(payload, id, delay_ms, at_ms, max_attempts, backoff_ms, expire_ms, timeout_ms, group,
+                     traceparent, tracestate)
         return self.enqueue_batch(topic, [job], replace=replace)[0]
 
     enqueue.__doc__ = _ENQUEUE_DOC
@@ -947,8 +1055,10 @@ class AsyncProducer(_Core):
                       delay_ms: Optional[Duration] = None, at_ms: Optional[Time] = None,
                       max_attempts: Optional[int] = None, backoff_ms: Optional[Iterable[Duration]] = None,
                       expire_ms: Optional[Duration] = None, timeout_ms: Optional[Duration] = None,
-                      group: Optional[str] = None, replace: bool = False) -> Enqueued:
-        job = NewJob(payload, id, delay_ms, at_ms, max_attempts, backoff_ms, expire_ms, timeout_ms, group)
+                      group: Optional[str] = None, traceparent: Optional[str] = None,
+                      tracestate: Optional[str] = None, replace: bool = False) -> Enqueued:
+        job = NewJob(payload, id, delay_ms, at_ms, max_attempts, backoff_ms, expire_ms, timeout_ms, group,
+                     traceparent, tracestate)
         return (await self.enqueue_batch(topic, [job], replace=replace))[0]
 
     enqueue.__doc__ = _ENQUEUE_DOC

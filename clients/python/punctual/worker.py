@@ -41,7 +41,7 @@ class Job:
     """One delivery of a job."""
 
     __slots__ = ("id", "topic", "attempt", "max_attempts", "due_ms", "created_ms",
-                 "timeout_ms", "payload")
+                 "timeout_ms", "payload", "traceparent", "tracestate")
 
     def __init__(self, msg: dict):
         self.id: str = msg["id"]
@@ -51,6 +51,10 @@ class Job:
         self.due_ms: int = int(msg.get("due_ms", 0))
         self.created_ms: int = int(msg.get("created_ms", 0))
         self.timeout_ms: int = int(msg.get("timeout_ms", 0))
+        # The producer's W3C trace context (the parent span when serve
+        # exports spans), or None.
+        self.traceparent: Optional[str] = msg.get("traceparent")
+        self.tracestate: Optional[str] = msg.get("tracestate")
         if "payload_b64" in msg:
             self.payload: bytes = base64.b64decode(msg["payload_b64"])
         else:

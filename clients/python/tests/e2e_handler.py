@@ -40,6 +40,7 @@ def handle(job: punctual.Job) -> None:
         "created_ms": job.created_ms, "timeout_ms": job.timeout_ms,
         "now_ms": int(sec) * 1000 + int(usec) // 1000, "pid": os.getpid(),
         "payload_hex": job.payload.hex(), "do": do,
+        "traceparent": job.traceparent, "tracestate": job.tracestate,
     }
     key = os.environ.get("E2E_KEY") or f"e2e:{job.topic}"
     if do == "print":

@@ -69,6 +69,8 @@ class OptionsTest(unittest.TestCase):
         self.assertEqual(parse_options(";ezz;t5000;gshop-17"),
                          {"expires_at_ms": 36 * 36 - 1, "timeout_ms": 5000, "group": "shop-17"})
         self.assertEqual(parse_options(";gops"), {"group": "ops"})
+        self.assertEqual(parse_options(";p00-ab-cd-01;sk=a%3Bb%3Ac%25"),
+                         {"traceparent": "00-ab-cd-01", "tracestate": "k=a;b:c%"})
         self.assertEqual(parse_options(""), {})
 
     # ---- needs the enqueue script of the `opts` branch ----------------------
@@ -94,6 +96,57 @@ class OptionsTest(unittest.TestCase):
         self.assertEqual(rec.split(":")[0], "4")
         info = self.p.get("orders", "o3")
         self.assertEqual((info.expires_at_ms, info.timeout_ms, info.group), (None, None, None))
+
+    # ---- trace context (docs/PROTOCOL.md, "Trace context") -------------------
+
+    TP = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+    def test_a_trace_context_round_trips_escaped_through_the_record(self):
+        state = "rojo=00f067aa0ba902b7,congo=a:b;c%d"
+        self.p.enqueue("orders", b"pay", id="t1", max_attempts=3, group="g1",
+                       traceparent=self.TP, tracestate=state)
+        rec = self.r.hget(self.prefix + ":{orders}:jobs", "t1").decode()
+        self.assertEqual(rec.split(":")[0],
+                         f"3;gg1;p{self.TP};srojo=00f067aa0ba902b7,congo=a%3Ab%3Bc%25d")
+        info = self.p.get("orders", "t1")
+        self.assertEqual((info.traceparent, info.tracestate, info.group), (self.TP, state, "g1"))
+        # None given and no OpenTelemetry: nothing stored, no byte more.
+        self.p.enqueue("orders", b"pay", id="t2", max_attempts=3)
+        self.assertEqual(self.r.hget(self.prefix + ":{orders}:jobs", "t2").decode().split(":")[0], "3")
+        self.assertEqual(self.p.get("orders", "t2").traceparent, None)
+
+    def test_the_active_opentelemetry_context_is_taken_when_none_is_given(self):
+        import sys
+        import types
+        from punctual import producer
+        other = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+        # A stand-in for opentelemetry.propagate: inject() writes the
+        # current context's headers into the carrier.
+        fake_pkg = types.ModuleType("opentelemetry")
+        fake = types.ModuleType("opentelemetry.propagate")
+        fake.inject = lambda carrier: carrier.update({"traceparent": other, "tracestate": "k=v"})
+        fake_pkg.propagate = fake
+        saved = {k: sys.modules.get(k) for k in ("opentelemetry", "opentelemetry.propagate")}
+        sys.modules.update({"opentelemetry": fake_pkg, "opentelemetry.propagate": fake})
+        producer._otel_propagate = None
+        try:
+            self.p.enqueue("orders", b"x", id="o1")
+            self.p.enqueue("orders", b"x", id="o2", traceparent=self.TP)
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    sys.modules.pop(k, None)
+                else:
+                    sys.modules[k] = v
+            producer._otel_propagate = None
+        o1, o2 = self.p.get("orders", "o1"), self.p.get("orders", "o2")
+        self.assertEqual((o1.traceparent, o1.tracestate), (other, "k=v"))
+        self.assertEqual((o2.traceparent, o2.tracestate), (self.TP, None), "a given one wins")
+
+    def test_a_resident_job_message_carries_the_trace_context(self):
+        job = punctual.Job({"id": "j", "traceparent": self.TP, "tracestate": "k=v"})
+        self.assertEqual((job.traceparent, job.tracestate), (self.TP, "k=v"))
+        self.assertEqual(punctual.Job({"id": "j"}).traceparent, None)
 
     # ---- schedules -----------------------------------------------------------
 

@@ -29,7 +29,7 @@ const CHUNK: usize = punctual::MAX_BATCH;
 /// Calls `redis.call(cmd, key, ...)` in slices, so no unpack() grows past
 /// Lua's stack. Shared by the four scripts. An HSET or ZADD of 16 entries
 /// or more first converts a listpack-encoded key with one argument over 64
-/// bytes, removed at once, as punctual's scripts do (lib.lua's `variadic`,
+/// bytes, removed at once, as punctual's scripts do (`variadic`, lua/includes/bulk.lua;
 /// PROTOCOL.md "Bulk writes"): the leanest way to do that Redis work.
 const CHUNKED: &str = r#"
 local LONG = '\0' .. string.rep('-', 64)

@@ -3,9 +3,11 @@
 
 Runs redis-server under `valgrind --tool=callgrind` (instruction counts do
 not depend on the machine's load), loads the scripts assembled from LUADIR
-as the shebang line, the whole lib.lua and the rest (punctual keeps only
-the lib.lua chunks a script uses: a per-call difference, at most 60
-instructions per job in calls of 1,000), and
+as punctual does: the shebang line, includes/keys.lua and the includes the
+script names (`-- include: NAME`, each once, after those it names), then
+the rest (for a LUADIR of a version with lib.lua: the whole lib.lua, where
+punctual kept only the chunks a script uses: a per-call difference, at most
+60 instructions per job in calls of 1,000), and
 counts the whole server's instructions during each measured call
 (`callgrind_control -z` before, `-d` after; a full Lua GC just before).
 Every round starts from an empty Redis:
@@ -60,10 +62,25 @@ for f in glob.glob(out + '*'):
     os.remove(f)
 
 
+def includes(text, out):
+    """Appends to `out` the includes `text` names, each after its own."""
+    for name in re.findall(r'^-- include: (\w+)$', text, re.M):
+        if name not in out:
+            includes(open(f'{luadir}/includes/{name}.lua').read(), out)
+            out.append(name)
+    return out
+
+
+def helpers(text):
+    if os.path.exists(f'{luadir}/lib.lua'):
+        return open(f'{luadir}/lib.lua').read()
+    names = includes(text, ['keys'])
+    return ''.join(open(f'{luadir}/includes/{n}.lua').read() for n in names)
+
+
 def assemble(name):
-    lib = open(f'{luadir}/lib.lua').read()
     shebang, rest = open(f'{luadir}/{name}.lua').read().split('\n', 1)
-    return f'{shebang}\n{lib}\n{rest}'
+    return f'{shebang}\n{helpers(rest)}\n{rest}'
 
 
 vp = subprocess.Popen(['valgrind', '--tool=callgrind', f'--callgrind-out-file={out}', 'redis-server',
@@ -79,7 +96,7 @@ for _ in range(200):
         time.sleep(0.2)
 K = [f'p:{{t}}:{k}' for k in 'pool ready running dead jobs meta stats seq attempts'.split()]
 sha = {n: r.script_load(assemble(n)) for n in ('enqueue', 'claim', 'ack', 'tick')}
-cold = 'cold_place' in open(f'{luadir}/lib.lua').read()
+cold = 'cold_place' in helpers(open(f'{luadir}/enqueue.lua').read())
 shared = 'the shared form' in open(f'{luadir}/enqueue.lua').read()
 starred = '"=*n"' in open(f'{luadir}/enqueue.lua').read()
 src = open(floor_rs).read()

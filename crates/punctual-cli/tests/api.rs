@@ -1298,3 +1298,81 @@ async fn enqueue_with_expiry_timeout_and_group() {
     assert_eq!(status, 400, "{v}");
     assert!(v.to_string().contains("group"), "{v}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_traceparent_header_goes_with_the_jobs_it_enqueues() {
+    let redis = redis();
+    let q = Queue::connect(redis.url()).await.unwrap();
+    let api = Server::api(&redis.url(), Some(TOKEN), &[]).await;
+    let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let own = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00";
+    let post = |body: &'static str, headers: Vec<(&'static str, &'static str)>| {
+        let url = api.url("/api/v1/topics/orders/jobs");
+        async move {
+            let mut req = reqwest::Client::new()
+                .post(url)
+                .bearer_auth(TOKEN)
+                .header("content-type", "application/json")
+                .body(body);
+            for (k, v) in headers {
+                req = req.header(k, v);
+            }
+            let r = req.send().await.unwrap();
+            let status = r.status().as_u16();
+            let text = r.text().await.unwrap();
+            (status, serde_json::from_str::<Value>(&text).unwrap())
+        }
+    };
+    // The header's context, for a job without one of its own.
+    let (status, _) = post(
+        r#"[{"payload": 1, "id": "a"}, {"payload": 2, "id": "b", "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"}]"#,
+        vec![("traceparent", tp), ("tracestate", "rojo=1,congo=2")],
+    )
+    .await;
+    assert_eq!(status, 200);
+    let a = q.get("orders", "a").await.unwrap().unwrap();
+    assert_eq!(
+        (a.traceparent.as_deref(), a.tracestate.as_deref()),
+        (Some(tp), Some("rojo=1,congo=2"))
+    );
+    let b = q.get("orders", "b").await.unwrap().unwrap();
+    assert_eq!(
+        (b.traceparent.as_deref(), b.tracestate),
+        (Some(own), None),
+        "a job's own traceparent wins, without the header's tracestate"
+    );
+    // GET shows it.
+    let (status, v) = api
+        .authed("GET", "/api/v1/topics/orders/jobs/a", None)
+        .await;
+    assert_eq!((status, v["traceparent"].as_str()), (200, Some(tp)));
+    assert_eq!(v["tracestate"], "rojo=1,congo=2");
+
+    // An invalid header is ignored (W3C Trace Context); an invalid field
+    // is refused, saying why.
+    let (status, _) = post(
+        r#"{"payload": 3, "id": "c"}"#,
+        vec![(
+            "traceparent",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+        )],
+    )
+    .await;
+    assert_eq!(status, 201);
+    let c = q.get("orders", "c").await.unwrap().unwrap();
+    assert_eq!(c.traceparent, None);
+    let before = digest(&redis);
+    let (status, v) = post(
+        r#"{"payload": 4, "id": "d", "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01"}"#,
+        vec![],
+    )
+    .await;
+    assert_eq!(status, 400, "{v}");
+    let msg = v["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+        + &v.to_string();
+    assert!(msg.contains("span id is all zeros"), "{v}");
+    assert_eq!(digest(&redis), before);
+}

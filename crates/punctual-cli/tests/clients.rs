@@ -1175,10 +1175,13 @@ fn hex_bytes(hex: &str) -> Vec<u8> {
         .collect()
 }
 
+const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
 /// Per-job options enqueued through each client reach `punctual serve`: a
 /// job's own timeout is the one its handler gets, a job whose expiry had
 /// passed when it was enqueued is never handled but dead with `expired:
-/// ...`, and one within its window runs. Needs the options in `enqueue`,
+/// ...`, one within its window runs, and a trace context reaches the
+/// handler. Needs the options in `enqueue`,
 /// `claim` and serve (branch `opts`).
 #[tokio::test(flavor = "multi_thread")]
 async fn options_from_the_clients_reach_serve() {
@@ -1215,6 +1218,8 @@ async fn options_from_the_clients_reach_serve() {
                        "at_ms": now_ms - 10_000, "expire_ms": 1000}),
                 json!({"payload": r#"{"do":"ok"}"#, "id": format!("{n}-in-time"),
                        "expire_ms": 3_600_000}),
+                json!({"payload": r#"{"do":"ok"}"#, "id": format!("{n}-traced"),
+                       "traceparent": TRACEPARENT, "tracestate": "rojo=1,congo=a:b;c"}),
             ],
         );
         assert!(made.iter().all(|(_, s)| s == "created"), "{n}: {made:?}");
@@ -1237,6 +1242,7 @@ async fn options_from_the_clients_reach_serve() {
                 let dead = q.get(topic, &format!("{n}-expired")).await.unwrap();
                 all &= now.contains_key(&format!("{n}-own-timeout"))
                     && now.contains_key(&format!("{n}-in-time"))
+                    && now.contains_key(&format!("{n}-traced"))
                     && dead.is_some_and(|j| j.state == State::Dead);
             }
             all
@@ -1255,6 +1261,15 @@ async fn options_from_the_clients_reach_serve() {
         assert!(
             !now.contains_key(&format!("{n}-expired")),
             "{n}: ran expired"
+        );
+        // The trace context, from this producer to that handler.
+        let traced = &now[&format!("{n}-traced")];
+        assert_eq!(traced["traceparent"], TRACEPARENT, "{n}");
+        assert_eq!(traced["tracestate"], "rojo=1,congo=a:b;c", "{n}");
+        assert_eq!(
+            now[&format!("{n}-in-time")]["traceparent"],
+            Value::Null,
+            "{n}"
         );
         let dead = q
             .get(topic, &format!("{n}-expired"))

@@ -23,6 +23,10 @@
 -- unmarked entry with that token is also looked up in running. The entry
 -- form is only a shortcut: when it is not the entry, its token is checked
 -- so, as if given alone (its attempt is not compared).
+-- include: args
+-- include: is_live_att
+-- include: at_max_running
+-- include: release_groups
 
 -- ids[i]: the i-th job's id; toks[i]: the token it is acked with (in the
 -- grouped form, made only when a job's entry is not its group's token).

@@ -9,11 +9,17 @@
 -- afterwards, and no tick reclaims it. The worker holding the lease is told
 -- on the channel P:{T}:cancel (reached by name, same hash tag): the message
 -- is "<token>:<id>", the lease's token read from the entry.
+-- include: args
+-- include: at_max_running
+-- include: state
+-- include: drop_retried
+-- include: cold_left
+-- include: release_groups
 
 if #ARGV ~= 1 then return invalid('cancel expects one id') end
 local id = ARGV[1]
 local st = state_of(id)
--- (Before any other write: lib.lua's K_RETRIED.)
+-- (Before any other write: keys.lua's K_RETRIED.)
 if st == 'pool' or st == 'ready' or st == 'cold' then drop_retried({ id }) end
 local full, glim = false, false
 local lease

@@ -8,7 +8,7 @@
 --   "running without an attempts entry", "attempts entry marked live outside
 --   running", "waiting with an attempts entry, not in P:{T}:retried" (once
 --   meta retried is 1: the next claim would count its attempts from 1; see
---   lib.lua's K_RETRIED), "in P:{T}:retried, not waiting" (a member that
+--   keys.lua's K_RETRIED), "in P:{T}:retried, not waiting" (a member that
 --   is running, dead or gone: it keeps claims reading the set); and
 --   "cold <start>" for a cold job (PROTOCOL.md "The cold
 --   pool": in no set, its record due at or after cold_at), which is not a
@@ -20,6 +20,11 @@
 -- P:{T}:gwait until one of its running jobs ends (score inf) while fewer
 -- jobs of it run than its max_running (or it has none): nothing would
 -- release it, and its ready jobs would never run. At most 1000 groups.
+-- include: args
+-- include: record
+-- include: is_live_att
+-- include: cold
+-- include: cold_due
 
 if #ARGV == 0 then
   local out = {}

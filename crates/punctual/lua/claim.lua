@@ -18,7 +18,7 @@
 -- when the topic is paused or ready is empty. A ready id whose record
 -- vanished (eviction, restore) is dropped and counted as "orphans"; one whose
 -- record cannot be read is moved to dead. A job whose expiry deadline
--- (option e, see lib.lua) has passed is moved to dead with the last error
+-- (option e, see record.lua) has passed is moved to dead with the last error
 -- "expired: ...", counted in "expired" and "dead"; its attempts are
 -- unchanged (it never started).
 -- Limits (meta rate, burst, max_running; PROTOCOL.md "Limits"): at most
@@ -39,23 +39,31 @@
 -- entry: the us from the claim's time to the pool's earliest due time after
 -- the claim (0: due jobs are left; -1: the pool is empty or was not looked
 -- at). An empty array also when nothing was claimable and the pool is empty.
+-- include: args
+-- include: reserve_tokens
+-- include: claimable
+-- include: encode
+-- include: att_of
+-- include: rate
+-- include: bulk
+-- include: claim_groups
 
 local k = int_arg(ARGV[1], 1, 1000)
 local lease = int_arg(ARGV[2], 1, MAX_DELAY_MS)
 if not k or not lease or #ARGV ~= 2 then
   return invalid('claim expects 1 to 1000 jobs and a lease of 1 ms to ten years')
 end
-local meta = redis.call('HMGET', K_META, 'paused', 'max_attempts', 'rate', 'burst', 'max_running', 'bucket',
+local topic_meta = redis.call('HMGET', K_META, 'paused', 'max_attempts', 'rate', 'burst', 'max_running', 'bucket',
   'groups', 'vtime', 'glimited', 'retried', 'retried_n')
-if meta[1] == '1' then return {} end
--- Jobs waiting with an attempts entry (P:{T}:retried, lib.lua's
+if topic_meta[1] == '1' then return {} end
+-- Jobs waiting with an attempts entry (P:{T}:retried, keys.lua's
 -- K_RETRIED): the set is touched only when it has members, and then here,
 -- before any write (it is not among the KEYS).
-local n_retried = tonumber(meta[11]) or 0
+local n_retried = tonumber(topic_meta[11]) or 0
 if n_retried > 0 then redis.call('SCARD', K_RETRIED) end
-local topic_max = int_arg(meta[2], 1, MAX_ATTEMPTS) or DEFAULT_MAX_ATTEMPTS
+local topic_max = int_arg(topic_meta[2], 1, MAX_ATTEMPTS) or DEFAULT_MAX_ATTEMPTS
 -- Due pool jobs may be claimed (topics without groups).
-local from_pool = meta[7] ~= '1'
+local from_pool = topic_meta[7] ~= '1'
 
 -- Redis's clock, read once: before the ids when a rate needs it, else after.
 local now_us, now
@@ -77,16 +85,16 @@ end
 
 -- Limits: n jobs at most, and the wait to report when they hold jobs back.
 local n, wait = k, 0
-local max_running = int_arg(meta[5], 1, MAX_SAFE)
+local max_running = int_arg(topic_meta[5], 1, MAX_SAFE)
 if max_running then
   local free = max_running - redis.call('ZCARD', K_RUNNING)
   if free < n then n, wait = free, -1 end
 end
-local rate_n, rate_p = rate_of(meta[3])
+local rate_n, rate_p = rate_of(topic_meta[3])
 local tokens
 if rate_n then
   read_clock()
-  tokens = bucket_tokens(meta[6], burst_of(meta[4], rate_n, rate_p), rate_n, rate_p, now)
+  tokens = bucket_tokens(topic_meta[6], burst_of(topic_meta[4], rate_n, rate_p), rate_n, rate_p, now)
   local whole = math.floor(tokens)
   if whole < n then
     n = whole
@@ -106,17 +114,17 @@ local ids
 -- they leave by ZREMRANGEBYRANK, one walk of the skiplist, where a ZREM
 -- looks each one up (nothing in between writes ready or pool).
 local by_rank = false
--- Group limits (meta glimited = 1): the state of the groups met (lib.lua).
+-- Group limits (meta glimited = 1): the state of the groups met (claim_groups.lua).
 local gs
-if meta[9] == '1' then
+if topic_meta[9] == '1' then
   read_clock()
   gs = { g = {} }
 end
 local held
 -- The records of the ids when claim_groups read them already.
 local grecs
-if meta[7] == '1' then
-  -- Groups (PROTOCOL.md "Groups"): lib.lua's claim_groups picks them.
+if topic_meta[7] == '1' then
+  -- Groups (PROTOCOL.md "Groups"): claim_groups.lua's claim_groups picks them.
   local vt, ran_out
   ids, vt, ran_out, held, grecs = claim_groups(n, gs, now)
   if vt then redis.call('HSET', K_META, 'vtime', vt) end
@@ -198,7 +206,7 @@ local recs = grecs or redis.call('HMGET', K_JOBS, unpack(ids))
 -- is in P:{T}:retried (K_RETRIED): once meta retried is 1, only the ids in
 -- that set are read, and a claim with none of them reads no entry at all.
 -- Until then (a topic whose entries may predate the set) every id's is.
-local trusted = meta[10] == '1'
+local trusted = topic_meta[10] == '1'
 if not trusted and redis.call('EXISTS', K_ATT) == 0 then
   -- No entry at all: none predates the set.
   redis.call('HSET', K_META, 'retried', '1')

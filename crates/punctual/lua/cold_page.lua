@@ -10,6 +10,9 @@
 -- [start, start + 60000) and is in none of pool, ready, running and dead
 -- (the move's test), and starts with the prefix. Each id once per call;
 -- stale entries (a cancelled or moved job, a duplicate) are skipped.
+-- include: args
+-- include: record
+-- include: cold
 
 local start, offset, count = int_arg(ARGV[1], 0, MAX_SAFE), int_arg(ARGV[2], 0, MAX_SAFE), int_arg(ARGV[3], 1, 1000)
 if not start or not offset or not count or #ARGV ~= 4 or start % COLD_BUCKET ~= 0 then

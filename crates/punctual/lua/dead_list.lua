@@ -5,6 +5,11 @@
 --   id, died ms, attempts, max attempts, due ms (of the last attempt),
 --   created ms, last error, payload, options (the record's first field from
 --   its first ';' on; empty without options)
+-- include: args
+-- include: options_text
+-- include: record
+-- include: att_of
+-- include: retry
 
 local offset, count = int_arg(ARGV[1], 0, MAX_SAFE), int_arg(ARGV[2], 1, 1000)
 if not offset or not count or #ARGV ~= 2 then

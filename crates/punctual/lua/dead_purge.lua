@@ -4,6 +4,8 @@
 -- ARGV[1] "ids" then the ids (1..1000), or ARGV[1] "oldest", ARGV[2] n (1..1000).
 -- Returns the number purged (ids not in dead are skipped). To purge all, call
 -- with "oldest" until it returns 0.
+-- include: args
+-- include: bulk
 
 local mode = ARGV[1]
 local ids

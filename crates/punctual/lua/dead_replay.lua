@@ -11,6 +11,16 @@
 -- time not in the future: due now, in ready). Every when is validated before
 -- anything is written.
 -- Returns the ids replayed (ids not in dead are skipped).
+-- include: args
+-- include: clock
+-- include: b36
+-- include: record
+-- include: encode
+-- include: due_of
+-- include: earliest
+-- include: bulk
+-- include: cold_place
+-- include: index_ready
 
 local mode = ARGV[1]
 local ids
@@ -69,7 +79,7 @@ for i, id in ipairs(ids) do
   end
 end
 if #out > 0 then
-  -- The cold pool's keys first (lib.lua's cold_place).
+  -- The cold pool's keys first (cold.lua's cold_place).
   cold_flush()
   variadic('HSET', K_JOBS, records)
   local old_min

@@ -1,6 +1,6 @@
 #!lua
 -- enqueue: add jobs to a topic, one or a batch, atomically.
--- KEYS: the nine topic keys (see lib.lua), and optionally a tenth,
+-- KEYS: the nine topic keys (see includes/keys.lua), and optionally a tenth,
 -- P:{T}:fired (ZSET id -> ms): the occurrences of schedules fired in the
 -- last 7 days. With it, a given id that is in it gets status 4 and nothing
 -- is written; every id created is added to it; entries older than 7 days
@@ -10,7 +10,7 @@
 --   id ("" = generate), payload, when ("d<ms>" delay or "a<ms>" epoch ms),
 --   max attempts ("" = topic default), optionally followed by per-job
 --   options (";x<ms>" expiry after the due time, ";t<ms>" handler timeout,
---   ";g<group>"; stored with x turned into e<due + ms, base 36>, where the due time
+--   ";g<group>", ";p<traceparent>", ";s<tracestate>"; stored with x turned into e<due + ms, base 36>, where the due time
 --   is the one asked for, also when an absolute time already past made the job
 --   due now; see
 --   PROTOCOL.md "Per-job options"), backoff ladder ("" = topic default,
@@ -46,7 +46,24 @@
 -- Errors: "PUNCTUAL_INVALID <reason>" and nothing is written, when any job of
 -- the batch is invalid.
 -- A job due now goes to ready, one due later to pool, or, due far ahead,
--- to the cold pool (lib.lua's cold_place; PROTOCOL.md "The cold pool").
+-- to the cold pool (cold.lua's cold_place; PROTOCOL.md "The cold pool").
+-- include: args
+-- include: clock
+-- include: utf8_ok
+-- include: b36
+-- include: record
+-- include: meta
+-- include: due_of
+-- include: earliest
+-- include: state
+-- include: bulk
+-- include: drop_retried
+-- include: cold_due
+-- include: cold_place
+-- include: cold_place_all
+-- include: cold_left
+-- include: index_ready
+-- include: release_groups
 
 local max_payload = int_arg(ARGV[1], 0, MAX_SAFE)
 local replace = ARGV[2] == '1'
@@ -127,6 +144,26 @@ if routed then
   end
 end
 
+-- A W3C traceparent: version-traceid-spanid-flags in lowercase hex, the
+-- version not ff, neither id all zeros.
+local function trace_parent_ok(v)
+  local ver, tid, sid = string.match(v, '^([0-9a-f][0-9a-f])%-(' .. string.rep('[0-9a-f]', 32) .. ')%-('
+    .. string.rep('[0-9a-f]', 16) .. ')%-[0-9a-f][0-9a-f]$')
+  return ver ~= nil and ver ~= 'ff' and string.find(tid, '[^0]') ~= nil and string.find(sid, '[^0]') ~= nil
+end
+
+-- A tracestate as stored: printable ASCII, each % starting an escape of two
+-- hex digits (% ; : are written %25 %3B %3A), at most 512 bytes decoded.
+local function trace_state_ok(v)
+  if #v > 1536 or string.find(v, '[^ -~]') then return false end
+  local n = #v
+  for esc in string.gmatch(v, '%%(.?.?)') do
+    if not string.find(esc, '^%x%x$') then return false end
+    n = n - 2
+  end
+  return n <= 512
+end
+
 -- Per-job options in the max attempts argument: "<max>;<letter><value>...".
 -- Returns {pre, x, post} (x: the expiry ms, to be stored as
 -- pre .. ";e" .. b36(due + x) .. post; nil without one), or nil and why.
@@ -158,12 +195,23 @@ local function parse_opts(arg)
         return nil, 'a group (g) is 1 to 64 bytes of letters, digits, _ . @ -'
       end
       parts[#parts + 1] = ';' .. opt
+    elseif letter == 'p' then
+      if not trace_parent_ok(v) then
+        return nil, 'a traceparent (p) is W3C version-traceid-spanid-flags: 2, 32, 16 and 2 lowercase hex digits, version not ff, ids not all zero'
+      end
+      parts[#parts + 1] = ';' .. opt
+    elseif letter == 's' then
+      if not trace_state_ok(v) then
+        return nil, 'a tracestate (s) is at most 512 bytes of printable ASCII, with % ; : written %25 %3B %3A'
+      end
+      parts[#parts + 1] = ';' .. opt
     elseif letter == 'e' then
       return nil, 'option e (a deadline) is written by enqueue; pass x<ms> for an expiry'
     else
-      return nil, 'unknown option "' .. letter .. '": give x<ms>, t<ms> or g<group>'
+      return nil, 'unknown option "' .. letter .. '": give x<ms>, t<ms>, g<group>, p<traceparent> or s<tracestate>'
     end
   end
+  if seen_opt.s and not seen_opt.p then return nil, 'a tracestate (s) needs a traceparent (p)' end
   if not x then return { pre = arg } end
   return {
     pre = table.concat(parts, '', 1, xat - 1),
@@ -565,7 +613,7 @@ end
 
 if created > 0 then
   -- Replaced jobs: their ids leave P:{T}:retried, and then the cold pool's
-  -- keys are written, before the others (lib.lua's K_RETRIED, cold_place).
+  -- keys are written, before the others (keys.lua's K_RETRIED, cold_place).
   local replaced = {}
   for id in pairs(old_state) do replaced[#replaced + 1] = id end
   if #replaced > 0 then drop_retried(replaced) end

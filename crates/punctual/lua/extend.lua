@@ -4,6 +4,9 @@
 -- Runs even when Redis is over maxmemory (it updates scores in place).
 -- KEYS: the nine topic keys. ARGV[1] lease ms, then pairs id, token.
 -- Returns one integer per pair: 1 extended, 0 the lease is lost (stop work).
+-- include: args
+-- include: now_ms
+-- include: token_str
 
 local lease = int_arg(ARGV[1], 1, MAX_DELAY_MS)
 local n = (#ARGV - 1) / 2

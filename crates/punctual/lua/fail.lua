@@ -13,6 +13,21 @@
 -- {"stale", 0}.
 -- Publishes on the ready channel when it frees a slot of a topic at its
 -- max_running (or of a group at its own, see release_groups).
+-- include: args
+-- include: clock
+-- include: record
+-- include: encode
+-- include: att_of
+-- include: token_str
+-- include: is_live_att
+-- include: ended_att
+-- include: retry
+-- include: at_max_running
+-- include: earliest
+-- include: add_retried
+-- include: cold_place
+-- include: index_ready
+-- include: release_groups
 
 local id, token, err = ARGV[1], int_arg(ARGV[2], 0, MAX_SAFE), ARGV[3]
 local delay = ARGV[4]
@@ -33,7 +48,7 @@ local rec = redis.call('HGET', K_JOBS, id)
 local r = decode(rec)
 local topic_max, topic_backoff = topic_defaults()
 -- The retry's due time, decided before any write: a retry placed cold
--- writes the cold pool's keys first (lib.lua's cold_place).
+-- writes the cold pool's keys first (cold.lua's cold_place).
 local retry, wait, to_cold = r and not permanent and not back and attempts < max_attempts(r, topic_max), nil, false
 if r and back then
   -- Handed back unstarted: the claim's attempt did not happen. Its
@@ -52,7 +67,7 @@ elseif retry then
   if wait == 0 then r.due = now else r.due = up + wait end
   to_cold = wait > 0 and cold_place(id, r.due, now)
   -- It will wait with its attempts entry: the next claim reads it. (Before
-  -- any other write: lib.lua's K_RETRIED.)
+  -- any other write: keys.lua's K_RETRIED.)
   add_retried({ id })
   if to_cold then cold_flush() end
 end

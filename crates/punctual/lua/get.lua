@@ -9,6 +9,13 @@
 -- State is pool (also a cold job), ready, running, dead (or "orphan": a record in no set,
 -- which punctual check reports) and score is the due time (pool, ready), the
 -- lease deadline (running) or the time of death (dead).
+-- include: args
+-- include: now_ms
+-- include: options_text
+-- include: record
+-- include: att_of
+-- include: retry
+-- include: state
 
 if #ARGV ~= 1 then return invalid('get expects one id') end
 local id = ARGV[1]

@@ -13,6 +13,9 @@
 -- drops the counts and buckets. Every group held back (gwait) returns to
 -- P:{T}:groups, so the next claim judges it by the new limits, and the ready
 -- channel is published. Returns 1 when the topic has group limits, else 0.
+-- include: args
+-- include: rate
+-- include: group_count
 
 if #ARGV ~= 5 then return invalid('group_limits expects what, a group, a rate, a burst and a max running') end
 local what, grp, rate, burst, max = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]

@@ -9,6 +9,8 @@
 -- Returns the number of jobs held (pool, with the cold pool's, + ready +
 -- running + dead; with "check", at least the number of records); with
 -- "check", anything but 0 means nothing was written.
+-- include: args
+-- include: cold_count
 
 local k = int_arg(ARGV[1], 1, 1024)
 if not k or (ARGV[2] ~= 'check' and ARGV[2] ~= 'set') or #ARGV ~= 2 then

@@ -4,6 +4,18 @@
 -- Returns {state before, new due ms}; {"running", 0} or {"dead", 0} and no
 -- change for a job that is running or dead (use dead replay); nil when no such
 -- job is live.
+-- include: args
+-- include: clock
+-- include: b36
+-- include: record
+-- include: encode
+-- include: due_of
+-- include: earliest
+-- include: state
+-- include: cold
+-- include: cold_place
+-- include: cold_left
+-- include: index_ready
 
 if #ARGV ~= 2 then return invalid('reschedule expects an id and a due time') end
 local id = ARGV[1]
@@ -33,7 +45,7 @@ end
 -- A cold job's list entry stays, stale: the record's new due time is not
 -- in its bucket, or a second entry there moves the job once.
 local to_cold = due > now and cold_place(id, due, now)
--- The cold pool's keys first (lib.lua's cold_place).
+-- The cold pool's keys first (cold.lua's cold_place).
 if to_cold then cold_flush() end
 if was_cold then cold_left(1) end
 redis.call('HSET', K_JOBS, id, encode(r))

@@ -16,6 +16,12 @@
 --          ("rate", "max_running" or "")}.
 -- On a healthy topic the last two are 0 and -1 within a tick: a growing
 -- figure means no scheduler runs, or it cannot keep up.
+-- include: args
+-- include: now_ms
+-- include: rate
+-- include: earliest
+-- include: cold
+-- include: cold_count
 
 local now = now_ms()
 local next_due, oldest, overdue_age = -1, -1, -1

@@ -19,6 +19,24 @@
 --          the same as the sixth entry in us, from the tick's TIME,
 --          the tick's TIME in us}.
 -- `more` is 1 when a batch limit was hit and another tick should follow now.
+-- include: args
+-- include: clock
+-- include: record
+-- include: encode
+-- include: att_of
+-- include: is_live_att
+-- include: ended_att
+-- include: meta
+-- include: retry
+-- include: at_max_running
+-- include: earliest
+-- include: bulk
+-- include: add_retried
+-- include: cold
+-- include: cold_settings
+-- include: cold_place
+-- include: index_ready
+-- include: release_groups
 
 local batch = int_arg(ARGV[1], 1, 1000)
 local max_ready = int_arg(ARGV[2], 1, MAX_SAFE)
@@ -44,7 +62,7 @@ if #expired > 0 then
   -- Attempts entries that lose the live mark (see is_live_att): the reclaimed
   -- lease's token can no longer ack the job.
   local ended = {}
-  -- The jobs sent back to wait with an attempts entry (lib.lua's K_RETRIED).
+  -- The jobs sent back to wait with an attempts entry (keys.lua's K_RETRIED).
   local back = {}
   for i, id in ipairs(expired) do
     local r = decode(recs[i])
@@ -83,7 +101,7 @@ if #expired > 0 then
       gone[#gone + 1] = id
     end
   end
-  -- The keys that are not among the KEYS first (lib.lua's K_RETRIED and
+  -- The keys that are not among the KEYS first (keys.lua's K_RETRIED and
   -- cold_place), the groups' running counts with them.
   if #back > 0 then add_retried(back) end
   cold_flush()
@@ -146,7 +164,7 @@ while first and budget > 0 and tonumber(first) < now + move_w do
     end
     if #adds > 0 then
       if not pool_read then pool_min, pool_read = earliest(K_POOL), true end
-      -- Counted at once: the next bucket's key may fail the script (lib.lua).
+      -- Counted at once: the next bucket's key may fail the script (cold.lua).
       local added = variadic('ZADD', K_POOL, adds)
       if added > 0 then redis.call('HINCRBY', K_META, 'cold_n', -added) end
       moved = moved + added
@@ -165,7 +183,7 @@ if first and tonumber(first) < now + move_w then more = 1 end
 -- after its bucket's start, so at or after cold_at. (It may go down, when
 -- cold_after does: a job placed in a bucket moved before just makes it
 -- anew, and the index has it moved again.) The first tick of a topic
--- writes it, which lets scripts place jobs cold (lib.lua).
+-- writes it, which lets scripts place jobs cold (cold.lua).
 do
   local to = now + move_w
   to = to - to % COLD_BUCKET

@@ -11,6 +11,8 @@
 -- else that nothing was written. (The schedules themselves, P:{T}:schedules
 -- and :schedules:last of the topic, are deleted by the caller, which holds
 -- the firers' lock meanwhile.)
+-- include: args
+-- include: cold
 
 if #ARGV ~= 0 then return invalid('topic_delete takes no arguments') end
 local held = redis.call('ZCARD', K_POOL) + redis.call('ZCARD', K_READY)

@@ -17,8 +17,9 @@
 //! connection without automatic resends, and are resent here only after an
 //! error that proves Redis did not run them (see `did_not_run`).
 //!
-//! A script in this second group must be added to `must_not_repeat`; a
-//! script that is safe to resend must stay so. The `"oldest", n` mode of
+//! Each operation's file in `ops/` owns its rule (`ops::must_not_repeat`
+//! lists the scripts in this second group); a script that is safe to resend
+//! must stay so. The `"oldest", n` mode of
 //! `dead_replay` and `dead_purge` is not (a second run takes the next n), so
 //! `Queue` never sends it: it reads the oldest ids and sends those.
 
@@ -79,11 +80,9 @@ impl ConnectionLike for Conn {
     }
 }
 
-/// Whether running `cmd` twice could do harm: a `claim`, a `cancel` (a
-/// second run would report "no such job" for the job the first one
-/// cancelled), or an `enqueue` with a job that has no id or with replace. Recognised by the script's
-/// SHA and, for `enqueue`, its ARGV (see `lua/enqueue.lua`); a call that
-/// does not parse as expected counts as unsafe.
+/// Whether running `cmd` twice could do harm: an `EVALSHA` of a script
+/// whose operation says so (`crate::ops::must_not_repeat`: a `claim`, a
+/// `cancel`, an `enqueue` of a job without an id or with replace).
 fn must_not_repeat(cmd: &Cmd) -> bool {
     let args: Vec<&[u8]> = cmd
         .args_iter()
@@ -98,42 +97,9 @@ fn must_not_repeat(cmd: &Cmd) -> bool {
     if !name.eq_ignore_ascii_case(b"EVALSHA") || args.len() < 3 {
         return false;
     }
-    let scripts = &crate::scripts::SCRIPTS;
-    let sha = args[1];
-    if sha == scripts.claim.get_hash().as_bytes() || sha == scripts.cancel.get_hash().as_bytes() {
-        return true;
-    }
-    if sha != scripts.enqueue.get_hash().as_bytes() {
-        return false;
-    }
     let num = |a: &[u8]| std::str::from_utf8(a).ok()?.parse::<usize>().ok();
-    let Some(argv) = num(args[2]).and_then(|k| args.get(3 + k..)) else {
-        return true;
-    };
-    // ARGV: max payload, replace, n, then n groups of (id, payload, when,
-    // max attempts, backoff), then optionally the partition count. Or the
-    // shared forms: "=n", when, max attempts, backoff, then n pairs (id,
-    // payload); "~n", max attempts, backoff, then n triples (id, payload,
-    // when); then optionally the count. Or "=*n" and "~*n", the shared
-    // forms with every id generated (none sent): never resent blindly.
-    let (Some(replace), Some(count)) = (argv.get(1), argv.get(2)) else {
-        return true;
-    };
-    if matches!(count.get(..2), Some(b"=*" | b"~*")) {
-        return true;
-    }
-    let (at, stride, n) = match count.split_first() {
-        Some((b'=', n)) => (6, 2, num(n)),
-        Some((b'~', n)) => (5, 3, num(n)),
-        _ => (3, 5, num(count)),
-    };
-    let Some(n) = n else {
-        return true;
-    };
-    if *replace != b"0" || (argv.len() != at + stride * n && argv.len() != at + 1 + stride * n) {
-        return true;
-    }
-    (0..n).any(|i| argv[at + stride * i].is_empty())
+    let argv = num(args[2]).and_then(|k| args.get(3 + k..));
+    crate::ops::must_not_repeat(args[1], argv)
 }
 
 /// Whether Redis certainly did not run the command that failed with `e`:
@@ -287,79 +253,27 @@ mod tests {
     }
 
     #[test]
-    fn claims_and_enqueues_that_make_ids_or_replace_are_never_resent_blindly() {
+    fn claims_cancels_and_some_enqueues_are_never_resent_blindly() {
         let claim = SCRIPTS.claim.get_hash();
         let enqueue = SCRIPTS.enqueue.get_hash();
         assert!(must_not_repeat(&evalsha(claim, &["10", "30000"])));
         assert!(must_not_repeat(&evalsha(SCRIPTS.cancel.get_hash(), &["a"])));
-        let batch = |replace: &str, ids: &[&str]| {
-            let mut argv = vec!["1048576".to_string(), replace.into(), ids.len().to_string()];
-            for id in ids {
-                argv.extend([*id, "payload", "d0", "", ""].map(String::from));
-            }
-            evalsha(enqueue, &argv)
-        };
-        assert!(!must_not_repeat(&batch("0", &["a", "b"])), "ids: safe");
-        assert!(must_not_repeat(&batch("0", &["a", ""])), "a generated id");
-        assert!(must_not_repeat(&batch("1", &["a"])), "replace");
-        let mut routed = batch("0", &["a", "b"]);
-        routed.arg("3");
-        assert!(!must_not_repeat(&routed), "ids with the partition count");
-        let mut routed = batch("0", &["a", ""]);
-        routed.arg("3");
-        assert!(must_not_repeat(&routed), "a generated id, partition count");
+        // enqueue's own rule (ops/enqueue.rs) reads its ARGV, after the keys.
+        let ids = [
+            "1048576", "0", "2", "a", "p", "d0", "", "", "b", "p", "d0", "", "",
+        ];
+        assert!(!must_not_repeat(&evalsha(enqueue, &ids)), "ids: safe");
+        let mut generated = ids;
+        generated[8] = "";
         assert!(
-            must_not_repeat(&evalsha(enqueue, &["1048576", "0"])),
-            "malformed"
+            must_not_repeat(&evalsha(enqueue, &generated)),
+            "a generated id"
         );
-        // The forms without ids: every id is generated.
-        let starred = ["1048576", "0", "=*2", "d0", "", "", "p", "q"];
-        assert!(must_not_repeat(&evalsha(enqueue, &starred)), "=*n");
-        let starred = ["1048576", "0", "~*1", "", "", "p", "d0", "1"];
-        assert!(must_not_repeat(&evalsha(enqueue, &starred)), "~*n, count");
-        // The shared form: "=n", when, max, backoff, then (id, payload) pairs.
-        let shared = |ids: &[&str], routed: bool| {
-            let mut argv = ["1048576", "0", &format!("={}", ids.len()), "d0", "", ""]
-                .map(String::from)
-                .to_vec();
-            for id in ids {
-                argv.extend([*id, "payload"].map(String::from));
-            }
-            if routed {
-                argv.push("3".into());
-            }
-            evalsha(enqueue, &argv)
-        };
+        let mut bad_keys = redis::cmd("EVALSHA");
+        bad_keys.arg(enqueue).arg("nine").arg("k");
         assert!(
-            !must_not_repeat(&shared(&["a", "b"], false)),
-            "shared, ids: safe"
-        );
-        assert!(
-            !must_not_repeat(&shared(&["a", "b"], true)),
-            "shared, ids, count"
-        );
-        assert!(
-            must_not_repeat(&shared(&["a", ""], false)),
-            "shared, a generated id"
-        );
-        assert!(
-            must_not_repeat(&shared(&["", "b"], true)),
-            "shared, generated, count"
-        );
-        let mut tilde = ["1048576", "0", "~2", "", ""].map(String::from).to_vec();
-        tilde.extend(["a", "p", "d0", "b", "p", "d5"].map(String::from));
-        assert!(!must_not_repeat(&evalsha(enqueue, &tilde)), "~, ids: safe");
-        tilde[8] = String::new();
-        assert!(
-            must_not_repeat(&evalsha(enqueue, &tilde)),
-            "~, a generated id"
-        );
-        assert!(
-            must_not_repeat(&evalsha(
-                enqueue,
-                &["1048576", "0", "=2", "d0", "", "", "a", "p"]
-            )),
-            "shared, malformed"
+            must_not_repeat(&bad_keys),
+            "a key count that does not parse"
         );
         for safe in [
             "ack",

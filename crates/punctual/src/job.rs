@@ -105,6 +105,8 @@ pub struct Job {
     pub(crate) expire: Option<Duration>,
     pub(crate) timeout: Option<Duration>,
     pub(crate) group: Option<String>,
+    pub(crate) traceparent: Option<String>,
+    pub(crate) tracestate: Option<String>,
 }
 
 impl Job {
@@ -126,6 +128,8 @@ impl Job {
             expire: None,
             timeout: None,
             group: None,
+            traceparent: None,
+            tracestate: None,
         }
     }
 
@@ -270,6 +274,38 @@ impl Job {
         self
     }
 
+    /// The producer's W3C trace context (`traceparent`, checked by
+    /// [`crate::validate_traceparent`]): stored with the job, kept through
+    /// retries, reclaims and replays, handed to every attempt
+    /// ([`crate::Delivery::traceparent`]), and the parent of the spans
+    /// `punctual serve` exports. With the `opentelemetry` feature, a job
+    /// without one takes the current tracing span's OpenTelemetry context
+    /// when it is valid.
+    ///
+    /// ```
+    /// let job = punctual::Job::new("x")
+    ///     .traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+    ///     .tracestate("rojo=00f067aa0ba902b7");
+    /// assert!(job.validate().is_ok());
+    /// assert!(punctual::Job::new("x").traceparent("00-0-0-01").validate().is_err());
+    /// ```
+    pub fn traceparent(mut self, traceparent: impl Into<String>) -> Self {
+        self.traceparent = Some(traceparent.into());
+        self
+    }
+
+    /// The producer's W3C `tracestate`, which goes with
+    /// [`Job::traceparent`] (refused without one): at most
+    /// [`crate::MAX_TRACESTATE_LEN`] bytes of printable ASCII.
+    ///
+    /// ```
+    /// assert!(punctual::Job::new("x").tracestate("rojo=1").validate().is_err());
+    /// ```
+    pub fn tracestate(mut self, tracestate: impl Into<String>) -> Self {
+        self.tracestate = Some(tracestate.into());
+        self
+    }
+
     /// The payload.
     ///
     /// ```
@@ -314,11 +350,23 @@ impl Job {
         if let Some(g) = &self.group {
             crate::options::validate_group(g)?;
         }
+        if let Some(tp) = &self.traceparent {
+            crate::options::validate_traceparent(tp)?;
+        }
+        if let Some(ts) = &self.tracestate {
+            if self.traceparent.is_none() {
+                return Err(Error::invalid(
+                    "a tracestate needs a traceparent: give both, or neither",
+                ));
+            }
+            crate::options::validate_tracestate(ts)?;
+        }
         self.when.encode().map(drop)
     }
 
     /// The enqueue script's "max attempts" argument: the max attempts (empty
-    /// for the topic's default), then the options, `;x<ms>;t<ms>;g<group>`.
+    /// for the topic's default), then the options,
+    /// `;x<ms>;t<ms>;g<group>;p<traceparent>;s<tracestate, escaped>`.
     pub(crate) fn max_arg(&self) -> String {
         let mut s = self.max_attempts.map(|m| m.to_string()).unwrap_or_default();
         if let Some(d) = self.expire {
@@ -330,6 +378,24 @@ impl Job {
         if let Some(g) = &self.group {
             s.push_str(";g");
             s.push_str(g);
+        }
+        if let Some(tp) = &self.traceparent {
+            s.push_str(";p");
+            s.push_str(tp);
+            if let Some(ts) = self.tracestate.as_deref().filter(|t| !t.is_empty()) {
+                s.push_str(";s");
+                s.push_str(&crate::options::escape_tracestate(ts));
+            }
+        } else {
+            #[cfg(feature = "opentelemetry")]
+            if let Some((tp, ts)) = crate::otel::current_context() {
+                s.push_str(";p");
+                s.push_str(&tp);
+                if !ts.is_empty() {
+                    s.push_str(";s");
+                    s.push_str(&crate::options::escape_tracestate(&ts));
+                }
+            }
         }
         s
     }
@@ -634,6 +700,12 @@ pub struct JobInfo {
     pub timeout_ms: Option<u64>,
     /// The job's group ([`Job::group`]).
     pub group: Option<String>,
+    /// The producer's trace context ([`Job::traceparent`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
+    /// Its tracestate ([`Job::tracestate`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tracestate: Option<String>,
 }
 
 fn ser_payload<S: serde::Serializer>(p: &[u8], s: S) -> std::result::Result<S::Ok, S::Error> {

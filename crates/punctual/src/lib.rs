@@ -57,10 +57,14 @@ mod held;
 mod history;
 mod job;
 mod keys;
+mod lease;
 mod limits;
 pub mod nodes;
 mod once;
+mod ops;
 mod options;
+#[cfg(feature = "opentelemetry")]
+mod otel;
 mod partition;
 mod queue;
 pub mod raw;
@@ -86,7 +90,9 @@ pub use job::{
 };
 pub use keys::{validate_id, validate_topic, TopicKeys, MAX_ID_LEN, MAX_TOPIC_LEN};
 pub use limits::{Limited, Limits, Rate};
-pub use options::{validate_group, MAX_GROUP_LEN};
+pub use options::{
+    validate_group, validate_traceparent, validate_tracestate, MAX_GROUP_LEN, MAX_TRACESTATE_LEN,
+};
 pub use partition::{partition_name, partition_of, MAX_PARTITIONS};
 pub use queue::{
     GroupHold, GroupInfo, GroupLimits, Queue, QueueBuilder, SkippedTopic, Topics,
@@ -98,4 +104,4 @@ pub use scheduler::{Scheduler, SchedulerConfig};
 pub use scripts::{script_names, script_source};
 pub use tokio_util::sync::CancellationToken;
 pub use unlisted::Unlisted;
-pub use worker::{Capacity, Stopped, Worker, WorkerConfig, DEFAULT_CLAIM_BATCH};
+pub use worker::{AttemptEnd, Capacity, Stopped, Worker, WorkerConfig, DEFAULT_CLAIM_BATCH};

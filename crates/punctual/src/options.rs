@@ -1,7 +1,8 @@
 //! Per-job options in the record's first field (PROTOCOL.md "Per-job
 //! options"): `M` = `<max attempts or empty>[;<letter><value>]*`, with
-//! `e<deadline, epoch ms, base 36>`, `t<timeout ms>` and `g<group>` as
-//! stored (a producer passes `x<ms>`, which enqueue turns into `e`).
+//! `e<deadline, epoch ms, base 36>`, `t<timeout ms>`, `g<group>`,
+//! `p<traceparent>` and `s<tracestate, with % ; : escaped>` as stored (a
+//! producer passes `x<ms>`, which enqueue turns into `e`).
 
 use crate::error::{Error, Result};
 
@@ -34,6 +35,111 @@ pub fn validate_group(group: &str) -> Result<()> {
     Ok(())
 }
 
+/// Longest tracestate, in bytes ([`validate_tracestate`]).
+///
+/// ```
+/// use punctual::{validate_tracestate, MAX_TRACESTATE_LEN};
+/// assert!(validate_tracestate(&"k".repeat(MAX_TRACESTATE_LEN)).is_ok());
+/// assert!(validate_tracestate(&"k".repeat(MAX_TRACESTATE_LEN + 1)).is_err());
+/// ```
+pub const MAX_TRACESTATE_LEN: usize = 512;
+
+/// Checks a W3C `traceparent` ([`crate::Job::traceparent`]):
+/// `version-traceid-spanid-flags`, 2, 32, 16 and 2 lowercase hex digits,
+/// the version not `ff`, neither id all zeros. The enqueue script applies
+/// the same rule.
+///
+/// ```
+/// let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+/// assert!(punctual::validate_traceparent(tp).is_ok());
+/// let err = punctual::validate_traceparent("00-00000000000000000000000000000000-00f067aa0ba902b7-01")
+///     .unwrap_err();
+/// assert!(err.to_string().contains("trace id is all zeros"), "{err}");
+/// assert!(punctual::validate_traceparent("00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01").is_err());
+/// ```
+pub fn validate_traceparent(tp: &str) -> Result<()> {
+    let bad = |why: &str| {
+        Err(Error::invalid(format!(
+            "invalid traceparent {tp:?}: {why}; a W3C traceparent is version-traceid-spanid-flags, \
+             2, 32, 16 and 2 lowercase hex digits, e.g. 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+        )))
+    };
+    let parts: Vec<&str> = tp.split('-').collect();
+    let hex = |s: &str, n: usize| {
+        s.len() == n && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    };
+    if parts.len() != 4
+        || !hex(parts[0], 2)
+        || !hex(parts[1], 32)
+        || !hex(parts[2], 16)
+        || !hex(parts[3], 2)
+    {
+        return bad("not four dash-separated fields of lowercase hex");
+    }
+    if parts[0] == "ff" {
+        return bad("version ff is invalid");
+    }
+    if parts[1].bytes().all(|b| b == b'0') {
+        return bad("the trace id is all zeros");
+    }
+    if parts[2].bytes().all(|b| b == b'0') {
+        return bad("the parent span id is all zeros");
+    }
+    Ok(())
+}
+
+/// Checks a W3C `tracestate` ([`crate::Job::tracestate`]): at most
+/// [`MAX_TRACESTATE_LEN`] bytes of printable ASCII. Its list members are
+/// not parsed: the job carries it as given.
+///
+/// ```
+/// assert!(punctual::validate_tracestate("rojo=00f067aa0ba902b7,congo=t61rcWkgMzE").is_ok());
+/// assert!(punctual::validate_tracestate("a=b\n").is_err());
+/// ```
+pub fn validate_tracestate(ts: &str) -> Result<()> {
+    if ts.len() > MAX_TRACESTATE_LEN || !ts.bytes().all(|b| (b' '..=b'~').contains(&b)) {
+        return Err(Error::invalid(format!(
+            "invalid tracestate: a W3C tracestate is at most {MAX_TRACESTATE_LEN} bytes of printable ASCII (got {} bytes)",
+            ts.len()
+        )));
+    }
+    Ok(())
+}
+
+/// A tracestate as the record's `s` option holds it: `%`, `;` and `:`
+/// written `%25`, `%3B` and `%3A`.
+pub(crate) fn escape_tracestate(ts: &str) -> String {
+    let mut out = String::with_capacity(ts.len());
+    for c in ts.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            ';' => out.push_str("%3B"),
+            ':' => out.push_str("%3A"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The tracestate of an `s` option (any `%XX` decoded).
+pub(crate) fn unescape_tracestate(v: &[u8]) -> String {
+    let mut out = Vec::with_capacity(v.len());
+    let mut i = 0;
+    while i < v.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if v[i] == b'%' && i + 2 < v.len() {
+            if let (Some(hi), Some(lo)) = (hex(v[i + 1]), hex(v[i + 2])) {
+                out.push((hi * 16 + lo) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(v[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// The first field of a record, decoded.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct RecordField {
@@ -45,10 +151,15 @@ pub(crate) struct RecordField {
     pub(crate) timeout_ms: Option<u64>,
     /// `g`: the group.
     pub(crate) group: Option<String>,
+    /// `p`: the W3C traceparent.
+    pub(crate) traceparent: Option<String>,
+    /// `s`: the W3C tracestate, unescaped.
+    pub(crate) tracestate: Option<String>,
 }
 
-/// Decodes an M field as the scripts do (`opts_of` in lib.lua): None when
-/// it does not match `^%d*(;[etg][^;:]*)*$`. Numbers past i64 saturate.
+/// Decodes an M field as the scripts do (`opts_of` in
+/// lua/includes/opts_of.lua): None when it does not match
+/// `^%d*(;[etgps][^;:]*)*$`. Numbers past i64 saturate.
 pub(crate) fn parse_field(m: &[u8]) -> Option<RecordField> {
     let num = |s: &[u8], radix: u32| -> Option<i64> {
         let s = std::str::from_utf8(s).ok()?;
@@ -79,6 +190,8 @@ pub(crate) fn parse_field(m: &[u8]) -> Option<RecordField> {
             b'e' => out.deadline_ms = num(v, 36),
             b't' => out.timeout_ms = num(v, 10).map(|t| t as u64),
             b'g' => out.group = Some(String::from_utf8_lossy(v).into_owned()),
+            b'p' => out.traceparent = Some(String::from_utf8_lossy(v).into_owned()),
+            b's' => out.tracestate = Some(unescape_tracestate(v)),
             _ => return None,
         }
     }
@@ -101,8 +214,14 @@ mod tests {
                 deadline_ms: Some(36 * 36 - 1),
                 timeout_ms: Some(5000),
                 group: Some("acme".into()),
+                ..RecordField::default()
             }
         );
+        let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let f = parse_field(format!(";gacme;p{tp};sk=a%3Bb%3Ac%25").as_bytes()).unwrap();
+        assert_eq!(f.traceparent.as_deref(), Some(tp));
+        assert_eq!(f.tracestate.as_deref(), Some("k=a;b:c%"));
+        assert_eq!(escape_tracestate("k=a;b:c%"), "k=a%3Bb%3Ac%25");
         let f = parse_field(b";gshop-1").unwrap();
         assert_eq!((f.max, f.group.as_deref()), (None, Some("shop-1")));
         for bad in [
@@ -121,6 +240,53 @@ mod tests {
                 String::from_utf8_lossy(bad)
             );
         }
+    }
+
+    #[test]
+    fn traceparents_follow_the_w3c_format() {
+        let ok = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        assert!(validate_traceparent(ok).is_ok());
+        for (bad, why) in [
+            ("", "four"),
+            (
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+                "four",
+            ),
+            (
+                "00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01",
+                "four",
+            ),
+            (
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-",
+                "four",
+            ),
+            (
+                "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                "version ff",
+            ),
+            (
+                "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+                "trace id",
+            ),
+            (
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+                "span id",
+            ),
+            (
+                "00-4bf92f3577b34da6a3ce929d0e0e473g-00f067aa0ba902b7-01",
+                "four",
+            ),
+        ] {
+            let err = validate_traceparent(bad).unwrap_err().to_string();
+            assert!(
+                err.contains(why) && err.contains("traceparent"),
+                "{bad}: {err}"
+            );
+        }
+        assert!(validate_tracestate(&"a".repeat(512)).is_ok());
+        assert!(validate_tracestate(&"a".repeat(513)).is_err());
+        assert!(validate_tracestate("a=é").is_err());
+        assert_eq!(unescape_tracestate(b"a%3B%"), "a;%");
     }
 
     #[test]

@@ -1,229 +1,151 @@
 //! The Lua scripts, one per operation, loaded once and called by SHA.
 //!
-//! Each file in `lua/` starts with its `#!lua` shebang line; the chunks of
-//! `lua/lib.lua` (the shared helpers and the KEYS layout) that the script
-//! uses are inserted right after it, so every script is one self-contained
-//! text that Redis caches under its own SHA. lib.lua's top level runs on
-//! every call, so a script carries only what it uses (see [`shake`]).
+//! A script, `lua/NAME.lua`, starts with its `#!lua` shebang line; its
+//! leading comment block names the helper files of `lua/includes/` it uses,
+//! one `-- include: NAME` line each, and an include names the includes it
+//! uses the same way. A script is sent as one self-contained text that Redis
+//! caches under its own SHA: the shebang line, `includes/keys.lua` (the
+//! KEYS and their check, first in every script, so named by none), each
+//! include the script needs once, after the includes it names, then the rest
+//! of the script. An include's top level runs on every call, so a script
+//! names only what it uses; the tests check that every name a file uses from
+//! an include is included and that every include named is used.
+//!
+//! An unknown include, a cycle, or an include line below the leading
+//! comment block is an error: [`script_source`] panics on it, and the tests
+//! assemble every script.
 
-use std::collections::HashSet;
 use std::sync::LazyLock;
 
 use redis::Script;
 
-const LIB: &str = include_str!("../lua/lib.lua");
+/// `(name, text)` of the named files of a folder of `lua/`.
+macro_rules! lua_files {
+    ($dir:literal: $($name:literal),* $(,)?) => {
+        &[$(($name, include_str!(concat!("../lua/", $dir, $name, ".lua")))),*]
+    };
+}
 
 /// The source of every script, by name, as files in `lua/`.
-const SOURCES: &[(&str, &str)] = &[
-    ("enqueue", include_str!("../lua/enqueue.lua")),
-    ("claim", include_str!("../lua/claim.lua")),
-    ("ack", include_str!("../lua/ack.lua")),
-    ("fail", include_str!("../lua/fail.lua")),
-    ("extend", include_str!("../lua/extend.lua")),
-    ("tick", include_str!("../lua/tick.lua")),
-    ("cancel", include_str!("../lua/cancel.lua")),
-    ("reschedule", include_str!("../lua/reschedule.lua")),
-    ("get", include_str!("../lua/get.lua")),
-    ("dead_list", include_str!("../lua/dead_list.lua")),
-    ("dead_replay", include_str!("../lua/dead_replay.lua")),
-    ("dead_purge", include_str!("../lua/dead_purge.lua")),
-    ("stats", include_str!("../lua/stats.lua")),
-    ("check", include_str!("../lua/check.lua")),
-    ("cold_page", include_str!("../lua/cold_page.lua")),
-    ("layout", include_str!("../lua/layout.lua")),
-    ("topic_delete", include_str!("../lua/topic_delete.lua")),
-    ("unfire", include_str!("../lua/unfire.lua")),
-    ("group_limits", include_str!("../lua/group_limits.lua")),
-];
+const SOURCES: &[(&str, &str)] = lua_files!("":
+    "enqueue", "claim", "ack", "fail", "extend", "tick", "cancel", "reschedule", "get",
+    "dead_list", "dead_replay", "dead_purge", "stats", "check", "cold_page", "layout",
+    "topic_delete", "unfire", "group_limits",
+);
 
-/// Puts the chunks of lib.lua that `body` uses after its shebang line.
-fn assemble(body: &str) -> String {
+/// The include that starts every script: the KEYS and their check.
+const PRELUDE: &str = "keys";
+
+/// The helper files a script may include, by name, as files in
+/// `lua/includes/`.
+const INCLUDES: &[(&str, &str)] = lua_files!("includes/":
+    "keys", "args", "now_ms", "clock", "reserve_tokens", "utf8_ok", "b36", "opts_of",
+    "group_of_field", "options_text", "record", "claimable", "encode", "att_of", "token_str",
+    "is_live_att", "ended_att", "meta", "retry", "rate", "at_max_running", "due_of", "earliest",
+    "state", "bulk", "add_retried", "drop_retried", "cold", "cold_settings", "cold_due",
+    "cold_place", "cold_place_all", "cold_left", "cold_count", "index_ready", "group_count",
+    "release_groups", "claim_groups",
+);
+
+const DIRECTIVE: &str = "-- include:";
+
+/// The includes a file names, in order: the `-- include: NAME` lines of its
+/// leading comment block (the lines, after a shebang line, before its first
+/// line of code). An include line below that block, or a name that is not
+/// one word of `[a-z0-9_]`, is an error.
+fn includes_of(text: &str) -> Result<Vec<&str>, String> {
+    let mut names = Vec::new();
+    let mut leading = true;
+    for (i, line) in text.lines().enumerate() {
+        let t = line.trim();
+        if i == 0 && t.starts_with("#!") {
+            continue;
+        }
+        if !(t.is_empty() || t.starts_with("--")) {
+            leading = false;
+        }
+        let Some(name) = t.strip_prefix(DIRECTIVE) else {
+            continue;
+        };
+        if !leading {
+            return Err(format!(
+                "line {}: an include below the leading comments",
+                i + 1
+            ));
+        }
+        let name = name.trim();
+        let word = name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+        if name.is_empty() || !word {
+            return Err(format!("line {}: include of {name:?}, not a name", i + 1));
+        }
+        names.push(name);
+    }
+    Ok(names)
+}
+
+/// Appends to `out` the includes `text` names that `out` lacks, each after
+/// the includes it names in turn. `path`: the includes being resolved, to
+/// refuse a cycle.
+fn resolve<'a>(
+    text: &'a str,
+    table: &[(&'a str, &'a str)],
+    out: &mut Vec<&'a str>,
+    path: &mut Vec<&'a str>,
+) -> Result<(), String> {
+    for name in includes_of(text)? {
+        if name == PRELUDE {
+            return Err(format!("includes {PRELUDE:?}, which starts every script"));
+        }
+        if path.contains(&name) {
+            return Err(format!("include cycle: {} -> {name}", path.join(" -> ")));
+        }
+        if out.contains(&name) {
+            continue;
+        }
+        let Some(&(name, inc)) = table.iter().find(|(n, _)| *n == name) else {
+            return Err(format!(
+                "unknown include {name:?} (no lua/includes/{name}.lua)"
+            ));
+        };
+        path.push(name);
+        resolve(inc, table, out, path).map_err(|e| format!("{name}: {e}"))?;
+        path.pop();
+        out.push(name);
+    }
+    Ok(())
+}
+
+/// The includes a script's text gets, in order: the prelude, then what it
+/// names (see [`resolve`]).
+fn closure<'a>(body: &'a str, table: &[(&'a str, &'a str)]) -> Result<Vec<&'a str>, String> {
+    let mut out = vec![PRELUDE];
+    resolve(body, table, &mut out, &mut Vec::new())?;
+    Ok(out)
+}
+
+/// A script's text as sent: its shebang line, its includes, then the rest.
+fn assemble(body: &str, table: &[(&str, &str)]) -> Result<String, String> {
     let (shebang, rest) = body.split_once('\n').unwrap_or((body, ""));
-    let keep = shake(&LIB_CHUNKS, rest);
-    let lib: String = LIB_CHUNKS
-        .iter()
-        .zip(keep)
-        .filter(|(_, k)| *k)
-        .map(|(c, _)| c.text)
-        .collect();
-    format!("{shebang}\n{lib}\n{rest}")
+    let text = |name: &str| table.iter().find(|(n, _)| *n == name).map(|(_, t)| *t);
+    let mut lib = String::new();
+    for name in closure(body, table)? {
+        lib.push_str(text(name).ok_or_else(|| format!("no include {name:?}"))?);
+    }
+    Ok(format!("{shebang}\n{lib}\n{rest}"))
 }
 
 /// Every script, assembled once.
 static ASSEMBLED: LazyLock<Vec<(&str, String)>> = LazyLock::new(|| {
     SOURCES
         .iter()
-        .map(|(name, body)| (*name, assemble(body)))
-        .collect()
-});
-
-static LIB_CHUNKS: LazyLock<Vec<Chunk<'static>>> = LazyLock::new(|| chunks(LIB));
-
-/// A top-level chunk of lib.lua: a statement with the comment lines before
-/// it, its text exactly as in the file, the names it defines (`local
-/// function f`, `local A, B = ...`; none for a statement such as the KEYS
-/// check) and the identifiers its code mentions.
-#[derive(Debug)]
-struct Chunk<'a> {
-    text: &'a str,
-    defines: Vec<&'a str>,
-    uses: HashSet<&'a str>,
-}
-
-/// Splits Lua source written in lib.lua's style into its top-level chunks:
-/// a top-level statement starts at column 0 with a word other than `end`,
-/// `else`, `elseif` or `until` (lines inside a function or table are
-/// indented; closing lines start with `end`, `}` or `)`), and runs until the
-/// next one; the comment and blank lines just before a statement belong to
-/// it. The chunks' texts, joined, are `src`.
-fn chunks(src: &str) -> Vec<Chunk<'_>> {
-    let mut lines = Vec::new();
-    let mut at = 0;
-    for line in src.split_inclusive('\n') {
-        lines.push((at, line));
-        at += line.len();
-    }
-    let mut cuts = Vec::new();
-    let mut after_prev = 0;
-    for (i, (_, line)) in lines.iter().enumerate() {
-        if statement_word(line).is_none() {
-            continue;
-        }
-        let mut first = i;
-        while first > after_prev && is_comment_or_blank(lines[first - 1].1) {
-            first -= 1;
-        }
-        cuts.push(if cuts.is_empty() { 0 } else { lines[first].0 });
-        after_prev = i + 1;
-    }
-    if cuts.is_empty() {
-        cuts.push(0);
-    }
-    cuts.push(src.len());
-    cuts.windows(2)
-        .map(|w| {
-            let text = &src[w[0]..w[1]];
-            Chunk {
-                text,
-                defines: defines(text),
-                uses: identifiers(text),
-            }
+        .map(|(name, body)| {
+            let text = assemble(body, INCLUDES).unwrap_or_else(|e| panic!("lua/{name}.lua: {e}"));
+            (*name, text)
         })
         .collect()
-}
-
-/// The first word of a line that starts a top-level statement.
-fn statement_word(line: &str) -> Option<&str> {
-    let word = line
-        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .next()?;
-    let starts_word = word.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_');
-    (starts_word && !matches!(word, "end" | "else" | "elseif" | "until")).then_some(word)
-}
-
-fn is_comment_or_blank(line: &str) -> bool {
-    let t = line.trim_start();
-    t.is_empty() || t.starts_with("--")
-}
-
-/// The names a chunk's statement defines: `local function f` defines f,
-/// `local A, B = ...` (or `local A`) A and B; any other statement none.
-fn defines(chunk: &str) -> Vec<&str> {
-    let Some(line) = chunk.lines().find(|l| statement_word(l).is_some()) else {
-        return Vec::new();
-    };
-    let Some(rest) = line.strip_prefix("local ") else {
-        return Vec::new();
-    };
-    if let Some(f) = rest.trim_start().strip_prefix("function ") {
-        return f.split('(').next().map(str::trim).into_iter().collect();
-    }
-    let names = rest.split('=').next().unwrap_or(rest);
-    let names = names.split("--").next().unwrap_or(names);
-    names.split(',').map(str::trim).collect()
-}
-
-/// The identifiers (and keywords) of Lua code, outside comments and string
-/// literals. A number's letters (`0xC2`, `1e5`) are not identifiers.
-fn identifiers(code: &str) -> HashSet<&str> {
-    let b = code.as_bytes();
-    let mut out = HashSet::new();
-    let mut i = 0;
-    while i < b.len() {
-        let c = b[i];
-        if c == b'-' && b.get(i + 1) == Some(&b'-') {
-            i = match long_bracket(b, i + 2) {
-                Some(level) => close_long_bracket(b, i + 2, level),
-                None => b[i..]
-                    .iter()
-                    .position(|&x| x == b'\n')
-                    .map_or(b.len(), |p| i + p),
-            };
-        } else if let Some(level) = long_bracket(b, i) {
-            i = close_long_bracket(b, i, level);
-        } else if c == b'\'' || c == b'"' {
-            i += 1;
-            while i < b.len() && b[i] != c && b[i] != b'\n' {
-                i += if b[i] == b'\\' { 2 } else { 1 };
-            }
-            i += 1;
-        } else if c.is_ascii_alphabetic() || c == b'_' || c.is_ascii_digit() {
-            let start = i;
-            while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_') {
-                i += 1;
-            }
-            if !c.is_ascii_digit() {
-                out.insert(&code[start..i]);
-            }
-        } else {
-            i += 1;
-        }
-    }
-    out
-}
-
-/// The level of a long bracket (`[[`, `[=[`, ...) opening at `i`, if one does.
-fn long_bracket(b: &[u8], i: usize) -> Option<usize> {
-    if b.get(i) != Some(&b'[') {
-        return None;
-    }
-    let level = b[i + 1..].iter().take_while(|&&x| x == b'=').count();
-    (b.get(i + 1 + level) == Some(&b'[')).then_some(level)
-}
-
-/// Where the long bracket of `level` opened at `i` ends (past its `]=*]`).
-fn close_long_bracket(b: &[u8], i: usize, level: usize) -> usize {
-    let close: Vec<u8> = [b"]".as_slice(), &vec![b'='; level], b"]"].concat();
-    let from = i + level + 2;
-    b[from..]
-        .windows(close.len())
-        .position(|w| w == close)
-        .map_or(b.len(), |p| from + p + close.len())
-}
-
-/// Which of `chunks` a script whose body is `body` needs: every statement
-/// chunk (it defines nothing, e.g. the KEYS check), and every chunk that
-/// defines a name the body or another kept chunk mentions (an identifier
-/// outside comments and strings). Keeping a chunk that is not needed costs
-/// only time; leaving out one that is would be a runtime error, so a name
-/// only ever counts as used.
-fn shake<'a>(chunks: &[Chunk<'a>], body: &'a str) -> Vec<bool> {
-    let mut used = identifiers(body);
-    let mut keep = vec![false; chunks.len()];
-    loop {
-        let mut more = false;
-        for (c, k) in chunks.iter().zip(keep.iter_mut()) {
-            if !*k && (c.defines.is_empty() || c.defines.iter().any(|n| used.contains(n))) {
-                *k = true;
-                used.extend(c.uses.iter().copied());
-                more = true;
-            }
-        }
-        if !more {
-            return keep;
-        }
-    }
-}
+});
 
 pub(crate) struct Scripts {
     pub enqueue: Script,
@@ -303,140 +225,275 @@ pub fn script_source(name: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::{BTreeSet, HashSet};
+
     use super::*;
 
-    const FIXTURE: &str = "\
--- The header.
-if not KEYS[1] then
-  return 'no keys'
-end
-
--- A constant.
-local A, B = 1, 2
-local function uses_a()
-  return A
-end
--- Mentions uses_a only in this comment.
-local function unused()
-  return 'uses_a'
-end
---[[ uses_a, in a long comment ]]
-local function outer()
-  return uses_a() + 0xB
-end
-";
-
-    /// The chunks of FIXTURE kept for `body`, by the first name each defines
-    /// ("" for the statement).
-    fn kept(body: &str) -> Vec<&'static str> {
-        let chunks = chunks(FIXTURE);
-        let keep = shake(&chunks, body);
-        chunks
-            .iter()
-            .zip(keep)
-            .filter(|(_, k)| *k)
-            .map(|(c, _)| c.defines.first().copied().unwrap_or(""))
-            .collect()
+    /// The first word of a line that starts a top-level statement: at
+    /// column 0, a word other than `end`, `else`, `elseif` or `until`
+    /// (the scripts' style: code inside a block is indented).
+    fn statement_word(line: &str) -> Option<&str> {
+        let word = line
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .next()?;
+        let starts_word = word.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_');
+        (starts_word && !matches!(word, "end" | "else" | "elseif" | "until")).then_some(word)
     }
 
-    #[test]
-    fn the_chunks_are_the_statements_with_their_comments_and_join_to_the_source() {
-        let c = chunks(FIXTURE);
-        let defines: Vec<_> = c.iter().map(|c| c.defines.clone()).collect();
-        assert_eq!(
-            defines,
-            [
-                vec![],
-                vec!["A", "B"],
-                vec!["uses_a"],
-                vec!["unused"],
-                vec!["outer"]
-            ]
-        );
-        assert!(c[0].text.starts_with("-- The header.\nif not KEYS"));
-        assert!(c[1].text.starts_with("\n-- A constant.\nlocal A, B"));
-        assert!(c[3].text.starts_with("-- Mentions uses_a"));
-        assert_eq!(c.iter().map(|c| c.text).collect::<String>(), FIXTURE);
+    /// The names a file defines at its top level: `local function f`
+    /// defines f, `local A, B = ...` (or `local A`) A and B.
+    fn defines(text: &str) -> Vec<&str> {
+        let mut out = Vec::new();
+        for line in text.lines().filter(|l| statement_word(l).is_some()) {
+            let Some(rest) = line.strip_prefix("local ") else {
+                continue;
+            };
+            if let Some(f) = rest.trim_start().strip_prefix("function ") {
+                out.extend(f.split('(').next().map(str::trim));
+                continue;
+            }
+            let names = rest.split('=').next().unwrap_or(rest);
+            let names = names.split("--").next().unwrap_or(names);
+            out.extend(names.split(',').map(str::trim));
+        }
+        out
     }
 
-    #[test]
-    fn an_unreferenced_function_is_dropped() {
-        assert_eq!(kept("return uses_a()"), ["", "A", "uses_a"]);
-    }
-
-    #[test]
-    fn a_transitive_dependency_is_kept() {
-        assert_eq!(kept("return outer()"), ["", "A", "uses_a", "outer"]);
-    }
-
-    #[test]
-    fn a_statement_chunk_is_kept() {
-        assert_eq!(kept("return 1"), [""]);
-    }
-
-    #[test]
-    fn comments_and_strings_do_not_count_as_references() {
-        let body = "-- outer()\n--[==[ unused()\n]==] return 'outer', \"unused\", [[B]]";
-        assert_eq!(kept(body), [""]);
-        assert_eq!(kept("return B"), ["", "A"]);
-    }
-
-    #[test]
-    fn identifiers_skip_comments_strings_and_numbers() {
-        let code = "a.b(c) -- d\n'e\\'f' \"g\" [=[h]] ]=] 0x1F 1e5 i_2 --[[j\nk]] l";
-        let mut got: Vec<_> = identifiers(code).into_iter().collect();
-        got.sort_unstable();
-        assert_eq!(got, ["a", "b", "c", "i_2", "l"]);
-    }
-
-    #[test]
-    fn lib_splits_into_statements_that_join_to_it() {
-        let c = chunks(LIB);
-        assert_eq!(c.iter().map(|c| c.text).collect::<String>(), LIB);
-        for chunk in &c {
-            for name in &chunk.defines {
-                assert!(
-                    !name.is_empty() && identifiers(name).contains(name),
-                    "{name:?} in {}",
-                    chunk.text
-                );
+    /// The names Lua code uses: identifiers (and keywords) outside comments
+    /// and string literals, but not a field (`t.name`, `t:name`) nor a key
+    /// in a table constructor (`{ name = v }`). A number's letters (`0xC2`,
+    /// `1e5`) are not identifiers.
+    fn identifiers(code: &str) -> HashSet<&str> {
+        let b = code.as_bytes();
+        let mut out = HashSet::new();
+        let (mut i, mut braces) = (0, 0usize);
+        while i < b.len() {
+            let c = b[i];
+            if c == b'-' && b.get(i + 1) == Some(&b'-') {
+                i = match long_bracket(b, i + 2) {
+                    Some(level) => close_long_bracket(b, i + 2, level),
+                    None => b[i..]
+                        .iter()
+                        .position(|&x| x == b'\n')
+                        .map_or(b.len(), |p| i + p),
+                };
+            } else if let Some(level) = long_bracket(b, i) {
+                i = close_long_bracket(b, i, level);
+            } else if c == b'\'' || c == b'"' {
+                i += 1;
+                while i < b.len() && b[i] != c && b[i] != b'\n' {
+                    i += if b[i] == b'\\' { 2 } else { 1 };
+                }
+                i += 1;
+            } else if c.is_ascii_alphanumeric() || c == b'_' {
+                let start = i;
+                while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_') {
+                    i += 1;
+                }
+                let field = start > 0
+                    && (b[start - 1] == b':'
+                        || (b[start - 1] == b'.' && (start < 2 || b[start - 2] != b'.')));
+                let after = code[i..].trim_start();
+                let key = braces > 0 && after.starts_with('=') && !after.starts_with("==");
+                if !c.is_ascii_digit() && !field && !key {
+                    out.insert(&code[start..i]);
+                }
+            } else {
+                match c {
+                    b'{' => braces += 1,
+                    b'}' => braces = braces.saturating_sub(1),
+                    _ => {}
+                }
+                i += 1;
             }
         }
-        // The statements that define nothing: the KEYS check.
-        let statements = c.iter().filter(|c| c.defines.is_empty()).count();
-        assert_eq!(statements, 2, "{c:#?}");
+        out
     }
 
-    /// A body that mentions every name of lib.lua gets all of it.
-    #[test]
-    fn a_script_using_everything_carries_the_whole_lib() {
-        let every: Vec<&str> = chunks(LIB).iter().flat_map(|c| c.defines.clone()).collect();
-        let body = format!("#!lua\nreturn {{ {} }}\n", every.join(", "));
-        let text = assemble(&body);
-        assert_eq!(
-            text,
-            format!("#!lua\n{LIB}\nreturn {{ {} }}\n", every.join(", "))
-        );
+    /// The level of a long bracket (`[[`, `[=[`, ...) opening at `i`, if one does.
+    fn long_bracket(b: &[u8], i: usize) -> Option<usize> {
+        if b.get(i) != Some(&b'[') {
+            return None;
+        }
+        let level = b[i + 1..].iter().take_while(|&&x| x == b'=').count();
+        (b.get(i + 1 + level) == Some(&b'[')).then_some(level)
     }
 
-    /// No name that a left-out chunk of lib.lua defines appears in a
-    /// script's code (outside comments and strings): every name it uses is
-    /// defined.
+    /// Where the long bracket of `level` opened at `i` ends (past its `]=*]`).
+    fn close_long_bracket(b: &[u8], i: usize, level: usize) -> usize {
+        let close: Vec<u8> = [b"]".as_slice(), &vec![b'='; level], b"]"].concat();
+        let from = i + level + 2;
+        b[from..]
+            .windows(close.len())
+            .position(|w| w == close)
+            .map_or(b.len(), |p| from + p + close.len())
+    }
+
+    /// The include that defines `name`, if one does.
+    fn definer(name: &str) -> Option<&'static str> {
+        INCLUDES
+            .iter()
+            .find(|(_, text)| defines(text).contains(&name))
+            .map(|(n, _)| *n)
+    }
+
+    fn include(name: &str) -> &'static str {
+        INCLUDES.iter().find(|(n, _)| *n == name).unwrap().1
+    }
+
+    /// Every file: the scripts and the includes, by their path in `lua/`.
+    fn files() -> Vec<(String, &'static str)> {
+        let scripts = SOURCES.iter().map(|(n, t)| (format!("{n}.lua"), *t));
+        let includes = INCLUDES
+            .iter()
+            .map(|(n, t)| (format!("includes/{n}.lua"), *t));
+        scripts.chain(includes).collect()
+    }
+
     #[test]
-    fn every_script_carries_every_lib_chunk_it_mentions() {
-        let lib = chunks(LIB);
-        for (name, _) in SOURCES {
+    fn the_lists_name_every_file_in_lua() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("lua");
+        let lua_files = |d: &std::path::Path| -> BTreeSet<String> {
+            std::fs::read_dir(d)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .filter_map(|f| f.strip_suffix(".lua").map(String::from))
+                .collect()
+        };
+        let listed = |t: &[(&str, &str)]| t.iter().map(|(n, _)| n.to_string()).collect();
+        assert_eq!(lua_files(&dir), listed(SOURCES));
+        assert_eq!(lua_files(&dir.join("includes")), listed(INCLUDES));
+    }
+
+    #[test]
+    fn every_script_assembles_with_its_includes_once_each_after_theirs() {
+        for (name, body) in SOURCES {
+            let order = closure(body, INCLUDES).unwrap();
+            assert_eq!(order[0], PRELUDE);
             let text = script_source(name).unwrap();
-            let used = identifiers(&text);
-            for chunk in lib.iter().filter(|c| !text.contains(c.text)) {
-                for n in &chunk.defines {
-                    assert!(!used.contains(n), "{name} uses {n}, left out");
+            let (shebang, rest) = body.split_once('\n').unwrap();
+            assert!(text.starts_with(&format!("{shebang}\n{}", include(PRELUDE))));
+            assert!(text.ends_with(&format!("\n{rest}")), "{name}");
+            for (i, inc) in order.iter().enumerate() {
+                assert_eq!(text.matches(include(inc)).count(), 1, "{name}: {inc}");
+                for dep in includes_of(include(inc)).unwrap() {
+                    let at = order.iter().position(|n| *n == dep).unwrap();
+                    assert!(at < i, "{name}: {dep} after {inc}");
                 }
             }
         }
-        // And the scripts do leave chunks out: enqueue claims nothing.
-        let enqueue = script_source("enqueue").unwrap();
-        assert!(!enqueue.contains("local function claim_groups"));
-        assert!(enqueue.contains("local function int_arg"));
+    }
+
+    /// A name a file uses that an include defines is defined where the file
+    /// can see it: in the file itself, or in an include the file includes
+    /// (directly or not). Else the script would read a global, an error in
+    /// Redis. And no name is defined twice.
+    #[test]
+    fn every_name_a_file_uses_from_an_include_is_included() {
+        let mut seen = HashSet::new();
+        for (name, text) in INCLUDES {
+            for n in defines(text) {
+                assert!(
+                    seen.insert(n),
+                    "{n} defined twice (again in includes/{name}.lua)"
+                );
+            }
+        }
+        for (file, text) in files() {
+            let included = closure(text, INCLUDES).unwrap();
+            let own = defines(text);
+            for n in identifiers(text) {
+                if let Some(inc) = definer(n) {
+                    assert!(
+                        own.contains(&n) || included.contains(&inc),
+                        "{file} uses {n} of includes/{inc}.lua without including it"
+                    );
+                }
+            }
+            if file.starts_with("includes/") {
+                continue;
+            }
+            for n in own {
+                assert!(definer(n).is_none(), "{file} defines {n} again");
+            }
+        }
+    }
+
+    /// Every include a file names defines a name the file uses, and every
+    /// include is part of some script.
+    #[test]
+    fn no_include_is_unused() {
+        let mut used = BTreeSet::from([PRELUDE]);
+        for (file, text) in files() {
+            let names = identifiers(text);
+            for inc in includes_of(text).unwrap() {
+                let defined = defines(include(inc));
+                assert!(
+                    defined.iter().any(|n| names.contains(n)),
+                    "{file} includes {inc} and uses none of {defined:?}"
+                );
+            }
+        }
+        for (_, body) in SOURCES {
+            used.extend(closure(body, INCLUDES).unwrap());
+        }
+        let all: BTreeSet<&str> = INCLUDES.iter().map(|(n, _)| *n).collect();
+        assert_eq!(used, all);
+    }
+
+    const FIXTURE: &[(&str, &str)] = &[
+        ("keys", "-- keys\n"),
+        ("a", "-- a\nlocal A = 1\n"),
+        ("b", "-- b\n-- include: a\nlocal B = A\n"),
+        ("c", "-- c\n-- include: b\n-- include: a\nlocal C = A + B\n"),
+        ("loop", "-- include: loop2\n"),
+        ("loop2", "-- include: loop\n"),
+    ];
+
+    #[test]
+    fn includes_come_once_each_after_those_they_include() {
+        let body = "#!lua\n-- s\n-- include: c\n-- include: b\nreturn C\n";
+        assert_eq!(closure(body, FIXTURE).unwrap(), ["keys", "a", "b", "c"]);
+        assert_eq!(
+            assemble(body, FIXTURE).unwrap(),
+            "#!lua\n-- keys\n-- a\nlocal A = 1\n-- b\n-- include: a\nlocal B = A\n\
+             -- c\n-- include: b\n-- include: a\nlocal C = A + B\n\
+             \n-- s\n-- include: c\n-- include: b\nreturn C\n"
+        );
+    }
+
+    #[test]
+    fn a_bad_include_fails_loudly() {
+        let err = |body: &str| assemble(body, FIXTURE).unwrap_err();
+        assert!(err("#!lua\n-- include: nope\nreturn 1\n").contains("unknown include \"nope\""));
+        assert!(err("#!lua\n-- include: b\n-- include: nope\n").contains("nope"));
+        assert!(err("#!lua\n-- include: loop\n").contains("include cycle: loop -> loop2 -> loop"));
+        assert!(err("#!lua\n-- include: keys\n").contains("starts every script"));
+        assert!(err("#!lua\n-- include: A\n").contains("not a name"));
+        let below = "#!lua\n-- include: a\nreturn A\n-- include: b\n";
+        assert!(err(below).contains("line 4: an include below the leading comments"));
+        // A missing include in a real file: a name of `record` used alone.
+        let body = "#!lua\n-- include: args\nreturn decode(ARGV[1])\n";
+        assert!(closure(body, INCLUDES)
+            .unwrap()
+            .iter()
+            .all(|n| *n != "record"));
+        assert_eq!(definer("decode"), Some("record"));
+    }
+
+    #[test]
+    fn identifiers_skip_comments_strings_numbers_fields_and_keys() {
+        let code = "a.b(c) -- d\n'e\\'f' \"g\" [=[h]] ]=] 0x1F 1e5 i_2 --[[j\nk]] l \
+                    m:n() o .. p { q = r, s == t }";
+        let mut got: Vec<_> = identifiers(code).into_iter().collect();
+        got.sort_unstable();
+        assert_eq!(got, ["a", "c", "i_2", "l", "m", "o", "p", "r", "s", "t"]);
+    }
+
+    #[test]
+    fn defines_reads_top_level_locals_only() {
+        let code =
+            "local A, B = 1, 2 -- x\nlocal function f(x)\n  local y = 1\nend\nlocal C\nreturn A\n";
+        assert_eq!(defines(code), ["A", "B", "f", "C"]);
     }
 }

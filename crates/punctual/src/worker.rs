@@ -430,6 +430,48 @@ pub struct Worker {
     queue: Queue,
     config: WorkerConfig,
     topics: Vec<TopicEntry>,
+    observer: Option<AttemptObserver>,
+}
+
+/// Told of every attempt's end ([`Worker::on_attempt`]).
+type AttemptObserver = Arc<dyn Fn(AttemptEnd) + Send + Sync>;
+
+/// One attempt of a job, as it ended ([`Worker::on_attempt`]): what
+/// `punctual serve` exports as an OpenTelemetry span.
+///
+/// ```
+/// let end: Option<punctual::AttemptEnd> = None; // given to the observer
+/// # let _ = end;
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct AttemptEnd {
+    /// The topic (a partitioned topic's logical name).
+    pub topic: String,
+    /// The job id.
+    pub id: String,
+    /// Which delivery this was: 1 on the first.
+    pub attempt: u32,
+    /// The claim's lease token ([`Delivery::token`]).
+    pub token: i64,
+    /// The producer's trace context ([`Delivery::traceparent`]).
+    pub traceparent: Option<String>,
+    /// Its tracestate.
+    pub tracestate: Option<String>,
+    /// When the handler was started (or the expired job turned down).
+    pub started: std::time::SystemTime,
+    /// When the handler's answer was in.
+    pub ended: std::time::SystemTime,
+    /// How late the job started, in microseconds ([`Delivery::lateness_us`]).
+    pub lateness_us: i64,
+    /// `done`, `retry`, `dead`, `expired`, `handed back`, `cancelled` (an
+    /// operator cancelled the job while it ran: [`Delivery::cancelled`]),
+    /// or `lost` (the lease was lost while the handler ran: the job was
+    /// reclaimed, or cancelled and the message missed; the handler's answer
+    /// no longer counts).
+    pub outcome: &'static str,
+    /// The error of a failed attempt.
+    pub error: Option<String>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -479,6 +521,8 @@ struct Shared {
     stopping: CancellationToken,
     /// How late jobs started, until added to the history in Redis.
     lateness: crate::history::LatenessBook,
+    /// Told of every attempt's end ([`Worker::on_attempt`]).
+    observer: Option<AttemptObserver>,
 }
 
 impl Worker {
@@ -496,7 +540,26 @@ impl Worker {
             queue,
             config,
             topics: Vec::new(),
+            observer: None,
         }
+    }
+
+    /// Calls `observer` at the end of every attempt this worker runs,
+    /// right after the handler answers (before the outcome is written to
+    /// Redis), with the job's trace context, timing and outcome: `serve`
+    /// exports each as an OpenTelemetry span. It should return at once.
+    /// Without one, the worker does none of this work.
+    ///
+    /// ```
+    /// # fn demo(worker: punctual::Worker) -> punctual::Worker {
+    /// worker.on_attempt(|end| {
+    ///     println!("{} attempt {}: {}", end.id, end.attempt, end.outcome);
+    /// })
+    /// # }
+    /// ```
+    pub fn on_attempt(mut self, observer: impl Fn(AttemptEnd) + Send + Sync + 'static) -> Self {
+        self.observer = Some(Arc::new(observer));
+        self
     }
 
     /// Runs the closure `handler` for jobs of `topic`, with the default
@@ -797,6 +860,7 @@ impl Worker {
             inflight: Mutex::new(inflight),
             stopping: stop_fetch.clone(),
             lateness: Default::default(),
+            observer: self.observer,
         });
         let notify = Arc::new(Notify::new());
         for t in &shared.topics {
@@ -1197,6 +1261,7 @@ fn spawn_slot(
     let slot_cancelled = cancelled.clone();
     let cancelled_grace = shared.config.cancelled_grace;
     let handler = topic.handler.clone();
+    let watch = Watch::start(shared, ti, &job);
     let slot_shared = shared.clone();
     let slot_lost = lost.clone();
     let slot_id = id.clone();
@@ -1208,6 +1273,7 @@ fn spawn_slot(
         let _permit = permit;
         if let Some(error) = expired {
             let outcome = Outcome::Expired { error };
+            Watch::finish(watch, Some(&outcome), &shared);
             let _ = settle.send(Settle {
                 topic: ti,
                 id,
@@ -1261,6 +1327,7 @@ fn spawn_slot(
             }
             let topic = &shared.topics[ti].logical;
             tracing::info!(topic = %topic, id = %id, "job cancelled while it ran: its handler was stopped; nothing recorded");
+            Watch::cancelled(watch);
             forget(&shared, ti, &id, token);
             return;
         }
@@ -1276,11 +1343,13 @@ fn spawn_slot(
                 let _ = tokio::time::timeout(grace, &mut run).await;
                 if lost.is_cancelled() {
                     // The keeper already forgot the job; nothing to record.
+                    Watch::finish(watch, None, &shared);
                     return;
                 }
                 Outcome::retry(format!("handler timed out after {}", humanize(timeout)))
             }
         };
+        Watch::finish(watch, Some(&outcome), &shared);
         let _ = settle.send(Settle {
             topic: ti,
             id,
@@ -1311,6 +1380,77 @@ fn spawn_slot(
         // This process still ran an earlier delivery of the same job, whose
         // lease was lost meanwhile: that run can no longer ack; stop it.
         old.lost.cancel();
+    }
+}
+
+/// An attempt whose end the observer ([`Worker::on_attempt`]) is told.
+struct Watch {
+    observer: AttemptObserver,
+    end: AttemptEnd,
+    max_attempts: u32,
+}
+
+impl Watch {
+    /// None without an observer: then nothing is cloned or timed.
+    fn start(shared: &Shared, ti: usize, job: &Delivery) -> Option<Watch> {
+        let observer = shared.observer.clone()?;
+        let now = std::time::SystemTime::now();
+        Some(Watch {
+            observer,
+            end: AttemptEnd {
+                topic: shared.topics[ti].logical.clone(),
+                id: job.id.clone(),
+                attempt: job.attempt,
+                token: job.token,
+                traceparent: job.traceparent.clone(),
+                tracestate: job.tracestate.clone(),
+                started: now,
+                ended: now,
+                lateness_us: job.lateness_us(),
+                outcome: "lost",
+                error: None,
+            },
+            max_attempts: job.max_attempts,
+        })
+    }
+
+    /// Tells the observer that an operator cancelled the job while it ran.
+    fn cancelled(watch: Option<Watch>) {
+        if let Some(Watch {
+            observer, mut end, ..
+        }) = watch
+        {
+            end.ended = std::time::SystemTime::now();
+            end.outcome = "cancelled";
+            observer(end);
+        }
+    }
+
+    /// Tells the observer; `None`: the lease was lost.
+    fn finish(watch: Option<Watch>, outcome: Option<&Outcome>, shared: &Shared) {
+        let Some(Watch {
+            observer,
+            mut end,
+            max_attempts,
+        }) = watch
+        else {
+            return;
+        };
+        end.ended = std::time::SystemTime::now();
+        let last = end.attempt >= max_attempts;
+        (end.outcome, end.error) = match outcome {
+            None => ("lost", None),
+            Some(Outcome::Done) => ("done", None),
+            Some(Outcome::Retry { error, .. }) => {
+                (if last { "dead" } else { "retry" }, Some(error.clone()))
+            }
+            Some(Outcome::Permanent { error }) => ("dead", Some(error.clone())),
+            Some(Outcome::Expired { error }) => ("expired", Some(error.clone())),
+            Some(Outcome::HandBack) if shared.stopping.is_cancelled() => ("handed back", None),
+            // fail_one turns it into a retry.
+            Some(Outcome::HandBack) => (if last { "dead" } else { "retry" }, None),
+        };
+        observer(end);
     }
 }
 

@@ -176,7 +176,7 @@ fn eval(script: &str, keys: &[String], argv: &[&str]) -> redis::Cmd {
     cmd
 }
 
-/// Every script, assembled from only the parts of lib.lua it uses, loads
+/// Every script, assembled with only the includes it names, loads
 /// under the SHA punctual computes and runs to its own answers: bad
 /// arguments refused with PUNCTUAL_INVALID, keys of no topic refused by the
 /// KEYS check. Never a Lua error (a helper left out is a nonexistent global).

@@ -220,6 +220,39 @@ async fn refused_options_leave_nothing_written() {
         (";X1", "unknown option"),
         (";x1;x2", "more than once"),
         (";gA;t5;gB", "more than once"),
+        (
+            ";p00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+            "traceparent",
+        ),
+        (
+            ";p00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "traceparent",
+        ),
+        (
+            ";p00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "traceparent",
+        ),
+        (
+            ";p00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "traceparent",
+        ),
+        (
+            ";pff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "traceparent",
+        ),
+        (";sk=v", "needs a traceparent"),
+        (
+            ";p00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01;sk=%3",
+            "tracestate",
+        ),
+        (
+            ";p00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01;sk=%zz",
+            "tracestate",
+        ),
+        (
+            ";p00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01;sk=\t",
+            "tracestate",
+        ),
         ("0;x1", "max attempts"),
         ("10001;t1", "max attempts"),
         ("03;t1", "max attempts"),
@@ -259,6 +292,18 @@ async fn refused_options_leave_nothing_written() {
         (Job::new("p").group("a".repeat(65)), "group"),
         (Job::new("p").group("bad name"), "group"),
         (Job::new("p").group("x;t1"), "group"),
+        (Job::new("p").traceparent("00-1-2-01"), "traceparent"),
+        (
+            Job::new("p").traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01"),
+            "span id is all zeros",
+        ),
+        (Job::new("p").tracestate("k=v"), "needs a traceparent"),
+        (
+            Job::new("p")
+                .traceparent(TRACEPARENT)
+                .tracestate("k=".to_string() + &"v".repeat(511)),
+            "tracestate",
+        ),
     ] {
         let err = job.validate().unwrap_err();
         assert_eq!(err.kind(), ErrorKind::InvalidInput);
@@ -370,6 +415,140 @@ async fn fail_tick_and_dead_keep_the_options_as_written() {
         format!("3;e{};t30000;gacme", b36(replayed.deadline_ms.unwrap())),
         "dead replay keeps the other options"
     );
+}
+
+const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+#[test]
+fn trace_context_errors_are_the_ones_the_clients_give() {
+    // clients/testdata/invalid_options.json holds the messages the PHP,
+    // Python and Node producers give; for the trace context they are the
+    // library's.
+    let cases: Vec<serde_json::Value> = serde_json::from_str(include_str!(
+        "../../../clients/testdata/invalid_options.json"
+    ))
+    .unwrap();
+    let mut n = 0;
+    for c in &cases {
+        let args = c["args"].as_object().unwrap();
+        if !args.keys().all(|k| k == "traceparent" || k == "tracestate") {
+            continue;
+        }
+        let mut job = Job::new("x");
+        if let Some(tp) = args.get("traceparent") {
+            job = job.traceparent(tp.as_str().unwrap());
+        }
+        if let Some(ts) = args.get("tracestate") {
+            job = job.tracestate(ts.as_str().unwrap());
+        }
+        let err = job.validate().unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidInput);
+        assert_eq!(err.to_string(), c["message"].as_str().unwrap());
+        n += 1;
+    }
+    assert!(n >= 8, "{n} trace cases");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trace_context_survives_retry_reclaim_dead_and_replay() {
+    let f = Fixture::new().await;
+    let (q, t) = (&f.queue, "opts-trace");
+    // A tracestate value may hold ; : and %, which the record escapes.
+    let state = "rojo=00f067aa0ba902b7,congo=a:b;c%d";
+    q.enqueue(
+        t,
+        Job::new("p")
+            .id("j")
+            .max_attempts(3)
+            .backoff(vec![Duration::ZERO])
+            .group("acme")
+            .traceparent(TRACEPARENT)
+            .tracestate(state),
+    )
+    .await
+    .unwrap();
+    let m = m_field(&f, t, "j").await;
+    assert_eq!(
+        m,
+        format!("3;gacme;p{TRACEPARENT};srojo=00f067aa0ba902b7,congo=a%3Ab%3Bc%25d")
+    );
+    let same = |d: &punctual::Delivery, step: &str| {
+        assert_eq!(d.traceparent.as_deref(), Some(TRACEPARENT), "{step}");
+        assert_eq!(d.tracestate.as_deref(), Some(state), "{step}");
+    };
+    let info = q.get(t, "j").await.unwrap().unwrap();
+    assert_eq!(
+        (info.traceparent.as_deref(), info.tracestate.as_deref()),
+        (Some(TRACEPARENT), Some(state))
+    );
+
+    // Retry.
+    let d = raw::claim(q, &part(t), 1, LONG_LEASE)
+        .await
+        .unwrap()
+        .remove(0);
+    same(&d, "first claim");
+    let failed = raw::fail(
+        q,
+        &part(t),
+        &d.lease(),
+        "boom",
+        FailKind::Retry { after: None },
+    )
+    .await
+    .unwrap();
+    assert_eq!(failed, Failed::Retry);
+    assert_eq!(m_field(&f, t, "j").await, m, "fail keeps the context");
+
+    // Reclaim of a lease that ran out.
+    raw::tick(q, &part(t), &TICK_ALL).await.unwrap();
+    let d = raw::claim(q, &part(t), 1, Duration::from_millis(1))
+        .await
+        .unwrap()
+        .remove(0);
+    same(&d, "after the retry");
+    f.wait_past(d.claimed_us / 1000 + 2).await;
+    assert_eq!(
+        raw::tick(q, &part(t), &TICK_ALL).await.unwrap().reclaimed,
+        1
+    );
+    assert_eq!(m_field(&f, t, "j").await, m, "tick keeps the context");
+
+    // Dead, then replayed.
+    let d = raw::claim(q, &part(t), 1, LONG_LEASE)
+        .await
+        .unwrap()
+        .remove(0);
+    same(&d, "after the reclaim");
+    raw::fail(q, &part(t), &d.lease(), "last", FailKind::Permanent)
+        .await
+        .unwrap();
+    let dead = q.dead_list(t, 0, 10).await.unwrap();
+    assert_eq!(dead[0].traceparent.as_deref(), Some(TRACEPARENT));
+    assert_eq!(dead[0].tracestate.as_deref(), Some(state));
+    q.dead_replay(t, punctual::DeadSelector::Ids(vec!["j".into()]))
+        .await
+        .unwrap();
+    assert_eq!(
+        m_field(&f, t, "j").await,
+        m,
+        "dead replay keeps the context"
+    );
+    raw::tick(q, &part(t), &TICK_ALL).await.unwrap();
+    let d = raw::claim(q, &part(t), 1, LONG_LEASE)
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(d.attempt, 1);
+    same(&d, "after the replay");
+
+    // Without one, the record carries nothing of it.
+    q.enqueue(t, Job::new("p").id("plain").max_attempts(3))
+        .await
+        .unwrap();
+    assert_eq!(m_field(&f, t, "plain").await, "3");
+    let d = q.get(t, "plain").await.unwrap().unwrap();
+    assert_eq!((d.traceparent, d.tracestate), (None, None));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -799,6 +799,9 @@ async fn a_claim_publishes_on_the_pool_channel_exactly_when_its_lease_ends_first
 struct StallingProxy {
     port: u16,
     armed: Arc<std::sync::atomic::AtomicBool>,
+    /// Instead of holding the reply: drop it and the client's connection
+    /// (the call ran; its caller sees the connection die).
+    cut: Arc<std::sync::atomic::AtomicBool>,
     needle: Arc<std::sync::Mutex<Vec<u8>>>,
     held: Arc<AtomicUsize>,
 }
@@ -811,13 +814,14 @@ impl StallingProxy {
         let armed = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let needle = Arc::new(std::sync::Mutex::new(Vec::new()));
         let held = Arc::new(AtomicUsize::new(0));
-        let (a, h, nd) = (armed.clone(), held.clone(), needle.clone());
+        let cut = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (a, h, nd, c) = (armed.clone(), held.clone(), needle.clone(), cut.clone());
         tokio::spawn(async move {
             loop {
                 let Ok((mut client, _)) = listener.accept().await else {
                     return;
                 };
-                let (armed, held, needle) = (a.clone(), h.clone(), nd.clone());
+                let (armed, held, needle, cut) = (a.clone(), h.clone(), nd.clone(), c.clone());
                 tokio::spawn(async move {
                     let Ok(mut server) =
                         tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await
@@ -839,6 +843,10 @@ impl StallingProxy {
                                 if stall {
                                     // It ran once its reply starts; pass it on late.
                                     let Ok(n @ 1..) = server.read(&mut down).await else { return };
+                                    if cut.load(Ordering::SeqCst) {
+                                        held.fetch_add(1, Ordering::SeqCst);
+                                        return;
+                                    }
                                     tokio::time::sleep(hold).await;
                                     if client.write_all(&down[..n]).await.is_err() {
                                         return;
@@ -860,6 +868,7 @@ impl StallingProxy {
         StallingProxy {
             port,
             armed,
+            cut,
             needle,
             held,
         }
@@ -870,6 +879,90 @@ impl StallingProxy {
         let source = punctual::script_source(name).expect("a script");
         *self.needle.lock().unwrap() = redis::Script::new(&source).get_hash().as_bytes().to_vec();
         self.armed.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Issue 29 item 11: an ack that Redis recorded but whose reply was lost
+/// (the connection died) is resent and refused; the worker says the
+/// outcome is unknown, not that the lease was lost and the job re-delivered
+/// (neither happened: it ran once).
+#[test]
+fn an_ack_whose_reply_was_lost_is_reported_as_unknown_not_as_a_lost_lease() {
+    let logs = Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
+    let sink = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_writer(move || LogSink(sink.clone()))
+        .finish();
+    let _default = tracing::subscriber::set_default(subscriber);
+    // One thread: every task of the worker logs to this thread's subscriber.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let redis = RedisServer::start();
+        let q = Queue::connect(redis.url()).await.unwrap();
+        let t = "unknown";
+        q.enqueue(t, Job::new("x").id("x")).await.unwrap();
+        redis
+            .cli(&["SCRIPT", "LOAD", &punctual::script_source("ack").unwrap()])
+            .unwrap();
+        let proxy = StallingProxy::start(redis.port(), Duration::ZERO).await;
+        proxy.cut.store(true, Ordering::SeqCst);
+        proxy.arm_script("ack");
+        let qa = Queue::connect(format!("redis://127.0.0.1:{}", proxy.port))
+            .await
+            .unwrap();
+        let runs = Arc::new(AtomicUsize::new(0));
+        let r = runs.clone();
+        let worker = Worker::new(
+            qa,
+            WorkerConfig::default().registry(punctual::registry::Registry::off()),
+        )
+        .handle(t, move |_| {
+            r.fetch_add(1, Ordering::SeqCst);
+            async { Outcome::Done }
+        });
+        let stop = CancellationToken::new();
+        let w = tokio::spawn(worker.run(stop.clone().cancelled_owned()));
+        eventually(Duration::from_secs(10), "x done", async || {
+            q.get(t, "x").await.unwrap().is_none()
+        })
+        .await;
+        eventually(
+            Duration::from_secs(10),
+            "the resent ack refused",
+            async || String::from_utf8_lossy(&logs.lock().unwrap()).contains("ack refused"),
+        )
+        .await;
+        stop.cancel();
+        w.await.unwrap().unwrap();
+        assert_eq!(
+            proxy.held.load(Ordering::SeqCst),
+            1,
+            "the ack's reply was cut"
+        );
+        assert_eq!(runs.load(Ordering::SeqCst), 1, "x ran once");
+    });
+    let text = String::from_utf8_lossy(&logs.lock().unwrap()).to_string();
+    assert!(
+        text.contains("ack refused on a resend") && text.contains("outcome is unknown"),
+        "{text}"
+    );
+    assert!(!text.contains("re-delivered or cancelled"), "{text}");
+}
+
+/// A `tracing` writer into a shared buffer.
+struct LogSink(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogSink {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 

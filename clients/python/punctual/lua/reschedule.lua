@@ -1,13 +1,7 @@
 #!lua
--- lib.lua: helpers shared by every punctual script. The parts of it a script
--- uses are inserted after the shebang line of each script (see
--- src/scripts.rs), so each script is one self-contained text; `punctual
--- script NAME` prints the assembled text. A part is a top-level statement,
--- which starts at column 0, with the comment lines just before it: a
--- statement that defines nothing (the KEYS check) is always kept, a `local`
--- one when the script or a kept part mentions one of its names. So every
--- helper is a `local` named where it is used (no forward declarations, no
--- names reached only through a table).
+-- keys: the KEYS every script takes and their check. The loader puts this
+-- file first in every script (src/scripts.rs), before the includes the
+-- script names, so every call is checked before anything else runs.
 --
 -- KEYS, the same for every script (one topic T, prefix P):
 --   KEYS[1] P:{T}:pool     ZSET id -> due ms        (also the pub/sub channel
@@ -30,15 +24,9 @@
 --   KEYS[10] P:{T}:fired   ZSET id -> ms fired: occurrences of schedules
 --                          (optional; enqueue and unfire only)
 -- Reached by name (same hash tag): P:{T}:cold, a ZSET of bucket starts, and
--- P:{T}:c:<start>, LISTs of ids: the cold pool (see cold_place below);
+-- P:{T}:c:<start>, LISTs of ids: the cold pool (see cold.lua);
 -- meta cold_after, cold_at, cold_n. P:{T}:retried, a SET of ids (K_RETRIED
--- below); meta retried, retried_n.
---
--- Record (never rewritten by claim, ack or extend): "M:D:G:B:E:" then E bytes
--- of last error, then the payload. M max attempts (decimal, empty: topic
--- default), then the per-job options if any (see opts_of), D due time (ms,
--- base 36), G due - created (ms, base 36), B backoff ladder (ms, comma
--- separated, empty: topic default), E length of the last error (decimal).
+-- below; retried.lua); meta retried, retried_n.
 
 -- Every call is checked once, before anything else: exactly these nine keys,
 -- in this order, all with the same prefix and hash tag. (Keys of two topics
@@ -61,10 +49,46 @@ end
 
 local K_POOL, K_READY, K_RUNNING, K_DEAD = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_JOBS, K_META, K_STATS, K_SEQ = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local K_ATT = KEYS[9]
+local K_FIRED = KEYS[10]
+-- P:{T}:retried, a SET: ids of waiting jobs (pool, ready or cold) whose
+-- attempts entry was kept when their lease ended (fail's retry, tick's
+-- reclaim), added by those two scripts and removed by the claim that takes
+-- the job, or by whatever deletes it; meta retried_n counts its members
+-- (add_retried, drop_retried), so that a script touches the set only when
+-- it has some. Once meta "retried" is 1 (claim sets it when the attempts
+-- hash is empty, so no entry predates the set), every waiting job with an
+-- entry is in it: a claim then reads the entries of these ids only, and a
+-- job of a claim not in it is on its first attempt.
+-- The set is not among the KEYS: on a Redis Cluster whose slot is
+-- migrating, touching it when it is not on this node fails the script, so
+-- every script touches it before its other writes (as the cold pool's keys).
+local K_RETRIED = KEY_BASE .. 'retried'
+-- args: the bounds and defaults the scripts check against, the check of a
+-- numeric argument (int_arg) and the reply to a call refused (invalid).
+
+local DEFAULT_MAX_ATTEMPTS = 6
+-- Most deliveries a job may have (its own setting or the topic's).
+local MAX_ATTEMPTS = 10000
 -- Largest integer a Lua number (a double) holds exactly: 2^53.
 local MAX_SAFE = 9007199254740992
+local DEFAULT_BACKOFF = '0,5000,30000,120000,600000,1800000'
 -- Ten years in ms: longer delays are refused as absurd.
 local MAX_DELAY_MS = 315360000000
+
+-- A numeric argument: plain decimal digits (no sign, point, exponent,
+-- spaces, hex, inf or nan), at most 16 of them, within lo..hi. nil otherwise.
+local function int_arg(s, lo, hi)
+  if not s or #s > 16 or not string.find(s, '^%d+$') then return nil end
+  local v = tonumber(s)
+  if v < lo or v > hi then return nil end
+  return v
+end
+
+local function invalid(msg)
+  return redis.error_reply('PUNCTUAL_INVALID ' .. msg)
+end
+-- clock: Redis's clock, rounded down and up, and in microseconds.
 
 -- Redis's clock: ms rounded down, ms rounded up, and microseconds. A delay
 -- counts from the rounded-up ms, so a job is never due before the instant
@@ -77,15 +101,7 @@ local function clock()
   if us % 1000 ~= 0 then up = now + 1 end
   return now, up, s * 1000000 + us
 end
-
--- A numeric argument: plain decimal digits (no sign, point, exponent,
--- spaces, hex, inf or nan), at most 16 of them, within lo..hi. nil otherwise.
-local function int_arg(s, lo, hi)
-  if not s or #s > 16 or not string.find(s, '^%d+$') then return nil end
-  local v = tonumber(s)
-  if v < lo or v > hi then return nil end
-  return v
-end
+-- b36: base 36, as records and generated ids write numbers.
 
 -- The byte of each base-36 digit, '0'..'9' then 'a'..'z'. A table
 -- constructor, not a loop of string.byte: this line runs on every call of
@@ -117,15 +133,11 @@ local function b36(n, width)
   if width and #s < width then s = string.rep('0', width - #s) .. s end
   return s
 end
-
--- M may carry per-job options after the max attempts (PROTOCOL.md "Per-job
--- options"): ";" then a letter and a value, M = "<digits or empty>[;<opt>]*",
--- with e<deadline, epoch ms, base 36>, t<timeout ms> and g<group>.
-local HEADER = '^([^:]*):(%w+):(%w+):([%d,]*):(%d+):()'
+-- opts_of: the per-job options of a record's M field.
 
 -- The options of an M field: max attempts (number or nil) and a table
 -- {deadline, timeout, group} (nil when M has no options), or false when M
--- is not one (M must match ^%d*(;[etg][^;:]*)*$). Only a field with ';' pays
+-- is not one (M must match ^%d*(;[etgps][^;:]*)*$). Only a field with ';' pays
 -- for more than one string.find.
 local function opts_of(m)
   if not string.find(m, ';', 1, true) then
@@ -139,18 +151,27 @@ local function opts_of(m)
     if letter == 'e' then o.deadline = tonumber(v, 36)
     elseif letter == 't' then o.timeout = tonumber(v)
     elseif letter == 'g' then o.group = v
-    else return false end
+    elseif letter ~= 'p' and letter ~= 's' then return false end
   end
   return tonumber(d), o
 end
+-- record: reading a job's record, P:{T}:jobs's value.
+--
+-- Record (never rewritten by claim, ack or extend): "M:D:G:B:E:" then E bytes
+-- of last error, then the payload. M max attempts (decimal, empty: topic
+-- default), then the per-job options if any (see opts_of), D due time (ms,
+-- base 36), G due - created (ms, base 36), B backoff ladder (ms, comma
+-- separated, empty: topic default), E length of the last error (decimal).
+-- encode.lua writes one.
+-- include: opts_of
 
--- The group of a record's M field: its g option, or '' (no group, or an
--- unreadable field).
-local function group_of_field(m)
-  if not string.find(m, ';', 1, true) then return '' end
-  local _, o = opts_of(m)
-  return o and o.group or ''
-end
+-- M may carry per-job options after the max attempts (PROTOCOL.md "Per-job
+-- options"): ";" then a letter and a value, M = "<digits or empty>[;<opt>]*",
+-- with e<deadline, epoch ms, base 36>, t<timeout ms>, g<group>, and the
+-- trace context p<traceparent> and s<tracestate>, which only clients read.
+local HEADER = '^([^:]*):(%w+):(%w+):([%d,]*):(%d+):()'
+-- A record's due time, D (base 36), alone: for a look at it without decode.
+local RECORD_DUE = '^[^:]*:(%w+):'
 
 -- A record as a table: max (number or nil: the topic default), mfield (M as
 -- stored, written back by encode), due, created, backoff, err, payload, and
@@ -176,6 +197,8 @@ local function decode(rec)
   if o then r.deadline, r.timeout, r.group = o.deadline, o.timeout, o.group end
   return r
 end
+-- encode: a record's text (the format is in record.lua).
+-- include: b36
 
 local function encode(r)
   local gap = r.due - r.created
@@ -184,25 +207,8 @@ local function encode(r)
     r.mfield or r.max or '', ':', b36(r.due), ':', b36(gap), ':', r.backoff, ':', #r.err, ':', r.err, r.payload,
   })
 end
-
--- The topic settings the helpers below read (topic_defaults,
--- at_max_running, index_ready; enqueue's partitions), read with one HMGET
--- per call, at the first use, and kept: a script that writes one of these
--- fields afterwards updates the table too (enqueue's groups).
-local meta_read = nil
-local function meta()
-  if not meta_read then
-    local m = redis.call('HMGET', K_META, 'max_attempts', 'backoff', 'max_running', 'groups', 'vtime',
-      'partitions', 'glimited', 'cold_after', 'cold_at')
-    meta_read = { max_attempts = m[1], backoff = m[2], max_running = m[3], groups = m[4], vtime = m[5],
-      partitions = m[6], glimited = m[7], cold_after = m[8], cold_at = m[9] }
-  end
-  return meta_read
-end
-
-local function max_attempts(r, topic_max)
-  return r.max or topic_max
-end
+-- due_of: a due time from a "when" argument.
+-- include: args
 
 -- Parse a "when": "d<ms>" delay from now, or "a<ms>" absolute epoch ms.
 -- `now` and `up` are the clock rounded down and up (see clock()).
@@ -221,14 +227,112 @@ local function due_of(when, now, up)
   if v < now then return now end
   return v
 end
+-- earliest: the lowest score of a ZSET.
 
 local function earliest(key)
   local e = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
   if #e == 0 then return nil end
   return tonumber(e[2])
 end
+-- meta: the topic settings the helpers read, with one HMGET per call.
+
+-- The topic settings the helpers below read (topic_defaults,
+-- at_max_running, index_ready; enqueue's partitions), read with one HMGET
+-- per call, at the first use, and kept: a script that writes one of these
+-- fields afterwards updates the table too (enqueue's groups).
+local meta_read = nil
+local function meta()
+  if not meta_read then
+    local m = redis.call('HMGET', K_META, 'max_attempts', 'backoff', 'max_running', 'groups', 'vtime',
+      'partitions', 'glimited', 'cold_after', 'cold_at')
+    meta_read = { max_attempts = m[1], backoff = m[2], max_running = m[3], groups = m[4], vtime = m[5],
+      partitions = m[6], glimited = m[7], cold_after = m[8], cold_at = m[9] }
+  end
+  return meta_read
+end
+-- cold: the cold pool's keys and constants.
+
+-- The cold pool (PROTOCOL.md "The cold pool"): a job due at least
+-- `cold_after` ms (meta; default 10 minutes, 0: none) after its placement,
+-- and not before meta `cold_at`, waits in the LIST of its due minute,
+-- P:{T}:c:<start>, indexed by the ZSET P:{T}:cold, instead of in pool; tick
+-- moves each list into pool `cold_after` before the list's start. A job in
+-- no set whose record is due at or after `cold_at` is such a cold job.
+-- Only tick writes cold_at first: a topic whose scheduler predates the cold
+-- pool never gets a cold job, which its tick would never move.
+-- The lists and the index are not among the KEYS: on a Redis Cluster
+-- whose slot is migrating, touching one that is not on this node fails the
+-- script, so every script writes them before anything else.
+local COLD_BUCKET = 60000
+local COLD_AFTER = 600000
+local K_COLD = KEY_BASE .. 'cold'
+-- cold_settings: the topic's cold_after and cold_at (meta), parsed once per call.
+-- include: args
+-- include: meta
+-- include: cold
+
+-- cold_after and cold_at below are read per job (cold_place, is_cold_due):
+-- each keeps the number it parsed with the meta value it came from (a
+-- string, or false when absent; NONE: nothing parsed yet), so a call parses
+-- each once (parsing them per job cost a cold enqueue about 4,000
+-- instructions per job, callgrind).
+local NONE = {}
+local cold_after_raw, cold_after_v = NONE, nil
+local cold_at_raw, cold_at_v = NONE, nil
+
+-- The topic's cold_after (meta), 0 when no job is to be placed cold.
+local function cold_after()
+  local w = meta().cold_after
+  if w ~= cold_after_raw then
+    cold_after_raw = w
+    cold_after_v = w and int_arg(w, 0, MAX_DELAY_MS) or COLD_AFTER
+  end
+  return cold_after_v
+end
+
+-- meta cold_at as a number; nil when absent (or not a number).
+local function cold_at()
+  local a = meta().cold_at
+  if a ~= cold_at_raw then
+    cold_at_raw = a
+    cold_at_v = int_arg(a, 0, MAX_SAFE)
+  end
+  return cold_at_v
+end
+-- cold_due: whether a job in no set is a cold job.
+-- include: cold_settings
+
+-- Whether a job in no set, with this record due time, is a cold job.
+local function is_cold_due(due)
+  local at = cold_at()
+  if not at then return false end
+  return due >= at
+end
+-- state: which set holds a job.
+-- include: record
+-- include: cold_settings
+-- include: cold_due
 
 local STATE_KEY = { pool = K_POOL, ready = K_READY, running = K_RUNNING, dead = K_DEAD }
+
+-- Which set holds `id`, and its score there: pool, ready, running, dead,
+-- or 'cold' (a cold job, in the pool: its record's due time), else nil.
+local function state_of(id)
+  local s = redis.call('ZSCORE', K_POOL, id)
+  if s then return 'pool', tonumber(s) end
+  s = redis.call('ZSCORE', K_READY, id)
+  if s then return 'ready', tonumber(s) end
+  s = redis.call('ZSCORE', K_RUNNING, id)
+  if s then return 'running', tonumber(s) end
+  s = redis.call('ZSCORE', K_DEAD, id)
+  if s then return 'dead', tonumber(s) end
+  if cold_at() then
+    local r = decode(redis.call('HGET', K_JOBS, id))
+    if r and is_cold_due(r.due) then return 'cold', r.due end
+  end
+  return nil
+end
+-- bulk: variadic, the one way the scripts write many entries at once.
 
 -- Bulk writes and the listpack (PROTOCOL.md "Bulk writes"). Redis 7.0 keeps
 -- a small hash or sorted set as a listpack and writes a call's fields into
@@ -280,61 +384,10 @@ local function variadic(cmd, key, args)
   end
   return sum
 end
-
-local function invalid(msg)
-  return redis.error_reply('PUNCTUAL_INVALID ' .. msg)
-end
-
--- The cold pool (PROTOCOL.md "The cold pool"): a job due at least
--- `cold_after` ms (meta; default 10 minutes, 0: none) after its placement,
--- and not before meta `cold_at`, waits in the LIST of its due minute,
--- P:{T}:c:<start>, indexed by the ZSET P:{T}:cold, instead of in pool; tick
--- moves each list into pool `cold_after` before the list's start. A job in
--- no set whose record is due at or after `cold_at` is such a cold job.
--- Only tick writes cold_at first: a topic whose scheduler predates the cold
--- pool never gets a cold job, which its tick would never move.
--- The lists and the index are not among the KEYS: on a Redis Cluster
--- whose slot is migrating, touching one that is not on this node fails the
--- script, so every script writes them before anything else.
-local COLD_BUCKET = 60000
-local COLD_AFTER = 600000
-local K_COLD = KEY_BASE .. 'cold'
-
--- cold_after and cold_at below are read per job (cold_place, is_cold_due):
--- each keeps the number it parsed with the meta value it came from (a
--- string, or false when absent; NONE: nothing parsed yet), so a call parses
--- each once (parsing them per job cost a cold enqueue about 4,000
--- instructions per job, callgrind).
-local NONE = {}
-local cold_after_raw, cold_after_v = NONE, nil
-local cold_at_raw, cold_at_v = NONE, nil
-
--- The topic's cold_after (meta), 0 when no job is to be placed cold.
-local function cold_after()
-  local w = meta().cold_after
-  if w ~= cold_after_raw then
-    cold_after_raw = w
-    cold_after_v = w and int_arg(w, 0, MAX_DELAY_MS) or COLD_AFTER
-  end
-  return cold_after_v
-end
-
--- meta cold_at as a number; nil when absent (or not a number).
-local function cold_at()
-  local a = meta().cold_at
-  if a ~= cold_at_raw then
-    cold_at_raw = a
-    cold_at_v = int_arg(a, 0, MAX_SAFE)
-  end
-  return cold_at_v
-end
-
--- Whether a job in no set, with this record due time, is a cold job.
-local function is_cold_due(due)
-  local at = cold_at()
-  if not at then return false end
-  return due >= at
-end
+-- cold_place: placing jobs in the cold pool.
+-- include: bulk
+-- include: cold
+-- include: cold_settings
 
 -- The earliest due time cold_place places cold at `now` (math.huge when
 -- none): lets a loop skip the call for near jobs.
@@ -393,30 +446,27 @@ local function cold_flush()
   end
   return n
 end
+-- cold_left: a cold job left the cold pool other than by tick.
 
 -- A cold job left the cold pool other than by tick's move (cancel,
 -- reschedule, replace, unfire): its list entry stays, stale.
 local function cold_left(n)
   redis.call('HINCRBY', K_META, 'cold_n', -n)
 end
+-- group_of_field: the group of a record's M field.
+-- include: opts_of
 
--- Which set holds `id`, and its score there: pool, ready, running, dead,
--- or 'cold' (a cold job, in the pool: its record's due time), else nil.
-local function state_of(id)
-  local s = redis.call('ZSCORE', K_POOL, id)
-  if s then return 'pool', tonumber(s) end
-  s = redis.call('ZSCORE', K_READY, id)
-  if s then return 'ready', tonumber(s) end
-  s = redis.call('ZSCORE', K_RUNNING, id)
-  if s then return 'running', tonumber(s) end
-  s = redis.call('ZSCORE', K_DEAD, id)
-  if s then return 'dead', tonumber(s) end
-  if cold_at() then
-    local r = decode(redis.call('HGET', K_JOBS, id))
-    if r and is_cold_due(r.due) then return 'cold', r.due end
-  end
-  return nil
+-- The group of a record's M field: its g option, or '' (no group, or an
+-- unreadable field).
+local function group_of_field(m)
+  if not string.find(m, ';', 1, true) then return '' end
+  local _, o = opts_of(m)
+  return o and o.group or ''
 end
+-- index_ready: the groups' indexes of ready jobs.
+-- include: group_of_field
+-- include: meta
+-- include: bulk
 
 -- Groups (PROTOCOL.md "Groups"): once a topic has grouped jobs (meta
 -- `groups` = 1), every job put into ready is also indexed in its group's
@@ -467,6 +517,18 @@ end
 -- Returns {state before, new due ms}; {"running", 0} or {"dead", 0} and no
 -- change for a job that is running or dead (use dead replay); nil when no such
 -- job is live.
+-- include: args
+-- include: clock
+-- include: b36
+-- include: record
+-- include: encode
+-- include: due_of
+-- include: earliest
+-- include: state
+-- include: cold
+-- include: cold_place
+-- include: cold_left
+-- include: index_ready
 
 if #ARGV ~= 2 then return invalid('reschedule expects an id and a due time') end
 local id = ARGV[1]
@@ -496,7 +558,7 @@ end
 -- A cold job's list entry stays, stale: the record's new due time is not
 -- in its bucket, or a second entry there moves the job once.
 local to_cold = due > now and cold_place(id, due, now)
--- The cold pool's keys first (lib.lua's cold_place).
+-- The cold pool's keys first (cold.lua's cold_place).
 if to_cold then cold_flush() end
 if was_cold then cold_left(1) end
 redis.call('HSET', K_JOBS, id, encode(r))

@@ -1,13 +1,7 @@
 #!lua flags=allow-oom
--- lib.lua: helpers shared by every punctual script. The parts of it a script
--- uses are inserted after the shebang line of each script (see
--- src/scripts.rs), so each script is one self-contained text; `punctual
--- script NAME` prints the assembled text. A part is a top-level statement,
--- which starts at column 0, with the comment lines just before it: a
--- statement that defines nothing (the KEYS check) is always kept, a `local`
--- one when the script or a kept part mentions one of its names. So every
--- helper is a `local` named where it is used (no forward declarations, no
--- names reached only through a table).
+-- keys: the KEYS every script takes and their check. The loader puts this
+-- file first in every script (src/scripts.rs), before the includes the
+-- script names, so every call is checked before anything else runs.
 --
 -- KEYS, the same for every script (one topic T, prefix P):
 --   KEYS[1] P:{T}:pool     ZSET id -> due ms        (also the pub/sub channel
@@ -30,15 +24,9 @@
 --   KEYS[10] P:{T}:fired   ZSET id -> ms fired: occurrences of schedules
 --                          (optional; enqueue and unfire only)
 -- Reached by name (same hash tag): P:{T}:cold, a ZSET of bucket starts, and
--- P:{T}:c:<start>, LISTs of ids: the cold pool (see cold_place below);
+-- P:{T}:c:<start>, LISTs of ids: the cold pool (see cold.lua);
 -- meta cold_after, cold_at, cold_n. P:{T}:retried, a SET of ids (K_RETRIED
--- below); meta retried, retried_n.
---
--- Record (never rewritten by claim, ack or extend): "M:D:G:B:E:" then E bytes
--- of last error, then the payload. M max attempts (decimal, empty: topic
--- default), then the per-job options if any (see opts_of), D due time (ms,
--- base 36), G due - created (ms, base 36), B backoff ladder (ms, comma
--- separated, empty: topic default), E length of the last error (decimal).
+-- below; retried.lua); meta retried, retried_n.
 
 -- Every call is checked once, before anything else: exactly these nine keys,
 -- in this order, all with the same prefix and hash tag. (Keys of two topics
@@ -76,15 +64,17 @@ local K_FIRED = KEYS[10]
 -- migrating, touching it when it is not on this node fails the script, so
 -- every script touches it before its other writes (as the cold pool's keys).
 local K_RETRIED = KEY_BASE .. 'retried'
+-- args: the bounds and defaults the scripts check against, the check of a
+-- numeric argument (int_arg) and the reply to a call refused (invalid).
+
+local DEFAULT_MAX_ATTEMPTS = 6
+-- Most deliveries a job may have (its own setting or the topic's).
+local MAX_ATTEMPTS = 10000
 -- Largest integer a Lua number (a double) holds exactly: 2^53.
 local MAX_SAFE = 9007199254740992
+local DEFAULT_BACKOFF = '0,5000,30000,120000,600000,1800000'
 -- Ten years in ms: longer delays are refused as absurd.
 local MAX_DELAY_MS = 315360000000
-
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
 
 -- A numeric argument: plain decimal digits (no sign, point, exponent,
 -- spaces, hex, inf or nan), at most 16 of them, within lo..hi. nil otherwise.
@@ -95,14 +85,20 @@ local function int_arg(s, lo, hi)
   return v
 end
 
--- M may carry per-job options after the max attempts (PROTOCOL.md "Per-job
--- options"): ";" then a letter and a value, M = "<digits or empty>[;<opt>]*",
--- with e<deadline, epoch ms, base 36>, t<timeout ms> and g<group>.
-local HEADER = '^([^:]*):(%w+):(%w+):([%d,]*):(%d+):()'
+local function invalid(msg)
+  return redis.error_reply('PUNCTUAL_INVALID ' .. msg)
+end
+-- now_ms: Redis's clock in ms.
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+-- opts_of: the per-job options of a record's M field.
 
 -- The options of an M field: max attempts (number or nil) and a table
 -- {deadline, timeout, group} (nil when M has no options), or false when M
--- is not one (M must match ^%d*(;[etg][^;:]*)*$). Only a field with ';' pays
+-- is not one (M must match ^%d*(;[etgps][^;:]*)*$). Only a field with ';' pays
 -- for more than one string.find.
 local function opts_of(m)
   if not string.find(m, ';', 1, true) then
@@ -116,10 +112,27 @@ local function opts_of(m)
     if letter == 'e' then o.deadline = tonumber(v, 36)
     elseif letter == 't' then o.timeout = tonumber(v)
     elseif letter == 'g' then o.group = v
-    else return false end
+    elseif letter ~= 'p' and letter ~= 's' then return false end
   end
   return tonumber(d), o
 end
+-- record: reading a job's record, P:{T}:jobs's value.
+--
+-- Record (never rewritten by claim, ack or extend): "M:D:G:B:E:" then E bytes
+-- of last error, then the payload. M max attempts (decimal, empty: topic
+-- default), then the per-job options if any (see opts_of), D due time (ms,
+-- base 36), G due - created (ms, base 36), B backoff ladder (ms, comma
+-- separated, empty: topic default), E length of the last error (decimal).
+-- encode.lua writes one.
+-- include: opts_of
+
+-- M may carry per-job options after the max attempts (PROTOCOL.md "Per-job
+-- options"): ";" then a letter and a value, M = "<digits or empty>[;<opt>]*",
+-- with e<deadline, epoch ms, base 36>, t<timeout ms>, g<group>, and the
+-- trace context p<traceparent> and s<tracestate>, which only clients read.
+local HEADER = '^([^:]*):(%w+):(%w+):([%d,]*):(%d+):()'
+-- A record's due time, D (base 36), alone: for a look at it without decode.
+local RECORD_DUE = '^[^:]*:(%w+):'
 
 -- A record as a table: max (number or nil: the topic default), mfield (M as
 -- stored, written back by encode), due, created, backoff, err, payload, and
@@ -145,6 +158,7 @@ local function decode(rec)
   if o then r.deadline, r.timeout, r.group = o.deadline, o.timeout, o.group end
   return r
 end
+-- meta: the topic settings the helpers read, with one HMGET per call.
 
 -- The topic settings the helpers below read (topic_defaults,
 -- at_max_running, index_ready; enqueue's partitions), read with one HMGET
@@ -160,10 +174,89 @@ local function meta()
   end
   return meta_read
 end
+-- cold: the cold pool's keys and constants.
 
-local function max_attempts(r, topic_max)
-  return r.max or topic_max
+-- The cold pool (PROTOCOL.md "The cold pool"): a job due at least
+-- `cold_after` ms (meta; default 10 minutes, 0: none) after its placement,
+-- and not before meta `cold_at`, waits in the LIST of its due minute,
+-- P:{T}:c:<start>, indexed by the ZSET P:{T}:cold, instead of in pool; tick
+-- moves each list into pool `cold_after` before the list's start. A job in
+-- no set whose record is due at or after `cold_at` is such a cold job.
+-- Only tick writes cold_at first: a topic whose scheduler predates the cold
+-- pool never gets a cold job, which its tick would never move.
+-- The lists and the index are not among the KEYS: on a Redis Cluster
+-- whose slot is migrating, touching one that is not on this node fails the
+-- script, so every script writes them before anything else.
+local COLD_BUCKET = 60000
+local COLD_AFTER = 600000
+local K_COLD = KEY_BASE .. 'cold'
+-- cold_settings: the topic's cold_after and cold_at (meta), parsed once per call.
+-- include: args
+-- include: meta
+-- include: cold
+
+-- cold_after and cold_at below are read per job (cold_place, is_cold_due):
+-- each keeps the number it parsed with the meta value it came from (a
+-- string, or false when absent; NONE: nothing parsed yet), so a call parses
+-- each once (parsing them per job cost a cold enqueue about 4,000
+-- instructions per job, callgrind).
+local NONE = {}
+local cold_after_raw, cold_after_v = NONE, nil
+local cold_at_raw, cold_at_v = NONE, nil
+
+-- The topic's cold_after (meta), 0 when no job is to be placed cold.
+local function cold_after()
+  local w = meta().cold_after
+  if w ~= cold_after_raw then
+    cold_after_raw = w
+    cold_after_v = w and int_arg(w, 0, MAX_DELAY_MS) or COLD_AFTER
+  end
+  return cold_after_v
 end
+
+-- meta cold_at as a number; nil when absent (or not a number).
+local function cold_at()
+  local a = meta().cold_at
+  if a ~= cold_at_raw then
+    cold_at_raw = a
+    cold_at_v = int_arg(a, 0, MAX_SAFE)
+  end
+  return cold_at_v
+end
+-- cold_due: whether a job in no set is a cold job.
+-- include: cold_settings
+
+-- Whether a job in no set, with this record due time, is a cold job.
+local function is_cold_due(due)
+  local at = cold_at()
+  if not at then return false end
+  return due >= at
+end
+-- state: which set holds a job.
+-- include: record
+-- include: cold_settings
+-- include: cold_due
+
+local STATE_KEY = { pool = K_POOL, ready = K_READY, running = K_RUNNING, dead = K_DEAD }
+
+-- Which set holds `id`, and its score there: pool, ready, running, dead,
+-- or 'cold' (a cold job, in the pool: its record's due time), else nil.
+local function state_of(id)
+  local s = redis.call('ZSCORE', K_POOL, id)
+  if s then return 'pool', tonumber(s) end
+  s = redis.call('ZSCORE', K_READY, id)
+  if s then return 'ready', tonumber(s) end
+  s = redis.call('ZSCORE', K_RUNNING, id)
+  if s then return 'running', tonumber(s) end
+  s = redis.call('ZSCORE', K_DEAD, id)
+  if s then return 'dead', tonumber(s) end
+  if cold_at() then
+    local r = decode(redis.call('HGET', K_JOBS, id))
+    if r and is_cold_due(r.due) then return 'cold', r.due end
+  end
+  return nil
+end
+-- bulk: variadic, the one way the scripts write many entries at once.
 
 -- Bulk writes and the listpack (PROTOCOL.md "Bulk writes"). Redis 7.0 keeps
 -- a small hash or sorted set as a listpack and writes a call's fields into
@@ -215,6 +308,8 @@ local function variadic(cmd, key, args)
   end
   return sum
 end
+-- drop_retried: removes ids from P:{T}:retried (K_RETRIED, in keys.lua).
+-- include: bulk
 
 -- Removes ids from P:{T}:retried, when meta retried_n says it has members
 -- (else the set is not touched). Called before a script's other writes.
@@ -223,47 +318,7 @@ local function drop_retried(ids)
   local removed = variadic('SREM', K_RETRIED, ids)
   if removed > 0 then redis.call('HINCRBY', K_META, 'retried_n', -removed) end
 end
-
-local function invalid(msg)
-  return redis.error_reply('PUNCTUAL_INVALID ' .. msg)
-end
-local COLD_AFTER = 600000
-
--- cold_after and cold_at below are read per job (cold_place, is_cold_due):
--- each keeps the number it parsed with the meta value it came from (a
--- string, or false when absent; NONE: nothing parsed yet), so a call parses
--- each once (parsing them per job cost a cold enqueue about 4,000
--- instructions per job, callgrind).
-local NONE = {}
-local cold_after_raw, cold_after_v = NONE, nil
-local cold_at_raw, cold_at_v = NONE, nil
-
--- The topic's cold_after (meta), 0 when no job is to be placed cold.
-local function cold_after()
-  local w = meta().cold_after
-  if w ~= cold_after_raw then
-    cold_after_raw = w
-    cold_after_v = w and int_arg(w, 0, MAX_DELAY_MS) or COLD_AFTER
-  end
-  return cold_after_v
-end
-
--- meta cold_at as a number; nil when absent (or not a number).
-local function cold_at()
-  local a = meta().cold_at
-  if a ~= cold_at_raw then
-    cold_at_raw = a
-    cold_at_v = int_arg(a, 0, MAX_SAFE)
-  end
-  return cold_at_v
-end
-
--- Whether a job in no set, with this record due time, is a cold job.
-local function is_cold_due(due)
-  local at = cold_at()
-  if not at then return false end
-  return due >= at
-end
+-- cold_left: a cold job left the cold pool other than by tick.
 
 -- A cold job left the cold pool other than by tick's move (cancel,
 -- reschedule, replace, unfire): its list entry stays, stale.
@@ -271,33 +326,22 @@ local function cold_left(n)
   redis.call('HINCRBY', K_META, 'cold_n', -n)
 end
 
--- Which set holds `id`, and its score there: pool, ready, running, dead,
--- or 'cold' (a cold job, in the pool: its record's due time), else nil.
-local function state_of(id)
-  local s = redis.call('ZSCORE', K_POOL, id)
-  if s then return 'pool', tonumber(s) end
-  s = redis.call('ZSCORE', K_READY, id)
-  if s then return 'ready', tonumber(s) end
-  s = redis.call('ZSCORE', K_RUNNING, id)
-  if s then return 'running', tonumber(s) end
-  s = redis.call('ZSCORE', K_DEAD, id)
-  if s then return 'dead', tonumber(s) end
-  if cold_at() then
-    local r = decode(redis.call('HGET', K_JOBS, id))
-    if r and is_cold_due(r.due) then return 'cold', r.due end
-  end
-  return nil
-end
-
 -- unfire: take back occurrences of a schedule that were fired ahead and are
 -- not due yet (pause, rm and a changed schedule call it).
--- KEYS: the nine topic keys and P:{T}:fired (see lib.lua).
+-- KEYS: the nine topic keys and P:{T}:fired (see includes/keys.lua).
 -- ARGV: the ids (1 to 1000), each "<name>@<occurrence ms>".
 -- Each id still in the pool (or the cold pool) with a due time after now is
 -- removed with its record and attempts, and from P:{T}:fired, so that firing the same
 -- occurrence again later is possible. A job that is due, ready, running or
 -- dead is left alone (it may run or have run).
 -- Returns the number of jobs removed.
+-- include: args
+-- include: now_ms
+-- include: state
+-- include: bulk
+-- include: drop_retried
+-- include: cold_settings
+-- include: cold_left
 
 if not K_FIRED then return invalid('unfire expects the tenth key, P:{T}:fired') end
 if #ARGV < 1 or #ARGV > 1000 then return invalid('unfire expects 1 to 1000 ids') end
@@ -321,7 +365,7 @@ for i, id in ipairs(ARGV) do
   end
 end
 if #gone == 0 then return 0 end
--- (Before any other write: lib.lua's K_RETRIED.)
+-- (Before any other write: keys.lua's K_RETRIED.)
 drop_retried(gone)
 if cold > 0 then cold_left(cold) end
 variadic('ZREM', K_POOL, gone)

@@ -103,7 +103,8 @@ pub(crate) fn job_json(topic: &str, info: &JobInfo) -> Value {
 }
 
 /// The job's options (PROTOCOL.md "Per-job options"), those it has:
-/// `deadline` and `deadline_ms` (expiry), `timeout_ms`, `group`.
+/// `deadline` and `deadline_ms` (expiry), `timeout_ms`, `group`,
+/// `traceparent`, `tracestate`.
 pub(crate) fn options_json(info: &JobInfo, o: &mut Map<String, Value>) {
     if let Some(ms) = info.deadline_ms {
         o.insert("deadline".into(), time(ms).into());
@@ -114,6 +115,12 @@ pub(crate) fn options_json(info: &JobInfo, o: &mut Map<String, Value>) {
     }
     if let Some(g) = &info.group {
         o.insert("group".into(), g.as_str().into());
+    }
+    if let Some(tp) = &info.traceparent {
+        o.insert("traceparent".into(), tp.as_str().into());
+    }
+    if let Some(ts) = &info.tracestate {
+        o.insert("tracestate".into(), ts.as_str().into());
     }
 }
 
@@ -165,6 +172,12 @@ pub(crate) async fn get(ctx: &Ctx, job: JobRef) -> Result<()> {
     }
     if let Some(g) = &info.group {
         writeln!(out, "group:       {g}")?;
+    }
+    if let Some(tp) = &info.traceparent {
+        writeln!(out, "traceparent: {tp}")?;
+    }
+    if let Some(ts) = &info.tracestate {
+        writeln!(out, "tracestate:  {}", one_line(ts, PAYLOAD_PREVIEW))?;
     }
     let err = info.last_error.as_deref().unwrap_or("-");
     writeln!(out, "last error:  {}", one_line(err, PAYLOAD_PREVIEW))?;

@@ -86,6 +86,21 @@ pub(crate) struct PushArgs {
     #[arg(long, value_name = "NAME")]
     pub group: Option<String>,
 
+    /// The caller's W3C trace context (00-<trace id>-<span id>-<flags>):
+    /// stored with the job, handed to each attempt's handler
+    /// (TRACEPARENT), the parent of the spans serve exports.
+    #[arg(long, value_name = "TRACEPARENT", env = "TRACEPARENT")]
+    pub traceparent: Option<String>,
+
+    /// The W3C tracestate that goes with --traceparent.
+    #[arg(
+        long,
+        value_name = "TRACESTATE",
+        env = "TRACESTATE",
+        requires = "traceparent"
+    )]
+    pub tracestate: Option<String>,
+
     /// Replace a live job with the same id (payload, due time, attempts)
     /// instead of reporting a duplicate.
     #[arg(long)]
@@ -93,10 +108,11 @@ pub(crate) struct PushArgs {
 
     /// Read many jobs from stdin, one JSON object per line:
     /// {"payload": ..., "delay_ms": N, "at": "RFC3339", "id": "...",
-    /// "max_attempts": N, "expire_ms": N, "timeout_ms": N, "group": "..."}.
+    /// "max_attempts": N, "expire_ms": N, "timeout_ms": N, "group": "...",
+    /// "traceparent": "...", "tracestate": "..."}.
     /// Only payload is required; a string payload is sent as its text, any
     /// other JSON value as its JSON text. --delay/--at, --max-attempts,
-    /// --backoff, --expire, --timeout and --group apply to lines that do not
+    /// --backoff, --expire, --timeout, --group and --traceparent apply to lines that do not
     /// say otherwise. Every line is validated before anything is written.
     #[arg(long)]
     pub batch: bool,
@@ -192,6 +208,12 @@ fn with_defaults(mut job: Job, args: &PushArgs) -> Job {
     if let Some(g) = &args.group {
         job = job.group(g);
     }
+    if let Some(tp) = &args.traceparent {
+        job = job.traceparent(tp);
+    }
+    if let Some(ts) = &args.tracestate {
+        job = job.tracestate(ts);
+    }
     job
 }
 
@@ -234,6 +256,8 @@ struct Line {
     expire_ms: Option<u64>,
     timeout_ms: Option<u64>,
     group: Option<String>,
+    traceparent: Option<String>,
+    tracestate: Option<String>,
 }
 
 /// serde_json's message without its "at line 1 column N" (every line is
@@ -290,6 +314,12 @@ fn parse_line(text: &str, defaults: &PushArgs, max: usize) -> Result<Job, String
     }
     if let Some(g) = line.group {
         job = job.group(g);
+    }
+    if let Some(tp) = line.traceparent {
+        job = job.traceparent(tp);
+    }
+    if let Some(ts) = line.tracestate {
+        job = job.tracestate(ts);
     }
     job.validate().map_err(|e| e.to_string())?;
     Ok(job)

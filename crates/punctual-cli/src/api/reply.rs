@@ -35,6 +35,10 @@ pub(super) struct JobReply {
     timeout_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     group: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    traceparent: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tracestate: Option<String>,
 }
 
 impl From<&JobInfo> for JobReply {
@@ -53,6 +57,8 @@ impl From<&JobInfo> for JobReply {
             deadline_ms: j.deadline_ms,
             timeout_ms: j.timeout_ms,
             group: j.group.clone(),
+            traceparent: j.traceparent.clone(),
+            tracestate: j.tracestate.clone(),
         }
     }
 }

@@ -402,6 +402,10 @@ struct JobBody {
     timeout_ms: Option<u64>,
     #[serde(default, deserialize_with = "present")]
     group: Option<String>,
+    #[serde(default, deserialize_with = "present")]
+    traceparent: Option<String>,
+    #[serde(default, deserialize_with = "present")]
+    tracestate: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -433,7 +437,26 @@ fn when_of(
     }
 }
 
-fn to_job(b: JobBody) -> Result<Job, String> {
+/// The request's own W3C trace context (its `traceparent` and `tracestate`
+/// headers), for the jobs that carry none; None when it has no valid
+/// traceparent (an invalid one is ignored, as W3C Trace Context asks of a
+/// receiver, and its tracestate with it).
+fn header_trace(headers: &HeaderMap) -> Option<(String, Option<String>)> {
+    let tp = headers.get("traceparent")?.to_str().ok()?.trim();
+    punctual::validate_traceparent(tp).ok()?;
+    let ts = headers
+        .get_all("tracestate")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .collect::<Vec<_>>()
+        .join(",");
+    let ts = (!ts.is_empty() && punctual::validate_tracestate(&ts).is_ok()).then_some(ts);
+    Some((tp.to_string(), ts))
+}
+
+fn to_job(b: JobBody, trace: Option<&(String, Option<String>)>) -> Result<Job, String> {
     let payload = match b.payload {
         Value::String(s) => s.into_bytes(),
         other => other.to_string().into_bytes(),
@@ -462,6 +485,19 @@ fn to_job(b: JobBody) -> Result<Job, String> {
     }
     if let Some(g) = b.group {
         job = job.group(g);
+    }
+    match (b.traceparent, trace) {
+        (Some(tp), _) => job = job.traceparent(tp),
+        (None, Some((tp, ts))) if b.tracestate.is_none() => {
+            job = job.traceparent(tp);
+            if let Some(ts) = ts {
+                job = job.tracestate(ts);
+            }
+        }
+        _ => {}
+    }
+    if let Some(ts) = b.tracestate {
+        job = job.tracestate(ts);
     }
     job.validate().map_err(|e| e.to_string())?;
     Ok(job)
@@ -507,9 +543,10 @@ async fn enqueue(
             ))
         }
     };
+    let trace = header_trace(&headers);
     let mut jobs = Vec::with_capacity(bodies.len());
     for (i, b) in bodies.into_iter().enumerate() {
-        let job = to_job(b).map_err(|e| {
+        let job = to_job(b, trace.as_ref()).map_err(|e| {
             if batch {
                 ApiError::invalid(format!("job {}: {e}; nothing was enqueued", i + 1))
             } else {

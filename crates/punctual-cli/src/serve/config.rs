@@ -122,6 +122,26 @@ pub(crate) struct Config {
     /// schedule rm` does).
     #[serde(default)]
     pub schedules: BTreeMap<String, ScheduleConfig>,
+    /// OpenTelemetry: one span per attempt, exported over OTLP/HTTP (off
+    /// without an endpoint here or in OTEL_EXPORTER_OTLP_ENDPOINT).
+    #[serde(default)]
+    pub otel: OtelConfig,
+}
+
+/// `[otel]`: where the workers export a span per attempt (docs/operations.md
+/// "Tracing").
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct OtelConfig {
+    /// The OTLP/HTTP collector's base URL (`http://127.0.0.1:4318`; spans
+    /// go to `/v1/traces` under it). Absent: OTEL_EXPORTER_OTLP_ENDPOINT
+    /// (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, taken as is), else off.
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    /// The spans' `service.name` (default: OTEL_SERVICE_NAME, else
+    /// "punctual").
+    #[serde(default)]
+    pub service_name: Option<String>,
 }
 
 /// One recurring schedule (`[schedules.NAME]`); see docs/operations.md.
@@ -483,6 +503,11 @@ impl Config {
         }
         if self.workers > 256 || self.schedulers > 64 {
             bail!("workers must be at most 256 and schedulers at most 64");
+        }
+        if let Some(e) = &self.otel.endpoint {
+            if !(e.starts_with("http://") || e.starts_with("https://")) {
+                bail!("[otel] endpoint = {e:?}: give the OTLP/HTTP collector's base URL, e.g. \"http://127.0.0.1:4318\" (spans go to /v1/traces under it)");
+            }
         }
         if !(1..=1000).contains(&self.promote_batch) {
             bail!("promote_batch = {}: must be 1 to 1000", self.promote_batch);
@@ -869,6 +894,21 @@ http = { url = "http://127.0.0.1:8080/hooks/coupon", timeout = "10s" }
                 "{bad}: {msg}"
             );
         }
+    }
+
+    #[test]
+    fn otel_is_off_by_default_and_its_endpoint_must_be_a_url() {
+        let c = parse("[topics.a]\nexec = [\"true\"]\n").unwrap();
+        assert!(c.otel.endpoint.is_none());
+        let c =
+            parse("[otel]\nendpoint = \"http://127.0.0.1:4318\"\n[topics.a]\nexec = [\"true\"]\n")
+                .unwrap();
+        assert_eq!(c.otel.endpoint.as_deref(), Some("http://127.0.0.1:4318"));
+        let e = parse("[otel]\nendpoint = \"127.0.0.1:4318\"\n[topics.a]\nexec = [\"true\"]\n")
+            .unwrap_err();
+        assert!(format!("{e:#}").contains("[otel] endpoint"), "{e:#}");
+        let e = parse("[otel]\nendpont = \"x\"\n[topics.a]\nexec = [\"true\"]\n").unwrap_err();
+        assert!(format!("{e:#}").contains("endpont"), "{e:#}");
     }
 
     #[test]

@@ -67,6 +67,8 @@ impl Exec {
                 format!("{:.3}", d.lateness_us() as f64 / 1000.0),
             )
             .env("PUNCTUAL_REPLY_FD", "3")
+            .env_remove("TRACEPARENT")
+            .env_remove("TRACESTATE")
             .stdin(Stdio::piped())
             .stdout(Stdio::inherit())
             .stderr(Stdio::piped())
@@ -77,6 +79,13 @@ impl Exec {
         // Redis password) are not the handler's business.
         for var in super::supervisor::INTERNAL_ENV {
             cmd.env_remove(var);
+        }
+        // The producer's trace context (W3C, as the environment carries it).
+        if let Some(tp) = &d.traceparent {
+            cmd.env("TRACEPARENT", tp);
+            if let Some(ts) = &d.tracestate {
+                cmd.env("TRACESTATE", ts);
+            }
         }
         // fd 3: where the program may write one reply line.
         let (reply_r, reply_w) = match reply_pipe() {
@@ -298,6 +307,19 @@ impl Http {
                 reqwest::header::HeaderValue::from_str(v),
             ) {
                 headers.insert(k, v);
+            }
+        }
+        // The producer's trace context (W3C Trace Context headers).
+        if let Some(tp) = d.traceparent.as_deref() {
+            if let Ok(v) = reqwest::header::HeaderValue::from_str(tp) {
+                headers.insert("traceparent", v);
+            }
+            if let Some(Ok(v)) = d
+                .tracestate
+                .as_deref()
+                .map(reqwest::header::HeaderValue::from_str)
+            {
+                headers.insert("tracestate", v);
             }
         }
         req = req.headers(headers);

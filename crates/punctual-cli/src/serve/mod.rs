@@ -6,6 +6,7 @@ pub(crate) mod config;
 pub(crate) mod handlers;
 mod http;
 pub(crate) mod metrics;
+pub(crate) mod otel;
 pub(crate) mod resident;
 pub(crate) mod roles;
 pub(crate) mod rust;

@@ -453,6 +453,10 @@ struct JobMsg<'a> {
     payload: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     payload_b64: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    traceparent: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tracestate: Option<&'a str>,
 }
 
 /// Futures that fire with a job's id and its `seq` in flight.
@@ -493,6 +497,8 @@ fn job_line(d: &Delivery, timeout: Duration) -> Vec<u8> {
         timeout_ms: timeout.as_millis() as u64,
         payload,
         payload_b64,
+        traceparent: d.traceparent.as_deref(),
+        tracestate: d.tracestate.as_deref(),
     };
     let mut line = serde_json::to_vec(&msg).expect("a job serializes");
     line.push(b'\n');

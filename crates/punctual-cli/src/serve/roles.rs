@@ -187,6 +187,19 @@ pub(crate) async fn run_worker(
         .cancelled_grace(cfg.cancel_grace)
         .registry(registry);
     let mut worker = Worker::new(queue, wc);
+    // OpenTelemetry ([otel]): a span per attempt, and handlers given that
+    // span as their parent. Off, none of it runs.
+    let otel = super::otel::Otel::start(&cfg.otel)?;
+    if let Some(o) = otel.clone() {
+        worker = worker.on_attempt(move |end| o.record(end));
+    }
+    let traced = otel.is_some();
+    let ctx = move |mut d: punctual::Delivery| {
+        if traced {
+            super::otel::Otel::handler_context(&mut d);
+        }
+        d
+    };
     for (name, t) in &cfg.topics {
         let metrics = metrics.clone();
         if let Some(pool) = pools.get(name) {
@@ -201,7 +214,7 @@ pub(crate) async fn run_worker(
             // program took yet is handed back.
             let gate = pool.capacity.clone();
             let run = move |d: punctual::Delivery, stop| {
-                let (pool, metrics) = (pool.clone(), metrics.clone());
+                let (pool, metrics, d) = (pool.clone(), metrics.clone(), ctx(d));
                 async move {
                     // Measured from when a program got the job, not from
                     // when it joined the pool's queue.
@@ -224,12 +237,12 @@ pub(crate) async fn run_worker(
                 cwd: t.cwd.clone(),
             });
             worker = worker.handle_with_timeout(name.clone(), t.timeout, move |d| {
-                let (exec, metrics) = (exec.clone(), metrics.clone());
+                let (exec, metrics, d) = (exec.clone(), metrics.clone(), ctx(d));
                 async move { measured(&d, metrics.as_deref(), exec.run(&d)).await }
             });
         } else if let Some(handler) = rust.map.get(name).cloned() {
             let run = move |d: punctual::Delivery, cancel| {
-                let (handler, metrics) = (handler.clone(), metrics.clone());
+                let (handler, metrics, d) = (handler.clone(), metrics.clone(), ctx(d));
                 async move {
                     let run = handler.call(d.clone(), cancel);
                     measured(&d, metrics.as_deref(), run).await
@@ -245,7 +258,7 @@ pub(crate) async fn run_worker(
                 move |d: &punctual::Delivery| http.timeout_of(d) + Duration::from_secs(1)
             };
             let run = move |d: punctual::Delivery| {
-                let (http, metrics) = (http.clone(), metrics.clone());
+                let (http, metrics, d) = (http.clone(), metrics.clone(), ctx(d));
                 async move { measured(&d, metrics.as_deref(), http.run(&d)).await }
             };
             worker = worker.handler_with_backstop(name.clone(), backstop, run);
@@ -259,6 +272,9 @@ pub(crate) async fn run_worker(
     let stopped = worker.run(&mut stop).await;
     // Every job is settled or abandoned: now the programs get EOF on fd 3.
     stop_pools(&pools).await;
+    if let Some(o) = &otel {
+        o.shutdown();
+    }
     let stopped = stopped?;
     if stopped.abandoned > 0 {
         anyhow::bail!(

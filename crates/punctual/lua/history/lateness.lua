@@ -2,7 +2,7 @@
 -- history lateness: adds a worker's lateness aggregate of one minute to
 -- that minute's totals. Workers call it every few seconds per topic (or
 -- partition) and minute they measured. It does not take the nine topic
--- keys, and lib.lua is not inserted.
+-- keys, and no include is inserted.
 -- KEYS[1] P:{T}:late:<M>   HASH count, sum_us, max_us and bucket counts
 -- ARGV[1] TTL of the key, ms (punctual: 7 days)
 -- ARGV[2] the largest lateness of the aggregate, µs

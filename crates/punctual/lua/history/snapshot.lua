@@ -2,7 +2,7 @@
 -- history snapshot: offers a copy of a topic's counters as the snapshot of
 -- the current minute by Redis's clock; the first offer of a minute wins.
 -- Schedulers call it once a minute per topic (or partition). It does not
--- take the nine topic keys, and lib.lua is not inserted.
+-- take the nine topic keys, and no include is inserted.
 -- KEYS[1] P:{T}:stats          HASH counters (read)
 -- KEYS[2] P:{T}:hist:<M>       HASH the snapshot of minute M (written)
 -- ARGV[1] M, the epoch minute (ms / 60000) KEYS[2] names

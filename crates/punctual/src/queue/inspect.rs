@@ -105,6 +105,8 @@ impl Queue {
             deadline_ms: opts.deadline_ms,
             timeout_ms: opts.timeout_ms,
             group: opts.group,
+            traceparent: opts.traceparent,
+            tracestate: opts.tracestate,
         }))
     }
 
@@ -496,6 +498,8 @@ impl Queue {
                 deadline_ms: opts.deadline_ms,
                 timeout_ms: opts.timeout_ms,
                 group: opts.group,
+                traceparent: opts.traceparent,
+                tracestate: opts.tracestate,
             });
         }
         Ok(out)

@@ -544,7 +544,7 @@ impl Queue {
     }
 
     /// The partition holding `id`.
-    async fn route(&self, topic: &str, id: &str) -> Result<String> {
+    pub(crate) async fn route(&self, topic: &str, id: &str) -> Result<String> {
         let k = self.partitions(topic).await?;
         Ok(partition_name(topic, partition_of(id, k), k))
     }
