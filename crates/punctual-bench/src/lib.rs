@@ -8,11 +8,14 @@
 //!   private redis-server), the foreign-key check, deleting the bench's
 //!   keys, INFO (summed over a cluster's masters).
 //! - `probe`: Redis CPU, commands and this process's CPU per job.
-//! - `phases`: the phases themselves.
-//! - `handlers`: the `handlers` phase, a no-op of each handler kind under
-//!   `serve`; `proctree`: serve's CPU apart from its handlers', from /proc.
-//! - `floor`: the leanest scripts on the same layout, the yardstick every
-//!   other phase's Redis time per job is divided by.
+//! - `harness`: what the phases stand on: numbered payloads, the recorder
+//!   of the in-process handler's calls, the in-process consumer, loading
+//!   jobs and the pool, the parts of a report they share; `stats`:
+//!   percentiles and rates; `report`: a phase's JSON and text lines.
+//! - `phases/`: the phases, one file each. `floor`: the leanest scripts on
+//!   the same layout, the yardstick every other phase's Redis time per job
+//!   is divided by. `handlers`: a no-op of each handler kind under `serve`;
+//!   `proctree`: serve's CPU apart from its handlers', from /proc.
 //!
 //! Every figure counts real handler calls: each job carries its number in
 //! its payload, and a job not handled, or handled twice, makes its phase
@@ -29,18 +32,18 @@
 //!     #[command(flatten)]
 //!     bench: punctual_bench::BenchArgs,
 //! }
-//! let (url, _redis) = punctual_bench::private_redis::start("bench-example-")?;
+//! let (url, _redis) = punctual_redis_server::start("bench-example-")?;
 //! let cli = Cli::parse_from(["bench", "--phase", "enqueue", "--n", "2000"]);
 //! punctual_bench::run(&url, true, true, cli.bench).await?; // prints one JSON line
 //! # Ok(()) }
 //! ```
 
-mod floor;
-mod handlers;
+mod harness;
 mod phases;
-pub mod private_redis;
 mod probe;
 mod proctree;
+mod report;
+mod stats;
 mod target;
 
 use std::io::IsTerminal;
@@ -49,11 +52,11 @@ use std::time::Duration;
 use anyhow::Result;
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
-use punctual::redact;
+use punctual::internal::redact;
 
+pub(crate) use report::Report;
+use report::{emit, segments};
 use target::PREFIX;
 
 /// A phase of the bench.
@@ -328,113 +331,6 @@ fn parse_pair(s: &str) -> std::result::Result<(usize, usize), String> {
     Ok((p(a)?, p(b)?))
 }
 
-/// What one phase found: its JSON line (fields in the order of the phase's
-/// struct, the protocol's `system` and `phase` first) and the text for a
-/// person.
-#[derive(Debug, Clone)]
-pub(crate) struct Report {
-    fields: Vec<(String, Value)>,
-    /// The text for a person.
-    pub text: String,
-}
-
-/// A phase's line: the protocol's two fields, then the phase's own.
-#[derive(Serialize)]
-struct Line<'a, T> {
-    system: &'static str,
-    phase: &'a str,
-    #[serde(flatten)]
-    fields: &'a T,
-}
-
-/// The fields of a JSON object, in their order.
-struct Ordered(Vec<(String, Value)>);
-
-impl<'de> Deserialize<'de> for Ordered {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        struct Fields;
-        impl<'de> serde::de::Visitor<'de> for Fields {
-            type Value = Ordered;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                mut map: A,
-            ) -> std::result::Result<Ordered, A::Error> {
-                let mut out = Vec::new();
-                while let Some(entry) = map.next_entry::<String, Value>()? {
-                    out.push(entry);
-                }
-                Ok(Ordered(out))
-            }
-        }
-        d.deserialize_map(Fields)
-    }
-}
-
-impl Serialize for Report {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let mut m = s.serialize_map(Some(self.fields.len()))?;
-        for (k, v) in &self.fields {
-            m.serialize_entry(k, v)?;
-        }
-        m.end()
-    }
-}
-
-impl Report {
-    /// The report of `phase` with the fields of its struct `fields`.
-    fn of<T: Serialize>(phase: &str, fields: &T) -> Report {
-        let line = Line {
-            system: "punctual",
-            phase,
-            fields,
-        };
-        let text = serde_json::to_string(&line).expect("a phase's fields serialize");
-        let Ordered(fields) = serde_json::from_str(&text).expect("a JSON object");
-        Report {
-            fields,
-            text: String::new(),
-        }
-    }
-
-    /// Adds the fields of `more` after the others (the floor's ratios, once
-    /// the floor is known), replacing any of the same name.
-    fn extend<T: Serialize>(&mut self, more: &T) {
-        let text = serde_json::to_string(more).expect("fields serialize");
-        let Ordered(more) = serde_json::from_str(&text).expect("a JSON object");
-        for (k, v) in more {
-            match self.fields.iter_mut().find(|(name, _)| *name == k) {
-                Some(f) => f.1 = v,
-                None => self.fields.push((k, v)),
-            }
-        }
-    }
-
-    fn get(&self, k: &str) -> Option<&Value> {
-        self.fields.iter().find(|(name, _)| name == k).map(|f| &f.1)
-    }
-
-    fn phase(&self) -> &str {
-        self.get("phase").and_then(Value::as_str).unwrap_or("?")
-    }
-
-    fn ok(&self) -> bool {
-        self.get("ok").and_then(Value::as_bool).unwrap_or(false)
-    }
-
-    fn jobs_per_s(&self) -> Option<f64> {
-        self.get("jobs_per_s").and_then(Value::as_f64)
-    }
-
-    /// The JSON line.
-    fn line(&self) -> String {
-        serde_json::to_string(self).expect("a JSON object")
-    }
-}
-
 /// The shared state of one bench run.
 #[derive(Debug)]
 pub(crate) struct Bench {
@@ -660,9 +556,9 @@ pub async fn run(redis_url: &str, redis_explicit: bool, json: bool, args: BenchA
                 Phase::Calls => vec![phases::calls(&bench).await?],
                 Phase::Serve => vec![phases::serve(&bench).await?],
                 Phase::Resident => vec![phases::resident(&bench).await?],
-                Phase::Handlers => vec![handlers::handlers(&bench).await?],
+                Phase::Handlers => vec![phases::handlers::handlers(&bench).await?],
                 Phase::Floor => {
-                    let f = floor::floor(&bench).await?;
+                    let f = phases::floor::floor(&bench).await?;
                     floor_report = Some(f.clone());
                     vec![f]
                 }
@@ -671,7 +567,7 @@ pub async fn run(redis_url: &str, redis_explicit: bool, json: bool, args: BenchA
             bench.clean().await?;
             for mut r in reps {
                 if let Some(f) = &floor_report {
-                    floor::add_ratios(&mut r, f);
+                    phases::floor::add_ratios(&mut r, f);
                 }
                 emit(&r, json);
                 reports.push(r);
@@ -703,65 +599,6 @@ pub async fn run(redis_url: &str, redis_explicit: bool, json: bool, args: BenchA
     Ok(())
 }
 
-fn emit(r: &Report, json: bool) {
-    if json {
-        println!("{}", r.line());
-    } else {
-        println!("{}", r.text);
-    }
-}
-
-/// The `segments` line.
-#[derive(Serialize)]
-struct Segments {
-    produce_jobs_per_s: f64,
-    promote_jobs_per_s: f64,
-    consume_jobs_per_s: f64,
-    slowest: &'static str,
-    ok: bool,
-}
-
-/// The three segments side by side, when all three ran: which is slowest.
-fn segments(reports: &[Report]) -> Option<Report> {
-    let find = |p: &str| {
-        reports
-            .iter()
-            .find(|r| r.phase() == p)
-            .and_then(Report::jobs_per_s)
-    };
-    let produce = find("enqueue")?;
-    let promote = find("promote")?;
-    let consume = find("consume")?;
-    let (slowest, _) = [
-        ("produce", produce),
-        ("promote", promote),
-        ("consume", consume),
-    ]
-    .into_iter()
-    .min_by(|a, b| a.1.total_cmp(&b.1))?;
-    let ok = ["enqueue", "promote", "consume"].iter().all(|p| {
-        reports
-            .iter()
-            .find(|r| r.phase() == *p)
-            .is_some_and(Report::ok)
-    });
-    let mut r = Report::of(
-        "segments",
-        &Segments {
-            produce_jobs_per_s: produce,
-            promote_jobs_per_s: promote,
-            consume_jobs_per_s: consume,
-            slowest,
-            ok,
-        },
-    );
-    r.text = format!(
-        "{:<10} produce {:.0}, promote {:.0}, consume {:.0} jobs/s: the slowest is {slowest}",
-        "segments", produce, promote, consume
-    );
-    Some(r)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -771,78 +608,5 @@ mod tests {
         assert_eq!(parse_pair("2,16"), Ok((2, 16)));
         assert!(parse_pair("2").is_err());
         assert!(parse_pair("0,16").is_err());
-    }
-
-    #[test]
-    fn the_slowest_segment_is_named() {
-        #[derive(Serialize)]
-        struct Throughput {
-            jobs_per_s: f64,
-            ok: bool,
-        }
-        let mk = |p: &str, v: f64| {
-            Report::of(
-                p,
-                &Throughput {
-                    jobs_per_s: v,
-                    ok: true,
-                },
-            )
-        };
-        let rs = vec![mk("enqueue", 3.0), mk("promote", 2.0), mk("consume", 1.0)];
-        let s = segments(&rs).unwrap();
-        assert_eq!(s.get("slowest").unwrap(), "consume");
-        assert!(s.ok());
-        assert!(s
-            .line()
-            .starts_with(r#"{"system":"punctual","phase":"segments","produce_jobs_per_s":3.0"#));
-        assert!(segments(&rs[..2]).is_none());
-    }
-
-    #[test]
-    fn a_line_keeps_the_order_of_its_struct_and_leaves_out_what_is_absent() {
-        #[derive(Serialize)]
-        struct Phase {
-            n: u64,
-            ok: bool,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            lost: Option<u64>,
-            #[serde(flatten)]
-            left: Option<Left>,
-            profile: std::collections::BTreeMap<&'static str, f64>,
-        }
-        #[derive(Serialize)]
-        struct Left {
-            zeta: u64,
-            alpha: u64,
-        }
-        let profile = [("b", 1.5), ("a", 2.0)].into_iter().collect();
-        let mut r = Report::of(
-            "drain",
-            &Phase {
-                n: 3,
-                ok: false,
-                lost: None,
-                left: Some(Left { zeta: 1, alpha: 2 }),
-                profile,
-            },
-        );
-        assert_eq!(
-            r.line(),
-            r#"{"system":"punctual","phase":"drain","n":3,"ok":false,"zeta":1,"alpha":2,"profile":{"a":2.0,"b":1.5}}"#
-        );
-        assert_eq!((r.phase(), r.ok()), ("drain", false));
-        #[derive(Serialize)]
-        struct Ratio {
-            floor_ratio: f64,
-            ok: bool,
-        }
-        r.extend(&Ratio {
-            floor_ratio: 1.25,
-            ok: true,
-        });
-        assert!(r.line().ends_with(
-            r#""ok":true,"zeta":1,"alpha":2,"profile":{"a":2.0,"b":1.5},"floor_ratio":1.25}"#
-        ));
     }
 }

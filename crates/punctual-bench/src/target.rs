@@ -7,8 +7,9 @@
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use punctual::nodes::{KeyedConn, Node, Nodes};
-use punctual::{redact, Queue, TopicKeys};
+use punctual::internal::nodes::{KeyedConn, Node, Nodes};
+use punctual::internal::{redact, TopicKeys};
+use punctual::Queue;
 
 /// Every key the bench writes starts with `PREFIX:`.
 pub(crate) const PREFIX: &str = "punctual-bench";
@@ -54,7 +55,7 @@ pub(crate) struct Target {
     /// The physical names of the bench topic: `[TOPIC]`, or its partitions.
     pub parts: Vec<String>,
     /// Set when the bench started the server itself.
-    pub private: Option<crate::private_redis::PrivateRedis>,
+    pub private: Option<punctual_redis_server::PrivateRedis>,
 }
 
 impl std::fmt::Debug for Target {
@@ -84,7 +85,7 @@ async fn connect(url: &str, timeout: Duration) -> Result<Node> {
 /// Several comma-separated URLs are the seeds of a cluster; one URL is a
 /// cluster too when that node says so. `partitions`: of the bench topic.
 pub(crate) async fn open(url: &str, explicit: bool, partitions: u32) -> Result<Target> {
-    let seeds: Vec<&str> = punctual::split_seeds(url);
+    let seeds: Vec<&str> = punctual::internal::split_seeds(url);
     if seeds.is_empty() {
         bail!("empty Redis URL");
     }
@@ -109,7 +110,7 @@ pub(crate) async fn open(url: &str, explicit: bool, partitions: u32) -> Result<T
             Ok(conn) => ((seeds[0].to_string(), conn), None),
             Err(e) if explicit => return Err(e),
             Err(_) => {
-                let (url, private) = crate::private_redis::start("punctual-bench-redis-")?;
+                let (url, private) = punctual_redis_server::start("punctual-bench-redis-")?;
                 let conn = connect(&url, Duration::from_secs(2)).await?;
                 ((url, conn), Some(private))
             }
@@ -140,7 +141,7 @@ pub(crate) async fn open(url: &str, explicit: bool, partitions: u32) -> Result<T
         );
     }
     let parts: Vec<String> = (0..partitions)
-        .map(|i| punctual::partition_name(TOPIC, i, partitions))
+        .map(|i| punctual::internal::partition_name(TOPIC, i, partitions))
         .collect();
     let url = if private.is_some() {
         first_url

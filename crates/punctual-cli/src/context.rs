@@ -4,7 +4,8 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::Args;
-use punctual::{redact, Queue};
+use punctual::internal::redact;
+use punctual::Queue;
 
 use crate::input::parse_max_payload;
 

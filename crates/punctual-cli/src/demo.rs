@@ -46,13 +46,16 @@ async fn reachable(url: &str) -> bool {
 /// Runs the demo.
 pub(crate) async fn run(redis_url: &str, args: DemoArgs) -> Result<()> {
     let (url, _private) = if reachable(redis_url).await {
-        println!("Using the Redis at {}", punctual::redact(redis_url));
+        println!(
+            "Using the Redis at {}",
+            punctual::internal::redact(redis_url)
+        );
         (redis_url.to_string(), None)
     } else {
-        let (url, p) = punctual_bench::private_redis::start("punctual-demo-redis-")?;
+        let (url, p) = punctual_redis_server::start("punctual-demo-redis-")?;
         println!(
             "No Redis answers at {}; started a private redis-server at {url}",
-            punctual::redact(redis_url)
+            punctual::internal::redact(redis_url)
         );
         (url, Some(p))
     };
@@ -183,7 +186,7 @@ fn summarize(log: &Path, expected: usize) -> Result<String> {
 /// Deletes every key under the demo's prefix, on every master.
 async fn cleanup(url: &str, prefix: &str) -> punctual::Result<()> {
     let t = Duration::from_secs(5);
-    let nodes = punctual::nodes::Nodes::connect(url, t, t).await?;
+    let nodes = punctual::internal::nodes::Nodes::connect(url, t, t).await?;
     nodes.delete_matching(&format!("{prefix}:*")).await?;
     Ok(())
 }

@@ -12,7 +12,7 @@ use serde::Serialize;
 use crate::context::Ctx;
 use crate::exit;
 use crate::output::{emit, emit_json};
-use punctual::redact;
+use punctual::internal::redact;
 
 /// Arguments of `doctor`.
 #[derive(Debug, Args)]
@@ -112,7 +112,7 @@ async fn read_facts(conn: &mut MultiplexedConnection, pings: u16) -> Result<Fact
         .await
         .context("INFO failed")?;
     let mut facts = Facts {
-        info: punctual::nodes::parse_info(&info),
+        info: punctual::internal::nodes::parse_info(&info),
         ..Facts::default()
     };
     if facts.info("cluster_enabled") == Some("1") {
@@ -122,7 +122,9 @@ async fn read_facts(conn: &mut MultiplexedConnection, pings: u16) -> Result<Fact
             .query_async(conn)
             .await
             .context("CLUSTER INFO failed")?;
-        facts.info.extend(punctual::nodes::parse_info(&text));
+        facts
+            .info
+            .extend(punctual::internal::nodes::parse_info(&text));
     }
     let mut config = HashMap::new();
     for pattern in [
@@ -482,13 +484,13 @@ fn judge(facts: &Facts, batch: u64) -> Vec<Check> {
 /// Runs `doctor`.
 pub(crate) async fn run(ctx: &Ctx, args: DoctorArgs) -> Result<()> {
     // A cluster may be given as several comma-separated URLs: check the first.
-    let url = punctual::split_seeds(&ctx.global.redis_url)
+    let url = punctual::internal::split_seeds(&ctx.global.redis_url)
         .first()
         .copied()
         .unwrap_or("")
         .to_string();
     let shown = redact(&url);
-    let node = punctual::nodes::Node::connect(&url, Duration::from_secs(5))
+    let node = punctual::internal::nodes::Node::connect(&url, Duration::from_secs(5))
         .await
         .map_err(|e| match e.kind() {
             punctual::ErrorKind::InvalidInput => exit::invalid(format!(

@@ -13,55 +13,8 @@ use punctual::raw::{self, FailKind, Failed};
 use punctual::{Job, Outcome, Queue, Scheduler, SchedulerConfig, State, Worker, WorkerConfig};
 use punctual_testkit::{eventually, free_port, RedisServer};
 use serde_json::{json, Value};
-use support::{Server, TOKEN};
+use support::{run, Server, TOKEN};
 use tokio_util::sync::CancellationToken;
-
-/// What one run of the binary did.
-#[derive(Debug)]
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.stdout)
-            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {self:?}"))
-    }
-
-    #[track_caller]
-    fn ok(self) -> Run {
-        assert_eq!(self.code, 0, "{self:?}");
-        self
-    }
-}
-
-/// Runs `punctual ARGS` with `env` and no other PUNCTUAL_* variable (no
-/// --redis is added: tests give it or a config file).
-fn punctual(args: &[&str], env: &[(&str, &str)]) -> Run {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_punctual"));
-    cmd.args(args);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("PUNCTUAL_") {
-            cmd.env_remove(k);
-        }
-    }
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let out = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .output()
-        .expect("run punctual");
-    Run {
-        code: out.status.code().expect("punctual exited by a signal"),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
 
 /// Runs `f` with a library queue on `url` under `prefix`.
 fn with_queue<T>(url: &str, prefix: &str, f: impl AsyncFnOnce(Queue) -> T) -> T {
@@ -132,32 +85,32 @@ fn admin_commands_take_redis_and_prefix_from_the_config_file() {
     let config = config.to_str().unwrap();
 
     // --config: the file's Redis and prefix.
-    let out = punctual(&["--config", config, "stats", "orders", "--json"], &[]).ok();
+    let out = run(&["--config", config, "stats", "orders", "--json"], &[]).ok();
     assert_eq!(out.json()[0]["pool"], 1, "{out:?}");
     // After the command name too, and from PUNCTUAL_CONFIG.
-    let out = punctual(&["get", "orders", "o1", "--json", "-c", config], &[]).ok();
+    let out = run(&["get", "orders", "o1", "--json", "-c", config], &[]).ok();
     assert_eq!(out.json()["state"], "pool");
-    let out = punctual(&["topics", "--json"], &[("PUNCTUAL_CONFIG", config)]).ok();
+    let out = run(&["topics", "--json"], &[("PUNCTUAL_CONFIG", config)]).ok();
     assert_eq!(out.json(), serde_json::json!(["orders"]));
 
     // An explicit flag or variable wins over the file.
-    let out = punctual(
+    let out = run(
         &["--config", config, "--prefix", "other", "topics", "--json"],
         &[],
     )
     .ok();
     assert_eq!(out.json(), serde_json::json!([]));
-    let out = punctual(
+    let out = run(
         &["--config", config, "topics", "--json"],
         &[("PUNCTUAL_PREFIX", "other")],
     )
     .ok();
     assert_eq!(out.json(), serde_json::json!([]));
     let nowhere = format!("redis://127.0.0.1:{}", free_port());
-    let out = punctual(&["--config", config, "--redis", &nowhere, "topics"], &[]);
+    let out = run(&["--config", config, "--redis", &nowhere, "topics"], &[]);
     assert_eq!(out.code, 3, "{out:?}");
     assert!(out.stderr.contains(&nowhere), "{out:?}");
-    let out = punctual(
+    let out = run(
         &["--config", config, "topics"],
         &[("PUNCTUAL_REDIS_URL", &nowhere)],
     );
@@ -165,7 +118,7 @@ fn admin_commands_take_redis_and_prefix_from_the_config_file() {
 
     // A config that cannot be read is an error, never a fallback.
     let missing = dir.path().join("nope.toml");
-    let out = punctual(
+    let out = run(
         &[
             "--redis",
             &url,
@@ -179,7 +132,7 @@ fn admin_commands_take_redis_and_prefix_from_the_config_file() {
     assert!(out.stderr.contains("nope.toml"), "{out:?}");
     let bad = dir.path().join("bad.toml");
     std::fs::write(&bad, "redis = \n").unwrap();
-    let out = punctual(&["topics"], &[("PUNCTUAL_CONFIG", bad.to_str().unwrap())]);
+    let out = run(&["topics"], &[("PUNCTUAL_CONFIG", bad.to_str().unwrap())]);
     assert_eq!(out.code, 2, "{out:?}");
     assert!(out.stderr.contains("bad.toml"), "{out:?}");
 }
@@ -247,7 +200,7 @@ async fn dead_replay_rate_holds_its_rate_measured_by_when_the_jobs_run() {
 
     let u = url.clone();
     let out = tokio::task::spawn_blocking(move || {
-        punctual(
+        run(
             &[
                 "--redis", &u, "dead", "replay", "orders", "--all", "--rate", "250/s", "--json",
             ],
@@ -292,7 +245,7 @@ async fn dead_replay_spread_spaces_due_times_evenly_over_the_window() {
     let url = server.url();
     let q = Queue::connect(url.clone()).await.unwrap();
     make_dead(&q, "orders", &ids(100)).await;
-    let out = punctual(
+    let out = run(
         &[
             "--redis", &url, "dead", "replay", "orders", "--all", "--spread", "2s", "--json",
         ],
@@ -315,7 +268,7 @@ async fn dead_replay_spread_spaces_due_times_evenly_over_the_window() {
     ] {
         let mut all = vec!["--redis", url.as_str(), "dead", "replay", "other", "--all"];
         all.extend(args.iter().copied());
-        let out = punctual(&all, &[]);
+        let out = run(&all, &[]);
         assert_eq!(out.code, 2, "{args:?}: {out:?}");
     }
     assert_eq!(q.stats("other").await.unwrap().dead, 3);
@@ -379,7 +332,7 @@ async fn pushing_an_id_that_is_dead_says_dead_in_the_cli_and_the_api() {
     let q = Queue::connect(url.clone()).await.unwrap();
     make_dead(&q, "orders", &["order:1".to_string()]).await;
 
-    let out = punctual(
+    let out = run(
         &["--redis", &url, "push", "orders", "x", "--id", "order:1"],
         &[],
     );
@@ -390,7 +343,7 @@ async fn pushing_an_id_that_is_dead_says_dead_in_the_cli_and_the_api() {
         out.stderr.contains("punctual dead replay orders order:1"),
         "{out:?}"
     );
-    let out = punctual(
+    let out = run(
         &[
             "--redis", &url, "push", "orders", "x", "--id", "order:1", "--json",
         ],
@@ -486,7 +439,7 @@ fn list_all(url: &str, topic: &str, state: &str, extra: &[&str]) -> (Vec<String>
         if let Some(c) = &cursor {
             args.extend(["--cursor", c.as_str()]);
         }
-        let page = punctual(&args, &[]).ok().json();
+        let page = run(&args, &[]).ok().json();
         pages += 1;
         for j in page["jobs"].as_array().unwrap() {
             ids.push(j["id"].as_str().unwrap().to_string());
@@ -541,7 +494,7 @@ async fn list_goes_on_from_pool_into_the_cold_pool_minute_by_minute() {
     assert_eq!(got, ids);
     assert_eq!(pages, 4);
     // The text footer names a cursor into the first bucket; it goes on.
-    let out = punctual(
+    let out = run(
         &["--redis", &url, "list", "orders", "pool", "--limit", "1"],
         &[],
     )
@@ -557,7 +510,7 @@ async fn list_goes_on_from_pool_into_the_cold_pool_minute_by_minute() {
         cursor.starts_with("0-c") && cursor.ends_with("-0"),
         "{out:?}"
     );
-    let out = punctual(
+    let out = run(
         &[
             "--redis", &url, "list", "orders", "pool", "--limit", "1", "--json", "--cursor",
             &cursor,
@@ -606,7 +559,7 @@ async fn list_pages_through_a_state_with_a_cursor_and_an_id_prefix() {
         .unwrap();
     assert_eq!(ids.len(), 2502);
     // A prefix is matched literally, glob characters included.
-    let out = punctual(
+    let out = run(
         &[
             "--redis",
             &url,
@@ -623,14 +576,14 @@ async fn list_pages_through_a_state_with_a_cursor_and_an_id_prefix() {
     assert_eq!(out.json()["jobs"].as_array().unwrap().len(), 1, "{out:?}");
     assert_eq!(out.json()["jobs"][0]["id"], "a*b");
     // Text: a table and how to go on.
-    let out = punctual(
+    let out = run(
         &["--redis", &url, "list", "orders", "pool", "--limit", "10"],
         &[],
     )
     .ok();
     assert!(out.stdout.starts_with("ID "), "{out:?}");
     assert!(out.stdout.contains("--cursor "), "{out:?}");
-    let out = punctual(
+    let out = run(
         &[
             "--redis", &url, "list", "orders", "pool", "--cursor", "junk",
         ],
@@ -687,7 +640,7 @@ async fn cancel_by_id_prefix_with_a_dry_run() {
         .unwrap();
     let before = q.stats("orders").await.unwrap();
 
-    let out = punctual(
+    let out = run(
         &[
             "--redis",
             &url,
@@ -713,7 +666,7 @@ async fn cancel_by_id_prefix_with_a_dry_run() {
         (before.pool, before.ready, before.dead),
         "a dry run changed something"
     );
-    let out = punctual(
+    let out = run(
         &[
             "--redis",
             &url,
@@ -728,7 +681,7 @@ async fn cancel_by_id_prefix_with_a_dry_run() {
     .ok();
     assert!(out.stdout.contains("would cancel 4 jobs"), "{out:?}");
 
-    let out = punctual(
+    let out = run(
         &[
             "--redis",
             &url,
@@ -755,10 +708,10 @@ async fn cancel_by_id_prefix_with_a_dry_run() {
     ] {
         let mut all = vec!["--redis", url.as_str()];
         all.extend(args.iter().copied());
-        assert_eq!(punctual(&all, &[]).code, 2, "{args:?}");
+        assert_eq!(run(&all, &[]).code, 2, "{args:?}");
     }
     // Cancel by id still works.
-    punctual(&["--redis", &url, "cancel", "orders", "b:1"], &[]).ok();
+    run(&["--redis", &url, "cancel", "orders", "b:1"], &[]).ok();
 
     // The API.
     push_later(&q, "orders", &["c:1".to_string(), "c:2".to_string()]).await;
@@ -821,7 +774,7 @@ async fn delete_topic_is_refused_while_any_job_exists_and_then_removes_every_key
     server
         .cli(&["ZADD", "punctual:{orders}:fired", "1", "sweep@1"])
         .unwrap();
-    let out = punctual(&["--redis", &url, "topic", "delete", "orders"], &[]);
+    let out = run(&["--redis", &url, "topic", "delete", "orders"], &[]);
     assert_eq!(out.code, 1, "{out:?}");
     assert!(out.stderr.contains("1 job"), "{out:?}");
     assert!(!keys("punctual:{orders}:*").is_empty());
@@ -832,7 +785,7 @@ async fn delete_topic_is_refused_while_any_job_exists_and_then_removes_every_key
     q.dead_purge("orders", punctual::DeadSelector::All)
         .await
         .unwrap();
-    let out = punctual(
+    let out = run(
         &["--redis", &url, "topic", "delete", "orders", "--json"],
         &[],
     )
@@ -841,7 +794,7 @@ async fn delete_topic_is_refused_while_any_job_exists_and_then_removes_every_key
     assert_eq!(out.json()["schedules"], json!(["sweep"]), "{out:?}");
     // Every key: the schedules, their watermarks and lock, fired too.
     assert_eq!(keys("punctual:{orders}:*"), Vec::<String>::new());
-    let audit = punctual(&["--redis", &url, "audit", "--json"], &[]).ok();
+    let audit = run(&["--redis", &url, "audit", "--json"], &[]).ok();
     let entry = audit.json()[0].clone();
     assert_eq!(
         (entry["action"].clone(), entry["detail"].clone()),
@@ -856,7 +809,7 @@ async fn delete_topic_is_refused_while_any_job_exists_and_then_removes_every_key
         "0"
     );
     // Again: no such topic.
-    let out = punctual(&["--redis", &url, "topic", "delete", "orders"], &[]);
+    let out = run(&["--redis", &url, "topic", "delete", "orders"], &[]);
     assert_eq!(out.code, 1, "{out:?}");
 
     // Partitioned: a job in any partition refuses; then every partition's
@@ -915,7 +868,7 @@ async fn topic_pause_and_resume_stop_and_restart_claims_and_are_audited() {
         .await
         .unwrap();
 
-    let out = punctual(&["--redis", &url, "topic", "pause", "orders"], &[]).ok();
+    let out = run(&["--redis", &url, "topic", "pause", "orders"], &[]).ok();
     assert!(out.stdout.contains("paused topic \"orders\""), "{out:?}");
     assert!(q.stats("orders").await.unwrap().paused);
     let claimed = raw::claim(&q, &topic, 10, Duration::from_secs(60))
@@ -923,7 +876,7 @@ async fn topic_pause_and_resume_stop_and_restart_claims_and_are_audited() {
         .unwrap();
     assert!(claimed.is_empty(), "a paused topic hands out nothing");
 
-    let out = punctual(
+    let out = run(
         &["--redis", &url, "--json", "topic", "resume", "orders"],
         &[],
     )
@@ -935,9 +888,7 @@ async fn topic_pause_and_resume_stop_and_restart_claims_and_are_audited() {
         .unwrap();
     assert_eq!(claimed.len(), 1, "resumed: the job is claimed");
 
-    let trail = punctual(&["--redis", &url, "audit", "--json"], &[])
-        .ok()
-        .json();
+    let trail = run(&["--redis", &url, "audit", "--json"], &[]).ok().json();
     let actions: Vec<&str> = trail
         .as_array()
         .unwrap()
@@ -948,7 +899,7 @@ async fn topic_pause_and_resume_stop_and_restart_claims_and_are_audited() {
     assert_eq!(trail[0]["who"], "cli", "{trail:#}");
 
     // A bad topic name changes nothing and says why.
-    let out = punctual(&["--redis", &url, "topic", "pause", "a{b}"], &[]);
+    let out = run(&["--redis", &url, "topic", "pause", "a{b}"], &[]);
     assert_eq!(out.code, 2, "{out:?}");
     assert!(out.stderr.contains("brace"), "{out:?}");
 }

@@ -12,25 +12,7 @@ use punctual::raw::{self, FailKind, Failed};
 use punctual::{Job, Queue};
 use punctual_testkit::RedisServer;
 use serde_json::Value;
-use support::{output_text, Server, BIN, TOKEN};
-
-/// `punctual --redis URL ARGS` in a clean environment: (exit code, stdout, stderr).
-fn punctual(url: &str, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(BIN)
-        .arg("--redis")
-        .arg(url)
-        .args(args)
-        .env_remove("PUNCTUAL_REDIS_URL")
-        .env_remove("PUNCTUAL_PREFIX")
-        .env_remove("PUNCTUAL_LOG")
-        .output()
-        .expect("run punctual");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use support::{output_text, punctual, Server, TOKEN};
 
 /// The name of the OS user running the tests (what the CLI must record).
 fn os_user() -> String {

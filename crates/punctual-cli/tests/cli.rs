@@ -1,62 +1,14 @@
 //! End-to-end tests of the `punctual` binary against a private redis-server.
 
-use std::io::Write;
-use std::process::{Command, Stdio};
+mod support;
+
 use std::time::Duration;
 
 use punctual::raw::{self, FailKind, Failed, Lease};
 use punctual::{Job, Queue};
 use punctual_testkit::{free_port, RedisServer};
 use serde_json::Value;
-
-/// What one run of the binary did.
-#[derive(Debug)]
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.stdout)
-            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {self:?}"))
-    }
-
-    #[track_caller]
-    fn ok(self) -> Run {
-        assert_eq!(self.code, 0, "{self:?}");
-        self
-    }
-}
-
-/// Runs `punctual ARGS` against `url` with `stdin` as its input, in a clean
-/// environment (no PUNCTUAL_* variables from the caller).
-fn punctual_at(url: &str, args: &[&str], stdin: &[u8]) -> Run {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_punctual"))
-        .arg("--redis")
-        .arg(url)
-        .args(args)
-        .env_remove("PUNCTUAL_REDIS_URL")
-        .env_remove("PUNCTUAL_PREFIX")
-        .env_remove("PUNCTUAL_MAX_PAYLOAD")
-        .env_remove("PUNCTUAL_LOG")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run punctual");
-    let mut input = child.stdin.take().expect("stdin");
-    // A command that does not read stdin may exit before this is written.
-    let _ = input.write_all(stdin);
-    drop(input);
-    let out = child.wait_with_output().expect("wait for punctual");
-    Run {
-        code: out.status.code().expect("punctual exited by a signal"),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
+use support::{punctual_at, Run};
 
 /// A private Redis and the binary pointed at it.
 struct Env {
@@ -773,10 +725,13 @@ fn script_prints_the_exact_lua_without_redis() {
     let url = format!("redis://127.0.0.1:{}", free_port());
     let out = punctual_at(&url, &["script", "enqueue"], b"").ok();
     assert!(out.stdout.starts_with("#!lua"), "{out:?}");
-    assert_eq!(out.stdout, punctual::script_source("enqueue").unwrap());
+    assert_eq!(
+        out.stdout,
+        punctual::internal::script_source("enqueue").unwrap()
+    );
 
     let list = punctual_at(&url, &["script"], b"").ok().stdout;
-    for name in punctual::script_names() {
+    for name in punctual::internal::script_names() {
         assert!(
             list.lines().any(|l| l.starts_with(&format!("{name} "))),
             "{name}: {list}"

@@ -763,7 +763,7 @@ async fn producers_work_on_a_redis_cluster() {
         }
         let parts: HashSet<u32> = made
             .iter()
-            .map(|(id, _)| punctual::partition_of(id, 3))
+            .map(|(id, _)| punctual::internal::partition_of(id, 3))
             .collect();
         assert_eq!(parts.len(), 3, "30 ids over 3 partitions");
         let given: Vec<Value> = (0..5)
@@ -1061,7 +1061,7 @@ async fn spread_taken_back_through(lang: Lang) {
             let mut zadd = redis::cmd("ZADD");
             zadd.arg(format!(
                 "punctual:{{{}}}:fired",
-                punctual::partition_name(&topic, i, 3)
+                punctual::internal::partition_name(&topic, i, 3)
             ));
             for j in 0..2500 {
                 zadd.arg(other_at).arg(format!("other@{j}"));

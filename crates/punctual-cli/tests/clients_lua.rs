@@ -1,6 +1,6 @@
 //! The client packages in `clients/` carry copies of punctual's Lua scripts,
 //! written by `clients/sync-lua.sh` exactly as punctual loads them
-//! (`punctual::script_source`). This test fails while any copy differs, so a
+//! (`punctual::internal::script_source`). This test fails while any copy differs, so a
 //! change under `crates/punctual/lua/` cannot ship with stale clients.
 
 use std::path::{Path, PathBuf};
@@ -40,7 +40,7 @@ fn every_client_copy_of_the_lua_scripts_is_current() {
     for dir in DIRS {
         let dir_path = root().join(dir);
         for name in scripts(dir) {
-            let want = punctual::script_source(name)
+            let want = punctual::internal::script_source(name)
                 .unwrap_or_else(|| panic!("{name} is not one of punctual's scripts"));
             let path = dir_path.join(format!("{name}.lua"));
             match std::fs::read(&path) {

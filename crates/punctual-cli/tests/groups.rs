@@ -5,31 +5,12 @@
 
 mod support;
 
-use std::process::{Command, Stdio};
-
 use std::time::Duration;
 
 use punctual::{raw, Job, Limits, Queue};
 use punctual_testkit::RedisServer;
 use serde_json::{json, Value};
-use support::{Server, BIN, TOKEN};
-
-/// Runs `punctual --redis URL ARGS`: exit code, stdout, stderr.
-fn punctual(url: &str, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(BIN)
-        .arg("--redis")
-        .arg(url)
-        .args(args)
-        .env_remove("PUNCTUAL_CONFIG")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run punctual");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use support::{punctual, Server, TOKEN};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn groups_are_listed_by_the_cli_and_the_api() {

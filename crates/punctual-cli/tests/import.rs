@@ -16,29 +16,12 @@ use punctual::{Queue, State};
 use punctual_testkit::eventually;
 use punctual_testkit::RedisServer;
 use serde_json::Value;
-use support::BIN;
+use support::{punctual, BIN};
 
 const KEY: &str = "legacy:orders";
 /// A due time in seconds (2030-01-01T00:00:00Z), far enough ahead that no
 /// job becomes due during a test.
 const DUE_S: i64 = 1_893_456_000;
-
-fn punctual(url: &str, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(BIN)
-        .arg("--redis")
-        .arg(url)
-        .args(args)
-        .env_remove("PUNCTUAL_REDIS_URL")
-        .env_remove("PUNCTUAL_PREFIX")
-        .env_remove("PUNCTUAL_LOG")
-        .output()
-        .expect("run punctual");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 /// The legacy member of order `i`: JSON with its id in `uuid`.
 fn member(i: usize) -> String {

@@ -6,31 +6,13 @@
 mod support;
 
 use std::collections::HashMap;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use punctual::Queue;
 use punctual_testkit::{eventually, RedisServer};
 use serde_json::Value;
-use support::{Service, BIN};
-
-/// Runs `punctual --redis URL ARGS`: (exit code, stdout, stderr).
-fn punctual(url: &str, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(BIN)
-        .arg("--redis")
-        .arg(url)
-        .args(args)
-        .env_remove("PUNCTUAL_CONFIG")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run punctual");
-    (
-        out.status.code().expect("exited by a signal"),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use support::{punctual, Service};
 
 fn json(url: &str, args: &[&str]) -> Value {
     let mut all = vec!["--json"];

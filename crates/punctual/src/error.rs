@@ -62,7 +62,7 @@ pub enum Error {
         total: usize,
         /// The jobs that have a result (created, replaced, or duplicate), by
         /// their index in the batch.
-        written: Vec<(usize, crate::job::Enqueued)>,
+        written: Vec<(usize, crate::enqueued::Enqueued)>,
         /// The indexes of the jobs not written.
         failed: Vec<usize>,
         /// Why the rest failed.

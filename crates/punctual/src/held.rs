@@ -5,13 +5,11 @@
 //! queue) is covered by those extensions, but a worker stopped for a while
 //! (SIGSTOP, swap, a long pause) extends nothing meanwhile: its leases may
 //! have run out and the jobs been claimed elsewhere. The handler asks
-//! [`Delivery::lease_in_doubt`] right before it starts such a job.
+//! `Delivery::lease_in_doubt` right before it starts such a job.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
-
-use crate::raw::Delivery;
 
 /// The instant a process's monotonic clock is counted from here.
 fn epoch() -> Instant {
@@ -51,20 +49,13 @@ impl Extended {
     }
 }
 
-impl Delivery {
-    /// Whether this job's lease may already be lost although nothing said
-    /// so: its worker has not known it held for over half the lease, not
-    /// since the claim was sent nor since its keeper last extended it (the
-    /// worker was stopped, or Redis unreachable, for that long). A handler
-    /// that holds jobs before starting them asks this right before each
-    /// start, and hands the job back instead of starting it. False for a
-    /// delivery outside a worker.
-    pub fn lease_in_doubt(&self) -> bool {
-        let Some(extended) = &self.extended else {
-            return false;
-        };
-        let known = extended.last().map_or(self.sent, |at| at.max(self.sent));
-        known.elapsed() > extended.lease / 2
+impl Extended {
+    /// Whether a lease taken by a claim sent at `sent` may already be lost
+    /// although nothing said so: not known held for over half the lease,
+    /// not since `sent` nor since the keeper last extended it.
+    pub(crate) fn in_doubt(&self, sent: Instant) -> bool {
+        let known = self.last().map_or(sent, |at| at.max(sent));
+        known.elapsed() > self.lease / 2
     }
 }
 

@@ -24,7 +24,7 @@ use crate::queue::Queue;
 /// How long history keys are kept (7 days).
 ///
 /// ```
-/// use punctual::{HISTORY_TTL, MAX_HISTORY_MINUTES};
+/// use punctual::internal::{HISTORY_TTL, MAX_HISTORY_MINUTES};
 /// assert_eq!(HISTORY_TTL.as_secs() / 60, u64::from(MAX_HISTORY_MINUTES));
 /// ```
 pub const HISTORY_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -36,7 +36,8 @@ pub const HISTORY_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 /// # async fn main() -> punctual::Result<()> {
 /// # let redis = punctual_testkit::RedisServer::start();
 /// # let queue = punctual::Queue::connect(redis.url()).await?;
-/// use punctual::{ErrorKind, MAX_HISTORY_MINUTES};
+/// use punctual::internal::MAX_HISTORY_MINUTES;
+/// use punctual::ErrorKind;
 /// let week = queue.history("orders", MAX_HISTORY_MINUTES).await?;
 /// assert_eq!(week.minutes.len(), 10_080);
 /// let err = queue.history("orders", MAX_HISTORY_MINUTES + 1).await.unwrap_err();
@@ -49,7 +50,8 @@ pub const MAX_HISTORY_MINUTES: u32 = 7 * 24 * 60;
 /// takes everything later than the last bound.
 ///
 /// ```
-/// use punctual::{Lateness, LATENESS_BUCKETS_MS};
+/// use punctual::internal::LATENESS_BUCKETS_MS;
+/// use punctual::Lateness;
 /// let mut l = Lateness::default();
 /// l.record(2_500); // 2.5 ms late: in the bucket "up to 10 ms"
 /// let i = l.buckets.iter().position(|&n| n == 1).unwrap();

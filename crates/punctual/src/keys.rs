@@ -58,7 +58,7 @@ pub fn validate_topic(topic: &str) -> Result<()> {
 /// Characters that show nothing or reorder text: Unicode's format characters
 /// (general category Cf: bidi controls and isolates, zero-width characters,
 /// the byte order mark, soft hyphen, tags...) and the Hangul fillers. The
-/// enqueue script refuses the same list (a test in tests/integrity.rs sends
+/// enqueue script refuses the same list (a test in tests/validation.rs sends
 /// it every code point `validate_topic` refuses, and their neighbours).
 fn is_invisible(c: char) -> bool {
     matches!(c,
@@ -116,10 +116,10 @@ pub fn validate_id(id: &str) -> Result<()> {
 /// read and changed through [`crate::Queue`].
 ///
 /// ```
-/// let k = punctual::TopicKeys::new("punctual", "orders");
+/// let k = punctual::internal::TopicKeys::new("punctual", "orders");
 /// assert_eq!(k.pool(), "punctual:{orders}:pool");
 /// assert_eq!(k.all()[6], "punctual:{orders}:stats");
-/// let p = punctual::TopicKeys::new("punctual", &punctual::partition_name("orders", 2, 4));
+/// let p = punctual::internal::TopicKeys::new("punctual", &punctual::internal::partition_name("orders", 2, 4));
 /// assert_eq!(p.jobs(), "punctual:{orders#2}:jobs");
 /// ```
 #[derive(Debug, Clone)]
@@ -132,7 +132,7 @@ impl TopicKeys {
     /// under `prefix`.
     ///
     /// ```
-    /// let k = punctual::TopicKeys::new("myapp", "emails");
+    /// let k = punctual::internal::TopicKeys::new("myapp", "emails");
     /// assert_eq!(k.ready(), "myapp:{emails}:ready");
     /// ```
     pub fn new(prefix: &str, topic: &str) -> Self {
@@ -155,7 +155,7 @@ impl TopicKeys {
     /// All nine, in script order.
     ///
     /// ```
-    /// let k = punctual::TopicKeys::new("punctual", "orders");
+    /// let k = punctual::internal::TopicKeys::new("punctual", "orders");
     /// assert_eq!(k.all().len(), 9);
     /// assert_eq!(k.all()[0], k.pool());
     /// assert!(k.all().iter().all(|key| key.starts_with("punctual:{orders}:")));
@@ -166,7 +166,7 @@ impl TopicKeys {
     /// Jobs waiting for their due time (sorted set by due time).
     ///
     /// ```
-    /// let k = punctual::TopicKeys::new("punctual", "orders");
+    /// let k = punctual::internal::TopicKeys::new("punctual", "orders");
     /// assert_eq!(k.pool(), "punctual:{orders}:pool");
     /// ```
     pub fn pool(&self) -> &str {
@@ -175,7 +175,7 @@ impl TopicKeys {
     /// Due jobs waiting for a worker (sorted set).
     ///
     /// ```
-    /// let k = punctual::TopicKeys::new("punctual", "orders");
+    /// let k = punctual::internal::TopicKeys::new("punctual", "orders");
     /// assert_eq!(k.ready(), "punctual:{orders}:ready");
     /// ```
     pub fn ready(&self) -> &str {
@@ -184,7 +184,7 @@ impl TopicKeys {
     /// Leased jobs (sorted set by lease deadline).
     ///
     /// ```
-    /// let k = punctual::TopicKeys::new("punctual", "orders");
+    /// let k = punctual::internal::TopicKeys::new("punctual", "orders");
     /// assert_eq!(k.running(), "punctual:{orders}:running");
     /// ```
     pub fn running(&self) -> &str {
@@ -193,7 +193,7 @@ impl TopicKeys {
     /// Dead jobs (sorted set by time of death).
     ///
     /// ```
-    /// let k = punctual::TopicKeys::new("punctual", "orders");
+    /// let k = punctual::internal::TopicKeys::new("punctual", "orders");
     /// assert_eq!(k.dead(), "punctual:{orders}:dead");
     /// ```
     pub fn dead(&self) -> &str {
@@ -202,7 +202,7 @@ impl TopicKeys {
     /// Job records (hash id -> record).
     ///
     /// ```
-    /// let k = punctual::TopicKeys::new("punctual", "orders");
+    /// let k = punctual::internal::TopicKeys::new("punctual", "orders");
     /// assert_eq!(k.jobs(), "punctual:{orders}:jobs");
     /// ```
     pub fn jobs(&self) -> &str {
@@ -212,7 +212,7 @@ impl TopicKeys {
     /// (hash).
     ///
     /// ```
-    /// let k = punctual::TopicKeys::new("punctual", "orders");
+    /// let k = punctual::internal::TopicKeys::new("punctual", "orders");
     /// assert_eq!(k.meta(), "punctual:{orders}:meta");
     /// ```
     pub fn meta(&self) -> &str {
@@ -221,7 +221,7 @@ impl TopicKeys {
     /// Counters (hash).
     ///
     /// ```
-    /// let k = punctual::TopicKeys::new("punctual", "orders");
+    /// let k = punctual::internal::TopicKeys::new("punctual", "orders");
     /// assert_eq!(k.stats(), "punctual:{orders}:stats");
     /// ```
     pub fn stats(&self) -> &str {
@@ -230,7 +230,7 @@ impl TopicKeys {
     /// The counter behind generated ids and lease tokens (string).
     ///
     /// ```
-    /// let k = punctual::TopicKeys::new("punctual", "orders");
+    /// let k = punctual::internal::TopicKeys::new("punctual", "orders");
     /// assert_eq!(k.seq(), "punctual:{orders}:seq");
     /// ```
     pub fn seq(&self) -> &str {
@@ -239,7 +239,7 @@ impl TopicKeys {
     /// Deliveries so far and the latest lease token per job (hash).
     ///
     /// ```
-    /// let k = punctual::TopicKeys::new("punctual", "orders");
+    /// let k = punctual::internal::TopicKeys::new("punctual", "orders");
     /// assert_eq!(k.attempts(), "punctual:{orders}:attempts");
     /// ```
     pub fn attempts(&self) -> &str {
@@ -250,7 +250,7 @@ impl TopicKeys {
     /// one of the nine keys the scripts take.
     ///
     /// ```
-    /// let k = punctual::TopicKeys::new("punctual", "orders");
+    /// let k = punctual::internal::TopicKeys::new("punctual", "orders");
     /// assert_eq!(k.cold(), "punctual:{orders}:cold");
     /// ```
     pub fn cold(&self) -> String {
@@ -261,7 +261,7 @@ impl TopicKeys {
     /// one of the nine keys the scripts take.
     ///
     /// ```
-    /// let k = punctual::TopicKeys::new("punctual", "orders");
+    /// let k = punctual::internal::TopicKeys::new("punctual", "orders");
     /// assert_eq!(k.retried(), "punctual:{orders}:retried");
     /// ```
     pub fn retried(&self) -> String {
@@ -272,7 +272,7 @@ impl TopicKeys {
     /// `[start, start + 60000)`.
     ///
     /// ```
-    /// let k = punctual::TopicKeys::new("punctual", "orders");
+    /// let k = punctual::internal::TopicKeys::new("punctual", "orders");
     /// assert_eq!(k.cold_bucket(1_800_000_000_000), "punctual:{orders}:c:1800000000000");
     /// ```
     pub fn cold_bucket(&self, start: i64) -> String {

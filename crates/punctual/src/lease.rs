@@ -56,7 +56,7 @@ impl Partition {
     /// ```
     /// let p = punctual::raw::Partition::of("orders", 1, 2)?;
     /// assert_eq!(p.as_str(), "orders#1");
-    /// assert_eq!(punctual::TopicKeys::new("punctual", p.as_str()).pool(), "punctual:{orders#1}:pool");
+    /// assert_eq!(punctual::internal::TopicKeys::new("punctual", p.as_str()).pool(), "punctual:{orders#1}:pool");
     /// # Ok::<(), punctual::Error>(())
     /// ```
     pub fn as_str(&self) -> &str {

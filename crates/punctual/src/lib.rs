@@ -1,16 +1,43 @@
 //! punctual: a delay queue on Redis. Run each job at its due time, at least
 //! once, never early, and never lose one.
 //!
-//! - [`Queue`] enqueues, inspects and administers jobs.
-//! - [`Worker`] runs handlers for claimed jobs, extending their leases; a
-//!   [`Handler`] gets a [`CancellationToken`] per delivery.
-//! - [`Scheduler`] promotes due jobs and reclaims expired leases, and fires
-//!   the topic's recurring [`schedule`]s.
-//! - [`raw`] holds the runtime's low-level calls (claim, ack, fail, extend,
-//!   tick) for runtimes of one's own.
-//! - [`audit`] records who changed what (replay, purge, cancel, ...).
-//! - [`nodes`] reaches every node behind a URL for per-node admin work
-//!   (`INFO`, `SCAN`, `DEL`), and [`TopicKeys`] names a topic's keys.
+//! The API, by task:
+//!
+//! - **Produce**: [`Queue`] (made by [`Queue::connect`] or
+//!   [`Queue::builder`], a [`QueueBuilder`]) enqueues a [`Job`] due
+//!   [`When`], alone or in batches of up to [`MAX_BATCH`], and reports each
+//!   as [`Enqueued`] with its [`EnqueueStatus`]; [`EnqueueOptions`] holds a
+//!   job's options; [`Queue::cancel`] and [`Queue::reschedule`] change one.
+//! - **Consume**: a [`Worker`] ([`WorkerConfig`], [`Capacity`]) runs a
+//!   [`Handler`] for each claimed job, a [`Delivery`], extending its lease;
+//!   the handler returns an [`Outcome`] and gets a [`CancellationToken`]
+//!   ([`cancellable`], [`Cancellable`], [`BoxedHandler`]); [`AttemptEnd`]
+//!   tells how each attempt ended; [`Stopped`] is what a stopped worker
+//!   left.
+//! - **Schedule**: a [`Scheduler`] ([`SchedulerConfig`]) promotes due jobs,
+//!   reclaims expired leases and fires the topic's recurring
+//!   [`schedule`]s.
+//! - **Inspect and administer** (methods of [`Queue`]): [`JobInfo`] and
+//!   [`State`] of one job, [`TopicStats`], [`ListPage`] of [`Listed`] jobs,
+//!   [`Topics`] ([`SkippedTopic`]), dead jobs ([`DeadSelector`],
+//!   [`ReplayPace`]), [`Violation`]s found by a check, [`TopicDeleted`],
+//!   per-minute [`History`] ([`MinuteFigures`], [`Lateness`]).
+//! - **Limit**: [`Limits`] ([`Rate`], [`Limited`]) of a topic; groups of
+//!   jobs ([`GroupInfo`], [`GroupLimits`], [`GroupHold`]); partitions (at
+//!   most [`MAX_PARTITIONS`]).
+//! - **Check input** before sending it: [`validate_topic`], [`validate_id`],
+//!   [`validate_group`], [`validate_traceparent`], [`validate_tracestate`],
+//!   and the limits [`MAX_TOPIC_LEN`], [`MAX_ID_LEN`], [`MAX_GROUP_LEN`],
+//!   [`MAX_TRACESTATE_LEN`], [`MAX_ATTEMPTS`], [`MAX_DELAY`]; the defaults
+//!   [`DEFAULT_PREFIX`], [`DEFAULT_MAX_PAYLOAD`], [`DEFAULT_ENQUEUE_CHUNK`],
+//!   [`DEFAULT_LOADING_WAIT`], [`DEFAULT_CLAIM_BATCH`].
+//! - **Errors**: [`Error`] ([`ErrorKind`]) and [`Result`].
+//! - **Runtimes of one's own**: [`raw`] holds the low-level calls (claim,
+//!   ack, fail, extend, tick); [`registry`] the records that workers,
+//!   schedulers and other processes keep while they run.
+//!
+//! [`internal`] is the project's own tooling (for the `punctual` binary,
+//! the bench and the tests), with no stability promise.
 //!
 //! All state changes are Lua scripts that run atomically inside Redis and take
 //! every time from Redis `TIME`; see `docs/PROTOCOL.md`.
@@ -49,17 +76,17 @@
 //! }
 //! ```
 
-pub mod audit;
 mod conn;
+mod enqueued;
 mod error;
 mod handler;
 mod held;
 mod history;
+pub mod internal;
 mod job;
 mod keys;
 mod lease;
 mod limits;
-pub mod nodes;
 mod once;
 mod ops;
 mod options;
@@ -79,29 +106,25 @@ mod unlisted;
 mod wake;
 mod worker;
 
+pub use enqueued::{EnqueueStatus, Enqueued};
 pub use error::{Error, ErrorKind, Result};
 pub use handler::{cancellable, BoxedHandler, Cancellable, Handler, Outcome};
-pub use history::{
-    History, Lateness, MinuteFigures, HISTORY_TTL, LATENESS_BUCKETS_MS, MAX_HISTORY_MINUTES,
-};
+pub use history::{History, Lateness, MinuteFigures};
 pub use job::{
-    DeadSelector, EnqueueOptions, EnqueueStatus, Enqueued, Job, JobInfo, ListPage, Listed,
-    ReplayPace, State, TopicDeleted, TopicStats, Violation, When, MAX_ATTEMPTS, MAX_DELAY,
+    DeadSelector, EnqueueOptions, Job, JobInfo, ListPage, Listed, ReplayPace, State, TopicDeleted,
+    TopicStats, Violation, When, MAX_ATTEMPTS, MAX_DELAY,
 };
-pub use keys::{validate_id, validate_topic, TopicKeys, MAX_ID_LEN, MAX_TOPIC_LEN};
+pub use keys::{validate_id, validate_topic, MAX_ID_LEN, MAX_TOPIC_LEN};
 pub use limits::{Limited, Limits, Rate};
 pub use options::{
     validate_group, validate_traceparent, validate_tracestate, MAX_GROUP_LEN, MAX_TRACESTATE_LEN,
 };
-pub use partition::{partition_name, partition_of, MAX_PARTITIONS};
+pub use partition::MAX_PARTITIONS;
 pub use queue::{
     GroupHold, GroupInfo, GroupLimits, Queue, QueueBuilder, SkippedTopic, Topics,
     DEFAULT_ENQUEUE_CHUNK, DEFAULT_LOADING_WAIT, DEFAULT_MAX_PAYLOAD, DEFAULT_PREFIX, MAX_BATCH,
 };
 pub use raw::Delivery;
-pub use redact::{redact, split_seeds};
 pub use scheduler::{Scheduler, SchedulerConfig};
-pub use scripts::{script_names, script_source};
 pub use tokio_util::sync::CancellationToken;
-pub use unlisted::Unlisted;
 pub use worker::{AttemptEnd, Capacity, Stopped, Worker, WorkerConfig, DEFAULT_CLAIM_BATCH};

@@ -21,10 +21,10 @@ pub const MAX_PARTITIONS: u32 = 1024;
 /// The partition of `id` among `k`.
 ///
 /// ```
-/// assert_eq!(punctual::partition_of("order:10086", 1), 0);
-/// let p = punctual::partition_of("order:10086", 3);
+/// assert_eq!(punctual::internal::partition_of("order:10086", 1), 0);
+/// let p = punctual::internal::partition_of("order:10086", 3);
 /// assert!(p < 3);
-/// assert_eq!(p, punctual::partition_of("order:10086", 3));
+/// assert_eq!(p, punctual::internal::partition_of("order:10086", 3));
 /// ```
 pub fn partition_of(id: &str, k: u32) -> u32 {
     if k <= 1 {
@@ -38,8 +38,8 @@ pub fn partition_of(id: &str, k: u32) -> u32 {
 /// [`crate::raw`] take these names as a checked [`crate::raw::Partition`].
 ///
 /// ```
-/// assert_eq!(punctual::partition_name("orders", 0, 1), "orders");
-/// assert_eq!(punctual::partition_name("orders", 2, 3), "orders#2");
+/// assert_eq!(punctual::internal::partition_name("orders", 0, 1), "orders");
+/// assert_eq!(punctual::internal::partition_name("orders", 2, 3), "orders#2");
 /// ```
 pub fn partition_name(topic: &str, i: u32, k: u32) -> String {
     if k <= 1 {

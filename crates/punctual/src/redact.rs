@@ -21,7 +21,7 @@
 /// server is meant.
 ///
 /// ```
-/// use punctual::redact;
+/// use punctual::internal::redact;
 /// assert_eq!(redact("redis://app:s3cret@10.0.0.5:6379/0"), "redis://app:***@10.0.0.5:6379/0");
 /// assert_eq!(redact("redis://s3cret@cache:6379"), "redis://***@cache:6379");
 /// assert_eq!(redact("redis://app:pa,ss@h:6379"), "redis://app:***@h:6379");
@@ -43,7 +43,7 @@ pub fn redact(url: &str) -> String {
 /// `"redis://a:1,b:2"` is one (invalid) URL, not two seeds.
 ///
 /// ```
-/// use punctual::split_seeds;
+/// use punctual::internal::split_seeds;
 /// assert_eq!(
 ///     split_seeds("redis://u:pa,ss@10.0.0.1:7000, redis://10.0.0.2:7000"),
 ///     ["redis://u:pa,ss@10.0.0.1:7000", "redis://10.0.0.2:7000"]

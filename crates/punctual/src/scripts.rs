@@ -197,10 +197,10 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
 /// The names of punctual's scripts, for [`script_source`].
 ///
 /// ```
-/// let names: Vec<&str> = punctual::script_names().collect();
+/// let names: Vec<&str> = punctual::internal::script_names().collect();
 /// assert!(names.contains(&"enqueue") && names.contains(&"claim"));
 /// for name in names {
-///     let source = punctual::script_source(name).unwrap();
+///     let source = punctual::internal::script_source(name).unwrap();
 ///     assert!(source.starts_with("#!lua"), "{name}");
 /// }
 /// ```
@@ -212,9 +212,9 @@ pub fn script_names() -> impl Iterator<Item = &'static str> {
 /// producer in another language can `SCRIPT LOAD` it and call it by SHA.
 ///
 /// ```
-/// let enqueue = punctual::script_source("enqueue").unwrap();
+/// let enqueue = punctual::internal::script_source("enqueue").unwrap();
 /// assert!(enqueue.starts_with("#!lua"));
-/// assert!(punctual::script_source("nope").is_none());
+/// assert!(punctual::internal::script_source("nope").is_none());
 /// ```
 pub fn script_source(name: &str) -> Option<String> {
     ASSEMBLED

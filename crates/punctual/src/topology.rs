@@ -1,14 +1,14 @@
 //! What a Redis says about its layout, parsed: `CLUSTER NODES` and `INFO`
 //! replies, and the URL of another node of a cluster. No connections: a
 //! leaf that `conn.rs`, `unlisted.rs` and `nodes.rs` share (re-exported as
-//! [`crate::nodes`]).
+//! [`crate::internal::nodes`]).
 
 use std::collections::HashMap;
 
 /// One line of a `CLUSTER NODES` reply (see [`parse_cluster_nodes`]).
 ///
 /// ```
-/// let nodes = punctual::nodes::parse_cluster_nodes(
+/// let nodes = punctual::internal::nodes::parse_cluster_nodes(
 ///     "2920 10.0.0.4:7003@17003 slave 07c3 0 1 2 connected",
 /// );
 /// assert!(!nodes[0].master && !nodes[0].failed && nodes[0].slots.is_empty());
@@ -30,7 +30,7 @@ impl ClusterNode {
     /// Whether it serves `slot`.
     ///
     /// ```
-    /// let n = &punctual::nodes::parse_cluster_nodes(
+    /// let n = &punctual::internal::nodes::parse_cluster_nodes(
     ///     "07c3 10.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-5460",
     /// )[0];
     /// assert!(n.serves(5460) && !n.serves(5461));
@@ -42,7 +42,7 @@ impl ClusterNode {
     /// The host and port of [`ClusterNode::addr`].
     ///
     /// ```
-    /// let n = &punctual::nodes::parse_cluster_nodes(
+    /// let n = &punctual::internal::nodes::parse_cluster_nodes(
     ///     "07c3 10.0.0.1:7000@17000 master - 0 0 1 connected 0-16383",
     /// )[0];
     /// assert_eq!(n.host_port(), Some(("10.0.0.1", 7000)));
@@ -62,7 +62,7 @@ impl ClusterNode {
 /// 2920 127.0.0.1:7104@17104,host2 slave 07c3 0 1 2 connected
 /// 9d2a 127.0.0.1:7103@17103 master,fail - 0 1 3 disconnected 10923-16383
 /// ";
-/// let nodes = punctual::nodes::parse_cluster_nodes(text);
+/// let nodes = punctual::internal::nodes::parse_cluster_nodes(text);
 /// assert_eq!(nodes[0].addr, "127.0.0.1:7101");
 /// assert_eq!(nodes[0].slots, vec![(0, 5460)]);
 /// assert!(!nodes[1].master && nodes[1].addr == "127.0.0.1:7104");
@@ -101,7 +101,7 @@ pub fn parse_cluster_nodes(text: &str) -> Vec<ClusterNode> {
 /// Parses an `INFO` reply into field -> value (section headers left out).
 ///
 /// ```
-/// let info = punctual::nodes::parse_info(
+/// let info = punctual::internal::nodes::parse_info(
 ///     "# Server\r\nredis_version:7.2.4\r\ncmdstat_get:calls=3,usec=9\r\n",
 /// );
 /// assert_eq!(info["redis_version"], "7.2.4");
@@ -119,7 +119,7 @@ pub fn parse_info(text: &str) -> HashMap<String, String> {
 /// credentials and database kept: the URL of another node of a cluster.
 ///
 /// ```
-/// use punctual::nodes::node_url;
+/// use punctual::internal::nodes::node_url;
 /// assert_eq!(
 ///     node_url("redis://u:p@10.0.0.1:7000/0", "10.0.0.2:7001").as_deref(),
 ///     Some("redis://u:p@10.0.0.2:7001/0")

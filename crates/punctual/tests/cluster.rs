@@ -7,11 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::util::part;
+use punctual::internal::{partition_name, partition_of};
 use punctual::raw::{self, FailKind, Failed, Lease, TickLimits};
-use punctual::{
-    partition_name, partition_of, DeadSelector, ErrorKind, Job, Outcome, Queue, State, Worker,
-    WorkerConfig,
-};
+use punctual::{DeadSelector, ErrorKind, Job, Outcome, Queue, State, Worker, WorkerConfig};
 use punctual_testkit::RedisCluster;
 use rand::{Rng, SeedableRng};
 use tokio_util::sync::CancellationToken;
@@ -621,7 +619,7 @@ async fn a_slot_migration_fails_a_cold_placement_before_it_writes_anything() {
         .cli(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &dst_id])
         .unwrap();
 
-    let script = punctual::script_source("enqueue").unwrap();
+    let script = punctual::internal::script_source("enqueue").unwrap();
     let mut args: Vec<String> = vec!["EVAL".into(), script, "9".into()];
     args.extend(names.iter().map(|n| key(n)));
     for a in ["1048576", "0", "1", "far", "x", "d7200000", "", ""] {

@@ -66,7 +66,7 @@ async fn open_cold(c: &MultiplexedConnection, topic: &str) {
     let _: redis::Value = cmd(
         c,
         redis::cmd("EVAL")
-            .arg(punctual::script_source("tick").unwrap())
+            .arg(punctual::internal::script_source("tick").unwrap())
             .arg(keys.len())
             .arg(&keys)
             .arg(1000)
@@ -1207,7 +1207,8 @@ async fn cold_jobs_of_a_partitioned_topic_are_counted_and_run() {
     for i in 0..n {
         let id = format!("u{i:02}");
         let due = q.get(t, &id).await.unwrap().unwrap().due_ms;
-        let home = punctual::partition_name(t, punctual::partition_of(&id, 4), 4);
+        let home =
+            punctual::internal::partition_name(t, punctual::internal::partition_of(&id, 4), 4);
         assert_cold_in(q, c, t, &home, &id, due).await;
         want.insert(id, due);
     }
@@ -1238,7 +1239,7 @@ async fn cold_jobs_of_a_partitioned_topic_are_counted_and_run() {
     s.await.unwrap().unwrap();
     assert_check(q, t, "at the end").await;
     let far = q.get(t, "far").await.unwrap().unwrap();
-    let home = punctual::partition_name(t, punctual::partition_of("far", 4), 4);
+    let home = punctual::internal::partition_name(t, punctual::internal::partition_of("far", 4), 4);
     assert_cold_in(q, c, t, &home, "far", far.due_ms).await;
     let left: i64 = {
         let mut sum = 0;

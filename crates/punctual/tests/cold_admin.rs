@@ -302,7 +302,7 @@ async fn an_id_given_twice_to_a_paced_replay_or_to_unfire_counts_once() {
     let gone: i64 = f
         .cmd(
             redis::cmd("EVAL")
-                .arg(punctual::script_source("unfire").unwrap())
+                .arg(punctual::internal::script_source("unfire").unwrap())
                 .arg(keys.len())
                 .arg(&keys)
                 .arg("s@1")

@@ -261,7 +261,7 @@ async fn cold_page_returns_the_live_cold_jobs_of_a_page_of_a_bucket() {
     let keys = topic_keys(t);
     let page = |argv: Vec<String>| {
         let mut cmd = redis::cmd("EVAL");
-        cmd.arg(punctual::script_source("cold_page").unwrap())
+        cmd.arg(punctual::internal::script_source("cold_page").unwrap())
             .arg(keys.len())
             .arg(&keys)
             .arg(argv);

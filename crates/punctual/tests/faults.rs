@@ -891,7 +891,7 @@ async fn a_full_redis_refuses_whole_scripts_loudly_and_recovers_when_memory_is_f
 
 /// The sorted run times of one script in a slow log.
 fn script_times(log: &[(Duration, Vec<String>)], script: &str) -> Vec<Duration> {
-    let sha = redis::Script::new(&punctual::script_source(script).unwrap())
+    let sha = redis::Script::new(&punctual::internal::script_source(script).unwrap())
         .get_hash()
         .to_string();
     let mut v: Vec<Duration> = log
@@ -946,7 +946,7 @@ async fn a_flood_due_at_one_instant_is_promoted_in_short_ticks_while_redis_stays
     let mut cc = c.clone();
     let sha: String = redis::cmd("SCRIPT")
         .arg("LOAD")
-        .arg(punctual::script_source("enqueue").unwrap())
+        .arg(punctual::internal::script_source("enqueue").unwrap())
         .query_async(&mut cc)
         .await
         .unwrap();

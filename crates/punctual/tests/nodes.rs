@@ -1,11 +1,12 @@
-//! `punctual::nodes`: every node behind a URL, per-node `INFO` and the
+//! `punctual::internal::nodes`: every node behind a URL, per-node `INFO` and the
 //! deletion of one prefix's keys (and only those), on one Redis and on a
 //! cluster.
 
 use std::time::Duration;
 
-use punctual::nodes::Nodes;
-use punctual::{Job, Queue, TopicKeys};
+use punctual::internal::nodes::Nodes;
+use punctual::internal::TopicKeys;
+use punctual::{Job, Queue};
 use punctual_testkit::{RedisCluster, RedisServer};
 use redis::AsyncCommands;
 

@@ -27,7 +27,8 @@ async fn m_field(f: &Fixture, t: &str, id: &str) -> String {
 /// EVAL of the enqueue script for `jobs` (id, payload, when, max, backoff).
 fn enqueue_cmd(t: &str, jobs: &[[&str; 5]]) -> redis::Cmd {
     let mut cmd = redis::cmd("EVAL");
-    cmd.arg(punctual::script_source("enqueue").unwrap()).arg(9);
+    cmd.arg(punctual::internal::script_source("enqueue").unwrap())
+        .arg(9);
     for k in topic_keys(t) {
         cmd.arg(k);
     }
@@ -884,7 +885,7 @@ async fn a_replayed_expired_job_gets_a_fresh_window_of_the_same_length() {
     // Paced ("due" mode): due in a minute, in pool; the window starts at
     // that due time.
     let mut cmd = redis::cmd("EVAL");
-    cmd.arg(punctual::script_source("dead_replay").unwrap())
+    cmd.arg(punctual::internal::script_source("dead_replay").unwrap())
         .arg(9);
     for k in topic_keys(t) {
         cmd.arg(k);

@@ -578,7 +578,7 @@ impl CuttingProxy {
 
     /// Cuts the next call of the script `name`; returns the cuts so far.
     fn arm_script(&self, name: &str) -> usize {
-        let source = punctual::script_source(name).expect("a script");
+        let source = punctual::internal::script_source(name).expect("a script");
         self.arm_for(redis::Script::new(&source).get_hash().as_bytes())
     }
 
@@ -876,7 +876,7 @@ impl StallingProxy {
 
     /// Holds the reply of the next call of the script `name`.
     fn arm_script(&self, name: &str) {
-        let source = punctual::script_source(name).expect("a script");
+        let source = punctual::internal::script_source(name).expect("a script");
         *self.needle.lock().unwrap() = redis::Script::new(&source).get_hash().as_bytes().to_vec();
         self.armed.store(true, Ordering::SeqCst);
     }
@@ -906,7 +906,11 @@ fn an_ack_whose_reply_was_lost_is_reported_as_unknown_not_as_a_lost_lease() {
         let t = "unknown";
         q.enqueue(t, Job::new("x").id("x")).await.unwrap();
         redis
-            .cli(&["SCRIPT", "LOAD", &punctual::script_source("ack").unwrap()])
+            .cli(&[
+                "SCRIPT",
+                "LOAD",
+                &punctual::internal::script_source("ack").unwrap(),
+            ])
             .unwrap();
         let proxy = StallingProxy::start(redis.port(), Duration::ZERO).await;
         proxy.cut.store(true, Ordering::SeqCst);
@@ -985,7 +989,11 @@ async fn a_delivery_read_after_its_lease_ran_out_is_not_started() {
     .unwrap();
     // The claim script is loaded: the held reply is the claim's own.
     redis
-        .cli(&["SCRIPT", "LOAD", &punctual::script_source("claim").unwrap()])
+        .cli(&[
+            "SCRIPT",
+            "LOAD",
+            &punctual::internal::script_source("claim").unwrap(),
+        ])
         .unwrap();
     let proxy = StallingProxy::start(redis.port(), Duration::from_millis(1500)).await;
     proxy.arm_script("claim");

@@ -152,7 +152,7 @@ async fn every_second_cron_on_a_cluster_and_a_partitioned_topic() {
     // The occurrences went to every partition, each in its own slot.
     let mut per_part = [0usize; 3];
     for l in q.peek("hot", State::Pool, 1000).await.unwrap() {
-        per_part[punctual::partition_of(&l.id, 3) as usize] += 1;
+        per_part[punctual::internal::partition_of(&l.id, 3) as usize] += 1;
     }
     assert!(per_part.iter().all(|n| *n > 0), "{per_part:?}");
     every_second_cron_fires_each_occurrence_once(q, "plain").await;
@@ -457,10 +457,10 @@ async fn the_enqueue_script_checks_the_tenth_key() {
     let server = RedisServer::start();
     let client = redis::Client::open(server.url()).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let script = redis::Script::new(&punctual::script_source("enqueue").unwrap());
+    let script = redis::Script::new(&punctual::internal::script_source("enqueue").unwrap());
     let call = |tenth: &str| {
         let mut inv = script.prepare_invoke();
-        for k in punctual::TopicKeys::new("punctual", "t").all() {
+        for k in punctual::internal::TopicKeys::new("punctual", "t").all() {
             inv.key(k);
         }
         inv.key(tenth);

@@ -3,7 +3,7 @@
 
 use anyhow::Result;
 use clap::Args;
-use punctual::audit::{self, Entry, MAX_ENTRIES};
+use punctual::internal::audit::{self, Entry, MAX_ENTRIES};
 use punctual::Queue;
 use serde_json::Value;
 

@@ -266,10 +266,10 @@ impl ConnectionLike for Source {
 
 async fn source(ctx: &Ctx, queue: &Queue) -> Result<Source> {
     let url = &ctx.global.redis_url;
-    let what = || format!("cannot reach Redis at {}", punctual::redact(url));
+    let what = || format!("cannot reach Redis at {}", punctual::internal::redact(url));
     if queue.is_cluster() {
-        let client =
-            redis::cluster::ClusterClient::new(punctual::split_seeds(url)).with_context(what)?;
+        let client = redis::cluster::ClusterClient::new(punctual::internal::split_seeds(url))
+            .with_context(what)?;
         Ok(Source::Cluster(
             client.get_async_connection().await.with_context(what)?,
         ))

@@ -28,7 +28,7 @@ pub(crate) async fn run(ctx: &Ctx, args: PartitionsArgs) -> Result<()> {
         return emit_json(&json!({"topic": args.topic, "partitions": k}));
     }
     let names: Vec<String> = (0..k)
-        .map(|i| punctual::partition_name(&args.topic, i, k))
+        .map(|i| punctual::internal::partition_name(&args.topic, i, k))
         .collect();
     emit(&format!(
         "topic {:?}: {k} partition(s): {}\n",

@@ -24,7 +24,7 @@ fn sha1(source: &str) -> String {
 /// Lists the scripts, or prints one exactly as punctual loads it.
 pub(crate) fn run(ctx: &Ctx, args: ScriptArgs) -> Result<()> {
     let Some(name) = args.name else {
-        let scripts: Vec<(&str, String)> = punctual::script_names()
+        let scripts: Vec<(&str, String)> = punctual::internal::script_names()
             .filter_map(|n| Some((n, sha1(&source(n)?))))
             .collect();
         if ctx.json() {
@@ -41,7 +41,7 @@ pub(crate) fn run(ctx: &Ctx, args: ScriptArgs) -> Result<()> {
         return emit(&t.render());
     };
     let Some(src) = source(&name) else {
-        let known: Vec<&str> = punctual::script_names().collect();
+        let known: Vec<&str> = punctual::internal::script_names().collect();
         return Err(exit::invalid(format!(
             "unknown script {name:?}; the scripts are: {} (run `punctual script` to list them)",
             known.join(", ")
@@ -54,5 +54,5 @@ pub(crate) fn run(ctx: &Ctx, args: ScriptArgs) -> Result<()> {
 }
 
 fn source(name: &str) -> Option<String> {
-    punctual::script_source(name)
+    punctual::internal::script_source(name)
 }

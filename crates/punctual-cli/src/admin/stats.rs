@@ -116,7 +116,7 @@ pub(crate) async fn topics(ctx: &Ctx) -> Result<()> {
 /// The minutes a span covers, rounded up; refused past 7 days.
 fn span_minutes(span: std::time::Duration) -> Result<u32> {
     let minutes = span.as_secs().div_ceil(60).max(1);
-    if minutes > u64::from(punctual::MAX_HISTORY_MINUTES) {
+    if minutes > u64::from(punctual::internal::MAX_HISTORY_MINUTES) {
         return Err(crate::exit::invalid(format!(
             "--history {}: the history is kept for 7 days; give at most 7d",
             humantime::format_duration(span)

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::Json;
-use punctual::audit::{self, MAX_ENTRIES};
+use punctual::internal::audit::{self, MAX_ENTRIES};
 use serde::Deserialize;
 
 use super::reply::AuditEntryReply;

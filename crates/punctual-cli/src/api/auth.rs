@@ -7,7 +7,7 @@ use std::sync::Arc;
 use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
-use punctual::audit::Entry;
+use punctual::internal::audit::Entry;
 use punctual::Queue;
 use serde_json::Value;
 use subtle::ConstantTimeEq;

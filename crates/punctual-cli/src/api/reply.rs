@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use punctual::audit::Entry;
+use punctual::internal::audit::Entry;
 use punctual::registry::ProcessInfo;
 use punctual::{History, JobInfo, Lateness, MinuteFigures, TopicStats};
 use serde::Serialize;

@@ -356,10 +356,10 @@ async fn history(
 ) -> ApiResult<Json<HistoryReply>> {
     topic_ok(&topic)?;
     let minutes = query(q)?.minutes.unwrap_or(60);
-    if minutes == 0 || minutes > punctual::MAX_HISTORY_MINUTES {
+    if minutes == 0 || minutes > punctual::internal::MAX_HISTORY_MINUTES {
         return Err(ApiError::invalid(format!(
             "minutes={minutes}: give 1 to {} (7 days)",
-            punctual::MAX_HISTORY_MINUTES
+            punctual::internal::MAX_HISTORY_MINUTES
         )));
     }
     let history = s.queue.history(&topic, minutes).await?;

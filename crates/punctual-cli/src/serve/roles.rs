@@ -40,7 +40,7 @@ pub(crate) async fn connect(cfg: &Config) -> Result<Queue> {
             Err(e) if loading(&e) => {
                 tracing::warn!(
                     "Redis at {} is loading its dataset; trying again in {backoff:?}",
-                    punctual::redact(&cfg.redis)
+                    punctual::internal::redact(&cfg.redis)
                 );
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(5));
@@ -49,7 +49,7 @@ pub(crate) async fn connect(cfg: &Config) -> Result<Queue> {
                 return Err(e).with_context(|| {
                     format!(
                         "cannot reach Redis at {} (is redis-server running? set redis in the config, --redis or PUNCTUAL_REDIS_URL)",
-                        punctual::redact(&cfg.redis)
+                        punctual::internal::redact(&cfg.redis)
                     )
                 })
             }

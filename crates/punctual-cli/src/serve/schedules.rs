@@ -3,7 +3,7 @@
 //! schedule that was new or changed.
 
 use anyhow::{Context, Result};
-use punctual::audit::Entry;
+use punctual::internal::audit::Entry;
 use punctual::Queue;
 
 use super::config::Config;

@@ -1,9 +1,15 @@
 //! Fixtures shared by the CLI's integration tests: the real `punctual`
 //! binary run as `api` or `serve` against a private redis-server, a small
 //! JSON client (`Server`), a `serve` process with its own directory of
-//! config, scripts and records (`Service`), and polling helpers.
+//! config, scripts and records (`Service`), one run of the binary as a
+//! command-line user runs it (`run`, `punctual`, `Run`), and polling
+//! helpers.
 
 #![allow(dead_code)]
+
+mod binary;
+#[allow(unused_imports)]
+pub(crate) use binary::{punctual, punctual_at, run, run_with_input, Run};
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;

@@ -186,6 +186,19 @@ pub struct Delivery {
 pub(crate) const STALLED_REPLY: Duration = Duration::from_millis(10);
 
 impl Delivery {
+    /// Whether this job's lease may already be lost although nothing said
+    /// so: its worker has not known it held for over half the lease, not
+    /// since the claim was sent nor since its keeper last extended it (the
+    /// worker was stopped, or Redis unreachable, for that long). A handler
+    /// that holds jobs before starting them asks this right before each
+    /// start, and hands the job back instead of starting it. False for a
+    /// delivery outside a worker.
+    pub fn lease_in_doubt(&self) -> bool {
+        self.extended
+            .as_ref()
+            .is_some_and(|e| e.in_doubt(self.sent))
+    }
+
     /// How late the job is now, in microseconds: Redis's clock at the claim
     /// minus the due time, plus the local time since the claim's reply (no
     /// cross-host skew). Negative would mean an early start; the claim script

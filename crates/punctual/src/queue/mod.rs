@@ -46,7 +46,7 @@ pub const DEFAULT_MAX_PAYLOAD: usize = 64 * 1024;
 /// Default key prefix.
 ///
 /// ```
-/// let keys = punctual::TopicKeys::new(punctual::DEFAULT_PREFIX, "orders");
+/// let keys = punctual::internal::TopicKeys::new(punctual::DEFAULT_PREFIX, "orders");
 /// assert_eq!(keys.pool(), "punctual:{orders}:pool");
 /// ```
 pub const DEFAULT_PREFIX: &str = "punctual";
@@ -360,7 +360,7 @@ impl Queue {
     ///
     /// ```no_run
     /// # fn demo(queue: punctual::Queue) {
-    /// let keys = punctual::TopicKeys::new(queue.prefix(), "orders");
+    /// let keys = punctual::internal::TopicKeys::new(queue.prefix(), "orders");
     /// println!("pool of orders: {}", keys.pool());
     /// # }
     /// ```

@@ -13,7 +13,7 @@
 //! # let redis = punctual_testkit::RedisServer::start();
 //! # let url = redis.url();
 //! use std::time::Duration;
-//! use punctual::nodes::Nodes;
+//! use punctual::internal::nodes::Nodes;
 //! let t = Duration::from_secs(2);
 //! let nodes = Nodes::connect(&url, t, t).await?; // one URL, or a cluster's seeds
 //! let mut keys = 0;
@@ -46,7 +46,7 @@ pub use crate::topology::{node_url, parse_cluster_nodes, parse_info, ClusterNode
 ///
 /// ```no_run
 /// # async fn f() -> punctual::Result<()> {
-/// let node = punctual::nodes::Node::connect("redis://127.0.0.1:6379", std::time::Duration::from_secs(2)).await?;
+/// let node = punctual::internal::nodes::Node::connect("redis://127.0.0.1:6379", std::time::Duration::from_secs(2)).await?;
 /// let keyspace = node.info(&["keyspace"]).await?;
 /// let mut conn = node.conn();
 /// let pong: String = redis::cmd("PING").query_async(&mut conn).await?;
@@ -91,7 +91,7 @@ impl Node {
     ///
     /// ```no_run
     /// # async fn f() -> punctual::Result<()> {
-    /// let node = punctual::nodes::Node::connect("redis://127.0.0.1:6379", std::time::Duration::from_secs(2)).await?;
+    /// let node = punctual::internal::nodes::Node::connect("redis://127.0.0.1:6379", std::time::Duration::from_secs(2)).await?;
     /// let info = node.info(&["server"]).await?;
     /// println!("{} runs Redis {}", node.addr(), info["redis_version"]);
     /// # Ok(()) }
@@ -137,7 +137,7 @@ impl Node {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> punctual::Result<()> {
     /// # let redis = punctual_testkit::RedisServer::start();
-    /// # let node = punctual::nodes::Node::connect(&redis.url(), std::time::Duration::from_secs(2)).await?;
+    /// # let node = punctual::internal::nodes::Node::connect(&redis.url(), std::time::Duration::from_secs(2)).await?;
     /// assert_eq!(node.addr(), format!("127.0.0.1:{}", redis.port()));
     /// # Ok(()) }
     /// ```
@@ -145,16 +145,16 @@ impl Node {
         &self.addr
     }
 
-    /// Its URL (with credentials: pass it through [`crate::redact`] before
+    /// Its URL (with credentials: pass it through [`crate::internal::redact`] before
     /// showing it).
     ///
     /// ```no_run
     /// # async fn demo() -> punctual::Result<()> {
     /// use std::time::Duration;
     /// let url = "redis://app:s3cret@10.0.0.5:6379";
-    /// let node = punctual::nodes::Node::connect(url, Duration::from_secs(2)).await?;
+    /// let node = punctual::internal::nodes::Node::connect(url, Duration::from_secs(2)).await?;
     /// assert_eq!(node.url(), url);
-    /// println!("connected to {}", punctual::redact(node.url())); // no password shown
+    /// println!("connected to {}", punctual::internal::redact(node.url())); // no password shown
     /// # Ok(()) }
     /// ```
     pub fn url(&self) -> &str {
@@ -164,7 +164,7 @@ impl Node {
     /// The slot ranges it serves (empty for a single Redis and a replica).
     ///
     /// ```no_run
-    /// # async fn demo(nodes: punctual::nodes::Nodes) {
+    /// # async fn demo(nodes: punctual::internal::nodes::Nodes) {
     /// for m in nodes.masters() {
     ///     let n: u32 = m.slots().iter().map(|&(a, b)| u32::from(b - a) + 1).sum();
     ///     println!("{} serves {n} slots", m.addr());
@@ -181,7 +181,7 @@ impl Node {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> punctual::Result<()> {
     /// # let redis = punctual_testkit::RedisServer::start();
-    /// # let node = punctual::nodes::Node::connect(&redis.url(), std::time::Duration::from_secs(2)).await?;
+    /// # let node = punctual::internal::nodes::Node::connect(&redis.url(), std::time::Duration::from_secs(2)).await?;
     /// let mut conn = node.conn();
     /// let size: u64 = redis::cmd("DBSIZE").query_async(&mut conn).await?;
     /// assert_eq!(size, 0);
@@ -198,7 +198,7 @@ impl Node {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> punctual::Result<()> {
     /// # let redis = punctual_testkit::RedisServer::start();
-    /// # let node = punctual::nodes::Node::connect(&redis.url(), std::time::Duration::from_secs(2)).await?;
+    /// # let node = punctual::internal::nodes::Node::connect(&redis.url(), std::time::Duration::from_secs(2)).await?;
     /// let info = node.info(&["server", "memory"]).await?;
     /// assert_eq!(info["tcp_port"], redis.port().to_string());
     /// let used: u64 = info["used_memory"].parse().unwrap();
@@ -233,7 +233,7 @@ impl Node {
     /// false. Only reads.
     ///
     /// ```no_run
-    /// # async fn f(node: punctual::nodes::Node) -> punctual::Result<()> {
+    /// # async fn f(node: punctual::internal::nodes::Node) -> punctual::Result<()> {
     /// let mut n = 0;
     /// node.scan(Some("punctual:*"), |keys| {
     ///     n += keys.len();
@@ -261,7 +261,7 @@ impl Node {
     /// returns how many it deleted.
     ///
     /// ```no_run
-    /// # async fn f(node: punctual::nodes::Node) -> punctual::Result<()> {
+    /// # async fn f(node: punctual::internal::nodes::Node) -> punctual::Result<()> {
     /// let gone = node.delete_matching("scratch:*").await?;
     /// # Ok(()) }
     /// ```
@@ -302,8 +302,8 @@ impl Node {
 /// [`crate::Queue`] uses; cheap to clone.
 ///
 /// ```no_run
-/// # async fn f(nodes: punctual::nodes::Nodes) -> punctual::Result<()> {
-/// let keys = punctual::TopicKeys::new("punctual", "orders");
+/// # async fn f(nodes: punctual::internal::nodes::Nodes) -> punctual::Result<()> {
+/// let keys = punctual::internal::TopicKeys::new("punctual", "orders");
 /// let mut conn = nodes.keyed();
 /// let records: u64 = redis::cmd("HLEN").arg(keys.jobs()).query_async(&mut conn).await?;
 /// # Ok(()) }
@@ -344,7 +344,7 @@ impl ConnectionLike for KeyedConn {
 /// # async fn f() -> punctual::Result<()> {
 /// use std::time::Duration;
 /// let t = Duration::from_secs(2);
-/// let nodes = punctual::nodes::Nodes::connect("redis://127.0.0.1:7000", t, t).await?;
+/// let nodes = punctual::internal::nodes::Nodes::connect("redis://127.0.0.1:7000", t, t).await?;
 /// if nodes.is_cluster() {
 ///     let slot = 1234;
 ///     println!("slot {slot} is on {:?}", nodes.master_of_slot(slot).map(|m| m.addr()));
@@ -381,7 +381,7 @@ impl Nodes {
     /// ```no_run
     /// # async fn f() -> punctual::Result<()> {
     /// use std::time::Duration;
-    /// let nodes = punctual::nodes::Nodes::connect(
+    /// let nodes = punctual::internal::nodes::Nodes::connect(
     ///     "redis://127.0.0.1:7000,redis://127.0.0.1:7001",
     ///     Duration::from_secs(2),
     ///     Duration::from_secs(30),
@@ -449,7 +449,7 @@ impl Nodes {
     /// # let url = redis.url();
     /// use std::time::Duration;
     /// let t = Duration::from_secs(2);
-    /// let nodes = punctual::nodes::Nodes::connect(&url, t, t).await?;
+    /// let nodes = punctual::internal::nodes::Nodes::connect(&url, t, t).await?;
     /// assert!(!nodes.is_cluster());
     /// # Ok(()) }
     /// ```
@@ -466,7 +466,7 @@ impl Nodes {
     /// # let url = redis.url();
     /// use std::time::Duration;
     /// let t = Duration::from_secs(2);
-    /// let nodes = punctual::nodes::Nodes::connect(&url, t, t).await?;
+    /// let nodes = punctual::internal::nodes::Nodes::connect(&url, t, t).await?;
     /// assert_eq!(nodes.masters().len(), 1);
     /// assert_eq!(nodes.masters()[0].url(), url);
     /// # Ok(()) }
@@ -478,7 +478,7 @@ impl Nodes {
     /// A cluster's other nodes (replicas); empty for a single Redis.
     ///
     /// ```no_run
-    /// # async fn demo(nodes: punctual::nodes::Nodes) -> punctual::Result<()> {
+    /// # async fn demo(nodes: punctual::internal::nodes::Nodes) -> punctual::Result<()> {
     /// for r in nodes.replicas() {
     ///     let repl = r.info(&["replication"]).await?;
     ///     println!("{}: link to its master {}", r.addr(), repl["master_link_status"]);
@@ -498,7 +498,7 @@ impl Nodes {
     /// # let url = redis.url();
     /// use std::time::Duration;
     /// let t = Duration::from_secs(2);
-    /// let nodes = punctual::nodes::Nodes::connect(&url, t, t).await?;
+    /// let nodes = punctual::internal::nodes::Nodes::connect(&url, t, t).await?;
     /// let mut versions = Vec::new();
     /// for node in nodes.all() {
     ///     versions.push(node.info(&["server"]).await?["redis_version"].clone());
@@ -519,7 +519,7 @@ impl Nodes {
     /// # let url = redis.url();
     /// use std::time::Duration;
     /// let t = Duration::from_secs(2);
-    /// let nodes = punctual::nodes::Nodes::connect(&url, t, t).await?;
+    /// let nodes = punctual::internal::nodes::Nodes::connect(&url, t, t).await?;
     /// // On a single Redis every slot is on its one node.
     /// let node = nodes.master_of_slot(16_383).unwrap();
     /// assert_eq!(node.addr(), nodes.masters()[0].addr());
@@ -543,7 +543,7 @@ impl Nodes {
     /// # let url = redis.url();
     /// use std::time::Duration;
     /// let t = Duration::from_secs(2);
-    /// let nodes = punctual::nodes::Nodes::connect(&url, t, t).await?;
+    /// let nodes = punctual::internal::nodes::Nodes::connect(&url, t, t).await?;
     /// let mut conn = nodes.keyed();
     /// let _: () = redis::cmd("SET").arg("scratch:a").arg(1).query_async(&mut conn).await?;
     /// let v: i64 = redis::cmd("GET").arg("scratch:a").query_async(&mut conn).await?;
@@ -564,7 +564,7 @@ impl Nodes {
     /// # let url = redis.url();
     /// use std::time::Duration;
     /// let t = Duration::from_secs(2);
-    /// let nodes = punctual::nodes::Nodes::connect(&url, t, t).await?;
+    /// let nodes = punctual::internal::nodes::Nodes::connect(&url, t, t).await?;
     /// let mut conn = nodes.keyed();
     /// for k in ["scratch:a", "scratch:b", "keep:c"] {
     ///     let _: () = redis::cmd("SET").arg(k).arg(1).query_async(&mut conn).await?;

@@ -18,10 +18,10 @@ use redis::Script;
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
-use super::phases::{payload, Left};
-use super::probe::{round, Snapshot};
-use super::target::keys_of;
-use super::{Bench, Report};
+use crate::harness::{payload, Left};
+use crate::probe::{round, Snapshot};
+use crate::target::keys_of;
+use crate::{Bench, Report};
 
 /// Jobs per call, as in the scripts phase.
 const CHUNK: usize = punctual::MAX_BATCH;

@@ -10,7 +10,7 @@
 //!
 //! ```no_run
 //! # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
-//! use punctual::audit::{self, Entry};
+//! use punctual::internal::audit::{self, Entry};
 //! let entry = Entry::new("cli", "alice", "pause").topic("orders");
 //! audit::append(&queue, &entry).await?;
 //! for e in audit::read(&queue, 20).await?.entries {
@@ -29,7 +29,7 @@ use crate::{Error, Queue, Result};
 ///
 /// ```no_run
 /// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
-/// use punctual::audit::{self, MAX_ENTRIES};
+/// use punctual::internal::audit::{self, MAX_ENTRIES};
 /// let everything = audit::read(&queue, MAX_ENTRIES).await?;
 /// assert!(everything.entries.len() <= MAX_ENTRIES);
 /// # Ok(()) }
@@ -39,7 +39,7 @@ pub const MAX_ENTRIES: usize = 10_000;
 /// The key of the trail under `prefix`: `P:audit`.
 ///
 /// ```
-/// assert_eq!(punctual::audit::key("punctual"), "punctual:audit");
+/// assert_eq!(punctual::internal::audit::key("punctual"), "punctual:audit");
 /// ```
 pub fn key(prefix: &str) -> String {
     format!("{prefix}:audit")
@@ -48,7 +48,7 @@ pub fn key(prefix: &str) -> String {
 /// One change: who made it, from where, what it was, and when.
 ///
 /// ```
-/// let e = punctual::audit::Entry::new("api", "10.0.0.7:51234", "dead.replay")
+/// let e = punctual::internal::audit::Entry::new("api", "10.0.0.7:51234", "dead.replay")
 ///     .topic("orders")
 ///     .detail(serde_json::json!({"replayed": 3}));
 /// assert_eq!(e.topic.as_deref(), Some("orders"));
@@ -79,7 +79,7 @@ impl Entry {
     /// An entry made now, with no topic and no detail.
     ///
     /// ```
-    /// let e = punctual::audit::Entry::new("cli", "alice", "pause");
+    /// let e = punctual::internal::audit::Entry::new("cli", "alice", "pause");
     /// assert_eq!((e.who.as_str(), e.from.as_str(), e.action.as_str()), ("cli", "alice", "pause"));
     /// assert_eq!(e.topic, None);
     /// assert_eq!(e.detail, serde_json::json!({}));
@@ -102,7 +102,7 @@ impl Entry {
     /// The topic the change touched.
     ///
     /// ```
-    /// let e = punctual::audit::Entry::new("cli", "alice", "resume").topic("orders");
+    /// let e = punctual::internal::audit::Entry::new("cli", "alice", "resume").topic("orders");
     /// assert_eq!(e.topic.as_deref(), Some("orders"));
     /// ```
     pub fn topic(mut self, topic: impl Into<String>) -> Self {
@@ -113,7 +113,7 @@ impl Entry {
     /// Details: a JSON object with ids, counts, ...
     ///
     /// ```
-    /// let e = punctual::audit::Entry::new("api", "10.0.0.7:51234", "cancel")
+    /// let e = punctual::internal::audit::Entry::new("api", "10.0.0.7:51234", "cancel")
     ///     .topic("orders")
     ///     .detail(serde_json::json!({"ids": ["o-17", "o-18"]}));
     /// assert_eq!(e.detail["ids"][1], "o-18");
@@ -128,7 +128,7 @@ impl Entry {
 ///
 /// ```no_run
 /// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {
-/// let trail = punctual::audit::read(&queue, 100).await?;
+/// let trail = punctual::internal::audit::read(&queue, 100).await?;
 /// for e in &trail.entries {
 ///     println!("{} {} {} {:?}", e.at_ms, e.who, e.action, e.topic);
 /// }
@@ -157,7 +157,7 @@ pub struct Trail {
 /// # async fn main() -> punctual::Result<()> {
 /// # let redis = punctual_testkit::RedisServer::start();
 /// # let queue = punctual::Queue::connect(redis.url()).await?;
-/// use punctual::audit::{self, Entry};
+/// use punctual::internal::audit::{self, Entry};
 /// queue.pause("orders").await?;
 /// let entry = Entry::new("cli", "alice", "pause").topic("orders");
 /// if let Err(e) = audit::append(&queue, &entry).await {
@@ -191,7 +191,7 @@ pub async fn append(queue: &Queue, entry: &Entry) -> Result<()> {
 /// # async fn main() -> punctual::Result<()> {
 /// # let redis = punctual_testkit::RedisServer::start();
 /// # let queue = punctual::Queue::connect(redis.url()).await?;
-/// use punctual::audit::{self, Entry};
+/// use punctual::internal::audit::{self, Entry};
 /// for action in ["pause", "resume", "dead.purge"] {
 ///     audit::append(&queue, &Entry::new("cli", "alice", action).topic("orders")).await?;
 /// }

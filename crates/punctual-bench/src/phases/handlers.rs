@@ -25,8 +25,10 @@ use serde::Serialize;
 use serde_json::{json, Map, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::phases::{self, serve_path, Handler};
-use super::{Bench, Report};
+use super::drain::drain_n;
+use super::serve::{serve_path, Handler};
+use crate::harness::which;
+use crate::{Bench, Report};
 
 /// Where the client packages are: --clients, else the source tree this
 /// binary was built from.
@@ -218,7 +220,7 @@ pub(crate) async fn handlers(b: &Bench) -> Result<Report> {
     };
 
     // In-process: the library's Worker, a Rust no-op, in this process.
-    let d = phases::drain_n(b, n).await?;
+    let d = drain_n(b, n).await?;
     b.clean().await?;
     let p = d.get("profile").cloned().unwrap_or(Value::Null);
     ok &= d.ok();
@@ -237,7 +239,7 @@ pub(crate) async fn handlers(b: &Bench) -> Result<Report> {
 
     // exec: `true` per job.
     let exec_n = b.args.serve_n.min(n);
-    let true_path = phases::which("true").unwrap_or_else(|| "true".into());
+    let true_path = which("true").unwrap_or_else(|| "true".into());
     let exec = Handler {
         toml: format!("exec = [{true_path:?}]"),
         label: "exec true".into(),
@@ -269,7 +271,7 @@ pub(crate) async fn handlers(b: &Bench) -> Result<Report> {
     let processes = b.args.resident_processes;
     for (lang, program, needs, ext, script) in RESIDENT {
         let name = format!("resident_{lang}");
-        let Some(interp) = phases::which(program) else {
+        let Some(interp) = which(program) else {
             note(
                 &name,
                 json!({ "skipped": format!("{program} not installed (not on PATH)") }),
