@@ -283,7 +283,7 @@ impl TopicKeys {
     /// `<token>:<id>` (docs/PROTOCOL.md "cancel"). A channel, not a key.
     ///
     /// ```
-    /// let k = punctual::TopicKeys::new("punctual", "orders");
+    /// let k = punctual::internal::TopicKeys::new("punctual", "orders");
     /// assert_eq!(k.cancel_channel(), "punctual:{orders}:cancel");
     /// ```
     pub fn cancel_channel(&self) -> String {
