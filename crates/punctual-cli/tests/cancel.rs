@@ -156,7 +156,10 @@ echo "ended $PUNCTUAL_JOB_ID" >> "$here/events"
         },
     )
     .await;
-    let trail = punctual::audit::read(&q, 10).await.unwrap().entries;
+    let trail = punctual::internal::audit::read(&q, 10)
+        .await
+        .unwrap()
+        .entries;
     let cancels: Vec<_> = trail.iter().filter(|e| e.action == "cancel").collect();
     assert_eq!(cancels.len(), 2, "{trail:?}");
     assert!(
