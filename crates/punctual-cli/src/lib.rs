@@ -29,6 +29,7 @@ mod context;
 mod demo;
 mod doctor;
 mod exit;
+mod forms;
 mod health;
 mod input;
 mod manual;

@@ -8,6 +8,7 @@ use punctual::Queue;
 use serde_json::Value;
 
 use crate::context::Ctx;
+use crate::forms::record;
 use crate::output::{emit, emit_json, one_line, time, Table};
 
 /// Arguments of `audit`.
@@ -36,23 +37,6 @@ fn os_user() -> String {
 /// Records a change made through the CLI (see [`record`]).
 pub(crate) async fn cli(queue: &Queue, action: &str, topic: &str, detail: Value) {
     record(queue, cli_entry(action, topic, detail)).await;
-}
-
-/// `{"<what>": n, "ids": [the first 100]}`: the detail of a change to many jobs.
-pub(crate) fn counted(what: &str, ids: &[String]) -> Value {
-    serde_json::json!({ what: ids.len(), "ids": some_ids(ids) })
-}
-
-/// Appends `entry` to the audit trail. A failure is a warning on stderr
-/// (or in the log): the change itself is done and its result stands.
-pub(crate) async fn record(queue: &Queue, entry: Entry) {
-    if let Err(e) = audit::append(queue, &entry).await {
-        tracing::warn!(
-            action = %entry.action,
-            topic = entry.topic.as_deref().unwrap_or("-"),
-            "the change was made, but the audit trail could not record it: {e:#}"
-        );
-    }
 }
 
 /// An entry as JSON, with its time also as RFC 3339.
@@ -118,16 +102,4 @@ fn detail_text(v: &Value) -> String {
             .join(" "),
         other => other.to_string(),
     }
-}
-
-/// How many ids an entry lists (a replay of every dead job may be huge).
-pub(crate) const IDS_LISTED: usize = 100;
-
-/// The first [`IDS_LISTED`] ids, as a JSON array.
-pub(crate) fn some_ids(ids: &[String]) -> Value {
-    ids.iter()
-        .take(IDS_LISTED)
-        .cloned()
-        .collect::<Vec<_>>()
-        .into()
 }

@@ -75,7 +75,7 @@ pub(crate) async fn run(ctx: &Ctx, args: CancelArgs) -> Result<()> {
         .await?;
     if !args.dry_run {
         let ids: Vec<String> = found.iter().map(|(id, _)| id.clone()).collect();
-        let mut detail = super::audit::counted("cancelled", &ids);
+        let mut detail = crate::forms::counted("cancelled", &ids);
         detail["id_prefix"] = json!(prefix);
         super::audit::cli(&queue, "cancel", &args.topic, detail).await;
     }

@@ -256,7 +256,7 @@ async fn replay(ctx: &Ctx, args: DeadReplayArgs) -> Result<()> {
     bar.finish_and_clear();
     let replayed = replayed?;
     let n = replayed.len();
-    let mut detail = audit::counted("replayed", &replayed);
+    let mut detail = crate::forms::counted("replayed", &replayed);
     if let Some((key, value)) = pace.describe() {
         detail[key] = json!(value);
     }

@@ -7,8 +7,9 @@ use clap::{Args, Subcommand};
 use punctual::{GroupHold, Limits, Rate};
 use serde_json::json;
 
-use crate::admin::limits::{change, limits_json, parse_count_arg, parse_rate_arg, Change};
+use crate::admin::limits::{change, parse_count_arg, parse_rate_arg, Change};
 use crate::context::Ctx;
+use crate::forms::{groups_json, limits_json};
 use crate::output::{emit, emit_json};
 
 /// Arguments of `groups`.
@@ -51,33 +52,6 @@ pub(crate) struct GroupLimitArgs {
     /// Remove the group's own limits: it has the defaults again.
     #[arg(long, conflicts_with_all = ["rate", "burst", "max_running"])]
     pub clear: bool,
-}
-
-/// A hold as JSON: null, `{"until_ms": T}` or `{"running_ends": true}`.
-fn held_json(h: Option<GroupHold>) -> serde_json::Value {
-    match h {
-        Some(GroupHold::Until(ms)) => json!({"until_ms": ms}),
-        Some(GroupHold::RunningEnds) => json!({"running_ends": true}),
-        _ => serde_json::Value::Null,
-    }
-}
-
-/// The groups as JSON (the CLI's and the API's form).
-pub(crate) fn groups_json(topic: &str, groups: &[punctual::GroupInfo]) -> serde_json::Value {
-    let list: Vec<_> = groups
-        .iter()
-        .map(|g| {
-            json!({
-                "group": g.group,
-                "indexed": g.indexed,
-                "vtime": g.vtime,
-                "running": g.running,
-                "held": held_json(g.held),
-                "limits": limits_json(&g.limits),
-            })
-        })
-        .collect();
-    json!({"topic": topic, "groups": list})
 }
 
 /// Shows each group: its indexed ready jobs, virtual time, running jobs,

@@ -458,7 +458,7 @@ async fn zset(ctx: &Ctx, args: ZsetArgs) -> Result<()> {
             "key": args.key, "imported": report.imported, "already": report.already,
             "removed": report.removed, "left": report.bad.len(),
         });
-        super::audit::record(
+        crate::forms::record(
             &queue,
             super::audit::cli_entry("import", &args.topic, detail),
         )

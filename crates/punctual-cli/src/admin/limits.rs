@@ -7,6 +7,7 @@ use punctual::{Limits, Rate};
 use serde_json::json;
 
 use crate::context::Ctx;
+use crate::forms::limits_json;
 use crate::output::{emit, emit_json};
 
 /// Arguments of `topic limits`.
@@ -159,14 +160,4 @@ pub(crate) async fn run(ctx: &Ctx, args: TopicLimitsArgs) -> Result<()> {
         out.push_str(&format!("{}: each group: {groups}\n", args.topic));
     }
     emit(&out)
-}
-
-/// The limits as JSON (the CLI's and the API's form): `rate` as
-/// `N/PERIOD` text, `burst` and `max_running` numbers; null when unset.
-pub(crate) fn limits_json(l: &Limits) -> serde_json::Value {
-    json!({
-        "rate": l.rate.map(|r| r.to_string()),
-        "burst": l.burst,
-        "max_running": l.max_running,
-    })
 }

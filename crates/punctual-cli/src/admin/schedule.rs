@@ -5,12 +5,12 @@ use std::time::Duration;
 
 use anyhow::Result;
 use clap::{Args, Subcommand};
-use punctual::schedule::{CatchUp, Schedule, ScheduleInfo};
 use serde_json::json;
 
 use crate::context::Ctx;
 use crate::exit;
-use crate::output::{emit, emit_json, time, time_and_relative, Table};
+use crate::forms::{build_schedule, info_json};
+use crate::output::{emit, emit_json, time_and_relative, Table};
 
 /// Examples shown after `schedule --help`.
 pub(crate) const EXAMPLES: &str = "\
@@ -119,68 +119,8 @@ pub(crate) async fn run(ctx: &Ctx, cmd: ScheduleCommand) -> Result<()> {
     }
 }
 
-/// Builds a schedule from the CLI's (and the config file's and the API's)
-/// fields, checked.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn build(
-    name: &str,
-    cron: Option<&str>,
-    every: Option<Duration>,
-    tz: &str,
-    payload: &str,
-    catch_up: &str,
-    spread: Option<Duration>,
-    options: &str,
-) -> Result<Schedule> {
-    let s = match (cron, every) {
-        (Some(c), None) => Schedule::cron(name, c).tz(tz),
-        (None, Some(d)) => {
-            if tz != "UTC" {
-                return Err(exit::invalid(format!(
-                    "schedule {name:?}: a time zone applies to cron schedules only"
-                )));
-            }
-            Schedule::every(name, d)
-        }
-        _ => {
-            return Err(exit::invalid(format!(
-                "schedule {name:?}: give exactly one of cron and every"
-            )))
-        }
-    };
-    let policy: CatchUp = catch_up.parse()?;
-    let mut s = s.payload(payload).options(options).catch_up(policy);
-    match (policy, spread) {
-        (CatchUp::Spread, Some(w)) => s = s.spread(w),
-        (CatchUp::Spread, None) => {
-            return Err(exit::invalid(format!(
-            "schedule {name:?}: catch-up spread needs a window (--spread 10m, or spread = \"10m\")"
-        )))
-        }
-        (_, Some(_)) => {
-            return Err(exit::invalid(format!(
-                "schedule {name:?}: a spread window needs catch-up spread"
-            )))
-        }
-        _ => {}
-    }
-    s.validate()?;
-    Ok(s)
-}
-
-/// A schedule as JSON for the CLI and the API: the stored fields, the
-/// watermark and the next occurrence (also as RFC 3339).
-pub(crate) fn info_json(topic: &str, i: &ScheduleInfo) -> serde_json::Value {
-    let mut v = serde_json::to_value(i).unwrap_or_default();
-    if let Some(o) = v.as_object_mut() {
-        o.insert("topic".into(), json!(topic));
-        o.insert("next".into(), json!(i.next_ms.map(time)));
-    }
-    v
-}
-
 async fn add(ctx: &Ctx, a: AddArgs) -> Result<()> {
-    let s = build(
+    let s = build_schedule(
         &a.name,
         a.cron.as_deref(),
         a.every,

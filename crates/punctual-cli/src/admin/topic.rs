@@ -117,7 +117,7 @@ async fn delete(ctx: &Ctx, args: TopicDeleteArgs) -> Result<()> {
     punctual::validate_topic(&args.topic)?;
     let queue = ctx.queue().await?;
     // Named in the audit entry and the output: they go with the topic.
-    let schedules = schedule_names(&queue, &args.topic).await;
+    let schedules = crate::forms::schedule_names(&queue, &args.topic).await;
     match queue.delete_topic(&args.topic).await? {
         TopicDeleted::Deleted => {
             super::audit::cli(
@@ -150,14 +150,5 @@ async fn delete(ctx: &Ctx, args: TopicDeleteArgs) -> Result<()> {
             "no topic {:?} under prefix {:?} (see `punctual topics`)",
             args.topic, ctx.global.prefix
         ))),
-    }
-}
-
-/// The names of `topic`'s schedules, read before a deletion (none when
-/// they cannot be read: the deletion reports its own errors).
-pub(crate) async fn schedule_names(queue: &punctual::Queue, topic: &str) -> Vec<String> {
-    match queue.schedules(topic).await {
-        Ok(all) => all.into_iter().map(|i| i.schedule.name).collect(),
-        Err(_) => Vec::new(),
     }
 }

@@ -100,7 +100,7 @@ impl Authorized {
         let entry = Entry::new("api", self.from.as_str(), action)
             .topic(topic)
             .detail(detail);
-        crate::admin::audit::record(queue, entry).await;
+        crate::forms::record(queue, entry).await;
     }
 }
 

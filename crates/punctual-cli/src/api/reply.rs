@@ -104,7 +104,7 @@ impl TopicReply {
             overdue: s.overdue,
             overdue_ms: s.overdue_ms,
             counters: s.counters.clone(),
-            limits: crate::admin::limits::limits_json(&s.limits),
+            limits: crate::forms::limits_json(&s.limits),
             limited: s.limited.map(|l| l.as_str()),
             status: h.status,
             workers: h.workers,

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -15,15 +15,15 @@ use punctual::{
     DeadSelector, EnqueueOptions, EnqueueStatus, Job, ReplayPace, State as JobState, TopicDeleted,
     When,
 };
-use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::auth::Authorized;
+use super::body::body;
 use super::error::{ApiError, ApiResult};
 use super::reply::{HistoryReply, JobReply, ProcessReply, TopicReply};
 use super::ApiState;
-use crate::admin::audit::counted;
+use crate::forms::counted;
 use crate::health;
 use crate::input::parse_time;
 
@@ -99,54 +99,6 @@ fn id_ok(id: &str) -> ApiResult<()> {
 fn query<T>(q: Result<Query<T>, QueryRejection>) -> ApiResult<T> {
     q.map(|Query(v)| v)
         .map_err(|e| ApiError::invalid(format!("bad query string: {}", e.body_text())))
-}
-
-/// The request body as `T`, with errors as JSON: 413 over the size limit,
-/// 400 for bad JSON or fields. Any Content-Type is read as JSON (some
-/// clients, such as PHP's curl, send form types by default); a body that
-/// is not JSON gets an error that says so.
-pub(super) fn body<T: DeserializeOwned>(
-    headers: &HeaderMap,
-    bytes: Result<Bytes, BytesRejection>,
-) -> ApiResult<T> {
-    let bytes = bytes.map_err(|e| {
-        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "body_too_large",
-                format!(
-                    "the request body is over the {} MiB limit: send fewer jobs per request; nothing was changed",
-                    super::MAX_BODY >> 20
-                ),
-            )
-        } else {
-            ApiError::invalid(format!("cannot read the request body: {}", e.body_text()))
-        }
-    })?;
-    if bytes.iter().all(u8::is_ascii_whitespace) {
-        return Err(ApiError::invalid_json(
-            "the request body is empty: send a JSON object; nothing was changed",
-        ));
-    }
-    crate::input::no_duplicate_keys(&bytes)
-        .map_err(|e| ApiError::invalid(format!("{e}; nothing was changed")))?;
-    serde_json::from_slice(&bytes).map_err(|e| json_error(e, headers))
-}
-
-fn json_error(e: serde_json::Error, headers: &HeaderMap) -> ApiError {
-    use serde_json::error::Category;
-    match e.classify() {
-        Category::Data => ApiError::invalid(format!("{e}; nothing was changed")),
-        _ => {
-            let ct = headers
-                .get(header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("none");
-            ApiError::invalid_json(format!(
-                "the body is not valid JSON ({e}); send JSON with Content-Type: application/json (this request said {ct:?}); nothing was changed"
-            ))
-        }
-    }
 }
 
 // ---- reading --------------------------------------------------------------
@@ -806,7 +758,7 @@ async fn delete_topic(
     Path(topic): Path<String>,
 ) -> ApiResult<Json<Value>> {
     topic_ok(&topic)?;
-    let schedules = crate::admin::topic::schedule_names(&s.queue, &topic).await;
+    let schedules = crate::forms::schedule_names(&s.queue, &topic).await;
     match s.queue.delete_topic(&topic).await? {
         TopicDeleted::Deleted => {
             who.record(

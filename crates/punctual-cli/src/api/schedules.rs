@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use super::auth::Authorized;
 use super::error::{ApiError, ApiResult};
 use super::ApiState;
-use crate::admin::schedule::info_json;
+use crate::forms::info_json;
 
 type St = State<Arc<ApiState>>;
 
@@ -80,13 +80,13 @@ async fn put(
     bytes: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
     names_ok(&topic, &name)?;
-    let b: ScheduleBody = super::routes::body(&headers, bytes)?;
+    let b: ScheduleBody = super::body::body(&headers, bytes)?;
     let payload = match b.payload {
         None => String::new(),
         Some(Value::String(s)) => s,
         Some(v) => v.to_string(),
     };
-    let schedule = crate::admin::schedule::build(
+    let schedule = crate::forms::build_schedule(
         &name,
         b.cron.as_deref(),
         b.every_ms.map(Duration::from_millis),

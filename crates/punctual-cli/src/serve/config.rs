@@ -177,7 +177,7 @@ pub(crate) struct ScheduleConfig {
 impl ScheduleConfig {
     /// The schedule it describes, checked.
     pub(crate) fn schedule(&self, name: &str) -> Result<punctual::schedule::Schedule> {
-        crate::admin::schedule::build(
+        crate::forms::build_schedule(
             name,
             self.cron.as_deref(),
             self.every,

@@ -29,7 +29,7 @@ pub(crate) async fn upsert(queue: &Queue, cfg: &Config) -> Result<()> {
         let entry = Entry::new("serve", "config", action)
             .topic(&sc.topic)
             .detail(serde_json::to_value(&stored).unwrap_or_default());
-        crate::admin::audit::record(queue, entry).await;
+        crate::forms::record(queue, entry).await;
     }
     Ok(())
 }

@@ -16,10 +16,10 @@ use serde_json::{json, Value};
 
 use super::limits::LimitsBody;
 use super::{body, topic_ok, St};
-use crate::admin::limits::limits_json;
 use crate::api::auth::Authorized;
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::ApiState;
+use crate::forms::limits_json;
 
 /// The group limits routes.
 pub(super) fn routes() -> Router<Arc<ApiState>> {

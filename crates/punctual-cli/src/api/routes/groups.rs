@@ -9,9 +9,9 @@ use axum::{Json, Router};
 use serde_json::Value;
 
 use super::{topic_ok, St};
-use crate::admin::groups::groups_json;
 use crate::api::error::ApiResult;
 use crate::api::ApiState;
+use crate::forms::groups_json;
 
 /// The groups route.
 pub(super) fn routes() -> Router<Arc<ApiState>> {

@@ -14,10 +14,10 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{body, topic_ok, St};
-use crate::admin::limits::limits_json;
 use crate::api::auth::Authorized;
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::ApiState;
+use crate::forms::limits_json;
 
 /// The limits routes.
 pub(super) fn routes() -> Router<Arc<ApiState>> {
