@@ -48,7 +48,8 @@ pub(crate) enum Command {
     Get(crate::admin::job::JobRef),
 
     /// Cancel a job, or every job whose id starts with a prefix, whatever
-    /// its state (a running job's worker cannot ack it afterwards).
+    /// its state (a running job is stopped in flight: its worker, on any
+    /// host, is told to stop its handler, and cannot ack it afterwards).
     Cancel(crate::admin::cancel::CancelArgs),
 
     /// List the ids of one state page by page, with a cursor, optionally
