@@ -106,7 +106,7 @@ class Job {
     Object.assign(this, fields);
   }
 
-  /** Removes the job (any state but running: punctual's cancel). */
+  /** Removes the job, in any state (punctual's cancel: a running one is stopped in flight). */
   async remove() {
     const was = await (await this.queue.producer()).cancel(this.queue.name, this.id);
     if (was === null) throw new Error(`job ${this.id} is not in queue ${this.queue.name} (done or removed)`);

@@ -42,6 +42,8 @@ class Job {
     /** The producer's W3C trace context (the parent span when serve exports spans), or null. */
     this.traceparent = msg.traceparent ?? null;
     this.tracestate = msg.tracestate ?? null;
+    /** Aborts when an operator cancels the job while it runs (set by run). */
+    this.signal = new AbortController().signal;
     /** Exactly the bytes the producer enqueued. */
     this.payload =
       msg.payload_b64 != null ? Buffer.from(msg.payload_b64, 'base64') : Buffer.from(String(msg.payload ?? ''));
@@ -148,6 +150,9 @@ function pipeStream(fd, readable) {
  * (EOF: punctual wants the program to exit); then waits for the jobs in
  * hand and resolves. Resolving normally: done; throwing Retry: retry;
  * Dead: dead; anything else: retry with its class and message as the error.
+ * When an operator cancels a job while it runs (docs/RESIDENT.md, "Cancel"),
+ * its `job.signal` (an AbortSignal) aborts: a handler that watches it and
+ * stops in time keeps the program; its reply is not recorded.
  */
 async function run(handler, { inflight = 1 } = {}) {
   if (!Number.isInteger(inflight) || inflight < 1 || inflight > 1000) {
@@ -163,6 +168,7 @@ async function run(handler, { inflight = 1 } = {}) {
   const input = pipeStream(jobsFd, true);
   const lines = readline.createInterface({ input, crlfDelay: Infinity });
   const pending = new Set();
+  const running = new Map(); // id -> AbortController
   for await (const line of lines) {
     let msg;
     try {
@@ -170,15 +176,25 @@ async function run(handler, { inflight = 1 } = {}) {
     } catch {
       continue;
     }
+    if (msg !== null && typeof msg === 'object' && msg.type === 'cancel') {
+      running.get(String(msg.id))?.abort(new Error('cancelled by an operator'));
+      continue;
+    }
     if (msg === null || typeof msg !== 'object' || msg.type !== 'job') continue; // later versions may add types
     const job = new Job(msg);
+    const controller = new AbortController();
+    job.signal = controller.signal;
+    running.set(job.id, controller);
     const p = Promise.resolve()
       .then(() => handler(job))
       .then(
         () => send(replyFor(job.id)),
         (err) => send(replyFor(job.id, err)),
       )
-      .finally(() => pending.delete(p));
+      .finally(() => {
+        pending.delete(p);
+        if (running.get(job.id) === controller) running.delete(job.id);
+      });
     pending.add(p);
   }
   await Promise.all(pending);

@@ -166,3 +166,23 @@ test('a Retry delay is whole ms, rounded up; one that is not a number is left to
   assert.equal('delay_ms' in replyFor('j', new punctual.Retry('later', NaN)), false);
   assert.equal('delay_ms' in replyFor('j', new punctual.Retry('later', 'soon')), false);
 });
+
+test('a cancel message aborts the job.signal of that job only', { timeout: 20000 }, async () => {
+  const code = `require(${JSON.stringify(path.join(__dirname, '..'))}).run(async (job) => {
+    if (job.text !== 'wait') return;
+    await new Promise((resolve) => job.signal.addEventListener('abort', resolve));
+    throw new Error('stopped: ' + job.signal.reason.message);
+  }, { inflight: 2 })`;
+  const fake = new FakeServe([process.execPath, '-e', code]);
+  // A handler that never hears the cancel would hold the program (and this
+  // test run) open: kill it after 10 s, which fails the reads below.
+  const guard = setTimeout(() => fake.child.kill('SIGKILL'), 10000);
+  assert.deepEqual(await fake.read(), { type: 'ready', protocol: 1, inflight: 2 });
+  fake.job('w', 'wait');
+  fake.send({ type: 'cancel', id: 'other' }); // not held: ignored
+  assert.deepEqual(await fake.roundTrip('q', 'quick'), { type: 'done', id: 'q' });
+  fake.send({ type: 'cancel', id: 'w' });
+  assert.deepEqual(await fake.read(), { type: 'retry', id: 'w', error: 'Error: stopped: cancelled by an operator' });
+  assert.equal(await fake.close(), 0, fake.err);
+  clearTimeout(guard);
+});

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import inspect
 import json
 import math
@@ -250,7 +251,10 @@ async def run_async(handler: Optional[Callable[[Job], Any]] = None, *, inflight:
     handlers at once (``app``, ``before_job``, ``after_job`` as for
     :class:`Worker`) (``async def`` handlers, or plain functions, which then
     block the loop while they run). Outcomes as for :func:`run`. Returns
-    when fd 3 ends, once the jobs in hand are answered.
+    when fd 3 ends, once the jobs in hand are answered. When an operator
+    cancels a job while it runs (docs/RESIDENT.md, "Cancel"), its handler's
+    task is cancelled (``asyncio.CancelledError`` at its ``await``); the
+    reply that follows is not recorded, and the program keeps its place.
     """
     if not isinstance(inflight, int) or not 1 <= inflight <= 1000:
         raise ValueError("inflight must be 1 to 1000")
@@ -269,28 +273,56 @@ async def run_async(handler: Optional[Callable[[Job], Any]] = None, *, inflight:
     reader = asyncio.StreamReader(limit=2**31)  # a line holds a whole payload
     transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), jobs)
 
+    # Jobs in hand, by id; the ids an operator cancelled.
+    tasks: dict = {}
+    cancelled: set = set()
+
     async def one(job: Job) -> None:
         try:
             result = handler(job)
             if inspect.isawaitable(result):
                 await result
             exc = None
+        except asyncio.CancelledError:
+            if job.id not in cancelled:
+                raise
+            exc = RuntimeError("cancelled by an operator")
         except Exception as e:  # noqa: BLE001 - every failure becomes a reply
             exc = e
+        finally:
+            tasks.pop(job.id, None)
+            cancelled.discard(job.id)
         send(reply_for(job.id, exc))
 
-    send({"type": "ready", "protocol": PROTOCOL, "inflight": inflight})
     pending: set = set()
+
+    def done(job_id: str, task: asyncio.Task) -> None:
+        pending.discard(task)
+        # Cancelled before its handler started: `one` never ran to reply.
+        if task.cancelled() and job_id in cancelled:
+            cancelled.discard(job_id)
+            tasks.pop(job_id, None)
+            send(reply_for(job_id, RuntimeError("cancelled by an operator")))
+
+    send({"type": "ready", "protocol": PROTOCOL, "inflight": inflight})
     while True:
         line = await reader.readline()
         if not line:
             break
         msg = json.loads(line)
+        if isinstance(msg, dict) and msg.get("type") == "cancel":
+            held = tasks.get(msg.get("id"))
+            if held is not None:
+                cancelled.add(msg["id"])
+                held.cancel()
+            continue
         if not isinstance(msg, dict) or msg.get("type") != "job":
             continue  # later versions may add message types
-        task = asyncio.ensure_future(one(Job(msg)))
+        job = Job(msg)
+        task = asyncio.ensure_future(one(job))
+        tasks[job.id] = task
         pending.add(task)
-        task.add_done_callback(pending.discard)
+        task.add_done_callback(functools.partial(done, job.id))
     if pending:
         await asyncio.gather(*pending)
     transport.close()

@@ -8,7 +8,9 @@
 //! function, a variant of [`Command`], and an arm in `lib.rs`'s `dispatch`
 //! (the match is total: the compiler names a command without one).
 
-use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
 
 /// punctual: a delay queue on Redis. Run each job at its due time, at least
 /// once, never early, and never lose one.
@@ -46,7 +48,8 @@ pub(crate) enum Command {
     Get(crate::admin::job::JobRef),
 
     /// Cancel a job, or every job whose id starts with a prefix, whatever
-    /// its state (a running job's worker cannot ack it afterwards).
+    /// its state (a running job is stopped in flight: its worker, on any
+    /// host, is told to stop its handler, and cannot ack it afterwards).
     Cancel(crate::admin::cancel::CancelArgs),
 
     /// List the ids of one state page by page, with a cursor, optionally
@@ -253,14 +256,14 @@ pub(crate) enum Command {
         hide = true,
         after_help = "Example:\n  punctual man target/man && man -l target/man/punctual.1"
     )]
-    Man(crate::manual::ManArgs),
+    Man(ManArgs),
 
     /// Print the completion script of a shell (bash, zsh, fish) to stdout.
     #[command(
         hide = true,
         after_help = "Examples:\n  punctual completions bash > ~/.local/share/bash-completion/completions/punctual\n  punctual completions zsh > ~/.zfunc/_punctual\n  punctual completions fish > ~/.config/fish/completions/punctual.fish"
     )]
-    Completions(crate::manual::CompletionsArgs),
+    Completions(CompletionsArgs),
 }
 
 /// The version `--version` prints: `0.3.0 (commit 1a2b3c4d5e6f)`, the
@@ -387,4 +390,19 @@ mod tests {
             ]
         );
     }
+}
+
+/// Arguments of `man`.
+#[derive(Debug, Args)]
+pub(crate) struct ManArgs {
+    /// Where to write punctual.1 and one page per command
+    /// (punctual-push.1, punctual-dead-replay.1, ...); created if missing.
+    pub dir: PathBuf,
+}
+
+/// Arguments of `completions`.
+#[derive(Debug, Args)]
+pub(crate) struct CompletionsArgs {
+    /// The shell: bash, zsh, fish, elvish or powershell.
+    pub shell: clap_complete::Shell,
 }

@@ -3,28 +3,11 @@
 //! they never drift from `--help`. Packagers run them once at build time
 //! (the .deb does: `contrib/deb/build`); both are hidden from `--help`.
 
-use std::path::PathBuf;
-
 use anyhow::{Context, Result};
-use clap::{Args, CommandFactory};
+use clap::CommandFactory;
 
-use crate::cli::Cli;
+use crate::cli::{Cli, CompletionsArgs, ManArgs};
 use crate::output::emit;
-
-/// Arguments of `man`.
-#[derive(Debug, Args)]
-pub(crate) struct ManArgs {
-    /// Where to write punctual.1 and one page per command
-    /// (punctual-push.1, punctual-dead-replay.1, ...); created if missing.
-    pub dir: PathBuf,
-}
-
-/// Arguments of `completions`.
-#[derive(Debug, Args)]
-pub(crate) struct CompletionsArgs {
-    /// The shell: bash, zsh, fish, elvish or powershell.
-    pub shell: clap_complete::Shell,
-}
 
 /// Writes the man pages into `args.dir`.
 pub(crate) fn man(args: ManArgs) -> Result<()> {

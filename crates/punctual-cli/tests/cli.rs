@@ -290,7 +290,7 @@ fn cancel_removes_the_job() {
     let env = Env::new();
     env.push(&["orders", "x", "--id", "c", "--delay", "1h"]);
     let out = env.run(&["cancel", "orders", "c"]).ok();
-    assert_eq!(out.stdout, "cancelled c (was pool)\n");
+    assert_eq!(out.stdout, "cancelled c while waiting (was pool)\n");
     assert_eq!(env.run(&["get", "orders", "c"]).code, 1);
 }
 

@@ -450,3 +450,64 @@ async fn with_the_opentelemetry_feature_a_job_takes_the_current_spans_context() 
     assert_eq!(tp("given").await, Some(traceparent()), "a given one wins");
     assert_eq!(tp("outside").await, None, "no span, no context");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_cancelled_while_it_runs_ends_its_span_as_cancelled() {
+    let (otlp, spans) = receiver().await;
+    let redis = RedisServer::start();
+    let mut svc = Service::new();
+    let handler = svc.script(
+        "wait.sh",
+        "cat > /dev/null\ntrap 'exit 0' TERM\nsleep 60 &\necho started >> \"$(dirname \"$0\")/records\"\nwait",
+    );
+    svc.config(
+        &redis.url(),
+        &format!("workers = 1\nlease = \"60s\"\n[otel]\nendpoint = \"http://127.0.0.1:{otlp}\""),
+        &format!(
+            "[topics.t]\nexec = [{:?}]\ntimeout = \"120s\"",
+            handler.display().to_string()
+        ),
+    );
+    svc.start();
+    let tp = traceparent();
+    push(
+        &redis.url(),
+        &["t", "x", "--id", "c1", "--traceparent", &tp],
+    );
+    eventually(Duration::from_secs(30), "the handler started", || async {
+        !svc.records().is_empty()
+    })
+    .await;
+    let out = Command::new(BIN)
+        .args(["--redis", &redis.url(), "cancel", "t", "c1"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let q = Queue::connect(redis.url()).await.unwrap();
+    eventually(
+        Duration::from_secs(10),
+        "the span of the cancelled attempt",
+        || async {
+            // The worker sends its spans in batches: stop it to flush them.
+            spans.lock().unwrap().len() == 1 || {
+                let s = q.stats("t").await.unwrap();
+                if s.running == 0 && svc.log().contains("job cancelled while it ran") {
+                    let _ = nix::sys::signal::kill(svc.pid(), Signal::SIGTERM);
+                }
+                false
+            }
+        },
+    )
+    .await;
+    let spans = spans.lock().unwrap().clone();
+    assert_eq!(attr(&spans[0], "punctual.job_id").as_deref(), Some("c1"));
+    assert_eq!(
+        attr(&spans[0], "punctual.outcome").as_deref(),
+        Some("cancelled")
+    );
+    assert_eq!(hex(&spans[0].parent_span_id), PARENT);
+}

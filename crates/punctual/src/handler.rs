@@ -122,11 +122,14 @@ impl<E: std::fmt::Display> From<std::result::Result<(), E>> for Outcome {
 /// Runs one delivery of a job and says what became of it.
 ///
 /// `cancel` fires when the worker wants the run to stop: the handler timed
-/// out, the job's lease was lost (it was cancelled, or expired and went to
-/// another worker), or the worker is shutting down. A handler that watches
+/// out, the job's lease was lost (it expired and went to another worker, or
+/// was cancelled and the message was missed), an operator cancelled the job
+/// (then [`Delivery::cancelled`](crate::Delivery::cancelled) fired first),
+/// or the worker is shutting down. A handler that watches
 /// it can stop cleanly (finish a write, roll back) within the worker's
-/// [`cancel_grace`](crate::WorkerConfig::cancel_grace); after a timeout or a
-/// lost lease the run is then dropped. At shutdown the worker waits for it
+/// [`cancel_grace`](crate::WorkerConfig::cancel_grace) (after an operator's
+/// cancel, [`cancelled_grace`](crate::WorkerConfig::cancelled_grace)); after
+/// a timeout, a lost lease or a cancel the run is then dropped. At shutdown the worker waits for it
 /// up to its `shutdown_timeout` and records what it answers (a retry, say).
 ///
 /// The run is polled inside its job's slot task, so the timeout and a lost

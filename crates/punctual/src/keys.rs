@@ -278,6 +278,17 @@ impl TopicKeys {
     pub fn cold_bucket(&self, start: i64) -> String {
         format!("{}c:{start}", self.base())
     }
+    /// The pub/sub channel on which the `cancel` script tells the worker
+    /// holding a running job's lease that the job was cancelled: messages
+    /// `<token>:<id>` (docs/PROTOCOL.md "cancel"). A channel, not a key.
+    ///
+    /// ```
+    /// let k = punctual::internal::TopicKeys::new("punctual", "orders");
+    /// assert_eq!(k.cancel_channel(), "punctual:{orders}:cancel");
+    /// ```
+    pub fn cancel_channel(&self) -> String {
+        format!("{}cancel", self.base())
+    }
     /// `P:{T}:`, what every key name of the topic starts with.
     fn base(&self) -> &str {
         let pool = &self.keys[0];

@@ -88,6 +88,10 @@ pub struct WorkerConfig {
     /// lease, how long the handler has to stop by itself before it is
     /// dropped (default 1 s). See [`Handler`].
     pub cancel_grace: Duration,
+    /// After an operator cancelled a running job (its
+    /// [`Delivery::cancelled`] token fired, then the run's token), how long
+    /// the handler has to stop by itself before it is dropped (default 5 s).
+    pub cancelled_grace: Duration,
 }
 
 impl Default for WorkerConfig {
@@ -102,6 +106,7 @@ impl Default for WorkerConfig {
             max_retry_delay: Duration::from_secs(24 * 3600),
             registry: Registry::default(),
             cancel_grace: Duration::from_secs(1),
+            cancelled_grace: Duration::from_secs(5),
         }
     }
 }
@@ -210,6 +215,18 @@ impl WorkerConfig {
     /// ```
     pub fn cancel_grace(mut self, d: Duration) -> Self {
         self.cancel_grace = d;
+        self
+    }
+    /// How long a handler whose job an operator cancelled while it ran may
+    /// take to stop before it is dropped.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let c = punctual::WorkerConfig::default().cancelled_grace(Duration::from_secs(10));
+    /// assert_eq!(c.cancelled_grace, Duration::from_secs(10));
+    /// ```
+    pub fn cancelled_grace(mut self, d: Duration) -> Self {
+        self.cancelled_grace = d;
         self
     }
 }
@@ -447,9 +464,11 @@ pub struct AttemptEnd {
     pub ended: std::time::SystemTime,
     /// How late the job started, in microseconds ([`Delivery::lateness_us`]).
     pub lateness_us: i64,
-    /// `done`, `retry`, `dead`, `expired`, `handed back`, or `lost` (the
-    /// lease was lost while the handler ran: the job was cancelled or
-    /// reclaimed; the handler's answer no longer counts).
+    /// `done`, `retry`, `dead`, `expired`, `handed back`, `cancelled` (an
+    /// operator cancelled the job while it ran: [`Delivery::cancelled`]),
+    /// or `lost` (the lease was lost while the handler ran: the job was
+    /// reclaimed, or cancelled and the message missed; the handler's answer
+    /// no longer counts).
     pub outcome: &'static str,
     /// The error of a failed attempt.
     pub error: Option<String>,
@@ -481,6 +500,9 @@ struct Running {
     /// Cancelled when the lease is lost: the run's slot then fires the
     /// handler's token and drops the run after the grace.
     lost: CancellationToken,
+    /// The delivery's [`Delivery::cancelled`]: fired by the cancel
+    /// listener when an operator cancelled the job.
+    cancelled: CancellationToken,
     /// Drops the run at once (the shutdown timeout).
     abort: AbortHandle,
     /// When the keeper last extended its lease (the delivery's copy tells
@@ -859,6 +881,7 @@ impl Worker {
             let plan = plan.clone();
             let on_pool: crate::wake::OnMessage = Arc::new(move |msg| plan.heard(msg));
             channels.insert(keys.pool().to_string(), on_pool);
+            channels.insert(keys.cancel_channel(), on_cancel(&shared, &t.name));
         }
         let stop_rest = CancellationToken::new();
         let listener = crate::wake::listen(
@@ -933,6 +956,39 @@ impl Worker {
         }
         Ok(Stopped { abandoned })
     }
+}
+
+/// What the cancel channel of topic entry `name` goes to: a message
+/// `<token>:<id>` fires the `cancelled` token of the run this process holds
+/// under that id and token, if any (docs/PROTOCOL.md "cancel").
+fn on_cancel(shared: &Arc<Shared>, name: &str) -> crate::wake::OnMessage {
+    let ti = shared
+        .topics
+        .iter()
+        .position(|t| t.name == name)
+        .expect("a topic entry of this worker");
+    let shared = Arc::downgrade(shared);
+    Arc::new(move |msg| {
+        let Some((token, id)) = msg.and_then(parse_cancel) else {
+            return;
+        };
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        let inflight = shared.inflight.lock().unwrap();
+        if let Some((t, run)) = inflight[ti].get(id) {
+            if *t == token {
+                run.cancelled.cancel();
+            }
+        }
+    })
+}
+
+/// A cancel message: `<token>:<id>`.
+fn parse_cancel(msg: &[u8]) -> Option<(i64, &str)> {
+    let msg = std::str::from_utf8(msg).ok()?;
+    let (token, id) = msg.split_once(':')?;
+    Some((token.parse().ok()?, id))
 }
 
 /// How a [`Worker`] stopped.
@@ -1200,6 +1256,10 @@ fn spawn_slot(
     // lease is lost (both below).
     let cancel = shared.stopping.child_token();
     let lost = CancellationToken::new();
+    // Fired by the cancel listener (an operator cancelled the job).
+    let cancelled = job.cancelled.clone();
+    let slot_cancelled = cancelled.clone();
+    let cancelled_grace = shared.config.cancelled_grace;
     let handler = topic.handler.clone();
     let watch = Watch::start(shared, ti, &job);
     let slot_shared = shared.clone();
@@ -1209,7 +1269,7 @@ fn spawn_slot(
     // the slot polls it against the timeout and the lease, and drops it
     // (after the grace) when either ends first.
     let slot = async move {
-        let (lost, id, shared) = (slot_lost, slot_id, slot_shared);
+        let (lost, id, shared, cancelled) = (slot_lost, slot_id, slot_shared, slot_cancelled);
         let _permit = permit;
         if let Some(error) = expired {
             let outcome = Outcome::Expired { error };
@@ -1242,13 +1302,35 @@ fn spawn_slot(
                 }
             }
         }
+        if cancelled.is_cancelled() {
+            // Cancelled between the claim and now: never started.
+            let topic = &shared.topics[ti].logical;
+            tracing::info!(topic = %topic, id = %id, "not started: the job was cancelled");
+            forget(&shared, ti, &id, token);
+            return;
+        }
         let run = AssertUnwindSafe(handler.call(job, cancel.clone())).catch_unwind();
         let mut run = std::pin::pin!(run);
         let finished = tokio::select! {
             r = &mut run => Some(r),
             _ = tokio::time::sleep(timeout) => None,
             _ = lost.cancelled() => None,
+            _ = cancelled.cancelled() => None,
         };
+        if cancelled.is_cancelled() {
+            // An operator cancelled it: the cancel script ended the job
+            // (its lease is revoked), so nothing is recorded. Ask the
+            // handler to stop, give it the grace, then drop it.
+            cancel.cancel();
+            if finished.is_none() {
+                let _ = tokio::time::timeout(cancelled_grace, &mut run).await;
+            }
+            let topic = &shared.topics[ti].logical;
+            tracing::info!(topic = %topic, id = %id, "job cancelled while it ran: its handler was stopped; nothing recorded");
+            Watch::cancelled(watch);
+            forget(&shared, ti, &id, token);
+            return;
+        }
         let outcome = match finished {
             Some(Ok(outcome)) => outcome,
             Some(Err(panic)) => {
@@ -1287,6 +1369,7 @@ fn spawn_slot(
             token,
             Running {
                 lost,
+                cancelled,
                 abort: handle.abort_handle(),
                 extended,
             },
@@ -1329,6 +1412,18 @@ impl Watch {
             },
             max_attempts: job.max_attempts,
         })
+    }
+
+    /// Tells the observer that an operator cancelled the job while it ran.
+    fn cancelled(watch: Option<Watch>) {
+        if let Some(Watch {
+            observer, mut end, ..
+        }) = watch
+        {
+            end.ended = std::time::SystemTime::now();
+            end.outcome = "cancelled";
+            observer(end);
+        }
     }
 
     /// Tells the observer; `None`: the lease was lost.
@@ -1655,5 +1750,22 @@ async fn keep_leases(shared: Arc<Shared>, stop: CancellationToken) {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_cancel;
+
+    #[test]
+    fn a_cancel_message_is_the_token_then_the_whole_id() {
+        assert_eq!(
+            parse_cancel(b"1764530000000123:order:10086"),
+            Some((1764530000000123, "order:10086"))
+        );
+        assert_eq!(parse_cancel(b"7: spaced id "), Some((7, " spaced id ")));
+        assert_eq!(parse_cancel(b"order:10086"), None);
+        assert_eq!(parse_cancel(b"12"), None);
+        assert_eq!(parse_cancel(b"\xff:x"), None);
     }
 }

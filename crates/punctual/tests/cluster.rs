@@ -662,3 +662,74 @@ async fn a_slot_migration_fails_a_cold_placement_before_it_writes_anything() {
         ""
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_job_is_cancelled_in_flight_on_every_shard() {
+    let c = RedisCluster::start();
+    let q = connect(&c).await;
+    // Topics on every master, and a partitioned one.
+    q.set_partitions("hot", 3).await.unwrap();
+    let topics = ["a", "b", "c", "d", "e", "f", "hot"];
+    let masters: HashSet<usize> = topics[..6]
+        .iter()
+        .map(|t| c.master_of(&format!("punctual:{{{t}}}:jobs")).unwrap())
+        .collect();
+    assert_eq!(masters.len(), 3, "the topics cover every master");
+    for t in topics {
+        q.enqueue(t, Job::new("x").id(format!("{t}-1")))
+            .await
+            .unwrap();
+    }
+    // Handlers that end only when told: the lease (a minute) is not what
+    // stops them.
+    let heard: Arc<Mutex<HashSet<String>>> = Arc::default();
+    let running: Arc<Mutex<HashSet<String>>> = Arc::default();
+    let stop = CancellationToken::new();
+    let mut worker = Worker::new(
+        q.clone(),
+        WorkerConfig::default()
+            .concurrency(16)
+            .lease(Duration::from_secs(60)),
+    );
+    for t in topics {
+        let (heard, running) = (heard.clone(), running.clone());
+        worker = worker.handle_with_timeout(t, Duration::from_secs(120), move |job| {
+            let (heard, running) = (heard.clone(), running.clone());
+            async move {
+                running.lock().unwrap().insert(job.id.clone());
+                job.cancelled.cancelled().await;
+                heard.lock().unwrap().insert(job.id.clone());
+                Outcome::Done
+            }
+        });
+    }
+    let w = tokio::spawn(worker.run(stop.clone().cancelled_owned()));
+    eventually(Duration::from_secs(20), "every job running", async || {
+        running.lock().unwrap().len() == topics.len()
+    })
+    .await;
+    // The operator connects through one node only.
+    let operator = Queue::connect(c.urls()[2].clone()).await.unwrap();
+    for t in topics {
+        let was = operator.cancel(t, &format!("{t}-1")).await.unwrap();
+        assert_eq!(was, Some(State::Running), "{t}");
+    }
+    eventually(
+        Duration::from_secs(20),
+        "every handler heard its cancel",
+        async || heard.lock().unwrap().len() == topics.len(),
+    )
+    .await;
+    stop.cancel();
+    assert_eq!(w.await.unwrap().unwrap().abandoned, 0);
+    for t in topics {
+        let s = q.stats(t).await.unwrap();
+        assert_eq!(s.pool + s.ready + s.running + s.dead, 0, "{t}: {s:?}");
+        let n = |k: &str| s.counters.get(k).copied().unwrap_or(0);
+        assert_eq!(
+            (n("cancelled"), n("done"), n("retried")),
+            (1, 0, 0),
+            "{t}: {s:?}"
+        );
+    }
+}

@@ -297,9 +297,15 @@ async fn cancelling_a_running_job_stops_its_handler() {
     let dropped = Arc::new(AtomicUsize::new(0));
     let d2 = dropped.clone();
     let stop = CancellationToken::new();
+    // A lease of a minute: the keeper's backstop (a refused extension,
+    // every 20 s) cannot be what stops the handler in time; the cancel
+    // message must. The handler ignores every token: it is dropped after
+    // the grace.
     let worker = Worker::new(
         q.clone(),
-        WorkerConfig::default().lease(Duration::from_millis(300)),
+        WorkerConfig::default()
+            .lease(Duration::from_secs(60))
+            .cancelled_grace(Duration::from_millis(100)),
     )
     .handle_with_timeout("t", Duration::from_secs(60), move |_| {
         let flag = Flag(d2.clone());
@@ -322,6 +328,154 @@ async fn cancelling_a_running_job_stops_its_handler() {
     stop.cancel();
     w.await.unwrap().unwrap();
     assert_eq!(total_live(&q, "t").await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_from_another_connection_fires_the_delivery_token_and_records_nothing() {
+    let server = RedisServer::start();
+    let q = Queue::connect(server.url()).await.unwrap();
+    // The operator's side: another connection (another process or host
+    // would do the same: the message goes through Redis).
+    let operator = Queue::connect(server.url()).await.unwrap();
+    q.enqueue("t", Job::new("x").id("c")).await.unwrap();
+    // What the handler saw: the delivery's token, then its own.
+    let seen: Arc<Mutex<Vec<&'static str>>> = Arc::default();
+    let log = seen.clone();
+    let stop = CancellationToken::new();
+    let worker = Worker::new(
+        q.clone(),
+        WorkerConfig::default().lease(Duration::from_secs(60)),
+    )
+    .handler_with_timeout(
+        "t",
+        Duration::from_secs(60),
+        punctual::cancellable(move |job: punctual::Delivery, token: CancellationToken| {
+            let log = log.clone();
+            async move {
+                log.lock().unwrap().push("started");
+                job.cancelled.cancelled().await;
+                log.lock().unwrap().push("cancelled");
+                token.cancelled().await;
+                log.lock().unwrap().push("token");
+                // Not recorded: the cancel ended the job.
+                Outcome::Done
+            }
+        }),
+    );
+    let w = tokio::spawn(worker.run(stop.clone().cancelled_owned()));
+    eventually(Duration::from_secs(10), "job running", || async {
+        seen.lock().unwrap().len() == 1
+    })
+    .await;
+    assert_eq!(
+        operator.cancel("t", "c").await.unwrap(),
+        Some(State::Running)
+    );
+    eventually(
+        Duration::from_secs(10),
+        "the handler heard the cancel",
+        || async { seen.lock().unwrap().len() == 3 },
+    )
+    .await;
+    assert_eq!(*seen.lock().unwrap(), ["started", "cancelled", "token"]);
+    stop.cancel();
+    let stopped = w.await.unwrap().unwrap();
+    assert_eq!(stopped.abandoned, 0);
+    let s = q.stats("t").await.unwrap();
+    assert_eq!(s.pool + s.ready + s.running + s.dead, 0);
+    let c = |n: &str| s.counters.get(n).copied().unwrap_or(0);
+    assert_eq!(
+        (c("cancelled"), c("done"), c("retried"), c("dead")),
+        (1, 0, 0, 0)
+    );
+    // Not reclaimed later either: nothing is left to reclaim.
+    assert!(q.get("t", "c").await.unwrap().is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_racing_the_end_of_a_job_leaves_it_done_or_cancelled_never_both() {
+    use punctual::raw::{self, FailKind, Failed, Partition};
+    let server = RedisServer::start();
+    let q = Queue::connect(server.url()).await.unwrap();
+    let part: Partition = "t".parse().unwrap();
+    q.enqueue("t", Job::new("x").id("a")).await.unwrap();
+    q.enqueue("t", Job::new("x").id("b")).await.unwrap();
+    let jobs = raw::claim(&q, &part, 2, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let lease = |id: &str| jobs.iter().find(|j| j.id == id).unwrap().lease();
+    // The ack first: the job stays done, the cancel finds nothing.
+    assert_eq!(raw::ack(&q, &part, &[lease("a")]).await.unwrap(), [true]);
+    assert_eq!(q.cancel("t", "a").await.unwrap(), None);
+    // The cancel first: no ack, fail or extension of the lease lands.
+    assert_eq!(q.cancel("t", "b").await.unwrap(), Some(State::Running));
+    assert_eq!(raw::ack(&q, &part, &[lease("b")]).await.unwrap(), [false]);
+    let b = lease("b");
+    let failed = raw::fail(&q, &part, &b, "late", FailKind::Retry { after: None });
+    assert_eq!(failed.await.unwrap(), Failed::Stale);
+    let held = [b];
+    let extended = raw::extend(&q, &part, &held, Duration::from_secs(60));
+    assert_eq!(extended.await.unwrap(), [false]);
+    let s = q.stats("t").await.unwrap();
+    assert_eq!(s.pool + s.ready + s.running + s.dead, 0);
+    let c = |s: &punctual::TopicStats, n: &str| s.counters.get(n).copied().unwrap_or(0);
+    assert_eq!(
+        (c(&s, "done"), c(&s, "cancelled"), c(&s, "retried")),
+        (1, 1, 0)
+    );
+
+    // At once: a worker ending jobs as fast as it can, an operator
+    // cancelling every one of them meanwhile.
+    let n = 300;
+    let ids: Vec<String> = (0..n).map(|i| format!("r{i}")).collect();
+    let jobs: Vec<Job> = ids.iter().map(|id| Job::new("x").id(id.clone())).collect();
+    q.enqueue_batch("r", jobs).await.unwrap();
+    let stop = CancellationToken::new();
+    let worker = Worker::new(
+        q.clone(),
+        WorkerConfig::default()
+            .concurrency(8)
+            .lease(Duration::from_secs(60)),
+    )
+    .handle("r", |job| async move {
+        if job.id.ends_with('7') {
+            tokio::task::yield_now().await;
+        }
+        Outcome::Done
+    });
+    let w = tokio::spawn(worker.run(stop.clone().cancelled_owned()));
+    let operator = Queue::connect(server.url()).await.unwrap();
+    let mut replies: HashMap<&'static str, u64> = HashMap::new();
+    for id in &ids {
+        let r = operator.cancel("r", id).await.unwrap();
+        let kind = match r {
+            None => "gone",
+            Some(State::Running) => "running",
+            Some(_) => "waiting",
+        };
+        *replies.entry(kind).or_default() += 1;
+    }
+    eventually(Duration::from_secs(20), "every job ended", || async {
+        total_live(&q, "r").await == 0
+    })
+    .await;
+    stop.cancel();
+    w.await.unwrap().unwrap();
+    let s = q.stats("r").await.unwrap();
+    let cancelled =
+        replies.get("running").copied().unwrap_or(0) + replies.get("waiting").copied().unwrap_or(0);
+    // Each job ended once: done (the cancel then found nothing) or
+    // cancelled (its ack then refused), never both, never retried.
+    assert_eq!(c(&s, "cancelled"), cancelled, "{replies:?} {s:?}");
+    assert_eq!(
+        c(&s, "done"),
+        replies.get("gone").copied().unwrap_or(0),
+        "{replies:?} {s:?}"
+    );
+    assert_eq!(c(&s, "done") + c(&s, "cancelled"), n as u64);
+    for name in ["retried", "dead", "reclaimed"] {
+        assert_eq!(c(&s, name), 0, "{name}: {s:?}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

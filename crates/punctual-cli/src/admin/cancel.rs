@@ -18,6 +18,12 @@ const NAMED: usize = 20;
 #[derive(Debug, Args)]
 #[command(group(ArgGroup::new("which").required(true).args(["id", "id_prefix"])))]
 #[command(after_help = "\
+A running job is cancelled in flight: its lease is revoked (it is not
+retried, reclaimed or dead), and the worker holding it stops its handler
+(exec: SIGTERM, then SIGKILL after cancel_grace; http: the request dropped;
+resident: a cancel message). The reply says whether it was cancelled while
+waiting or while running; a job already done is reported not live (exit 1).
+
 Examples:
   # one job
   punctual cancel orders order:10086

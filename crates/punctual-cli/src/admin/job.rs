@@ -213,11 +213,12 @@ pub(crate) async fn cancel(ctx: &Ctx, job: JobRef) -> Result<()> {
             "topic": job.topic, "id": job.id, "cancelled": true, "was": was,
         }));
     }
-    let note = match was {
-        State::Running => " (its worker's ack or retry will be refused)",
-        _ => "",
+    let (when, note) = match was {
+        State::Running => (" while running", ": its lease is revoked (no ack, retry or reclaim), and the worker holding it was told to stop its handler"),
+        State::Pool | State::Ready => (" while waiting", ""),
+        _ => ("", ""),
     };
-    emit(&format!("cancelled {} (was {was}){note}\n", job.id))
+    emit(&format!("cancelled {}{when} (was {was}){note}\n", job.id))
 }
 
 /// Runs `reschedule`.

@@ -2,9 +2,9 @@
 
 use std::io::{self, BufRead, IsTerminal, Read};
 
+use crate::forms::JobFields;
 use anyhow::{Context as _, Result};
 use punctual::{EnqueueOptions, EnqueueStatus, Enqueued, Job};
-use serde::Deserialize;
 use serde_json::json;
 
 use crate::context::Ctx;
@@ -106,12 +106,14 @@ pub(crate) struct PushArgs {
     #[arg(long)]
     pub replace: bool,
 
-    /// Read many jobs from stdin, one JSON object per line:
-    /// {"payload": ..., "delay_ms": N, "at": "RFC3339", "id": "...",
-    /// "max_attempts": N, "expire_ms": N, "timeout_ms": N, "group": "...",
-    /// "traceparent": "...", "tracestate": "..."}.
-    /// Only payload is required; a string payload is sent as its text, any
-    /// other JSON value as its JSON text. --delay/--at, --max-attempts,
+    /// Read many jobs from stdin, one JSON object per line, the same job
+    /// fields as the HTTP API's enqueue takes:
+    /// {"payload": ..., "delay_ms": N, "at": "RFC3339", "at_ms": N, "id":
+    /// "...", "max_attempts": N, "backoff_ms": [N, ...], "expire_ms": N,
+    /// "timeout_ms": N, "group": "...", "traceparent": "...", "tracestate":
+    /// "..."}. Only payload is required (a field may be left out, not null);
+    /// a string payload is sent as its text, any other JSON value as its
+    /// JSON text. --delay/--at, --max-attempts,
     /// --backoff, --expire, --timeout, --group and --traceparent apply to lines that do not
     /// say otherwise. Every line is validated before anything is written.
     #[arg(long)]
@@ -243,23 +245,6 @@ fn read_payload(mut input: impl Read, max: usize) -> Result<Vec<u8>> {
     Ok(buf)
 }
 
-/// One line of `push --batch` input.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Line {
-    /// A string is sent as its text, any other value as its JSON text.
-    payload: serde_json::Value,
-    delay_ms: Option<i64>,
-    at: Option<String>,
-    id: Option<String>,
-    max_attempts: Option<u32>,
-    expire_ms: Option<u64>,
-    timeout_ms: Option<u64>,
-    group: Option<String>,
-    traceparent: Option<String>,
-    tracestate: Option<String>,
-}
-
 /// serde_json's message without its "at line 1 column N" (every line is
 /// parsed on its own, so the position is the column).
 fn json_message(e: &serde_json::Error) -> String {
@@ -274,55 +259,16 @@ fn json_message(e: &serde_json::Error) -> String {
 /// Turns one input line into a job, or says what is wrong with it.
 fn parse_line(text: &str, defaults: &PushArgs, max: usize) -> Result<Job, String> {
     crate::input::no_duplicate_keys(text.as_bytes())?;
-    let line: Line = serde_json::from_str(text).map_err(|e| {
-        format!(
-            "{}; expected {{\"payload\": ..., \"delay_ms\": N, \"at\": \"RFC3339\", \"id\": \"...\", \"max_attempts\": N}}",
-            json_message(&e)
-        )
-    })?;
-    let payload = match line.payload {
-        serde_json::Value::String(s) => s.into_bytes(),
-        other => other.to_string().into_bytes(),
-    };
+    let mut line: JobFields = serde_json::from_str(text)
+        .map_err(|e| format!("{}; expected {}", json_message(&e), JobFields::SHAPE))?;
+    let payload = line.payload();
     if payload.len() > max {
         return Err(format!(
             "payload is {} bytes, over the {max}-byte limit (raise --max-payload)",
             payload.len()
         ));
     }
-    let mut job = with_defaults(Job::new(payload), defaults);
-    match (line.delay_ms, line.at) {
-        (Some(_), Some(_)) => return Err("give delay_ms or at, not both".into()),
-        (Some(ms), None) if ms < 0 => {
-            return Err(format!("delay_ms is {ms}: delays may not be negative"))
-        }
-        (Some(ms), None) => job = job.delay(std::time::Duration::from_millis(ms as u64)),
-        (None, Some(at)) => job = job.at(parse_time(&at).map_err(|e| format!("at: {e}"))?),
-        (None, None) => {}
-    }
-    if let Some(id) = line.id {
-        job = job.id(id);
-    }
-    if let Some(n) = line.max_attempts {
-        job = job.max_attempts(n);
-    }
-    if let Some(ms) = line.expire_ms {
-        job = job.expire(std::time::Duration::from_millis(ms));
-    }
-    if let Some(ms) = line.timeout_ms {
-        job = job.timeout(std::time::Duration::from_millis(ms));
-    }
-    if let Some(g) = line.group {
-        job = job.group(g);
-    }
-    if let Some(tp) = line.traceparent {
-        job = job.traceparent(tp);
-    }
-    if let Some(ts) = line.tracestate {
-        job = job.tracestate(ts);
-    }
-    job.validate().map_err(|e| e.to_string())?;
-    Ok(job)
+    line.apply(with_defaults(Job::new(payload), defaults))
 }
 
 /// Reads and validates every line of `input`; the first bad line is an
@@ -445,6 +391,10 @@ mod tests {
         assert_eq!(a.payload(), br#"hi "you""#);
         let b = parse_line(r#"{"payload": {"order": 1}, "delay_ms": 5}"#, &d, 100).unwrap();
         assert_eq!(b.payload(), br#"{"order":1}"#);
+        // The API's fields too: one job input for both.
+        let c = r#"{"payload": 1, "at_ms": 4102444800000, "backoff_ms": [0, 250]}"#;
+        let c = format!("{:?}", parse_line(c, &d, 100).unwrap());
+        assert!(c.contains("250ms"), "{c}");
     }
 
     #[test]
@@ -455,7 +405,9 @@ mod tests {
         assert!(err(r#"{"delay_ms": 5}"#).contains("missing field `payload`"));
         assert!(err(r#"{"payload": 1, "delay": 5}"#).contains("unknown field `delay`"));
         assert!(err(r#"{"payload": 1, "delay_ms": -5}"#).contains("negative"));
-        assert!(err(r#"{"payload": 1, "delay_ms": 5, "at": "x"}"#).contains("not both"));
+        assert!(err(r#"{"payload": 1, "delay_ms": 5, "at": "x"}"#)
+            .contains("at most one of delay_ms, at and at_ms"));
+        assert!(err(r#"{"payload": 1, "delay_ms": null}"#).contains("null"));
         assert!(err(r#"{"payload": 1, "at": "soon"}"#).contains("RFC 3339"));
         assert!(err(r#"{"payload": 1, "id": ""}"#).contains("may not be empty"));
         assert!(err(r#"{"payload": 1, "max_attempts": 0}"#).contains("at least 1"));

@@ -17,6 +17,7 @@
 
 mod audit;
 pub(crate) mod auth;
+mod body;
 pub(crate) mod cmd;
 mod dashboard;
 mod error;

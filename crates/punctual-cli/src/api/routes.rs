@@ -7,25 +7,23 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use punctual::{
     DeadSelector, EnqueueOptions, EnqueueStatus, Job, ReplayPace, State as JobState, TopicDeleted,
-    When,
 };
-use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::auth::Authorized;
+use super::body::body;
 use super::error::{ApiError, ApiResult};
 use super::reply::{HistoryReply, JobReply, ProcessReply, TopicReply};
 use super::ApiState;
-use crate::forms::counted;
+use crate::forms::{counted, present, when_of, JobFields};
 use crate::health;
-use crate::input::parse_time;
 
 /// Largest offset into the dead list.
 const MAX_OFFSET: usize = 1_000_000_000;
@@ -99,54 +97,6 @@ fn id_ok(id: &str) -> ApiResult<()> {
 fn query<T>(q: Result<Query<T>, QueryRejection>) -> ApiResult<T> {
     q.map(|Query(v)| v)
         .map_err(|e| ApiError::invalid(format!("bad query string: {}", e.body_text())))
-}
-
-/// The request body as `T`, with errors as JSON: 413 over the size limit,
-/// 400 for bad JSON or fields. Any Content-Type is read as JSON (some
-/// clients, such as PHP's curl, send form types by default); a body that
-/// is not JSON gets an error that says so.
-pub(super) fn body<T: DeserializeOwned>(
-    headers: &HeaderMap,
-    bytes: Result<Bytes, BytesRejection>,
-) -> ApiResult<T> {
-    let bytes = bytes.map_err(|e| {
-        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "body_too_large",
-                format!(
-                    "the request body is over the {} MiB limit: send fewer jobs per request; nothing was changed",
-                    super::MAX_BODY >> 20
-                ),
-            )
-        } else {
-            ApiError::invalid(format!("cannot read the request body: {}", e.body_text()))
-        }
-    })?;
-    if bytes.iter().all(u8::is_ascii_whitespace) {
-        return Err(ApiError::invalid_json(
-            "the request body is empty: send a JSON object; nothing was changed",
-        ));
-    }
-    crate::input::no_duplicate_keys(&bytes)
-        .map_err(|e| ApiError::invalid(format!("{e}; nothing was changed")))?;
-    serde_json::from_slice(&bytes).map_err(|e| json_error(e, headers))
-}
-
-fn json_error(e: serde_json::Error, headers: &HeaderMap) -> ApiError {
-    use serde_json::error::Category;
-    match e.classify() {
-        Category::Data => ApiError::invalid(format!("{e}; nothing was changed")),
-        _ => {
-            let ct = headers
-                .get(header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("none");
-            ApiError::invalid_json(format!(
-                "the body is not valid JSON ({e}); send JSON with Content-Type: application/json (this request said {ct:?}); nothing was changed"
-            ))
-        }
-    }
 }
 
 // ---- reading --------------------------------------------------------------
@@ -368,73 +318,10 @@ async fn history(
 
 // ---- changing -------------------------------------------------------------
 
-/// For optional body fields: absent is `None`, but an explicit `null` is
-/// refused like any other value of the wrong type.
-fn present<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
-where
-    D: serde::Deserializer<'de>,
-    T: Deserialize<'de>,
-{
-    T::deserialize(d).map(Some)
-}
-
-/// One job of an enqueue request.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct JobBody {
-    /// A string is sent as its text, any other JSON value as its JSON text.
-    payload: Value,
-    #[serde(default, deserialize_with = "present")]
-    delay_ms: Option<i64>,
-    #[serde(default, deserialize_with = "present")]
-    at: Option<String>,
-    #[serde(default, deserialize_with = "present")]
-    at_ms: Option<i64>,
-    #[serde(default, deserialize_with = "present")]
-    id: Option<String>,
-    #[serde(default, deserialize_with = "present")]
-    max_attempts: Option<u32>,
-    #[serde(default, deserialize_with = "present")]
-    backoff_ms: Option<Vec<u64>>,
-    #[serde(default, deserialize_with = "present")]
-    expire_ms: Option<u64>,
-    #[serde(default, deserialize_with = "present")]
-    timeout_ms: Option<u64>,
-    #[serde(default, deserialize_with = "present")]
-    group: Option<String>,
-    #[serde(default, deserialize_with = "present")]
-    traceparent: Option<String>,
-    #[serde(default, deserialize_with = "present")]
-    tracestate: Option<String>,
-}
-
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct EnqueueQuery {
     replace: Option<bool>,
-}
-
-/// Reads a `when` from the three ways to give one; at most one may be set.
-fn when_of(
-    delay_ms: Option<i64>,
-    at: Option<&str>,
-    at_ms: Option<i64>,
-) -> Result<Option<When>, String> {
-    match (delay_ms, at, at_ms) {
-        (None, None, None) => Ok(None),
-        (Some(ms), None, None) if ms < 0 => Err(format!(
-            "delay_ms is {ms}: delays may not be negative (0 means now)"
-        )),
-        (Some(ms), None, None) => Ok(Some(When::Delay(Duration::from_millis(ms as u64)))),
-        (None, Some(t), None) => parse_time(t)
-            .map(|t| Some(When::At(t)))
-            .map_err(|e| format!("at: {e}")),
-        (None, None, Some(ms)) if ms < 0 => Err(format!("at_ms is {ms}: give epoch milliseconds")),
-        (None, None, Some(ms)) => Ok(Some(When::At(
-            UNIX_EPOCH + Duration::from_millis(ms as u64),
-        ))),
-        _ => Err("give at most one of delay_ms, at and at_ms".into()),
-    }
 }
 
 /// The request's own W3C trace context (its `traceparent` and `tracestate`
@@ -456,51 +343,13 @@ fn header_trace(headers: &HeaderMap) -> Option<(String, Option<String>)> {
     Some((tp.to_string(), ts))
 }
 
-fn to_job(b: JobBody, trace: Option<&(String, Option<String>)>) -> Result<Job, String> {
-    let payload = match b.payload {
-        Value::String(s) => s.into_bytes(),
-        other => other.to_string().into_bytes(),
-    };
-    let mut job = Job::new(payload);
-    if let Some(w) = when_of(b.delay_ms, b.at.as_deref(), b.at_ms)? {
-        job = job.when(w);
+fn to_job(mut b: JobFields, trace: Option<&(String, Option<String>)>) -> Result<Job, String> {
+    if let (None, None, Some((tp, ts))) = (&b.traceparent, &b.tracestate, trace) {
+        b.traceparent = Some(tp.clone());
+        b.tracestate = ts.clone();
     }
-    if let Some(id) = b.id {
-        job = job.id(id);
-    }
-    if let Some(n) = b.max_attempts {
-        job = job.max_attempts(n);
-    }
-    if let Some(l) = b.backoff_ms {
-        if l.is_empty() {
-            return Err("backoff_ms may not be empty (use [0] for no wait)".into());
-        }
-        job = job.backoff(l.into_iter().map(Duration::from_millis).collect());
-    }
-    if let Some(ms) = b.expire_ms {
-        job = job.expire(Duration::from_millis(ms));
-    }
-    if let Some(ms) = b.timeout_ms {
-        job = job.timeout(Duration::from_millis(ms));
-    }
-    if let Some(g) = b.group {
-        job = job.group(g);
-    }
-    match (b.traceparent, trace) {
-        (Some(tp), _) => job = job.traceparent(tp),
-        (None, Some((tp, ts))) if b.tracestate.is_none() => {
-            job = job.traceparent(tp);
-            if let Some(ts) = ts {
-                job = job.tracestate(ts);
-            }
-        }
-        _ => {}
-    }
-    if let Some(ts) = b.tracestate {
-        job = job.tracestate(ts);
-    }
-    job.validate().map_err(|e| e.to_string())?;
-    Ok(job)
+    let payload = b.payload();
+    b.apply(Job::new(payload))
 }
 
 async fn enqueue(
@@ -516,7 +365,7 @@ async fn enqueue(
     let opts = EnqueueOptions::default().replace(q.replace.unwrap_or(false));
     let parsed: Value = body(&headers, bytes)?;
     let batch = parsed.is_array();
-    let bodies: Vec<JobBody> = match parsed {
+    let bodies: Vec<JobFields> = match parsed {
         // Parse arrays job by job, so an error names the job.
         Value::Array(items) => {
             if items.len() > MAX_BATCH_JOBS {
@@ -850,24 +699,6 @@ async fn resume(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn when_takes_one_form_and_refuses_negative_delays() {
-        assert_eq!(when_of(None, None, None), Ok(None));
-        assert_eq!(
-            when_of(Some(1500), None, None),
-            Ok(Some(When::Delay(Duration::from_millis(1500))))
-        );
-        assert!(when_of(Some(-1), None, None)
-            .unwrap_err()
-            .contains("negative"));
-        assert!(when_of(Some(1), None, Some(2))
-            .unwrap_err()
-            .contains("at most one"));
-        assert!(when_of(None, Some("soon"), None)
-            .unwrap_err()
-            .starts_with("at: "));
-    }
 
     #[test]
     fn the_openapi_document_describes_every_route_and_error_code() {

@@ -80,7 +80,7 @@ async fn put(
     bytes: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
     names_ok(&topic, &name)?;
-    let b: ScheduleBody = super::routes::body(&headers, bytes)?;
+    let b: ScheduleBody = super::body::body(&headers, bytes)?;
     let payload = match b.payload {
         None => String::new(),
         Some(Value::String(s)) => s,

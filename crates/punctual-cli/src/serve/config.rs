@@ -100,6 +100,11 @@ pub(crate) struct Config {
     /// Rust handler's `Outcome::retry_after`); longer ones are cut to it.
     #[serde(default = "default_max_retry_delay", with = "humantime_serde")]
     pub max_retry_delay: Duration,
+    /// After an operator cancels a running job, how long its handler has to
+    /// stop (exec: from SIGTERM to SIGKILL of its group; resident: from the
+    /// `cancel` message to the program's replacement).
+    #[serde(default = "default_cancel_grace", with = "humantime_serde")]
+    pub cancel_grace: Duration,
     /// Write the supervisor's pid here.
     #[serde(default)]
     pub pidfile: Option<String>,
@@ -387,6 +392,9 @@ fn default_http_body_timeout() -> Duration {
 fn default_max_retry_delay() -> Duration {
     Duration::from_secs(24 * 3600)
 }
+fn default_cancel_grace() -> Duration {
+    Duration::from_secs(5)
+}
 fn default_log_format() -> String {
     "text".into()
 }
@@ -518,6 +526,9 @@ impl Config {
         }
         if self.idle_check < Duration::from_millis(100) {
             bail!("idle_check must be at least 100ms");
+        }
+        if self.cancel_grace > Duration::from_secs(3600) {
+            bail!("cancel_grace must be at most 1h");
         }
         if self.heartbeat < Duration::from_millis(100) {
             bail!("heartbeat must be at least 100ms");

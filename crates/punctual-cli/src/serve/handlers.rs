@@ -48,7 +48,10 @@ impl Drop for GroupGuard {
 
 impl Exec {
     /// Runs the program for one job: payload on stdin, metadata in env.
-    /// Exit 0: done; 65: permanent failure; anything else: retry.
+    /// Exit 0: done; 65: permanent failure; anything else: retry. When an
+    /// operator cancels the job ([`Delivery::cancelled`]), its process
+    /// group gets SIGTERM; the worker drops this future after
+    /// `cancel_grace`, and the guard SIGKILLs the group.
     pub(crate) async fn run(&self, d: &Delivery) -> Outcome {
         let mut cmd = tokio::process::Command::new(&self.argv[0]);
         cmd.args(&self.argv[1..])
@@ -106,6 +109,7 @@ impl Exec {
         let mut stderr = child.stderr.take().expect("stderr is piped");
         let payload = d.payload.clone();
         let mut tail = Vec::new();
+        let mut termed = false;
         let status = {
             let feed = async move {
                 // A program that does not read its stdin is fine (EPIPE ignored).
@@ -142,9 +146,17 @@ impl Exec {
             tokio::pin!(io);
             // The exit decides, not the end of stderr: a background process
             // the program left behind may hold its pipes open for ever.
-            let status = tokio::select! {
-                s = child.wait() => s,
-                _ = &mut io => child.wait().await,
+            let status = loop {
+                tokio::select! {
+                    s = child.wait() => break s,
+                    _ = &mut io, if !io.is_terminated() => {}
+                    _ = d.cancelled.cancelled(), if !termed => {
+                        termed = true;
+                        if let Some(pgid) = guard.0 {
+                            let _ = killpg(pgid, Signal::SIGTERM);
+                        }
+                    }
+                }
             };
             if !io.is_terminated() {
                 // What it wrote just before exiting is still in the pipe.
@@ -154,6 +166,10 @@ impl Exec {
         };
         // Whatever it left running in its process group dies with the job.
         drop(guard);
+        if termed {
+            // Not recorded (the cancel ended the job): said for the log.
+            return Outcome::retry("cancelled by an operator while it ran; stopped with SIGTERM");
+        }
         let tail = tail_text(&tail);
         // A reply line on fd 3 decides, unless a signal killed the program.
         if let Ok(s) = &status {
@@ -253,8 +269,20 @@ impl Http {
 
     /// POSTs the payload. 2xx: done. 4xx other than 408 and 429: permanent.
     /// 408, 429, 5xx, timeouts, connection errors: retry, after `Retry-After`
-    /// when the server sends one.
+    /// when the server sends one. When an operator cancels the job
+    /// ([`Delivery::cancelled`]), the request is dropped at once: its
+    /// connection is closed, whatever the server was doing.
     pub(crate) async fn run(&self, d: &Delivery) -> Outcome {
+        tokio::select! {
+            o = self.post(d) => o,
+            _ = d.cancelled.cancelled() => {
+                // Not recorded (the cancel ended the job): said for the log.
+                Outcome::retry(format!("cancelled by an operator while it ran; the POST to {} was aborted", self.config.url))
+            }
+        }
+    }
+
+    async fn post(&self, d: &Delivery) -> Outcome {
         let mut req = self
             .client
             .post(&self.config.url)

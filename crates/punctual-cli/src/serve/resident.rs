@@ -429,6 +429,10 @@ struct InFlight {
     seq: u64,
     reply: oneshot::Sender<Outcome>,
     cancel: CancellationToken,
+    /// The delivery's `cancelled`: an operator cancelled the job.
+    cancelled: CancellationToken,
+    /// The `cancel` message was written to the program.
+    told: bool,
     deadline: Instant,
     /// The job's timeout: its own (`Job::timeout`), else the topic's.
     timeout: Duration,
@@ -453,6 +457,24 @@ struct JobMsg<'a> {
     traceparent: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tracestate: Option<&'a str>,
+}
+
+/// Futures that fire with a job's id and its `seq` in flight.
+type Watches = FuturesUnordered<futures::future::BoxFuture<'static, (String, u64)>>;
+
+#[derive(Serialize)]
+struct CancelMsg<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    id: &'a str,
+}
+
+/// The line written to fd 3 when an operator cancels a job the program
+/// holds.
+fn cancel_line(id: &str) -> Vec<u8> {
+    let mut line = serde_json::to_vec(&CancelMsg { kind: "cancel", id }).expect("plain JSON");
+    line.push(b'\n');
+    line
 }
 
 /// A job as the line written to fd 3.
@@ -1108,8 +1130,28 @@ impl Manager {
                     return self.exited(p, inflight, status_text(st)).await;
                 }
                 Some((id, s)) = cancels.next(), if !cancels.is_empty() => {
-                    if inflight.get(&id).is_some_and(|f: &InFlight| f.seq == s) {
-                        inflight.remove(&id);
+                    let told = inflight.get_mut(&id).filter(|f| f.seq == s && !f.cancel.is_cancelled() && f.cancelled.is_cancelled() && !f.told);
+                    if let Some(f) = told {
+                        // An operator cancelled it. The program may stop
+                        // the job and reply; if it holds it past
+                        // cancel_grace, the worker drops the run and its
+                        // `cancel` token replaces the program (below).
+                        f.told = true;
+                        let id2 = id.clone();
+                        cancels.push(f.cancel.clone().cancelled_owned().map(move |_| (id2, s)).boxed());
+                        tracing::info!(topic = %self.topic, pid, job = %id, "job cancelled by an operator: told to its resident program");
+                        if let Some(jobs) = &p.jobs {
+                            let _ = jobs.send(cancel_line(&id));
+                        }
+                        continue;
+                    }
+                    if inflight.get(&id).is_some_and(|f: &InFlight| f.seq == s && f.cancel.is_cancelled()) {
+                        let f = inflight.remove(&id).expect("just found");
+                        if f.cancelled.is_cancelled() {
+                            tracing::warn!(topic = %self.topic, pid, job = %id, "a job cancelled by an operator did not end within cancel_grace: killing its resident program");
+                            fail_all(inflight, &format!("the resident program (pid {pid}) was killed: job {id}, cancelled by an operator, did not end within cancel_grace"));
+                            return End::Killed("cancelled");
+                        }
                         tracing::warn!(topic = %self.topic, pid, job = %id, "the worker gave up on a job (lease lost, or abandoned at shutdown): killing its resident program");
                         fail_all(inflight, &format!("the resident program (pid {pid}) was killed: the worker gave up on job {id} it was running"));
                         return End::Killed("abandoned");
@@ -1165,7 +1207,7 @@ impl Manager {
         p: &mut Proc,
         req: Request,
         inflight: &mut HashMap<String, InFlight>,
-        cancels: &mut FuturesUnordered<futures::future::BoxFuture<'static, (String, u64)>>,
+        cancels: &mut Watches,
         seq: &mut u64,
         sent: &mut u64,
     ) {
@@ -1177,12 +1219,18 @@ impl Manager {
         let s = *seq;
         let id = req.d.id.clone();
         let id2 = id.clone();
+        // Fires when the worker gives up on the run (or the reply came:
+        // then `seq` no longer matches), or when an operator cancels it.
+        let (given_up, cancelled) = (req.cancel.clone(), req.d.cancelled.clone());
         cancels.push(
-            req.cancel
-                .clone()
-                .cancelled_owned()
-                .map(move |_| (id2, s))
-                .boxed(),
+            async move {
+                tokio::select! {
+                    _ = given_up.cancelled() => {}
+                    _ = cancelled.cancelled() => {}
+                }
+                (id2, s)
+            }
+            .boxed(),
         );
         inflight.insert(
             id,
@@ -1190,6 +1238,8 @@ impl Manager {
                 seq: s,
                 reply: req.reply,
                 cancel: req.cancel,
+                cancelled: req.d.cancelled.clone(),
+                told: false,
                 deadline: Instant::now() + timeout,
                 timeout,
             },

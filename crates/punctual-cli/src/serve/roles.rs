@@ -184,6 +184,7 @@ pub(crate) async fn run_worker(
         .idle_check(cfg.idle_check)
         .shutdown_timeout(grace)
         .max_retry_delay(cfg.max_retry_delay)
+        .cancelled_grace(cfg.cancel_grace)
         .registry(registry);
     let mut worker = Worker::new(queue, wc);
     // OpenTelemetry ([otel]): a span per attempt, and handlers given that
@@ -218,7 +219,9 @@ pub(crate) async fn run_worker(
                     // Measured from when a program got the job, not from
                     // when it joined the pool's queue.
                     let queued = Instant::now();
+                    let mut unanswered = Unanswered::new(&d, metrics.as_deref(), queued);
                     let (outcome, started) = pool.run(d.clone(), stop).await;
+                    unanswered.answered();
                     record(&d, metrics.as_deref(), started.unwrap_or(queued), &outcome);
                     outcome
                 }
@@ -329,21 +332,24 @@ async fn measured(
     run: impl std::future::Future<Output = Outcome>,
 ) -> Outcome {
     let start = Instant::now();
+    let mut unanswered = Unanswered::new(d, metrics, start);
     let outcome = run.await;
+    unanswered.answered();
     record(d, metrics, start, &outcome);
     outcome
 }
 
-/// Logs and counts one run of a job that started at `start`.
+/// Logs and counts one run of a job that started at `start`. A job an
+/// operator cancelled while it ran counts as `cancelled`, whatever its
+/// handler answered (the worker records no answer).
 fn record(
     d: &punctual::Delivery,
     metrics: Option<&MetricsSender>,
     start: Instant,
     outcome: &Outcome,
 ) {
-    let lateness = Duration::from_micros(d.lateness_us_at(start).max(0) as u64);
-    let duration = start.elapsed();
     let kind = match outcome {
+        _ if d.cancelled.is_cancelled() => "cancelled",
         Outcome::Done => "done",
         Outcome::Retry { .. } => "retry",
         Outcome::Permanent { .. } => "permanent",
@@ -351,6 +357,17 @@ fn record(
         Outcome::HandBack => "handed_back",
         _ => "other",
     };
+    record_kind(d, metrics, start, kind);
+}
+
+fn record_kind(
+    d: &punctual::Delivery,
+    metrics: Option<&MetricsSender>,
+    start: Instant,
+    kind: &'static str,
+) {
+    let lateness = Duration::from_micros(d.lateness_us_at(start).max(0) as u64);
+    let duration = start.elapsed();
     tracing::debug!(topic = %d.topic, id = %d.id, attempt = d.attempt, lateness_ms = lateness.as_secs_f64() * 1e3, duration_ms = duration.as_secs_f64() * 1e3, outcome = kind, "job ran");
     if let Some(m) = metrics {
         m.send(JobRecord {
@@ -359,6 +376,39 @@ fn record(
             duration,
             outcome: kind,
         });
+    }
+}
+
+/// A run not answered yet: if it is dropped unanswered after an operator
+/// cancelled its job (its handler did not stop within `cancel_grace`), it
+/// is counted as `cancelled` then.
+struct Unanswered<'a> {
+    d: &'a punctual::Delivery,
+    metrics: Option<&'a MetricsSender>,
+    start: Instant,
+    armed: bool,
+}
+
+impl<'a> Unanswered<'a> {
+    fn new(d: &'a punctual::Delivery, metrics: Option<&'a MetricsSender>, start: Instant) -> Self {
+        Unanswered {
+            d,
+            metrics,
+            start,
+            armed: true,
+        }
+    }
+
+    fn answered(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Unanswered<'_> {
+    fn drop(&mut self) {
+        if self.armed && self.d.cancelled.is_cancelled() {
+            record_kind(self.d, self.metrics, self.start, "cancelled");
+        }
     }
 }
 

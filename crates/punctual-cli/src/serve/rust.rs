@@ -54,7 +54,8 @@ impl Handlers {
 
     /// Runs any [`Handler`] for jobs of `topic`: a type of yours, or a
     /// [`punctual::cancellable`] closure that watches the delivery's
-    /// cancellation token (it fires on timeout, lost lease and shutdown).
+    /// cancellation token (it fires on timeout, lost lease, an operator's
+    /// cancel and shutdown; `Delivery::cancelled` fires for the cancel only).
     ///
     /// ```no_run
     /// use punctual::{cancellable, Outcome};

@@ -17,7 +17,14 @@ pub(super) fn must_not_repeat(_argv: &[&[u8]]) -> bool {
 
 impl Queue {
     /// Cancels a job in any state. Returns the state it was in, or `None`
-    /// when no such job was live.
+    /// when no such job was live (a job already done stays done).
+    ///
+    /// A running job (`Some(State::Running)`) is cancelled in flight: its
+    /// lease is revoked in the same script call, so its worker's ack or
+    /// retry is refused and no scheduler reclaims it, and the worker
+    /// holding it, on any host, is told on the topic's cancel channel and
+    /// stops its handler ([`crate::Delivery::cancelled`]; docs/PROTOCOL.md
+    /// "cancel").
     ///
     /// ```no_run
     /// # async fn demo(queue: punctual::Queue) -> punctual::Result<()> {

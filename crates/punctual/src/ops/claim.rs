@@ -157,6 +157,27 @@ pub struct Delivery {
     /// When its worker's keeper last extended the lease (see
     /// [`Delivery::lease_in_doubt`]); None outside a worker.
     pub(crate) extended: Option<std::sync::Arc<crate::held::Extended>>,
+    /// Fires when an operator cancels this job while it runs (`punctual
+    /// cancel`, [`Queue::cancel`] from any process or host): a [`crate::Worker`]
+    /// hears it on the topic's cancel channel and fires it (and then the
+    /// handler's own token, which also fires on timeout, lost lease and
+    /// shutdown). The job is already ended in Redis: stop the work, and
+    /// whatever the handler answers is not recorded. Clones of a delivery
+    /// share it. A handler that ignores it is dropped after
+    /// [`crate::WorkerConfig::cancelled_grace`].
+    ///
+    /// ```no_run
+    /// # fn demo(queue: punctual::Queue) {
+    /// use punctual::{Outcome, Worker, WorkerConfig};
+    /// let worker = Worker::new(queue, WorkerConfig::default()).handle("exports", |job| async move {
+    ///     tokio::select! {
+    ///         _ = job.cancelled.cancelled() => Outcome::retry("cancelled by an operator: not recorded"),
+    ///         _ = tokio::time::sleep(std::time::Duration::from_secs(60)) => Outcome::Done,
+    ///     }
+    /// });
+    /// # let _ = worker; }
+    /// ```
+    pub cancelled: tokio_util::sync::CancellationToken,
 }
 
 /// A claim's round trip longer than this is taken for a stall between the
@@ -469,6 +490,7 @@ pub async fn claim_with_wait(
             received,
             sent,
             extended: None,
+            cancelled: Default::default(),
         });
     }
     while r.len() > 1 {
