@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 use std::collections::VecDeque;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -33,6 +33,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::child::{high_fd, wire_fds};
 use super::config::ResidentConfig;
 use super::metrics::MetricsSender;
 
@@ -551,35 +552,6 @@ fn truncate(s: &str, max: usize) -> String {
     s[..end].to_string()
 }
 
-/// Makes each `(fd, target)` pair's fd the child's `target` (dup2 in the
-/// child) and gives it PR_SET_PDEATHSIG. The fds must be above 9 in the
-/// parent and CLOEXEC there (see [`high_fd`]), so no other child inherits
-/// them and dup2 cannot clobber one with another.
-#[allow(unsafe_code)]
-pub(crate) fn wire_fds(cmd: &mut tokio::process::Command, fds: Vec<(i32, i32)>) {
-    super::handlers::die_with_parent(cmd);
-    // SAFETY: runs in the child between fork and exec; dup2(2) is
-    // async-signal-safe and nothing is allocated (the Vec was built before).
-    unsafe {
-        cmd.pre_exec(move || {
-            for &(fd, target) in &fds {
-                if nix::libc::dup2(fd, target) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
-    }
-}
-
-/// A duplicate of `fd` numbered 10 or more, close-on-exec.
-#[allow(unsafe_code)]
-pub(crate) fn high_fd(fd: OwnedFd) -> std::io::Result<OwnedFd> {
-    let raw = nix::fcntl::fcntl(&fd, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(10))?;
-    // SAFETY: fcntl just returned this new descriptor; nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
-}
-
 /// A program's stdout or stderr, logged line by line, each line with the
 /// ids of the jobs the program held when it wrote it.
 ///
@@ -733,7 +705,7 @@ impl Manager {
             // and a terminal's Ctrl-C does not reach it.
             .process_group(0)
             .kill_on_drop(true);
-        for var in super::supervisor::INTERNAL_ENV {
+        for var in super::child::INTERNAL_ENV {
             cmd.env_remove(var);
         }
         if let Some(dir) = &self.cfg.cwd {
