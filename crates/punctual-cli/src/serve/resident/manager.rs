@@ -3,7 +3,7 @@
 //! recycles it, and feeds it jobs until it must end.
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,9 +15,9 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::pool::{PoolStats, Readiness, Registered, Request, StopTimes};
-use super::program::{retire, rss_bytes, status_text, Proc};
+use super::program::{handshake, retire, rss_bytes, spawn, status_text, Proc, StopTimes};
 use super::protocol::{cancel_line, job_line, parse_reply};
+use super::request::Request;
 use crate::serve::config::ResidentConfig;
 use crate::serve::metrics::MetricsSender;
 
@@ -34,6 +34,33 @@ const LOOKAHEAD: usize = 4;
 /// First restart delay after a failure; doubles up to `RESTART_MAX`.
 const RESTART_MIN: Duration = Duration::from_millis(500);
 pub(super) const RESTART_MAX: Duration = Duration::from_secs(30);
+
+/// How a pool's first start goes, as its managers report it to the pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Readiness {
+    Starting,
+    Ready(usize),
+    Failed,
+    /// The first program spoke another protocol version.
+    Refused,
+}
+
+/// Counters shared by a pool's managers (for /metrics).
+#[derive(Debug, Default)]
+pub(crate) struct PoolStats {
+    pub alive: AtomicUsize,
+    pub jobs: AtomicU64,
+}
+
+/// Where a pool's programs are registered in the process registry: under
+/// their worker's id, as `<worker id>/resident-<topic>-<slot>`.
+#[derive(Debug, Clone)]
+pub(crate) struct Registered {
+    pub queue: punctual::Queue,
+    /// The worker's id.
+    pub worker: String,
+    pub heartbeat: Duration,
+}
 
 /// How a program's service ended.
 enum End {
@@ -110,7 +137,7 @@ impl Manager {
                 self.refuse(why.clone()).await;
                 break;
             }
-            let mut p = match self.spawn() {
+            let mut p = match spawn(&self.topic, &self.cfg) {
                 Ok(p) => p,
                 Err(e) => {
                     tracing::warn!(topic = %self.topic, program = ?self.cfg.argv[0], error = %e, "cannot start the resident program; retrying in {delay:?}");
@@ -122,7 +149,7 @@ impl Manager {
                 }
             };
             self.stats.alive.fetch_add(1, Ordering::Relaxed);
-            let cap = match self.handshake(&mut p).await {
+            let cap = match handshake(&mut p, self.cfg.start_timeout, &self.stop).await {
                 Ok(n) => n,
                 Err(("stop", _, _)) => {
                     // Shutdown while it starts: it holds no job, so it is

@@ -11,16 +11,20 @@
 //! sent for, and the worker acks with that delivery's fenced lease token,
 //! so a late reply can never ack a re-delivery.
 //!
-//! Its rooms: `protocol` (the lines on fd 3 and fd 4), `pool` (a topic's
-//! pool and the queue of its jobs), `manager` (one slot: the run loop),
-//! `program` (one running program: spawn, handshake, retire), `logs` (its
-//! stdout and stderr).
+//! Its rooms, each importing only those after it: `pool` (a topic's pool,
+//! what the worker calls), `manager` (one slot: the run loop), `request`
+//! (a job on the pool's queue), `program` (one running program: spawn,
+//! handshake, retire), `logs` (its stdout and stderr), `protocol` (the
+//! lines on fd 3 and fd 4).
 
 mod logs;
 mod manager;
 mod pool;
 mod program;
 mod protocol;
+mod request;
 
-pub(crate) use pool::{FirstStart, Pool, Registered, StopTimes};
+pub(crate) use manager::Registered;
+pub(crate) use pool::{FirstStart, Pool};
+pub(crate) use program::StopTimes;
 pub(crate) use protocol::{parse_reply_any, PROTOCOL};

@@ -1,8 +1,6 @@
-//! A topic's [`Pool`] of resident programs in one worker process: the
-//! queue its managers take jobs from ([`Request`], its [`Queued`] state),
-//! how the first start went, and what `roles.rs` calls.
+//! A topic's [`Pool`] of resident programs in one worker process: what
+//! `roles.rs` calls (start, first start, backstop, run a job, shutdown).
 
-use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -11,107 +9,11 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::manager::{Manager, RESTART_MAX};
+use super::manager::{Manager, PoolStats, Readiness, Registered, RESTART_MAX};
+use super::program::StopTimes;
+use super::request::{Queued, Request, WITHDRAWN};
 use crate::serve::config::ResidentConfig;
 use crate::serve::metrics::MetricsSender;
-
-/// How a program is stopped when it is retired (recycle, shutdown): fd 3
-/// closed, then SIGTERM after `eof`, then SIGKILL after `term` more.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct StopTimes {
-    pub eof: Duration,
-    pub term: Duration,
-}
-
-impl Default for StopTimes {
-    fn default() -> Self {
-        StopTimes {
-            eof: Duration::from_secs(5),
-            term: Duration::from_secs(1),
-        }
-    }
-}
-
-/// One job waiting for (or held by) a program.
-pub(super) struct Request {
-    pub(super) d: Delivery,
-    pub(super) reply: oneshot::Sender<Outcome>,
-    /// Cancelled when the handler future is dropped before the reply
-    /// (timeout backstop, lease lost, shutdown abandon).
-    pub(super) cancel: CancellationToken,
-    /// `QUEUED`, then `SENT` when a manager writes it to a program, or
-    /// `WITHDRAWN` when the worker took it back first (shutdown) or it was
-    /// dropped unsent.
-    state: Queued,
-    /// When it was written to a program: its start.
-    pub(super) started: Arc<std::sync::OnceLock<std::time::Instant>>,
-}
-
-const QUEUED: u8 = 0;
-
-const SENT: u8 = 1;
-
-const WITHDRAWN: u8 = 2;
-
-impl Request {
-    /// Takes the job for a program, unless it was withdrawn.
-    pub(super) fn take(&self) -> bool {
-        self.state.leave(SENT)
-    }
-}
-
-/// A request's state, shared with the worker's side; while `QUEUED`, the
-/// job counts as waiting to start in the pool's capacity (the worker's
-/// registry record shows it as leased, not running).
-struct Queued {
-    state: Arc<AtomicU8>,
-    capacity: Arc<punctual::Capacity>,
-}
-
-impl Queued {
-    fn new(capacity: &Arc<punctual::Capacity>) -> Queued {
-        capacity.waits();
-        Queued {
-            state: Arc::new(AtomicU8::new(QUEUED)),
-            capacity: capacity.clone(),
-        }
-    }
-
-    fn share(&self) -> Queued {
-        Queued {
-            state: self.state.clone(),
-            capacity: self.capacity.clone(),
-        }
-    }
-
-    /// Leaves `QUEUED` for `to`, unless it left already.
-    fn leave(&self, to: u8) -> bool {
-        let left = self
-            .state
-            .compare_exchange(QUEUED, to, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok();
-        if left {
-            self.capacity.started();
-        }
-        left
-    }
-}
-
-impl Drop for Queued {
-    /// A request dropped unsent is withdrawn (one side's drop is enough).
-    fn drop(&mut self) {
-        self.leave(WITHDRAWN);
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Readiness {
-    Starting,
-    Ready(usize),
-    Failed,
-    /// The first program spoke another protocol version.
-    Refused,
-}
 
 /// How a pool's first start went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,23 +24,6 @@ pub(crate) enum FirstStart {
     Failed,
     /// The program speaks another protocol version: it is not restarted.
     Refused,
-}
-
-/// Counters shared by a pool's managers (for /metrics).
-#[derive(Debug, Default)]
-pub(crate) struct PoolStats {
-    pub alive: AtomicUsize,
-    pub jobs: AtomicU64,
-}
-
-/// Where a pool's programs are registered in the process registry: under
-/// their worker's id, as `<worker id>/resident-<topic>-<slot>`.
-#[derive(Debug, Clone)]
-pub(crate) struct Registered {
-    pub queue: punctual::Queue,
-    /// The worker's id.
-    pub worker: String,
-    pub heartbeat: Duration,
 }
 
 /// The resident programs of one topic in this worker process.

@@ -6,6 +6,7 @@ use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
@@ -13,15 +14,32 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::unix::pipe;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 use super::logs::LogPipe;
-use super::manager::Manager;
-use super::pool::StopTimes;
 use super::protocol::{MAX_INFLIGHT, PROTOCOL};
 use crate::serve::child::{high_fd, wire_fds};
+use crate::serve::config::ResidentConfig;
 
 /// Longest reply line read from fd 4 (longer is a protocol violation).
 const MAX_REPLY_LINE: u64 = 1 << 20;
+
+/// How a program is stopped when it is retired (recycle, shutdown): fd 3
+/// closed, then SIGTERM after `eof`, then SIGKILL after `term` more.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StopTimes {
+    pub eof: Duration,
+    pub term: Duration,
+}
+
+impl Default for StopTimes {
+    fn default() -> Self {
+        StopTimes {
+            eof: Duration::from_secs(5),
+            term: Duration::from_secs(1),
+        }
+    }
+}
 
 /// One running program.
 pub(super) struct Proc {
@@ -62,141 +80,141 @@ impl Proc {
     }
 }
 
-impl Manager {
-    pub(super) fn spawn(&self) -> std::io::Result<Proc> {
-        let (jobs_r, jobs_w) = std::io::pipe()?;
-        let (replies_r, replies_w) = std::io::pipe()?;
-        let child_jobs = high_fd(OwnedFd::from(jobs_r))?;
-        let child_replies = high_fd(OwnedFd::from(replies_w))?;
-        let argv = &self.cfg.argv;
-        let mut cmd = tokio::process::Command::new(&argv[0]);
-        cmd.args(&argv[1..])
-            .envs(&self.cfg.env)
-            .env("PUNCTUAL_PROTOCOL", PROTOCOL.to_string())
-            .env("PUNCTUAL_JOBS_FD", "3")
-            .env("PUNCTUAL_REPLIES_FD", "4")
-            .env("PUNCTUAL_TOPIC", &self.topic)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            // Its own process group: a kill takes everything it started,
-            // and a terminal's Ctrl-C does not reach it.
-            .process_group(0)
-            .kill_on_drop(true);
-        for var in crate::serve::child::INTERNAL_ENV {
-            cmd.env_remove(var);
-        }
-        if let Some(dir) = &self.cfg.cwd {
-            cmd.current_dir(dir);
-        }
-        wire_fds(
-            &mut cmd,
-            vec![(child_jobs.as_raw_fd(), 3), (child_replies.as_raw_fd(), 4)],
-        );
-        let mut child = cmd.spawn()?;
-        // Our copies of the program's ends: closed, so EOF means it is gone.
-        drop((child_jobs, child_replies));
-        let pid = child.id().unwrap_or(0);
-        let current = Arc::new(Mutex::new(String::new()));
-        let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
-        let mut logs = Vec::new();
-        if let Some(out) = child.stdout.take() {
-            let topic = self.topic.clone();
-            let cur = current.clone();
-            let (log, _) = LogPipe::start(out.into_owned_fd()?, topic, pid, "stdout", cur, None)?;
-            logs.push(log);
-        }
-        let mut stderr_reader = None;
-        if let Some(err) = child.stderr.take() {
-            let (topic, cur, tail) = (self.topic.clone(), current.clone(), stderr_tail.clone());
-            let (log, task) =
-                LogPipe::start(err.into_owned_fd()?, topic, pid, "stderr", cur, Some(tail))?;
-            logs.push(log);
-            stderr_reader = Some(task);
-        }
-        // fd 3: a writer task, so a program slow to read never blocks us.
-        let mut w = pipe::Sender::from_owned_fd(OwnedFd::from(jobs_w))?;
-        let (jobs, mut job_rx) = mpsc::unbounded_channel::<Vec<u8>>();
-        tokio::spawn(async move {
-            let mut buf = Vec::new();
-            while let Some(line) = job_rx.recv().await {
-                buf.clear();
-                buf.extend_from_slice(&line);
-                while let Ok(more) = job_rx.try_recv() {
-                    buf.extend_from_slice(&more);
-                }
-                if w.write_all(&buf).await.is_err() {
-                    return;
-                }
+/// Starts the resident program of `topic`.
+pub(super) fn spawn(topic: &str, cfg: &ResidentConfig) -> std::io::Result<Proc> {
+    let (jobs_r, jobs_w) = std::io::pipe()?;
+    let (replies_r, replies_w) = std::io::pipe()?;
+    let child_jobs = high_fd(OwnedFd::from(jobs_r))?;
+    let child_replies = high_fd(OwnedFd::from(replies_w))?;
+    let argv = &cfg.argv;
+    let mut cmd = tokio::process::Command::new(&argv[0]);
+    cmd.args(&argv[1..])
+        .envs(&cfg.env)
+        .env("PUNCTUAL_PROTOCOL", PROTOCOL.to_string())
+        .env("PUNCTUAL_JOBS_FD", "3")
+        .env("PUNCTUAL_REPLIES_FD", "4")
+        .env("PUNCTUAL_TOPIC", topic)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own process group: a kill takes everything it started,
+        // and a terminal's Ctrl-C does not reach it.
+        .process_group(0)
+        .kill_on_drop(true);
+    for var in crate::serve::child::INTERNAL_ENV {
+        cmd.env_remove(var);
+    }
+    if let Some(dir) = &cfg.cwd {
+        cmd.current_dir(dir);
+    }
+    wire_fds(
+        &mut cmd,
+        vec![(child_jobs.as_raw_fd(), 3), (child_replies.as_raw_fd(), 4)],
+    );
+    let mut child = cmd.spawn()?;
+    // Our copies of the program's ends: closed, so EOF means it is gone.
+    drop((child_jobs, child_replies));
+    let pid = child.id().unwrap_or(0);
+    let current = Arc::new(Mutex::new(String::new()));
+    let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
+    let mut logs = Vec::new();
+    if let Some(out) = child.stdout.take() {
+        let topic = topic.to_string();
+        let cur = current.clone();
+        let (log, _) = LogPipe::start(out.into_owned_fd()?, topic, pid, "stdout", cur, None)?;
+        logs.push(log);
+    }
+    let mut stderr_reader = None;
+    if let Some(err) = child.stderr.take() {
+        let (topic, cur, tail) = (topic.to_string(), current.clone(), stderr_tail.clone());
+        let (log, task) =
+            LogPipe::start(err.into_owned_fd()?, topic, pid, "stderr", cur, Some(tail))?;
+        logs.push(log);
+        stderr_reader = Some(task);
+    }
+    // fd 3: a writer task, so a program slow to read never blocks us.
+    let mut w = pipe::Sender::from_owned_fd(OwnedFd::from(jobs_w))?;
+    let (jobs, mut job_rx) = mpsc::unbounded_channel::<Vec<u8>>();
+    tokio::spawn(async move {
+        let mut buf = Vec::new();
+        while let Some(line) = job_rx.recv().await {
+            buf.clear();
+            buf.extend_from_slice(&line);
+            while let Ok(more) = job_rx.try_recv() {
+                buf.extend_from_slice(&more);
             }
-            // Dropping `w` closes fd 3: EOF for the program.
-        });
-        // fd 4: a reader task handing over whole lines.
-        let r = pipe::Receiver::from_owned_fd(OwnedFd::from(replies_r))?;
-        let (lines, replies) = mpsc::channel::<Vec<u8>>(256);
-        tokio::spawn(async move {
-            let mut r = BufReader::new(r);
-            loop {
-                let mut buf = Vec::new();
-                match (&mut r)
-                    .take(MAX_REPLY_LINE)
-                    .read_until(b'\n', &mut buf)
-                    .await
-                {
-                    Ok(0) | Err(_) => return,
-                    Ok(_) => {
-                        if lines.send(buf).await.is_err() {
-                            return;
-                        }
+            if w.write_all(&buf).await.is_err() {
+                return;
+            }
+        }
+        // Dropping `w` closes fd 3: EOF for the program.
+    });
+    // fd 4: a reader task handing over whole lines.
+    let r = pipe::Receiver::from_owned_fd(OwnedFd::from(replies_r))?;
+    let (lines, replies) = mpsc::channel::<Vec<u8>>(256);
+    tokio::spawn(async move {
+        let mut r = BufReader::new(r);
+        loop {
+            let mut buf = Vec::new();
+            match (&mut r)
+                .take(MAX_REPLY_LINE)
+                .read_until(b'\n', &mut buf)
+                .await
+            {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {
+                    if lines.send(buf).await.is_err() {
+                        return;
                     }
                 }
             }
-        });
-        Ok(Proc {
-            child,
-            pid,
-            jobs: Some(jobs),
-            replies,
-            current,
-            stderr_tail,
-            stderr_reader,
-            logs,
-        })
-    }
-
-    /// Waits for `{"type":"ready","protocol":1}`: Ok(inflight), or Err with
-    /// the reason and whether to restart at all.
-    pub(super) async fn handshake(
-        &self,
-        p: &mut Proc,
-    ) -> Result<usize, (&'static str, String, bool)> {
-        tokio::select! {
-            line = p.replies.recv() => {
-                let Some(line) = line else {
-                    return Err(("exit", "closed fd 4 before saying ready".into(), true));
-                };
-                let v: serde_json::Value = serde_json::from_slice(&line).map_err(|_| {
-                    ("violation", format!("its first line on fd 4 is not JSON: {:?}", String::from_utf8_lossy(&line).trim_end()), true)
-                })?;
-                if v.get("type").and_then(|t| t.as_str()) != Some("ready") {
-                    return Err(("violation", format!("its first line on fd 4 is not a ready message: {}", v), true));
-                }
-                match v.get("protocol").and_then(|p| p.as_u64()) {
-                    Some(PROTOCOL) => {}
-                    other => return Err(("protocol", format!("it speaks protocol {other:?}; this punctual speaks {PROTOCOL}: it is not restarted until the worker restarts"), false)),
-                }
-                match v.get("inflight") {
-                    None => Ok(1),
-                    Some(n) => match n.as_u64() {
-                        Some(n @ 1..=MAX_INFLIGHT) => Ok(n as usize),
-                        _ => Err(("violation", format!("inflight = {n}: must be 1 to {MAX_INFLIGHT}"), true)),
-                    },
-                }
-            }
-            st = p.child.wait() => Err(("exit", format!("exited before saying ready ({})", status_text(st)), true)),
-            _ = tokio::time::sleep(self.cfg.start_timeout) => Err(("start_timeout", format!("did not say ready within start_timeout ({})", humantime::format_duration(self.cfg.start_timeout)), true)),
-            _ = self.stop.cancelled() => Err(("stop", "stopping".into(), false)),
         }
+    });
+    Ok(Proc {
+        child,
+        pid,
+        jobs: Some(jobs),
+        replies,
+        current,
+        stderr_tail,
+        stderr_reader,
+        logs,
+    })
+}
+
+/// Waits for `{"type":"ready","protocol":1}`: Ok(inflight), or Err with
+/// the reason and whether to restart at all.
+pub(super) async fn handshake(
+    p: &mut Proc,
+    start_timeout: Duration,
+    stop: &CancellationToken,
+) -> Result<usize, (&'static str, String, bool)> {
+    tokio::select! {
+        line = p.replies.recv() => {
+            let Some(line) = line else {
+                return Err(("exit", "closed fd 4 before saying ready".into(), true));
+            };
+            let v: serde_json::Value = serde_json::from_slice(&line).map_err(|_| {
+                ("violation", format!("its first line on fd 4 is not JSON: {:?}", String::from_utf8_lossy(&line).trim_end()), true)
+            })?;
+            if v.get("type").and_then(|t| t.as_str()) != Some("ready") {
+                return Err(("violation", format!("its first line on fd 4 is not a ready message: {}", v), true));
+            }
+            match v.get("protocol").and_then(|p| p.as_u64()) {
+                Some(PROTOCOL) => {}
+                other => return Err(("protocol", format!("it speaks protocol {other:?}; this punctual speaks {PROTOCOL}: it is not restarted until the worker restarts"), false)),
+            }
+            match v.get("inflight") {
+                None => Ok(1),
+                Some(n) => match n.as_u64() {
+                    Some(n @ 1..=MAX_INFLIGHT) => Ok(n as usize),
+                    _ => Err(("violation", format!("inflight = {n}: must be 1 to {MAX_INFLIGHT}"), true)),
+                },
+            }
+        }
+        st = p.child.wait() => Err(("exit", format!("exited before saying ready ({})", status_text(st)), true)),
+        _ = tokio::time::sleep(start_timeout) => Err(("start_timeout", format!("did not say ready within start_timeout ({})", humantime::format_duration(start_timeout)), true)),
+        _ = stop.cancelled() => Err(("stop", "stopping".into(), false)),
     }
 }
 
