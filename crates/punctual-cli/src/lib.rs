@@ -82,7 +82,7 @@ pub fn main_with(handlers: Handlers) -> ExitCode {
     // `serve` starts its logs once it has read its config (the log format
     // may be set there); every other command here.
     if !matches!(cli.command, Command::Serve(_)) {
-        let json = std::env::var(serve::supervisor::LOG_FORMAT_ENV).is_ok_and(|f| f == "json");
+        let json = std::env::var(serve::child::LOG_FORMAT_ENV).is_ok_and(|f| f == "json");
         init_tracing(cli.command.default_log_level(), json);
     }
     let runtime = if service {

@@ -6,8 +6,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Args;
 
+use super::child::{CONFIG_FD_ENV, METRICS_ENV};
 use super::config::{Config, Overrides};
-use super::supervisor::{CONFIG_FD_ENV, METRICS_ENV};
 use crate::exit;
 use crate::input::parse_duration;
 

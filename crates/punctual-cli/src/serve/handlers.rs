@@ -77,7 +77,7 @@ impl Exec {
             .kill_on_drop(true);
         // The supervisor's internal settings (the whole config, with the
         // Redis password) are not the handler's business.
-        for var in super::supervisor::INTERNAL_ENV {
+        for var in super::child::INTERNAL_ENV {
             cmd.env_remove(var);
         }
         // The producer's trace context (W3C, as the environment carries it).
@@ -92,7 +92,7 @@ impl Exec {
             Ok(p) => p,
             Err(e) => return Outcome::retry(format!("cannot create the reply pipe: {e}")),
         };
-        super::resident::wire_fds(&mut cmd, vec![(reply_w.as_raw_fd(), 3)]);
+        super::child::wire_fds(&mut cmd, vec![(reply_w.as_raw_fd(), 3)]);
         if let Some(dir) = &self.cwd {
             cmd.current_dir(dir);
         }
@@ -206,23 +206,9 @@ impl Exec {
 /// writing end above fd 9, close-on-exec until dup2'ed to fd 3 in the child.
 fn reply_pipe() -> std::io::Result<(tokio::net::unix::pipe::Receiver, OwnedFd)> {
     let (r, w) = std::io::pipe()?;
-    let w = super::resident::high_fd(OwnedFd::from(w))?;
+    let w = super::child::high_fd(OwnedFd::from(w))?;
     let r = tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(r))?;
     Ok((r, w))
-}
-
-/// Makes the child get SIGKILL when this worker process dies, even by
-/// SIGKILL: a handler never outlives the worker that runs it.
-#[allow(unsafe_code)]
-pub(crate) fn die_with_parent(cmd: &mut tokio::process::Command) {
-    // SAFETY: the closure runs in the child between fork and exec; it only
-    // makes the prctl(2) system call, which is async-signal-safe, and
-    // allocates nothing.
-    unsafe {
-        cmd.pre_exec(|| {
-            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
-        });
-    }
 }
 
 fn tail_text(bytes: &[u8]) -> String {

@@ -1,7 +1,7 @@
 //! What `serve --http ADDR` serves: `/healthz`, `/metrics`, and the HTTP
 //! API and dashboard of `crate::api`.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -12,14 +12,27 @@ use axum::routing::get;
 use axum::{Json, Router};
 use metrics_exporter_prometheus::PrometheusHandle;
 use punctual::Queue;
+use serde::Serialize;
 
 use super::config::Config;
 use super::metrics::ResidentBoard;
-use super::supervisor::Children;
 use crate::api::{self, ApiState, Sampler, Token};
 
 /// How often the dashboard's charts are sampled.
 const SAMPLE_INTERVAL: Duration = Duration::from_secs(5);
+
+/// What /healthz reports per child.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct ChildStatus {
+    pub role: &'static str,
+    pub index: usize,
+    pub pid: Option<u32>,
+    pub alive: bool,
+    pub restarts: u64,
+    pub last_exit: Option<String>,
+}
+
+pub(crate) type Children = Arc<Mutex<Vec<ChildStatus>>>;
 
 struct AppState {
     children: Children,

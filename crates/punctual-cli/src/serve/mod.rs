@@ -1,8 +1,10 @@
 //! `punctual serve`: the consumer service (supervisor, worker and scheduler
 //! processes, exec, http and resident handlers, health and metrics).
 
+pub(crate) mod child;
 pub(crate) mod cmd;
 pub(crate) mod config;
+mod connect;
 pub(crate) mod handlers;
 mod http;
 pub(crate) mod metrics;

@@ -7,72 +7,22 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use punctual::registry::{ProcessInfo, Registry, Role};
-use punctual::{
-    cancellable, Handler, Outcome, Queue, Scheduler, SchedulerConfig, Worker, WorkerConfig,
-};
+use punctual::{cancellable, Handler, Outcome, Scheduler, SchedulerConfig, Worker, WorkerConfig};
 use tokio::signal::unix::{signal, SignalKind};
 
 use super::config::Config;
+use super::connect::connect;
 use super::handlers::{Exec, Http};
 use super::metrics::{JobRecord, MetricsSender};
 use super::resident::{FirstStart, Pool, StopTimes};
 
-/// Connects to Redis with the config's URL, prefix and payload limit. A
-/// Redis still loading its dataset (after a restart) is waited for, with
-/// backoff; an unreachable one is an error at once.
-pub(crate) async fn connect(cfg: &Config) -> Result<Queue> {
-    let mut backoff = Duration::from_millis(100);
-    loop {
-        let connected = Queue::builder(&cfg.redis)
-            .prefix(&cfg.prefix)
-            .max_payload(cfg.max_payload)
-            .connect()
-            .await;
-        // INFO works while Redis loads, data commands do not: probe with one.
-        let probed = match connected {
-            Ok(q) => q.topics().await.map(|_| q),
-            Err(e) => Err(e),
-        };
-        match probed {
-            Ok(q) => return Ok(q),
-            Err(e) if loading(&e) => {
-                tracing::warn!(
-                    "Redis at {} is loading its dataset; trying again in {backoff:?}",
-                    punctual::internal::redact(&cfg.redis)
-                );
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
-            }
-            Err(e) if e.kind() == punctual::ErrorKind::Redis => {
-                return Err(e).with_context(|| {
-                    format!(
-                        "cannot reach Redis at {} (is redis-server running? set redis in the config, --redis or PUNCTUAL_REDIS_URL)",
-                        punctual::internal::redact(&cfg.redis)
-                    )
-                })
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
-}
-
-/// Whether Redis answered LOADING (it is reading its dataset from disk).
-fn loading(e: &punctual::Error) -> bool {
-    match e {
-        punctual::Error::Redis(r) => {
-            r.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::BusyLoading)
-        }
-        _ => false,
-    }
-}
-
 /// How a child registers: under the id its supervisor chose (in
-/// [`super::supervisor::PROCESS_ID_ENV`]; else a generated one), beating
+/// [`super::child::PROCESS_ID_ENV`]; else a generated one), beating
 /// every `heartbeat`.
 fn registry(cfg: &Config) -> Registry {
-    let id = std::env::var(super::supervisor::PROCESS_ID_ENV)
+    let id = std::env::var(super::child::PROCESS_ID_ENV)
         .ok()
         .filter(|id| !id.is_empty())
         .unwrap_or_else(|| ProcessInfo::new(Role::Worker, [""; 0]).id);
@@ -84,7 +34,7 @@ fn registry(cfg: &Config) -> Registry {
 /// pid comes from the environment, so a supervisor that died before this
 /// process got here is noticed too.
 pub(crate) async fn stop_signal() {
-    let supervisor = std::env::var(super::supervisor::SUPERVISOR_PID_ENV)
+    let supervisor = std::env::var(super::child::SUPERVISOR_PID_ENV)
         .ok()
         .and_then(|p| p.parse::<i32>().ok())
         .map(nix::unistd::Pid::from_raw)

@@ -10,61 +10,16 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use serde::Serialize;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio_util::sync::CancellationToken;
 
-use super::config::Config;
-use super::roles::connect;
-
-/// What /healthz reports per child.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct ChildStatus {
-    pub role: &'static str,
-    pub index: usize,
-    pub pid: Option<u32>,
-    pub alive: bool,
-    pub restarts: u64,
-    pub last_exit: Option<String>,
-}
-
-pub(crate) type Children = Arc<Mutex<Vec<ChildStatus>>>;
-
-/// Environment variable naming the file descriptor (always
-/// [`CHILD_CONFIG_FD`]) from which a child reads the effective config
-/// (JSON), once, at start. A pipe, not the environment: whatever is in a
-/// process's environment, its handlers can read in `/proc/$PPID/environ`.
-pub(crate) const CONFIG_FD_ENV: &str = "PUNCTUAL_SERVE_CONFIG_FD";
-/// Environment variable with the supervisor's pid: a child whose parent is
-/// another process (the supervisor died, even before the child started
-/// watching) stops.
-pub(crate) const SUPERVISOR_PID_ENV: &str = "PUNCTUAL_SUPERVISOR_PID";
-/// The descriptor the config pipe's read end has in a child.
-pub(crate) const CHILD_CONFIG_FD: i32 = 3;
-/// Environment variable naming the metrics socket for workers.
-pub(crate) const METRICS_ENV: &str = "PUNCTUAL_METRICS_SOCKET";
-/// Environment variable with the id a child registers under in the process
-/// registry (`<supervisor id>/<role>-<index>`): the supervisor removes the
-/// record, and those under it, when it reaps the child.
-pub(crate) const PROCESS_ID_ENV: &str = "PUNCTUAL_PROCESS_ID";
-/// Environment variable with the log format for children.
-pub(crate) const LOG_FORMAT_ENV: &str = "PUNCTUAL_CHILD_LOG_FORMAT";
-/// Secrets punctual reads from the environment: the supervisor keeps them
-/// out of its children's environment (the config pipe carries what they
-/// need), so a handler can find them neither in its own environment nor in
-/// its parent's.
-pub(crate) const SECRET_ENV: [&str; 2] = ["PUNCTUAL_REDIS_URL", "PUNCTUAL_API_TOKEN"];
-/// What no handler sees: what the supervisor passes to its children, and
-/// the secrets punctual itself reads from the environment.
-pub(crate) const INTERNAL_ENV: [&str; 7] = [
-    CONFIG_FD_ENV,
+use super::child::{
+    CHILD_CONFIG_FD, CONFIG_FD_ENV, LOG_FORMAT_ENV, METRICS_ENV, PROCESS_ID_ENV, SECRET_ENV,
     SUPERVISOR_PID_ENV,
-    PROCESS_ID_ENV,
-    METRICS_ENV,
-    LOG_FORMAT_ENV,
-    SECRET_ENV[0],
-    SECRET_ENV[1],
-];
+};
+use super::config::Config;
+use super::connect::connect;
+use super::http::{ChildStatus, Children};
 
 const RESTART_MIN: Duration = Duration::from_millis(500);
 const STABLE_AFTER: Duration = Duration::from_secs(60);
