@@ -176,7 +176,7 @@ pub(crate) enum Command {
     /// SIGTERM or SIGINT: stop restarting children, let running jobs finish
     /// (up to shutdown_timeout), then SIGKILL; a second Ctrl-C kills at once.
     /// Exit 0 after a clean drain, 1 when children had to be killed, 2 for a
-    /// bad config, 3 when Redis is unreachable at start. See docs/operations.md.
+    /// bad config, 3 when Redis is unreachable at start. See docs/operations/run.md, "Exit codes".
     #[command(
         after_help = "Example:\n  punctual serve --config punctual.example.toml --http 127.0.0.1:9464"
     )]

@@ -224,7 +224,7 @@ async fn a_lease_taken_after_the_schedulers_last_tick_is_reclaimed_one_lease_aft
     child.0.wait().unwrap();
     let killed = std::time::Instant::now();
 
-    // docs/operations.md: a killed worker's job is reclaimed at most `lease`
+    // docs/operations/jobs.md: a killed worker's job is reclaimed at most `lease`
     // later. The margin is generous for a busy machine, and far below the
     // scheduler's 30 s safety net.
     eventually(

@@ -1,5 +1,5 @@
 //! The `serve` configuration file (TOML), with environment and flag
-//! overrides. Every key is documented in docs/operations.md and in
+//! overrides. Every key is documented in docs/operations/configure.md and in
 //! punctual.example.toml.
 
 use std::collections::BTreeMap;
@@ -128,7 +128,7 @@ pub(crate) struct Config {
     pub otel: OtelConfig,
 }
 
-/// `[otel]`: where the workers export a span per attempt (docs/operations.md
+/// `[otel]`: where the workers export a span per attempt (docs/operations/configure.md,
 /// "Tracing").
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -144,7 +144,7 @@ pub(crate) struct OtelConfig {
     pub service_name: Option<String>,
 }
 
-/// One recurring schedule (`[schedules.NAME]`); see docs/operations.md.
+/// One recurring schedule (`[schedules.NAME]`); see docs/operations/configure.md.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ScheduleConfig {

@@ -1,5 +1,5 @@
 //! The handlers `serve` runs from its config: `exec` (a program per job) and
-//! `http` (a POST per job). Their contracts are in docs/operations.md.
+//! `http` (a POST per job). Their contracts are in docs/operations/handlers.md.
 
 use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd, OwnedFd};

@@ -1,4 +1,4 @@
-//! OpenTelemetry export (`[otel]`, docs/operations.md "Tracing"): a span
+//! OpenTelemetry export (`[otel]`, docs/operations/configure.md "Tracing"): a span
 //! per attempt, the child of the producer's trace context, sent over
 //! OTLP/HTTP by the opentelemetry SDK's batch processor. Off, nothing of
 //! this runs: the worker has no observer and handlers get the stored
