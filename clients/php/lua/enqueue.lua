@@ -767,7 +767,7 @@ end
 -- A tracestate as stored: printable ASCII, each % starting an escape of two
 -- hex digits (% ; : are written %25 %3B %3A), at most 512 bytes decoded.
 local function trace_state_ok(v)
-  if #v > 1536 or string.find(v, '[^ -~]') then return false end
+  if #v > 1536 or string.find(v, '[^ -~]') or string.find(v, '[;:]') then return false end
   local n = #v
   for esc in string.gmatch(v, '%%(.?.?)') do
     if not string.find(esc, '^%x%x$') then return false end

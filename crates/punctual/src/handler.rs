@@ -61,10 +61,11 @@ pub enum Outcome {
         /// Kept as the job's last error.
         error: String,
     },
-    /// The handler never started the job and the worker is stopping: back
-    /// to ready at once, its attempt not counted. Answered while the worker
-    /// is not stopping, it is taken as [`Outcome::Retry`] (an attempt
-    /// counted), so no handler can put a job back for ever.
+    /// The handler never started the job and the worker is stopping, or the
+    /// job's lease is in doubt ([`crate::Delivery::lease_in_doubt`]): back
+    /// to ready at once, its attempt not counted. Answered otherwise, it is
+    /// taken as [`Outcome::Retry`] (an attempt counted), so no handler can
+    /// put a job back for ever.
     HandBack,
 }
 

@@ -121,12 +121,7 @@ fn ack_refused(resent: bool) -> &'static str {
     }
 }
 
-async fn fail_one(shared: Arc<Shared>, mut s: Settle) {
-    if matches!(s.outcome, Outcome::HandBack) && !shared.stopping.is_cancelled() {
-        // A hand-back costs no attempt: honoured only while the worker
-        // stops, or a handler answering it could loop a job for ever.
-        s.outcome = Outcome::retry("the handler handed the job back while the worker was running");
-    }
+async fn fail_one(shared: Arc<Shared>, s: Settle) {
     let topic = &shared.topics[s.topic].name;
     let (part, lease) = (Partition::known(topic), Lease::new(s.id.clone(), s.token));
     let (error, r) = match &s.outcome {

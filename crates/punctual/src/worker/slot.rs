@@ -37,6 +37,7 @@ pub(super) fn spawn_slot(
     let grace = shared.config.cancel_grace;
     let extended = Arc::new(Extended::new(shared.config.lease));
     job.extended = Some(extended.clone());
+    let (slot_extended, sent) = (extended.clone(), job.sent);
     // Right before the handler starts: the job's expiry, by Redis's clock
     // (the claim's, advanced by the local clock since), and the age of its
     // lease (at most the time since the claim was sent: a worker stalled
@@ -64,7 +65,7 @@ pub(super) fn spawn_slot(
         let _permit = permit;
         if let Some(error) = expired {
             let outcome = Outcome::Expired { error };
-            Watch::finish(watch, Some(&outcome), &shared);
+            Watch::finish(watch, Some(&outcome));
             let _ = settle.send(Settle {
                 topic: ti,
                 id,
@@ -134,13 +135,25 @@ pub(super) fn spawn_slot(
                 let _ = tokio::time::timeout(grace, &mut run).await;
                 if lost.is_cancelled() {
                     // The keeper already forgot the job; nothing to record.
-                    Watch::finish(watch, None, &shared);
+                    Watch::finish(watch, None);
                     return;
                 }
                 Outcome::retry(format!("handler timed out after {}", humanize(timeout)))
             }
         };
-        Watch::finish(watch, Some(&outcome), &shared);
+        // A hand-back costs no attempt: honoured while the worker stops, or
+        // for a job not started because its lease was in doubt (it may run
+        // elsewhere: `Delivery::lease_in_doubt`). Otherwise it is a retry,
+        // or a handler answering it could loop a job for ever.
+        let outcome = match outcome {
+            Outcome::HandBack
+                if !shared.stopping.is_cancelled() && !slot_extended.in_doubt(sent) =>
+            {
+                Outcome::retry("the handler handed the job back while the worker was running")
+            }
+            other => other,
+        };
+        Watch::finish(watch, Some(&outcome));
         let _ = settle.send(Settle {
             topic: ti,
             id,
@@ -218,7 +231,7 @@ impl Watch {
     }
 
     /// Tells the observer; `None`: the lease was lost.
-    fn finish(watch: Option<Watch>, outcome: Option<&Outcome>, shared: &Shared) {
+    fn finish(watch: Option<Watch>, outcome: Option<&Outcome>) {
         let Some(Watch {
             observer,
             mut end,
@@ -237,9 +250,8 @@ impl Watch {
             }
             Some(Outcome::Permanent { error }) => ("dead", Some(error.clone())),
             Some(Outcome::Expired { error }) => ("expired", Some(error.clone())),
-            Some(Outcome::HandBack) if shared.stopping.is_cancelled() => ("handed back", None),
-            // fail_one turns it into a retry.
-            Some(Outcome::HandBack) => (if last { "dead" } else { "retry" }, None),
+            // (Only while stopping, or with its lease in doubt: see the slot.)
+            Some(Outcome::HandBack) => ("handed back", None),
         };
         observer(end);
     }

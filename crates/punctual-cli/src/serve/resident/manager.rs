@@ -565,6 +565,12 @@ impl Manager {
             let _ = req.reply.send(Outcome::Expired { error });
             return None;
         }
+        if req.d.cancelled.is_cancelled() {
+            // Cancelled while it waited: its slot records nothing.
+            tracing::info!(topic = %self.topic, job = %req.d.id, "not started: the job was cancelled");
+            let _ = req.reply.send(Outcome::HandBack);
+            return None;
+        }
         if req.d.lease_in_doubt() {
             tracing::warn!(topic = %self.topic, job = %req.d.id, "not started: its lease was not extended for over half its length (this worker was stopped or cut off from Redis); handed back, since it may be running elsewhere");
             let _ = req.reply.send(Outcome::HandBack);
