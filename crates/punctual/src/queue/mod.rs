@@ -1,16 +1,21 @@
 //! `Queue`: the connection to Redis and what every audience shares (the
 //! builder, the partition layout, script calls). The operations live by
-//! audience: [`enqueue`] (producers), [`inspect`] (reading state),
-//! [`admin`] (operators); the runtime's claim/ack/fail/extend/tick are in
-//! [`crate::raw`].
+//! audience and concept: [`enqueue`] (producers), [`inspect`] (one job and
+//! listings), [`topics`] (known topics, a topic's figures), [`check`] (the
+//! invariant check), [`dead`] (the dead letters), [`admin`] (operators'
+//! changes), [`groups`] and [`limits`]; [`connect`] opens the connection.
+//! The runtime's claim/ack/fail/extend/tick are in [`crate::raw`].
 
 mod admin;
+mod check;
 mod cold;
 mod connect;
+mod dead;
 mod enqueue;
 mod groups;
 mod inspect;
 mod limits;
+mod topics;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -26,7 +31,7 @@ use crate::redact::redact;
 use crate::scripts::SCRIPTS;
 
 pub use groups::{GroupHold, GroupInfo, GroupLimits};
-pub use inspect::{SkippedTopic, Topics};
+pub use topics::{SkippedTopic, Topics};
 
 /// Largest integer the scripts take (2^53: Lua numbers are doubles).
 pub(crate) const MAX_SAFE: usize = 1 << 53;
