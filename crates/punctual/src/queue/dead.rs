@@ -213,13 +213,9 @@ impl Queue {
                 for (p, ids) in by_part {
                     let physical = partition_name(topic, p, k);
                     for chunk in ids.chunks(MAX_BATCH) {
-                        let args = Pacer::args(pacer, chunk);
-                        let v = self
-                            .run(script, &physical, |inv| {
-                                inv.arg(args);
-                            })
+                        let (n, ids) = self
+                            .dead_call(script, &physical, pacer, chunk, &read)
                             .await?;
-                        let (n, ids) = read(v)?;
                         total += n;
                         all.extend(ids);
                     }
@@ -262,13 +258,10 @@ impl Queue {
                     }
                     let mut round = 0;
                     for (p, ids) in by_part {
-                        let args = Pacer::args(pacer, &ids);
-                        let v = self
-                            .run(script, &partition_name(topic, p, k), |inv| {
-                                inv.arg(args);
-                            })
+                        let physical = partition_name(topic, p, k);
+                        let (done, ids) = self
+                            .dead_call(script, &physical, pacer, &ids, &read)
                             .await?;
-                        let (done, ids) = read(v)?;
                         round += done;
                         total += done;
                         all.extend(ids);
@@ -302,13 +295,9 @@ impl Queue {
                         if ids.is_empty() {
                             break;
                         }
-                        let args = Pacer::args(pacer, &ids);
-                        let v = self
-                            .run(script, &physical, |inv| {
-                                inv.arg(args);
-                            })
+                        let (done, got) = self
+                            .dead_call(script, &physical, pacer, &ids, &read)
                             .await?;
-                        let (done, got) = read(v)?;
                         total += done;
                         all.extend(got);
                         // Counted by the ids read, not by the reply (a resent
@@ -320,6 +309,26 @@ impl Queue {
             }
         }
         Ok((total, all))
+    }
+
+    /// One call of a dead-letter script on these ids of one partition
+    /// (with the pacer's due times, if any); `read` makes its reply a count
+    /// and the ids acted on.
+    async fn dead_call<I: AsRef<[u8]>>(
+        &self,
+        script: &Script,
+        physical: &str,
+        pacer: Option<&Pacer>,
+        ids: &[I],
+        read: &impl Fn(Value) -> Result<(usize, Vec<String>)>,
+    ) -> Result<(usize, Vec<String>)> {
+        let args = Pacer::args(pacer, ids);
+        let v = self
+            .run(script, physical, |inv| {
+                inv.arg(args);
+            })
+            .await?;
+        read(v)
     }
 }
 
