@@ -2,17 +2,14 @@
 
 use std::time::Duration;
 
-use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
-use axum::http::HeaderMap;
 use axum::Json;
 use punctual::{DeadSelector, ReplayPace};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{body, id_ok, limit_ok, query, topic_ok, St};
-use crate::api::auth::Authorized;
+use super::{id_ok, limit_ok, query, topic_ok, St, TopicChange};
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::reply::JobReply;
 use crate::forms::{counted, present};
@@ -118,16 +115,11 @@ fn selector(b: DeadBody, allow_oldest: bool) -> ApiResult<DeadSelector> {
 }
 
 pub(super) async fn dead_replay(
-    who: Authorized,
     State(s): St,
-    Path(topic): Path<String>,
-    headers: HeaderMap,
-    bytes: Result<Bytes, BytesRejection>,
+    TopicChange { who, topic, body }: TopicChange<DeadBody>,
 ) -> ApiResult<Json<Value>> {
-    topic_ok(&topic)?;
-    let b = body(&headers, bytes)?;
-    let pace = pace(&b)?;
-    let which = selector(b, true)?;
+    let pace = pace(&body)?;
+    let which = selector(body, true)?;
     let ids = s
         .queue
         .dead_replay_paced(&topic, which, pace, |_| {})
@@ -146,20 +138,15 @@ pub(super) async fn dead_replay(
 }
 
 pub(super) async fn dead_purge(
-    who: Authorized,
     State(s): St,
-    Path(topic): Path<String>,
-    headers: HeaderMap,
-    bytes: Result<Bytes, BytesRejection>,
+    TopicChange { who, topic, body }: TopicChange<DeadBody>,
 ) -> ApiResult<Json<Value>> {
-    topic_ok(&topic)?;
-    let b: DeadBody = body(&headers, bytes)?;
-    if b.rate.is_some() || b.spread_ms.is_some() {
+    if body.rate.is_some() || body.spread_ms.is_some() {
         return Err(ApiError::invalid(
             "purge takes no rate or spread_ms (they pace a replay)",
         ));
     }
-    let which = selector(b, false)?;
+    let which = selector(body, false)?;
     let all = matches!(which, DeadSelector::All);
     let n = s.queue.dead_purge(&topic, which).await?;
     who.record(

@@ -8,12 +8,16 @@
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use axum::body::Bytes;
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, State};
+use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request, State};
 use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
+use serde::de::DeserializeOwned;
 
+use super::auth::Authorized;
 use super::body::body;
 use super::error::{ApiError, ApiResult};
 use super::ApiState;
@@ -30,6 +34,34 @@ mod read;
 mod topic;
 
 type St = State<Arc<ApiState>>;
+
+/// A change to one topic: a request to `/topics/{topic}/...` with a JSON
+/// body. Taken in the order every such route answers errors in: who asks
+/// (401/403), the topic of the path, then the body (413, bad JSON).
+pub(super) struct TopicChange<T> {
+    pub(super) who: Authorized,
+    pub(super) topic: String,
+    pub(super) body: T,
+}
+
+impl<T: DeserializeOwned> FromRequest<Arc<ApiState>> for TopicChange<T> {
+    type Rejection = Response;
+
+    async fn from_request(req: Request, state: &Arc<ApiState>) -> Result<Self, Response> {
+        let (mut parts, bytes) = req.into_parts();
+        let who = Authorized::from_request_parts(&mut parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let Path(topic) = Path::<String>::from_request_parts(&mut parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let headers = parts.headers.clone();
+        let bytes = Bytes::from_request(Request::from_parts(parts, bytes), state).await;
+        topic_ok(&topic).map_err(IntoResponse::into_response)?;
+        let body = body(&headers, bytes).map_err(IntoResponse::into_response)?;
+        Ok(TopicChange { who, topic, body })
+    }
+}
 
 /// The `/api/v1` routes.
 pub(super) fn routes() -> Router<Arc<ApiState>> {

@@ -1,58 +1,51 @@
 //! A topic's operator routes: bulk cancel by id prefix, delete, pause,
 //! resume.
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::Json;
 use punctual::TopicDeleted;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{body, topic_ok, St};
+use super::{topic_ok, St, TopicChange};
 use crate::api::auth::Authorized;
 use crate::api::error::{ApiError, ApiResult};
 use crate::forms::counted;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct CancelPrefixBody {
+pub(super) struct CancelPrefixBody {
     id_prefix: String,
     #[serde(default)]
     dry_run: bool,
 }
 
 pub(super) async fn cancel_prefix(
-    who: Authorized,
     State(s): St,
-    Path(topic): Path<String>,
-    headers: HeaderMap,
-    bytes: Result<Bytes, BytesRejection>,
+    TopicChange { who, topic, body }: TopicChange<CancelPrefixBody>,
 ) -> ApiResult<Json<Value>> {
-    topic_ok(&topic)?;
-    let b: CancelPrefixBody = body(&headers, bytes)?;
-    if b.id_prefix.is_empty() {
+    if body.id_prefix.is_empty() {
         return Err(ApiError::invalid(
             "id_prefix is empty: that would cancel every job of the topic; give a prefix",
         ));
     }
     let found = s
         .queue
-        .cancel_prefix(&topic, &b.id_prefix, b.dry_run)
+        .cancel_prefix(&topic, &body.id_prefix, body.dry_run)
         .await?;
-    if !b.dry_run {
+    if !body.dry_run {
         let ids: Vec<String> = found.iter().map(|(id, _)| id.clone()).collect();
         let mut detail = counted("cancelled", &ids);
-        detail["id_prefix"] = json!(b.id_prefix);
+        detail["id_prefix"] = json!(body.id_prefix);
         who.record(&s.queue, "cancel", &topic, detail).await;
     }
     Ok(Json(json!({
         "topic": topic,
-        "id_prefix": b.id_prefix,
-        "dry_run": b.dry_run,
+        "id_prefix": body.id_prefix,
+        "dry_run": body.dry_run,
         "matched": found.len(),
-        "cancelled": if b.dry_run { 0 } else { found.len() },
+        "cancelled": if body.dry_run { 0 } else { found.len() },
         "jobs": found.iter().map(|(id, st)| json!({"id": id, "state": st.as_str()})).collect::<Vec<_>>(),
     })))
 }
