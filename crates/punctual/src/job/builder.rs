@@ -372,10 +372,11 @@ pub(crate) fn check_max_attempts(m: u32) -> Result<()> {
 pub struct EnqueueOptions {
     /// Replace a live job with the same id instead of reporting a duplicate.
     pub replace: bool,
-    /// Mark each job created in `P:{T}:fired` (kept 7 days), in the same
-    /// script as its enqueue, and create none whose id is marked there
-    /// ([`EnqueueStatus::FiredBefore`]): what makes an import rerun after an
-    /// interruption enqueue nothing twice, even for jobs that ran meanwhile.
+    /// Mark each job created in `P:{T}:fired` (kept 7 days), in the same script
+    /// as its enqueue, and create none whose id is marked there
+    /// ([`EnqueueStatus::FiredBefore`](crate::EnqueueStatus::FiredBefore)):
+    /// what makes an import rerun after an interruption enqueue nothing twice,
+    /// even for jobs that ran meanwhile.
     pub mark: bool,
 }
 

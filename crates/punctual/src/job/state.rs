@@ -118,17 +118,19 @@ pub struct JobInfo {
     pub payload: Vec<u8>,
     /// Redis's clock when this was read, epoch ms.
     pub now_ms: i64,
-    /// The expiry deadline ([`Job::expire`]): the job may start only until
-    /// then, epoch ms.
+    /// The expiry deadline ([`Job::expire`](crate::Job::expire)): the job may
+    /// start only until then, epoch ms.
     pub deadline_ms: Option<i64>,
-    /// The handler timeout of this job ([`Job::timeout`]), ms.
+    /// The handler timeout of this job ([`Job::timeout`](crate::Job::timeout)),
+    /// ms.
     pub timeout_ms: Option<u64>,
-    /// The job's group ([`Job::group`]).
+    /// The job's group ([`Job::group`](crate::Job::group)).
     pub group: Option<String>,
-    /// The producer's trace context ([`Job::traceparent`]).
+    /// The producer's trace context
+    /// ([`Job::traceparent`](crate::Job::traceparent)).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
-    /// Its tracestate ([`Job::tracestate`]).
+    /// Its tracestate ([`Job::tracestate`](crate::Job::tracestate)).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tracestate: Option<String>,
 }
