@@ -8,7 +8,6 @@ the protocol: the handler may print freely.
 from __future__ import annotations
 
 import asyncio
-import base64
 import functools
 import inspect
 import json
@@ -16,86 +15,12 @@ import math
 import os
 from typing import Any, Callable, Optional
 
+from . import tasks
+from .job import Dead, Job, Retry, once_key
+
+__all__ = ["Dead", "Job", "NotUnderServe", "PROTOCOL", "Retry", "Worker", "once_key", "reply_for", "run", "run_async"]
+
 PROTOCOL = 1
-
-
-class Retry(Exception):
-    """Raise to have the job retried, after ``delay_ms`` (default: the
-    topic's backoff ladder). The attempt is counted."""
-
-    def __init__(self, message: str = "", delay_ms: Optional[int] = None):
-        super().__init__(message)
-        self.message = message
-        self.delay_ms = delay_ms
-
-
-class Dead(Exception):
-    """Raise to send the job straight to the dead set (a permanent failure)."""
-
-    def __init__(self, reason: str = ""):
-        super().__init__(reason)
-        self.reason = reason
-
-
-class Job:
-    """One delivery of a job."""
-
-    __slots__ = ("id", "topic", "attempt", "max_attempts", "due_ms", "created_ms",
-                 "timeout_ms", "payload", "traceparent", "tracestate")
-
-    def __init__(self, msg: dict):
-        self.id: str = msg["id"]
-        self.topic: str = msg.get("topic", "")
-        self.attempt: int = int(msg.get("attempt", 1))
-        self.max_attempts: int = int(msg.get("max_attempts", 0))
-        self.due_ms: int = int(msg.get("due_ms", 0))
-        self.created_ms: int = int(msg.get("created_ms", 0))
-        self.timeout_ms: int = int(msg.get("timeout_ms", 0))
-        # The producer's W3C trace context (the parent span when serve
-        # exports spans), or None.
-        self.traceparent: Optional[str] = msg.get("traceparent")
-        self.tracestate: Optional[str] = msg.get("tracestate")
-        if "payload_b64" in msg:
-            self.payload: bytes = base64.b64decode(msg["payload_b64"])
-        else:
-            self.payload = msg.get("payload", "").encode()
-        # ``payload`` holds exactly the bytes the producer enqueued.
-
-    @property
-    def text(self) -> str:
-        """The payload as text (UTF-8; invalid bytes replaced)."""
-        return self.payload.decode("utf-8", errors="replace")
-
-    def json(self) -> Any:
-        """The payload parsed as JSON."""
-        return json.loads(self.payload)
-
-    def once(self, client, step: str, ttl_s: int, fn: Callable[[], Any],
-             prefix: str = "punctual") -> bool:
-        """Runs ``fn`` unless step ``step`` of this job already succeeded
-        within ``ttl_s`` seconds; returns whether it ran.
-
-        The marker is ``SET prefix:once:TOPIC:ID:STEP 1 NX EX ttl_s``, written
-        after ``fn`` returns. At least once, not exactly once: if the process
-        dies between the side effect and the marker, or two deliveries of
-        the job run at the same time (a lost lease), the step runs again.
-        Where the other side supports it, also pass it an idempotency key
-        (e.g. ``f"{job.id}:{step}"``).
-        """
-        key = once_key(prefix, self.topic, self.id, step)
-        if client.exists(key):
-            return False
-        fn()
-        client.set(key, "1", nx=True, ex=int(ttl_s))
-        return True
-
-    def __repr__(self) -> str:
-        return f"Job(id={self.id!r}, topic={self.topic!r}, attempt={self.attempt})"
-
-
-def once_key(prefix: str, topic: str, job_id: str, step: str) -> str:
-    """The key of :meth:`Job.once`'s marker."""
-    return f"{prefix}:once:{topic}:{job_id}:{step}"
 
 
 class NotUnderServe(SystemExit):
@@ -162,7 +87,6 @@ def _handler(handler: Optional[Callable[[Job], Any]], app, before_job: Hook, aft
     if (handler is None) == (app is None):
         raise TypeError("give a handler or app= (the module(s) defining your @punctual.task functions), one of them")
     if app is not None:
-        from . import tasks
         tasks.load(app)
         handler = tasks.dispatch
     if before_job is None and after_job is None:
