@@ -247,6 +247,30 @@ $tests['cancel and reschedule'] = function (Redis $r): void {
     same(null, $p->reschedule('t', 'j'));
 };
 
+$tests['a cancel is in the audit trail as the CLI\'s'] = function (Redis $r): void {
+    $prefix = fresh_prefix();
+    $p = new Producer($r, $prefix);
+    $p->enqueue('t', 'x', ['id' => 'a']);
+    $p->enqueue('t', 'x', ['id' => 'b']);
+    same('ready', $p->cancel('t', 'a'));
+    same('ready', $p->cancel('t', 'b', 'billing'));
+    same(null, $p->cancel('t', 'a'), 'found nothing: changed nothing, not recorded');
+    $trail = array_map(fn ($e) => json_decode($e, true), $r->lRange("$prefix:audit", 0, -1));
+    foreach ($trail as &$e) {
+        check(abs($e['at_ms'] / 1000 - microtime(true)) < 60, 'at_ms is now');
+        unset($e['at_ms']);
+    }
+    $me = gethostname() . '/' . getmypid();
+    same([
+        ['who' => 'billing', 'from' => $me, 'action' => 'cancel', 'topic' => 't', 'detail' => ['id' => 'b', 'was' => 'ready']],
+        ['who' => 'php', 'from' => $me, 'action' => 'cancel', 'topic' => 't', 'detail' => ['id' => 'a', 'was' => 'ready']],
+    ], $trail);
+    $read = cli($prefix, 'audit');
+    if ($read !== null) {
+        same([['billing', 'b'], ['php', 'a']], array_map(fn ($e) => [$e['who'], $e['detail']['id']], $read), 'as punctual audit reads it');
+    }
+};
+
 $tests["a job due far ahead waits cold, in its minute's bucket"] = function (Redis $r): void {
     // docs/PROTOCOL.md "The cold pool": due at least cold_after (10 min by
     // default) ahead, a job waits in P:{T}:c:<minute>, not in the pool ZSET;
