@@ -31,7 +31,7 @@ class Job:
     """One delivery of a job."""
 
     __slots__ = ("id", "topic", "attempt", "max_attempts", "due_ms", "created_ms",
-                 "timeout_ms", "payload", "traceparent", "tracestate")
+                 "timeout_ms", "payload", "traceparent", "tracestate", "_cancelled", "_poll")
 
     def __init__(self, msg: dict):
         self.id: str = msg["id"]
@@ -50,6 +50,23 @@ class Job:
         else:
             self.payload = msg.get("payload", "").encode()
         # ``payload`` holds exactly the bytes the producer enqueued.
+        self._cancelled = False
+        # Set by the loop running the job: reads what fd 3 holds now.
+        self._poll: Optional[Callable[[], None]] = None
+
+    def cancelled(self) -> bool:
+        """Whether an operator cancelled this job while it runs
+        (docs/RESIDENT.md, "Cancel"): the job is already ended as cancelled,
+        and whatever this run replies is not recorded, so a handler that
+        sees it may stop (return, or raise) and the program keeps its
+        place. Under :func:`run`, each call reads the cancels waiting on
+        fd 3 without blocking (job lines read meanwhile are kept for
+        later): cheap enough to call between the steps of a long job.
+        Under :func:`run_async`, the handler's task is also cancelled.
+        False for a job not run by either."""
+        if not self._cancelled and self._poll is not None:
+            self._poll()
+        return self._cancelled
 
     @property
     def text(self) -> str:

@@ -13,6 +13,8 @@ import inspect
 import json
 import math
 import os
+import select
+from collections import deque
 from typing import Any, Callable, Optional
 
 from . import tasks
@@ -47,7 +49,8 @@ def _check_protocol() -> None:
         )
 
 
-def _open(env: str, default: int, mode: str):
+def _fd(env: str, default: int) -> int:
+    """The protocol fd named by ``env``, checked open."""
     _check_protocol()
     fd = int(os.environ.get(env, default))
     try:
@@ -57,7 +60,57 @@ def _open(env: str, default: int, mode: str):
             f"punctual: fd {fd} is not open: run this program under `punctual serve` "
             "(a topic with resident = [...]); see docs/RESIDENT.md"
         ) from None
-    return os.fdopen(fd, mode, buffering=0 if "w" in mode else -1)
+    return fd
+
+
+def _open(env: str, default: int, mode: str):
+    return os.fdopen(_fd(env, default), mode, buffering=0 if "w" in mode else -1)
+
+
+class _Lines:
+    """fd 3 split in lines by the loop itself (no buffered file object), so
+    that a look for cancels while a job runs (:meth:`Job.cancelled`) can
+    read what is there without blocking and lose nothing the loop reads
+    next."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.buf = bytearray()
+        self.eof = False
+
+    def line(self, block: bool) -> Optional[bytes]:
+        """The next whole line (a last one without its newline at EOF);
+        None at EOF, or when ``block`` is false and no whole line is there."""
+        while True:
+            i = self.buf.find(b"\n")
+            if i >= 0:
+                line = bytes(self.buf[:i])
+                del self.buf[:i + 1]
+                return line
+            if self.eof:
+                line, self.buf = bytes(self.buf), bytearray()
+                return line or None
+            if not block and not select.select([self.fd], [], [], 0)[0]:
+                return None
+            chunk = os.read(self.fd, 1 << 16)
+            if chunk:
+                self.buf += chunk
+            else:
+                self.eof = True
+
+
+def _message(line: bytes) -> Optional[dict]:
+    """A line of fd 3 as a message; None when it is not a JSON object."""
+    try:
+        msg = json.loads(line)
+    except ValueError:
+        return None
+    return msg if isinstance(msg, dict) else None
+
+
+def _stopped() -> RuntimeError:
+    """The error of a job cancelled before its handler could start."""
+    return RuntimeError("cancelled by an operator")
 
 
 def reply_for(job_id: str, exc: Optional[BaseException]) -> dict:
@@ -134,8 +187,16 @@ class Worker:
 
     def run(self) -> None:
         """Says ready, handles jobs until fd 3 ends (EOF: punctual wants the
-        program to exit), then returns."""
-        jobs = _open("PUNCTUAL_JOBS_FD", 3, "rb")
+        program to exit), then returns.
+
+        When an operator cancels the job that runs (docs/RESIDENT.md,
+        "Cancel"), :meth:`Job.cancelled` says so from then on (the loop
+        cannot interrupt a sequential handler: it should look between
+        steps); its reply, whatever it is, is not recorded. A job cancelled
+        before its handler started is not started (its reply: retry,
+        ``cancelled by an operator``); a cancel for a job already answered
+        is ignored."""
+        jobs = _Lines(_fd("PUNCTUAL_JOBS_FD", 3))
         replies = _open("PUNCTUAL_REPLIES_FD", 4, "wb")
 
         def send(msg: dict) -> None:
@@ -143,20 +204,52 @@ class Worker:
             while data:
                 data = data[replies.write(data):]
 
+        # Jobs read and not started yet (read by a look for cancels while
+        # the one before ran), and the one running.
+        waiting: deque = deque()
+        running: list = [None]
+
+        def take(msg: Optional[dict]) -> None:
+            if msg is None:
+                return
+            if msg.get("type") == "job":
+                job = Job(msg)
+                job._poll = poll
+                waiting.append(job)
+            elif msg.get("type") == "cancel":
+                # For a job already replied to (or not sent): nothing to do.
+                for job in (running[0], *waiting):
+                    if job is not None and job.id == msg.get("id"):
+                        job._cancelled = True
+            # later versions may add message types
+
+        def poll() -> None:
+            while (line := jobs.line(block=False)) is not None:
+                take(_message(line))
+
         send({"type": "ready", "protocol": PROTOCOL, "inflight": 1})
-        for line in jobs:
-            msg = json.loads(line)
-            if not isinstance(msg, dict) or msg.get("type") != "job":
-                continue  # later versions may add message types
-            job = Job(msg)
+        while True:
+            if not waiting:
+                line = jobs.line(block=True)
+                if line is None:
+                    break
+                take(_message(line))
+                continue
+            job = waiting.popleft()
+            if job._cancelled:
+                send(reply_for(job.id, _stopped()))
+                continue
+            running[0] = job
             try:
                 self.handler(job)
                 exc = None
             except Exception as e:  # noqa: BLE001 - every failure becomes a reply
                 exc = e
+            finally:
+                running[0] = None
             send(reply_for(job.id, exc))
         replies.close()
-        jobs.close()
+        os.close(jobs.fd)
 
 
 def run(handler: Optional[Callable[[Job], Any]] = None, *, app=None, before_job: Hook = None,
@@ -197,8 +290,8 @@ async def run_async(handler: Optional[Callable[[Job], Any]] = None, *, inflight:
     reader = asyncio.StreamReader(limit=2**31)  # a line holds a whole payload
     transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), jobs)
 
-    # Jobs in hand, by id; the ids an operator cancelled.
-    tasks: dict = {}
+    # Jobs in hand and their tasks, by id; the ids an operator cancelled.
+    running: dict = {}
     cancelled: set = set()
 
     async def one(job: Job) -> None:
@@ -210,11 +303,11 @@ async def run_async(handler: Optional[Callable[[Job], Any]] = None, *, inflight:
         except asyncio.CancelledError:
             if job.id not in cancelled:
                 raise
-            exc = RuntimeError("cancelled by an operator")
+            exc = _stopped()
         except Exception as e:  # noqa: BLE001 - every failure becomes a reply
             exc = e
         finally:
-            tasks.pop(job.id, None)
+            running.pop(job.id, None)
             cancelled.discard(job.id)
         send(reply_for(job.id, exc))
 
@@ -225,8 +318,8 @@ async def run_async(handler: Optional[Callable[[Job], Any]] = None, *, inflight:
         # Cancelled before its handler started: `one` never ran to reply.
         if task.cancelled() and job_id in cancelled:
             cancelled.discard(job_id)
-            tasks.pop(job_id, None)
-            send(reply_for(job_id, RuntimeError("cancelled by an operator")))
+            running.pop(job_id, None)
+            send(reply_for(job_id, _stopped()))
 
     send({"type": "ready", "protocol": PROTOCOL, "inflight": inflight})
     while True:
@@ -235,16 +328,17 @@ async def run_async(handler: Optional[Callable[[Job], Any]] = None, *, inflight:
             break
         msg = json.loads(line)
         if isinstance(msg, dict) and msg.get("type") == "cancel":
-            held = tasks.get(msg.get("id"))
+            held = running.get(msg.get("id"))
             if held is not None:
                 cancelled.add(msg["id"])
-                held.cancel()
+                held[0]._cancelled = True
+                held[1].cancel()
             continue
         if not isinstance(msg, dict) or msg.get("type") != "job":
             continue  # later versions may add message types
         job = Job(msg)
         task = asyncio.ensure_future(one(job))
-        tasks[job.id] = task
+        running[job.id] = (job, task)
         pending.add(task)
         task.add_done_callback(functools.partial(done, job.id))
     if pending:
