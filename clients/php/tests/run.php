@@ -545,6 +545,9 @@ $tests['resident loop: the running job sees its cancel, no line is lost'] = func
     $fake->send(['type' => 'cancel', 'id' => 'b']);
     same(['type' => 'done', 'id' => 'b'], $fake->read());
     same(['type' => 'done', 'id' => 'c'], $fake->job('c', 'x'));
+    // A job line the loop cannot read is answered where it is read.
+    $fake->send(['type' => 'job', 'id' => 'bad', 'payload_b64' => '@@@']);
+    same('retry', $fake->read()['type']);
     [$status, $out, $err] = $fake->close();
     same(0, $status, "exit status; stderr: $err");
     preg_match_all('/^start (\S+)$/m', $out, $m);

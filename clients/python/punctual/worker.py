@@ -213,7 +213,11 @@ class Worker:
             if msg is None:
                 return
             if msg.get("type") == "job":
-                job = Job(msg)
+                try:
+                    job = Job(msg)
+                except Exception as e:  # noqa: BLE001 - a bad payload_b64: answered here
+                    send(reply_for(str(msg.get("id", "")), e))
+                    return
                 job._poll = poll
                 waiting.append(job)
             elif msg.get("type") == "cancel":

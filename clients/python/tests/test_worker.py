@@ -205,6 +205,8 @@ class CancelTest(unittest.TestCase):
         fake.send({"type": "cancel", "id": "b"})
         self.assertEqual(fake.read(), {"type": "done", "id": "b"})
         self.assertEqual(fake.job("c", "x"), {"type": "done", "id": "c"})
+        # A job line the loop cannot read is answered where it is read.
+        self.assertEqual(fake.job("bad", payload_b64="abc")["type"], "retry")
         code, out, err = fake.close()
         self.assertEqual(code, 0, err)
         self.assertEqual([l.split()[1] for l in out.splitlines() if l.startswith("start")],
