@@ -52,6 +52,8 @@ function fromIoredis(c, buffers) {
     hExists: (k, f) => c.hexists(k, f),
     hGetAll: (k) => c.hgetall(k),
     sAdd: (k, m) => c.sadd(k, m),
+    lPush: (k, v) => c.lpush(k, v),
+    lTrim: (k, start, stop) => c.ltrim(k, start, stop),
     publish: (ch, m) => c.publish(ch, m),
     time: () => c.time(),
     zRangeByScore: (k, min, max, o) =>

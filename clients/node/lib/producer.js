@@ -6,12 +6,16 @@
 
 const crypto = require('node:crypto');
 const fs = require('node:fs');
+const os = require('node:os');
 const path = require('node:path');
 const zlib = require('node:zlib');
 const { RESP_TYPES } = require('redis');
 const { InvalidInput, encodeJob, encodeWhen, validateId, validatePrefix, validateTopic } = require('./validate');
 const { Schedules } = require('./schedules');
 const { adapt } = require('./clients');
+
+/** The audit trail keeps this many entries, the newest (docs/PROTOCOL.md, "Audit trail"). */
+const AUDIT_MAX_ENTRIES = 10000;
 
 const DEFAULT_PREFIX = 'punctual';
 const DEFAULT_MAX_PAYLOAD = 64 * 1024;
@@ -412,12 +416,52 @@ class Producer {
     };
   }
 
-  /** Cancels a job in any state: the state it was in, or null when it was not live. */
-  async cancel(topic, id) {
+  /**
+   * Cancels a job in any state: the state it was in, or null when it was
+   * not live. A running job is stopped in flight: the worker holding it, on
+   * any host, is told at once (docs/RESIDENT.md, "Cancel"). A cancel that
+   * found the job is recorded in the audit trail (`punctual audit`) as the
+   * CLI's is: who is `by` (default 'node'), from this host and pid; a failed
+   * record is a process warning (`process.on('warning')`), and the cancel
+   * stands.
+   */
+  async cancel(topic, id, { by = null } = {}) {
     validateTopic(topic);
     validateId(id);
+    if (by != null && typeof by !== 'string') {
+      throw new InvalidInput(`invalid by ${String(by)}: give who cancels, as text`);
+    }
     const r = await this.call('cancel', await this.route(topic, id), [id]);
-    return r == null ? null : text(r);
+    if (r == null) return null; // nothing changed: not recorded
+    const was = text(r);
+    await this.audit(by, 'cancel', topic, { id, was });
+    return was;
+  }
+
+  /**
+   * Appends an entry to the audit trail (docs/PROTOCOL.md, "Audit trail"),
+   * as the CLI does: LPUSH and LTRIM sent together, one round trip (not a
+   * MULTI: the clients' pipelines differ, and the two touch one key; an
+   * LTRIM lost with the connection is made by the next append). A failure
+   * is a warning, not thrown: the change is made.
+   */
+  async audit(by, action, topic, detail) {
+    const entry = JSON.stringify({
+      at_ms: Date.now(),
+      who: by || 'node',
+      from: `${os.hostname()}/${process.pid}`,
+      action,
+      topic,
+      detail,
+    });
+    const key = `${this.prefix}:audit`;
+    try {
+      await Promise.all([this.client.lPush(key, entry), this.client.lTrim(key, 0, AUDIT_MAX_ENTRIES - 1)]);
+    } catch (e) {
+      process.emitWarning(
+        `punctual: the ${action} of job ${detail.id ?? '-'} of ${topic} was made, but the audit trail could not record it: ${e?.message ?? e}`,
+      );
+    }
   }
 
   /**

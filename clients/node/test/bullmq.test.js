@@ -64,6 +64,7 @@ test('a plain Producer takes an ioredis client too', async () => {
   assert.deepEqual(j.payload, Buffer.from([0xff, 0, 1]));
   await io.script('FLUSH');
   assert.equal(await p.cancel('t', 'x'), 'pool'); // NOSCRIPT handled on ioredis
+  assert.deepEqual(JSON.parse(await io.lindex(`${prefix}:audit`, 0)).detail, { id: 'x', was: 'pool' });
   await p.scheduleAdd('t', 'tick', { everyMs: 60000 });
   assert.deepEqual((await p.scheduleList('t')).map((s) => s.name), ['tick']);
   assert.equal(await p.scheduleRemove('t', 'tick'), true);

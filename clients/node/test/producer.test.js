@@ -227,6 +227,29 @@ test('cancel and reschedule', async () => {
   assert.equal(await p.reschedule('t', 'j'), null);
 });
 
+test('a cancel is in the audit trail as the CLI\'s', async () => {
+  const prefix = freshPrefix();
+  const p = new punctual.Producer(redis, { prefix });
+  await p.enqueue('t', 'x', { id: 'a' });
+  await p.enqueue('t', 'x', { id: 'b' });
+  assert.equal(await p.cancel('t', 'a'), 'ready');
+  assert.equal(await p.cancel('t', 'b', { by: 'billing' }), 'ready');
+  assert.equal(await p.cancel('t', 'a'), null); // found nothing: changed nothing, not recorded
+  const trail = (await redis.lRange(`${prefix}:audit`, 0, -1)).map((e) => JSON.parse(e));
+  for (const e of trail) {
+    assert.ok(Math.abs(e.at_ms - Date.now()) < 60000, `at_ms ${e.at_ms}`);
+    delete e.at_ms;
+  }
+  const me = `${require('node:os').hostname()}/${process.pid}`;
+  assert.deepEqual(trail, [
+    { who: 'billing', from: me, action: 'cancel', topic: 't', detail: { id: 'b', was: 'ready' } },
+    { who: 'node', from: me, action: 'cancel', topic: 't', detail: { id: 'a', was: 'ready' } },
+  ]);
+  await assert.rejects(p.cancel('t', 'b', { by: 7 }), punctual.InvalidInput);
+  const read = cli(prefix, 'audit');
+  if (read !== null) assert.deepEqual(read.map((e) => [e.who, e.detail.id]), [['billing', 'b'], ['node', 'a']]);
+});
+
 test('a job due far ahead waits cold, in its minute\'s bucket', async (t) => {
   // docs/PROTOCOL.md "The cold pool": due at least cold_after (10 min by
   // default) ahead, a job waits in P:{T}:c:<minute>, not in the pool ZSET;

@@ -7,6 +7,11 @@ namespace Punctual;
 /** One delivery of a job to a resident handler (docs/RESIDENT.md). */
 final class Job
 {
+    private bool $cancelled = false;
+
+    /** Set by Worker::run: reads the cancels waiting on fd 3. */
+    private ?\Closure $poll = null;
+
     /**
      * @param string $payload exactly the bytes the producer enqueued
      */
@@ -48,6 +53,40 @@ final class Job
             isset($msg['traceparent']) ? (string) $msg['traceparent'] : null,
             isset($msg['tracestate']) ? (string) $msg['tracestate'] : null,
         );
+    }
+
+    /**
+     * Whether an operator cancelled this job while it runs (docs/RESIDENT.md,
+     * "Cancel"): the job is already ended as cancelled and whatever this run
+     * replies is not recorded, so a handler that sees it may stop (return,
+     * or throw) and the program keeps its place. Under Worker::run, each
+     * call reads the cancels waiting on fd 3 without blocking (job lines
+     * read meanwhile are kept for later): cheap enough to call between the
+     * steps of a long job. False for a job Worker::run does not run.
+     */
+    public function cancelled(): bool
+    {
+        if (!$this->cancelled && $this->poll !== null) {
+            ($this->poll)();
+        }
+        return $this->cancelled;
+    }
+
+    /**
+     * Worker::run's hooks: what cancelled() calls to look at fd 3, and the
+     * mark it sets when a cancel names this job.
+     *
+     * @internal
+     */
+    public function watchedBy(\Closure $poll): void
+    {
+        $this->poll = $poll;
+    }
+
+    /** @internal */
+    public function markCancelled(): void
+    {
+        $this->cancelled = true;
     }
 
     /** The payload decoded as JSON (objects as associative arrays). */

@@ -24,6 +24,8 @@ final class Producer
     public const MAX_PARTITIONS = 1024;
     /** Rounds of routing anew after the script refuses a stale partition count. */
     private const STALE_ROUNDS = 5;
+    /** The audit trail keeps this many entries, the newest (docs/PROTOCOL.md, "Audit trail"). */
+    private const AUDIT_MAX_ENTRIES = 10000;
     private const KEYS = ['pool', 'ready', 'running', 'dead', 'jobs', 'meta', 'stats', 'seq', 'attempts'];
     /**
      * Status 4 ("fired before") comes only with the fired key, which only
@@ -598,13 +600,53 @@ final class Producer
         return $out;
     }
 
-    /** Cancels a job in any state: the state it was in, or null when it was not live. */
-    public function cancel(string $topic, string $id): ?string
+    /**
+     * Cancels a job in any state: the state it was in, or null when it was
+     * not live. A running job is stopped in flight: the worker holding it,
+     * on any host, is told at once (docs/RESIDENT.md, "Cancel"). A cancel
+     * that found the job is recorded in the audit trail (`punctual audit`)
+     * as the CLI's is: who is $by (default 'php'), from this host and pid;
+     * a failed record is a line in the error log, and the cancel stands.
+     */
+    public function cancel(string $topic, string $id, ?string $by = null): ?string
     {
         Validate::topic($topic);
         Validate::id($id);
         $r = $this->call('cancel', $this->route($topic, $id), [$id]);
-        return is_string($r) ? $r : null;
+        if (!is_string($r)) {
+            return null; // nothing changed: not recorded
+        }
+        $this->audit($by, 'cancel', $topic, ['id' => $id, 'was' => $r]);
+        return $r;
+    }
+
+    /**
+     * Appends an entry to the audit trail (docs/PROTOCOL.md, "Audit
+     * trail"), as the CLI does: LPUSH and LTRIM in one MULTI, one round
+     * trip. A failure is logged, not thrown: the change is made.
+     *
+     * @param array<string, mixed> $detail
+     */
+    private function audit(?string $by, string $action, string $topic, array $detail): void
+    {
+        $entry = json_encode([
+            'at_ms' => (int) floor(microtime(true) * 1000),
+            'who' => $by === null || $by === '' ? 'php' : $by,
+            'from' => gethostname() . '/' . getmypid(),
+            'action' => $action,
+            'topic' => $topic,
+            'detail' => $detail,
+        ], JSON_UNESCAPED_SLASHES | JSON_UNESCAPED_UNICODE | JSON_INVALID_UTF8_SUBSTITUTE | JSON_THROW_ON_ERROR);
+        $key = $this->prefix . ':audit';
+        $reply = $this->attempt(fn () => $this->redis->multi()
+            ->lPush($key, $entry)
+            ->lTrim($key, 0, self::AUDIT_MAX_ENTRIES - 1)
+            ->exec());
+        if ($reply instanceof \Throwable || !is_array($reply)) {
+            error_log(sprintf('punctual: the %s of job %s of %s was made, but the audit trail could not record it: %s',
+                $action, $detail['id'] ?? '-', $topic,
+                $reply instanceof \Throwable ? $reply->getMessage() : 'MULTI failed'));
+        }
     }
 
     /**

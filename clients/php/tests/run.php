@@ -247,6 +247,30 @@ $tests['cancel and reschedule'] = function (Redis $r): void {
     same(null, $p->reschedule('t', 'j'));
 };
 
+$tests['a cancel is in the audit trail as the CLI\'s'] = function (Redis $r): void {
+    $prefix = fresh_prefix();
+    $p = new Producer($r, $prefix);
+    $p->enqueue('t', 'x', ['id' => 'a']);
+    $p->enqueue('t', 'x', ['id' => 'b']);
+    same('ready', $p->cancel('t', 'a'));
+    same('ready', $p->cancel('t', 'b', 'billing'));
+    same(null, $p->cancel('t', 'a'), 'found nothing: changed nothing, not recorded');
+    $trail = array_map(fn ($e) => json_decode($e, true), $r->lRange("$prefix:audit", 0, -1));
+    foreach ($trail as &$e) {
+        check(abs($e['at_ms'] / 1000 - microtime(true)) < 60, 'at_ms is now');
+        unset($e['at_ms']);
+    }
+    $me = gethostname() . '/' . getmypid();
+    same([
+        ['who' => 'billing', 'from' => $me, 'action' => 'cancel', 'topic' => 't', 'detail' => ['id' => 'b', 'was' => 'ready']],
+        ['who' => 'php', 'from' => $me, 'action' => 'cancel', 'topic' => 't', 'detail' => ['id' => 'a', 'was' => 'ready']],
+    ], $trail);
+    $read = cli($prefix, 'audit');
+    if ($read !== null) {
+        same([['billing', 'b'], ['php', 'a']], array_map(fn ($e) => [$e['who'], $e['detail']['id']], $read), 'as punctual audit reads it');
+    }
+};
+
 $tests["a job due far ahead waits cold, in its minute's bucket"] = function (Redis $r): void {
     // docs/PROTOCOL.md "The cold pool": due at least cold_after (10 min by
     // default) ahead, a job waits in P:{T}:c:<minute>, not in the pool ZSET;
@@ -426,6 +450,12 @@ final class FakeServe
         return $this->read();
     }
 
+    /** The next line the program writes on stdout (without its newline). */
+    public function stdoutLine(): string
+    {
+        return rtrim((string) fgets($this->pipes[1]), "\n");
+    }
+
     /** Closes fd 3 (EOF): returns [exit status, stdout, stderr]. */
     public function close(): array
     {
@@ -466,6 +496,64 @@ $tests['resident loop against a fake serve'] = function (Redis $r): void {
     same("\xff\x00bin", hex2bin($seen['b']['payload_hex']));
     same("caf\u{e9} \u{2603}", hex2bin($seen['u']['payload_hex']));
     same([1, 5, 1000, 900, 30000], [$seen['a']['attempt'], $seen['a']['max_attempts'], $seen['a']['due_ms'], $seen['a']['created_ms'], $seen['a']['timeout_ms']]);
+};
+
+$tests['resident loop: the running job sees its cancel, no line is lost'] = function (Redis $r): void {
+    $code = 'require ' . var_export(__DIR__ . '/bootstrap.php', true) . ';
+        Punctual\Worker::run(function (Punctual\Job $job): void {
+            echo "start {$job->id}\n";
+            if ($job->payload === "wait") {
+                $deadline = microtime(true) + 20; // until cancelled, looking between steps
+                while (!$job->cancelled()) {
+                    if (microtime(true) > $deadline) {
+                        throw new Punctual\Dead("never cancelled");
+                    }
+                    usleep(10000);
+                }
+                throw new Punctual\Retry("stopped: {$job->id}");
+            }
+            if ($job->payload === "block") {
+                usleep(500000); // the driver writes what comes next meanwhile
+            }
+        });
+        echo "EOF, exiting\n";';
+    $fake = new FakeServe([PHP_BINARY, '-r', $code]);
+    same(['type' => 'ready', 'protocol' => 1, 'inflight' => 1], $fake->read());
+    // A cancel for a job already answered, one for another id: ignored;
+    // the running job's own cancel ends it.
+    same(['type' => 'done', 'id' => 'a'], $fake->job('a', 'x'));
+    $fake->send(['type' => 'cancel', 'id' => 'a']);
+    $fake->send(['type' => 'job', 'id' => 'w', 'payload' => 'wait']);
+    same(['start a', 'start w'], [$fake->stdoutLine(), $fake->stdoutLine()]);
+    $fake->send(['type' => 'cancel', 'id' => 'other']);
+    $fake->send(['type' => 'cancel', 'id' => 'w']);
+    same(['type' => 'retry', 'id' => 'w', 'error' => 'stopped: w'], $fake->read());
+    // Lines read by the handler's look for cancels are kept, in order; a
+    // job cancelled before it started is not started.
+    $fake->send(['type' => 'job', 'id' => 'w2', 'payload' => 'wait']);
+    same('start w2', $fake->stdoutLine());
+    $fake->send(['type' => 'job', 'id' => 'n', 'payload' => 'x']);
+    $fake->send(['type' => 'job', 'id' => 'gone', 'payload' => 'x']);
+    $fake->send(['type' => 'cancel', 'id' => 'gone']);
+    $fake->send(['type' => 'cancel', 'id' => 'w2']);
+    same(['type' => 'retry', 'id' => 'w2', 'error' => 'stopped: w2'], $fake->read());
+    same(['type' => 'done', 'id' => 'n'], $fake->read());
+    same(['type' => 'retry', 'id' => 'gone', 'error' => 'RuntimeException: cancelled by an operator'], $fake->read());
+    // A job that never looks: its cancel is harmless, its reply as usual.
+    $fake->send(['type' => 'job', 'id' => 'b', 'payload' => 'block']);
+    same(['start n', 'start b'], [$fake->stdoutLine(), $fake->stdoutLine()]);
+    $fake->send(['type' => 'cancel', 'id' => 'b']);
+    same(['type' => 'done', 'id' => 'b'], $fake->read());
+    same(['type' => 'done', 'id' => 'c'], $fake->job('c', 'x'));
+    // A job line the loop cannot read is answered where it is read.
+    $fake->send(['type' => 'job', 'id' => 'bad', 'payload_b64' => '@@@']);
+    same('retry', $fake->read()['type']);
+    [$status, $out, $err] = $fake->close();
+    same(0, $status, "exit status; stderr: $err");
+    preg_match_all('/^start (\S+)$/m', $out, $m);
+    same(['c'], $m[1], "stdout: $out");
+    check(str_contains($out, 'EOF, exiting'), "stdout: $out");
+    same(false, Job::fromMessage(['id' => 'j', 'payload' => ''])->cancelled(), 'a job not run by the loop');
 };
 
 $tests['outside serve: says what to do'] = function (Redis $r): void {

@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import json
+import logging
 import math
+import os
 import re
 import secrets
+import socket
 import time
 import unicodedata
 import zlib
@@ -553,6 +557,27 @@ def _text(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
+_log = logging.getLogger("punctual")
+
+# The audit trail keeps this many entries, the newest (docs/PROTOCOL.md,
+# "Audit trail").
+AUDIT_MAX_ENTRIES = 10_000
+
+
+def audit_entry(by: Optional[str], action: str, topic: str, detail: dict) -> str:
+    """An entry of the audit trail, as the CLI writes one: ``who`` is
+    ``by`` (default ``python``, as the CLI's is ``cli``), ``from`` this
+    process, ``HOST/PID``."""
+    return json.dumps({
+        "at_ms": int(time.time() * 1000),
+        "who": by or "python",
+        "from": f"{socket.gethostname()}/{os.getpid()}",
+        "action": action,
+        "topic": topic,
+        "detail": detail,
+    }, ensure_ascii=False, separators=(",", ":"))
+
+
 def _bytes(v: Any) -> bytes:
     return v if isinstance(v, bytes) else str(v).encode()
 
@@ -581,6 +606,26 @@ class _Cmd:
 
     def __init__(self, name: str, *args, **kwargs):
         self.name, self.args, self.kwargs = name, args, kwargs
+
+
+class _Pipe:
+    """Commands sent together, without waiting for each reply (one round
+    trip); the replies come back as a list."""
+
+    __slots__ = ("cmds",)
+
+    def __init__(self, *cmds: _Cmd):
+        self.cmds = cmds
+
+
+def _pipeline(client, op: _Pipe):
+    # Not a MULTI: redis-py's cluster pipelines refuse transactions before
+    # 6.x, and the commands here touch one key (docs/PROTOCOL.md, "Audit
+    # trail": an LTRIM lost with the connection is made by the next append).
+    p = client.pipeline(transaction=False)
+    for c in op.cmds:
+        getattr(p, c.name)(*c.args, **c.kwargs)
+    return p.execute()
 
 
 class _Sleep:
@@ -612,7 +657,10 @@ def _drive(client, gen):
         started, pause = time.monotonic(), 0.05
         while True:
             try:
-                value = getattr(client, op.name)(*op.args, **op.kwargs)
+                if isinstance(op, _Pipe):
+                    value = _pipeline(client, op)
+                else:
+                    value = getattr(client, op.name)(*op.args, **op.kwargs)
                 break
             except redis.exceptions.BusyLoadingError as e:
                 if time.monotonic() - started > LOADING_WAIT_S:
@@ -642,7 +690,10 @@ async def _drive_async(client, gen):
         started, pause = time.monotonic(), 0.05
         while True:
             try:
-                value = await getattr(client, op.name)(*op.args, **op.kwargs)
+                if isinstance(op, _Pipe):
+                    value = await _pipeline(client, op)
+                else:
+                    value = await getattr(client, op.name)(*op.args, **op.kwargs)
                 break
             except redis.exceptions.BusyLoadingError as e:
                 if time.monotonic() - started > LOADING_WAIT_S:
@@ -884,12 +935,24 @@ class _Core:
             **(parse_options(_text(r[11])) if len(r) > 11 and r[11] else {}),
         )
 
-    def _g_cancel(self, topic: str, job_id: str):
+    def _g_cancel(self, topic: str, job_id: str, by: Optional[str]):
         validate_topic(topic)
         validate_id(job_id)
+        if by is not None and not isinstance(by, str):
+            raise InvalidInput(f"invalid by {by!r}: give who cancels, as text")
         physical = yield from self._g_route(topic, job_id)
         r = yield from self._g_call("cancel", physical, job_id)
-        return None if r is None else _text(r)
+        if r is None:
+            return None  # nothing changed: not recorded
+        was = _text(r)
+        entry = audit_entry(by, "cancel", topic, {"id": job_id, "was": was})
+        try:
+            yield _Pipe(_Cmd("lpush", f"{self.prefix}:audit", entry),
+                        _Cmd("ltrim", f"{self.prefix}:audit", 0, AUDIT_MAX_ENTRIES - 1))
+        except Exception as e:  # noqa: BLE001 - the cancel is done and its result stands
+            _log.warning("punctual: job %s of %s was cancelled, but the audit trail could not record it: %s",
+                         job_id, topic, e)
+        return was
 
     def _g_reschedule(self, topic: str, job_id: str, delay_ms, at_ms):
         validate_topic(topic)
@@ -980,10 +1043,15 @@ class Producer(_Core):
         """One job by id, or None when no such job is live."""
         return _drive(self.client, self._g_get(topic, job_id))
 
-    def cancel(self, topic: str, job_id: str) -> Optional[str]:
+    def cancel(self, topic: str, job_id: str, *, by: Optional[str] = None) -> Optional[str]:
         """Cancels a job in any state; returns the state it was in, or None
-        when no such job was live."""
-        return _drive(self.client, self._g_cancel(topic, job_id))
+        when no such job was live. A running job is stopped in flight: the
+        worker holding it, on any host, is told at once (docs/RESIDENT.md,
+        "Cancel"). A cancel that found the job is recorded in the audit
+        trail (``punctual audit``) as the CLI's is: who is ``by`` (default
+        ``python``), from this host and pid; a failed record is a warning
+        on the ``punctual`` logger, and the cancel stands."""
+        return _drive(self.client, self._g_cancel(topic, job_id, by))
 
     def reschedule(self, topic: str, job_id: str, *, delay_ms: Optional[Duration] = None,
                    at_ms: Optional[Time] = None) -> Optional[str]:
@@ -1071,9 +1139,9 @@ class AsyncProducer(_Core):
         """As :meth:`Producer.get`."""
         return await _drive_async(self.client, self._g_get(topic, job_id))
 
-    async def cancel(self, topic: str, job_id: str) -> Optional[str]:
+    async def cancel(self, topic: str, job_id: str, *, by: Optional[str] = None) -> Optional[str]:
         """As :meth:`Producer.cancel`."""
-        return await _drive_async(self.client, self._g_cancel(topic, job_id))
+        return await _drive_async(self.client, self._g_cancel(topic, job_id, by))
 
     async def reschedule(self, topic: str, job_id: str, *, delay_ms: Optional[Duration] = None,
                          at_ms: Optional[Time] = None) -> Optional[str]:

@@ -33,7 +33,7 @@ from contextvars import ContextVar
 from typing import Any, Callable, Dict, Iterable, Optional, Sequence, Union
 
 from .producer import Duration, Enqueued, InvalidInput, Producer, Time
-from .worker import Dead, Job
+from .job import Dead, Job
 
 _REGISTRY: Dict[str, "Task"] = {}
 _CURRENT: ContextVar[Optional[Job]] = ContextVar("punctual_current_job", default=None)

@@ -8,94 +8,21 @@ the protocol: the handler may print freely.
 from __future__ import annotations
 
 import asyncio
-import base64
 import functools
 import inspect
 import json
 import math
 import os
+import select
+from collections import deque
 from typing import Any, Callable, Optional
 
+from . import tasks
+from .job import Dead, Job, Retry, once_key
+
+__all__ = ["Dead", "Job", "NotUnderServe", "PROTOCOL", "Retry", "Worker", "once_key", "reply_for", "run", "run_async"]
+
 PROTOCOL = 1
-
-
-class Retry(Exception):
-    """Raise to have the job retried, after ``delay_ms`` (default: the
-    topic's backoff ladder). The attempt is counted."""
-
-    def __init__(self, message: str = "", delay_ms: Optional[int] = None):
-        super().__init__(message)
-        self.message = message
-        self.delay_ms = delay_ms
-
-
-class Dead(Exception):
-    """Raise to send the job straight to the dead set (a permanent failure)."""
-
-    def __init__(self, reason: str = ""):
-        super().__init__(reason)
-        self.reason = reason
-
-
-class Job:
-    """One delivery of a job."""
-
-    __slots__ = ("id", "topic", "attempt", "max_attempts", "due_ms", "created_ms",
-                 "timeout_ms", "payload", "traceparent", "tracestate")
-
-    def __init__(self, msg: dict):
-        self.id: str = msg["id"]
-        self.topic: str = msg.get("topic", "")
-        self.attempt: int = int(msg.get("attempt", 1))
-        self.max_attempts: int = int(msg.get("max_attempts", 0))
-        self.due_ms: int = int(msg.get("due_ms", 0))
-        self.created_ms: int = int(msg.get("created_ms", 0))
-        self.timeout_ms: int = int(msg.get("timeout_ms", 0))
-        # The producer's W3C trace context (the parent span when serve
-        # exports spans), or None.
-        self.traceparent: Optional[str] = msg.get("traceparent")
-        self.tracestate: Optional[str] = msg.get("tracestate")
-        if "payload_b64" in msg:
-            self.payload: bytes = base64.b64decode(msg["payload_b64"])
-        else:
-            self.payload = msg.get("payload", "").encode()
-        # ``payload`` holds exactly the bytes the producer enqueued.
-
-    @property
-    def text(self) -> str:
-        """The payload as text (UTF-8; invalid bytes replaced)."""
-        return self.payload.decode("utf-8", errors="replace")
-
-    def json(self) -> Any:
-        """The payload parsed as JSON."""
-        return json.loads(self.payload)
-
-    def once(self, client, step: str, ttl_s: int, fn: Callable[[], Any],
-             prefix: str = "punctual") -> bool:
-        """Runs ``fn`` unless step ``step`` of this job already succeeded
-        within ``ttl_s`` seconds; returns whether it ran.
-
-        The marker is ``SET prefix:once:TOPIC:ID:STEP 1 NX EX ttl_s``, written
-        after ``fn`` returns. At least once, not exactly once: if the process
-        dies between the side effect and the marker, or two deliveries of
-        the job run at the same time (a lost lease), the step runs again.
-        Where the other side supports it, also pass it an idempotency key
-        (e.g. ``f"{job.id}:{step}"``).
-        """
-        key = once_key(prefix, self.topic, self.id, step)
-        if client.exists(key):
-            return False
-        fn()
-        client.set(key, "1", nx=True, ex=int(ttl_s))
-        return True
-
-    def __repr__(self) -> str:
-        return f"Job(id={self.id!r}, topic={self.topic!r}, attempt={self.attempt})"
-
-
-def once_key(prefix: str, topic: str, job_id: str, step: str) -> str:
-    """The key of :meth:`Job.once`'s marker."""
-    return f"{prefix}:once:{topic}:{job_id}:{step}"
 
 
 class NotUnderServe(SystemExit):
@@ -122,7 +49,8 @@ def _check_protocol() -> None:
         )
 
 
-def _open(env: str, default: int, mode: str):
+def _fd(env: str, default: int) -> int:
+    """The protocol fd named by ``env``, checked open."""
     _check_protocol()
     fd = int(os.environ.get(env, default))
     try:
@@ -132,7 +60,57 @@ def _open(env: str, default: int, mode: str):
             f"punctual: fd {fd} is not open: run this program under `punctual serve` "
             "(a topic with resident = [...]); see docs/RESIDENT.md"
         ) from None
-    return os.fdopen(fd, mode, buffering=0 if "w" in mode else -1)
+    return fd
+
+
+def _open(env: str, default: int, mode: str):
+    return os.fdopen(_fd(env, default), mode, buffering=0 if "w" in mode else -1)
+
+
+class _Lines:
+    """fd 3 split in lines by the loop itself (no buffered file object), so
+    that a look for cancels while a job runs (:meth:`Job.cancelled`) can
+    read what is there without blocking and lose nothing the loop reads
+    next."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.buf = bytearray()
+        self.eof = False
+
+    def line(self, block: bool) -> Optional[bytes]:
+        """The next whole line (a last one without its newline at EOF);
+        None at EOF, or when ``block`` is false and no whole line is there."""
+        while True:
+            i = self.buf.find(b"\n")
+            if i >= 0:
+                line = bytes(self.buf[:i])
+                del self.buf[:i + 1]
+                return line
+            if self.eof:
+                line, self.buf = bytes(self.buf), bytearray()
+                return line or None
+            if not block and not select.select([self.fd], [], [], 0)[0]:
+                return None
+            chunk = os.read(self.fd, 1 << 16)
+            if chunk:
+                self.buf += chunk
+            else:
+                self.eof = True
+
+
+def _message(line: bytes) -> Optional[dict]:
+    """A line of fd 3 as a message; None when it is not a JSON object."""
+    try:
+        msg = json.loads(line)
+    except ValueError:
+        return None
+    return msg if isinstance(msg, dict) else None
+
+
+def _stopped() -> RuntimeError:
+    """The error of a job cancelled before its handler could start."""
+    return RuntimeError("cancelled by an operator")
 
 
 def reply_for(job_id: str, exc: Optional[BaseException]) -> dict:
@@ -162,7 +140,6 @@ def _handler(handler: Optional[Callable[[Job], Any]], app, before_job: Hook, aft
     if (handler is None) == (app is None):
         raise TypeError("give a handler or app= (the module(s) defining your @punctual.task functions), one of them")
     if app is not None:
-        from . import tasks
         tasks.load(app)
         handler = tasks.dispatch
     if before_job is None and after_job is None:
@@ -210,8 +187,16 @@ class Worker:
 
     def run(self) -> None:
         """Says ready, handles jobs until fd 3 ends (EOF: punctual wants the
-        program to exit), then returns."""
-        jobs = _open("PUNCTUAL_JOBS_FD", 3, "rb")
+        program to exit), then returns.
+
+        When an operator cancels the job that runs (docs/RESIDENT.md,
+        "Cancel"), :meth:`Job.cancelled` says so from then on (the loop
+        cannot interrupt a sequential handler: it should look between
+        steps); its reply, whatever it is, is not recorded. A job cancelled
+        before its handler started is not started (its reply: retry,
+        ``cancelled by an operator``); a cancel for a job already answered
+        is ignored."""
+        jobs = _Lines(_fd("PUNCTUAL_JOBS_FD", 3))
         replies = _open("PUNCTUAL_REPLIES_FD", 4, "wb")
 
         def send(msg: dict) -> None:
@@ -219,20 +204,56 @@ class Worker:
             while data:
                 data = data[replies.write(data):]
 
+        # Jobs read and not started yet (read by a look for cancels while
+        # the one before ran), and the one running.
+        waiting: deque = deque()
+        running: list = [None]
+
+        def take(msg: Optional[dict]) -> None:
+            if msg is None:
+                return
+            if msg.get("type") == "job":
+                try:
+                    job = Job(msg)
+                except Exception as e:  # noqa: BLE001 - a bad payload_b64: answered here
+                    send(reply_for(str(msg.get("id", "")), e))
+                    return
+                job._poll = poll
+                waiting.append(job)
+            elif msg.get("type") == "cancel":
+                # For a job already replied to (or not sent): nothing to do.
+                for job in (running[0], *waiting):
+                    if job is not None and job.id == msg.get("id"):
+                        job._cancelled = True
+            # later versions may add message types
+
+        def poll() -> None:
+            while (line := jobs.line(block=False)) is not None:
+                take(_message(line))
+
         send({"type": "ready", "protocol": PROTOCOL, "inflight": 1})
-        for line in jobs:
-            msg = json.loads(line)
-            if not isinstance(msg, dict) or msg.get("type") != "job":
-                continue  # later versions may add message types
-            job = Job(msg)
+        while True:
+            if not waiting:
+                line = jobs.line(block=True)
+                if line is None:
+                    break
+                take(_message(line))
+                continue
+            job = waiting.popleft()
+            if job._cancelled:
+                send(reply_for(job.id, _stopped()))
+                continue
+            running[0] = job
             try:
                 self.handler(job)
                 exc = None
             except Exception as e:  # noqa: BLE001 - every failure becomes a reply
                 exc = e
+            finally:
+                running[0] = None
             send(reply_for(job.id, exc))
         replies.close()
-        jobs.close()
+        os.close(jobs.fd)
 
 
 def run(handler: Optional[Callable[[Job], Any]] = None, *, app=None, before_job: Hook = None,
@@ -273,8 +294,8 @@ async def run_async(handler: Optional[Callable[[Job], Any]] = None, *, inflight:
     reader = asyncio.StreamReader(limit=2**31)  # a line holds a whole payload
     transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), jobs)
 
-    # Jobs in hand, by id; the ids an operator cancelled.
-    tasks: dict = {}
+    # Jobs in hand and their tasks, by id; the ids an operator cancelled.
+    running: dict = {}
     cancelled: set = set()
 
     async def one(job: Job) -> None:
@@ -286,11 +307,11 @@ async def run_async(handler: Optional[Callable[[Job], Any]] = None, *, inflight:
         except asyncio.CancelledError:
             if job.id not in cancelled:
                 raise
-            exc = RuntimeError("cancelled by an operator")
+            exc = _stopped()
         except Exception as e:  # noqa: BLE001 - every failure becomes a reply
             exc = e
         finally:
-            tasks.pop(job.id, None)
+            running.pop(job.id, None)
             cancelled.discard(job.id)
         send(reply_for(job.id, exc))
 
@@ -301,8 +322,8 @@ async def run_async(handler: Optional[Callable[[Job], Any]] = None, *, inflight:
         # Cancelled before its handler started: `one` never ran to reply.
         if task.cancelled() and job_id in cancelled:
             cancelled.discard(job_id)
-            tasks.pop(job_id, None)
-            send(reply_for(job_id, RuntimeError("cancelled by an operator")))
+            running.pop(job_id, None)
+            send(reply_for(job_id, _stopped()))
 
     send({"type": "ready", "protocol": PROTOCOL, "inflight": inflight})
     while True:
@@ -311,16 +332,17 @@ async def run_async(handler: Optional[Callable[[Job], Any]] = None, *, inflight:
             break
         msg = json.loads(line)
         if isinstance(msg, dict) and msg.get("type") == "cancel":
-            held = tasks.get(msg.get("id"))
+            held = running.get(msg.get("id"))
             if held is not None:
                 cancelled.add(msg["id"])
-                held.cancel()
+                held[0]._cancelled = True
+                held[1].cancel()
             continue
         if not isinstance(msg, dict) or msg.get("type") != "job":
             continue  # later versions may add message types
         job = Job(msg)
         task = asyncio.ensure_future(one(job))
-        tasks[job.id] = task
+        running[job.id] = (job, task)
         pending.add(task)
         task.add_done_callback(functools.partial(done, job.id))
     if pending:

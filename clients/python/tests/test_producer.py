@@ -1,5 +1,6 @@
 import json
 import os
+import socket
 import subprocess
 import time
 import unittest
@@ -276,6 +277,28 @@ class ProducerTest(unittest.TestCase):
         self.assertIsNone(self.p.cancel("t", "j"))
         self.assertIsNone(self.p.get("t", "j"))
         self.assertIsNone(self.p.reschedule("t", "j"))
+
+    def test_a_cancel_is_in_the_audit_trail_as_the_clis(self):
+        self.p.enqueue("t", "x", id="a")
+        self.p.enqueue("t", "x", id="b")
+        self.assertEqual(self.p.cancel("t", "a"), "ready")
+        self.assertEqual(self.p.cancel("t", "b", by="billing"), "ready")
+        self.assertIsNone(self.p.cancel("t", "a"))  # found nothing: changed nothing, not recorded
+        trail = [json.loads(e) for e in self.r.lrange(f"{self.prefix}:audit", 0, -1)]
+        for e in trail:
+            self.assertAlmostEqual(e.pop("at_ms") / 1000, time.time(), delta=60)
+        me = f"{socket.gethostname()}/{os.getpid()}"
+        self.assertEqual(trail, [
+            {"who": "billing", "from": me, "action": "cancel", "topic": "t", "detail": {"id": "b", "was": "ready"}},
+            {"who": "python", "from": me, "action": "cancel", "topic": "t", "detail": {"id": "a", "was": "ready"}},
+        ])
+        with self.assertRaises(punctual.InvalidInput):
+            self.p.cancel("t", "b", by=7)
+        if BIN:
+            out = subprocess.run([BIN, "--redis", REDIS_URL, "--prefix", self.prefix, "--json", "audit"],
+                                 check=True, capture_output=True).stdout
+            self.assertEqual([(e["who"], e["detail"]["id"]) for e in json.loads(out)],
+                             [("billing", "b"), ("python", "a")])
 
     def test_a_job_due_far_ahead_waits_cold_in_its_minutes_bucket(self):
         # docs/PROTOCOL.md "The cold pool": due at least cold_after (10 min

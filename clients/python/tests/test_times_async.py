@@ -2,6 +2,7 @@
 asyncio producer; LOADING retried."""
 
 import asyncio
+import json
 import socket
 import threading
 import unittest
@@ -67,7 +68,9 @@ class AsyncProducerTest(unittest.TestCase):
             info = await p.get("t", "a1")
             self.assertEqual((info.state, info.max_attempts, info.payload), ("pool", 3, b'{"n": 1}'))
             self.assertEqual(await p.reschedule("t", "a1", delay_ms=0), "pool")
-            self.assertEqual(await p.cancel("t", "a2"), "ready")
+            self.assertEqual(await p.cancel("t", "a2", by="async"), "ready")
+            entry = json.loads(await ar.lindex(f"{prefix}:audit", 0))
+            self.assertEqual((entry["who"], entry["detail"]), ("async", {"id": "a2", "was": "ready"}))
             self.assertIsNone(await p.get("t", "a2"))
             self.assertEqual(await p.partitions("t"), 1)
             added = await p.schedule_add("t", "tick", every_ms=timedelta(minutes=1), payload="p")

@@ -149,6 +149,74 @@ class WorkerLoopTest(unittest.TestCase):
                           "run it under `punctual serve`", p.stderr)
 
 
+CANCEL_HANDLER = """
+import sys, time
+sys.path.insert(0, %r)
+import punctual
+
+def handle(job):
+    print("start", job.id, flush=True)
+    if job.text == "wait":
+        # Until cancelled (at most 20 s), looking between steps.
+        deadline = time.monotonic() + 20
+        while not job.cancelled():
+            if time.monotonic() > deadline:
+                raise punctual.Dead("never cancelled")
+            time.sleep(0.01)
+        raise punctual.Retry("stopped: " + job.id)
+    if job.text == "block":
+        # Long enough for the driver to write what comes next.
+        time.sleep(0.5)
+
+punctual.run(handle)
+print("EOF, exiting", flush=True)
+"""
+
+
+class CancelTest(unittest.TestCase):
+    def test_the_running_job_sees_its_cancel_and_no_line_is_lost(self):
+        fake = FakeServe([sys.executable, "-c", CANCEL_HANDLER % os.path.dirname(HERE)])
+        self.assertEqual(fake.read(), {"type": "ready", "protocol": 1, "inflight": 1})
+        # A cancel for a job already answered, and one for another id, while
+        # a job runs: ignored; the job's own cancel ends it.
+        self.assertEqual(fake.job("a", "x"), {"type": "done", "id": "a"})
+        fake.send({"type": "cancel", "id": "a"})
+        fake.send({"type": "job", "id": "w", "payload": "wait"})
+        self.assertEqual([fake.proc.stdout.readline() for _ in range(2)], [b"start a\n", b"start w\n"])
+        fake.send({"type": "cancel", "id": "other"})
+        fake.send({"type": "cancel", "id": "w"})
+        self.assertEqual(fake.read(), {"type": "retry", "id": "w", "error": "stopped: w"})
+        # Lines read by the handler's look for cancels are kept: the job
+        # sent while "wait2" runs is handled after it, and a job cancelled
+        # before it started is not started.
+        fake.send({"type": "job", "id": "w2", "payload": "wait"})
+        self.assertEqual(fake.proc.stdout.readline(), b"start w2\n")
+        fake.send({"type": "job", "id": "n", "payload": "x"})
+        fake.send({"type": "job", "id": "gone", "payload": "x"})
+        fake.send({"type": "cancel", "id": "gone"})
+        fake.send({"type": "cancel", "id": "w2"})
+        self.assertEqual(fake.read(), {"type": "retry", "id": "w2", "error": "stopped: w2"})
+        self.assertEqual(fake.read(), {"type": "done", "id": "n"})
+        self.assertEqual(fake.read(), {"type": "retry", "id": "gone",
+                                       "error": "RuntimeError: cancelled by an operator"})
+        # A job that never looks: its cancel is harmless, its reply as usual.
+        fake.send({"type": "job", "id": "b", "payload": "block"})
+        self.assertEqual([fake.proc.stdout.readline() for _ in range(2)], [b"start n\n", b"start b\n"])
+        fake.send({"type": "cancel", "id": "b"})
+        self.assertEqual(fake.read(), {"type": "done", "id": "b"})
+        self.assertEqual(fake.job("c", "x"), {"type": "done", "id": "c"})
+        # A job line the loop cannot read is answered where it is read.
+        self.assertEqual(fake.job("bad", payload_b64="abc")["type"], "retry")
+        code, out, err = fake.close()
+        self.assertEqual(code, 0, err)
+        self.assertEqual([l.split()[1] for l in out.splitlines() if l.startswith("start")],
+                         ["c"])
+        self.assertIn("EOF, exiting", out)
+
+    def test_a_job_not_run_by_the_loop_is_not_cancelled(self):
+        self.assertFalse(punctual.Job({"id": "j", "payload": ""}).cancelled())
+
+
 ASYNC_HANDLER = """
 import asyncio, sys
 sys.path.insert(0, %r)

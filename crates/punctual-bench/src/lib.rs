@@ -280,6 +280,13 @@ pub struct BenchArgs {
           value_parser = clap::value_parser!(u64).range(1..=2_000_000))]
     pub handler_n: u64,
 
+    /// handlers: the kinds to run, of in_process, exec, http, php, python,
+    /// node (comma-separated; default all). A kind left out is reported as
+    /// skipped.
+    #[arg(long, value_name = "KINDS", value_delimiter = ',',
+          value_parser = ["in_process", "exec", "http", "php", "python", "node"])]
+    pub handler_kinds: Vec<String>,
+
     /// handlers and calls: the directory of the client packages (php/,
     /// python/, node/) whose resident loops run the no-op handlers and
     /// whose enqueue loops the calls phase times; by default the

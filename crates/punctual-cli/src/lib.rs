@@ -85,7 +85,14 @@ pub fn main_with(handlers: Handlers) -> ExitCode {
         let json = std::env::var(serve::child::LOG_FORMAT_ENV).is_ok_and(|f| f == "json");
         init_tracing(cli.command.default_log_level(), json);
     }
-    let runtime = if service {
+    // A worker process of `serve` with no Rust handler runs its handlers
+    // elsewhere (programs, processes, HTTP): one thread, so a job's hops
+    // between its tasks (claim, handler, program, ack) are no wake-ups of
+    // another thread (`punctual bench --phase handlers`: see
+    // docs/BENCHMARKS.md).
+    let one_thread =
+        matches!(cli.command, Command::Worker(_)) && handlers.topics().next().is_none();
+    let runtime = if service && !one_thread {
         tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()

@@ -589,46 +589,98 @@ wait
     )
     .await;
     assert_ended_cancelled(&q, "t", 1).await;
+    // In the audit trail as the CLI's cancel is: who (the client's name),
+    // from (host/pid), and what it found.
+    let trail = punctual::internal::audit::read(&q, 10)
+        .await
+        .unwrap()
+        .entries;
+    assert_eq!(trail.len(), 1, "{trail:?}");
+    let e = &trail[0];
+    assert_eq!(
+        (e.who.as_str(), e.action.as_str(), e.topic.as_deref()),
+        ("python", "cancel", Some("t")),
+        "{e:?}"
+    );
+    assert_eq!(e.detail, serde_json::json!({"id": "py", "was": "running"}));
+    assert!(e.from.contains('/'), "host/pid: {e:?}");
 }
 
-/// A resident program on the Python client's `run_async`: a `wait` job
-/// sleeps until its task is cancelled. Records `job ID PID` and
-/// `cancelled ID PID`.
-const PY_ASYNC: &str = r#"import asyncio, os, sys
+/// The start of a Python resident program of these tests: the client from
+/// the path in argv[1], and `record(line)`, which appends to `records`.
+macro_rules! py_prelude {
+    () => {
+        r#"import os, sys
 sys.path.insert(0, sys.argv[1])
 import punctual
 here = os.path.dirname(os.path.abspath(__file__))
 def record(line):
     with open(os.path.join(here, "records"), "a") as f:
         f.write(line + "\n")
-async def handle(job):
+"#
+    };
+}
+
+/// A resident program on a client's sequential loop (Python's `run`,
+/// PHP's `Worker::run`): a `wait` job looks at `cancelled()` between
+/// steps until it says so. Records `job ID PID` and `cancelled ID PID`.
+const PY_SEQUENTIAL: &str = concat!(
+    "import time\n",
+    py_prelude!(),
+    r#"def handle(job):
     record("job %s %d" % (job.id, os.getpid()))
     if job.payload == b"wait":
-        try:
-            await asyncio.sleep(60)
-        except asyncio.CancelledError:
-            record("cancelled %s %d" % (job.id, os.getpid()))
-            raise
-asyncio.run(punctual.run_async(handle, inflight=2))
+        deadline = time.monotonic() + 60
+        while not job.cancelled():
+            if time.monotonic() > deadline:
+                raise punctual.Dead("never told")
+            time.sleep(0.02)
+        record("cancelled %s %d" % (job.id, os.getpid()))
+        raise punctual.Retry("stopped: cancelled")
+punctual.run(handle)
+"#
+);
+
+const PHP_SEQUENTIAL: &str = r#"<?php
+require $argv[1] . '/tests/bootstrap.php';
+$record = fn (string $line) => file_put_contents(__DIR__ . '/records', "$line\n", FILE_APPEND);
+Punctual\Worker::run(function (Punctual\Job $job) use ($record): void {
+    $record("job {$job->id} " . getmypid());
+    if ($job->payload === 'wait') {
+        $deadline = microtime(true) + 60;
+        while (!$job->cancelled()) {
+            if (microtime(true) > $deadline) {
+                throw new Punctual\Dead('never told');
+            }
+            usleep(20000);
+        }
+        $record("cancelled {$job->id} " . getmypid());
+        throw new Punctual\Retry('stopped: cancelled');
+    }
+});
 "#;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_python_clients_async_loop_cancels_the_handlers_task() {
-    if provision::skipped("python") {
-        return;
-    }
-    let python = provision::python().unwrap_or_else(|e| panic!("{e}"));
+/// Runs `program` (PY_SEQUENTIAL, PHP_SEQUENTIAL or PY_ASYNC) as a
+/// resident handler with `interpreter`: the cancel of its running job
+/// reaches the handler, which stops (it records `cancelled`); the program
+/// replies and keeps its place (a grace of an hour: only its reply can end
+/// the run within the test).
+async fn a_client_loop_tells_its_handler(
+    interpreter: &str,
+    file: &str,
+    program: &str,
+    client: &str,
+) {
     let redis = RedisServer::start();
     let mut svc = Service::new();
-    let program = svc.script("worker.py", PY_ASYNC);
-    let client = provision::clients_dir().join("python");
+    let program = svc.script(file, program);
+    let client = provision::clients_dir().join(client);
     svc.config(
         &redis.url(),
-        // A grace of an hour: the program is not replaced within the test.
         "workers = 1\nlease = \"60s\"\ncancel_grace = \"1h\"",
         &format!(
             "[topics.r]\nresident = [{:?}, {:?}, {:?}]\ntimeout = \"120s\"",
-            python.display().to_string(),
+            interpreter,
             program.display().to_string(),
             client.display().to_string()
         ),
@@ -644,28 +696,13 @@ async fn the_python_clients_async_loop_cancels_the_handlers_task() {
     cancel_running(&redis.url(), "r", "w");
     eventually(
         Duration::from_secs(10),
-        "the handler's task was cancelled",
+        "the handler saw the cancel",
         || async { find(&svc, "records", &["cancelled", "w", &pid]).is_some() },
     )
     .await;
-    q.enqueue("r", Job::new("plain").id("after")).await.unwrap();
-    eventually(Duration::from_secs(10), "after done", || async {
-        counter(&q.stats("r").await.unwrap(), "done") == 1
-    })
-    .await;
-    assert_eq!(find(&svc, "records", &["job", "after"]).unwrap()[2], pid);
-    let s = q.stats("r").await.unwrap();
-    assert_eq!(s.pool + s.ready + s.running + s.dead, 0, "{s:?}");
-    assert_eq!(
-        (counter(&s, "cancelled"), counter(&s, "retried")),
-        (1, 0),
-        "{s:?}"
-    );
-    // The program replied for the cancelled job (with a grace of an hour,
-    // only its reply ends that run and counts it).
     eventually(
         Duration::from_secs(10),
-        "the cancelled run counted",
+        "the cancelled run counted (the program replied)",
         || async {
             svc.metrics()
                 .await
@@ -673,4 +710,77 @@ async fn the_python_clients_async_loop_cancels_the_handlers_task() {
         },
     )
     .await;
+    q.enqueue("r", Job::new("plain").id("after")).await.unwrap();
+    eventually(Duration::from_secs(10), "after done", || async {
+        counter(&q.stats("r").await.unwrap(), "done") == 1
+    })
+    .await;
+    assert_eq!(
+        find(&svc, "records", &["job", "after"]).unwrap()[2],
+        pid,
+        "the same program"
+    );
+    let s = q.stats("r").await.unwrap();
+    assert_eq!(s.pool + s.ready + s.running + s.dead, 0, "{s:?}");
+    assert_eq!(
+        (counter(&s, "cancelled"), counter(&s, "retried")),
+        (1, 0),
+        "{s:?}"
+    );
+    assert!(
+        !svc.log().contains("did not end within cancel_grace"),
+        "{}",
+        svc.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_clients_sequential_loop_tells_the_handler() {
+    python_loop_tells_its_handler(PY_SEQUENTIAL).await;
+}
+
+/// [`a_client_loop_tells_its_handler`] with the Python client.
+async fn python_loop_tells_its_handler(program: &str) {
+    if provision::skipped("python") {
+        return;
+    }
+    let python = provision::python().unwrap_or_else(|e| panic!("{e}"));
+    a_client_loop_tells_its_handler(
+        &python.display().to_string(),
+        "worker.py",
+        program,
+        "python",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_php_clients_loop_tells_the_handler() {
+    if provision::skipped("php") {
+        return;
+    }
+    a_client_loop_tells_its_handler("php", "worker.php", PHP_SEQUENTIAL, "php").await;
+}
+
+/// A resident program on the Python client's `run_async`: a `wait` job
+/// sleeps until its task is cancelled. Records `job ID PID` and
+/// `cancelled ID PID`.
+const PY_ASYNC: &str = concat!(
+    "import asyncio\n",
+    py_prelude!(),
+    r#"async def handle(job):
+    record("job %s %d" % (job.id, os.getpid()))
+    if job.payload == b"wait":
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            record("cancelled %s %d" % (job.id, os.getpid()))
+            raise
+asyncio.run(punctual.run_async(handle, inflight=2))
+"#
+);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_clients_async_loop_cancels_the_handlers_task() {
+    python_loop_tells_its_handler(PY_ASYNC).await;
 }

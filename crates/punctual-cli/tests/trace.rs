@@ -15,6 +15,7 @@ use axum::routing::post;
 use nix::sys::signal::Signal;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
+use opentelemetry_proto::tonic::trace::v1::status::StatusCode as SpanStatus;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
 use punctual::{DeadSelector, Job, Queue, State};
@@ -81,6 +82,13 @@ fn attr(s: &Span, key: &str) -> Option<String> {
         AnyValue::DoubleValue(d) => d.to_string(),
         AnyValue::BoolValue(b) => b.to_string(),
         other => format!("{other:?}"),
+    })
+}
+
+/// A span's status code (Unset when it has no status).
+fn code(s: &Span) -> SpanStatus {
+    s.status.as_ref().map_or(SpanStatus::Unset, |st| {
+        SpanStatus::try_from(st.code).unwrap()
     })
 }
 
@@ -208,6 +216,9 @@ async fn serve_exports_a_span_per_attempt_as_a_child_of_the_producers_context() 
         Some("retry")
     );
     assert_eq!(attr(traced[1], "punctual.outcome").as_deref(), Some("done"));
+    // A failed attempt is an error span; the one that succeeded is Ok.
+    assert_eq!(code(traced[0]), SpanStatus::Error);
+    assert_eq!(code(traced[1]), SpanStatus::Ok);
     assert_ne!(traced[0].span_id, traced[1].span_id);
 
     // A job pushed without a context: its attempts are roots, and its
@@ -509,5 +520,7 @@ async fn an_attempt_cancelled_while_it_runs_ends_its_span_as_cancelled() {
         attr(&spans[0], "punctual.outcome").as_deref(),
         Some("cancelled")
     );
+    // An operator's decision, not a failure: no error status.
+    assert_eq!(code(&spans[0]), SpanStatus::Unset);
     assert_eq!(hex(&spans[0].parent_span_id), PARENT);
 }

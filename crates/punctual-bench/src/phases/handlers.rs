@@ -219,58 +219,78 @@ pub(crate) async fn handlers(b: &Bench) -> Result<Report> {
         kinds.insert(name.to_string(), v);
     };
 
+    let kinds_asked = &b.args.handler_kinds;
+    let asked = |k: &str| kinds_asked.is_empty() || kinds_asked.iter().any(|a| a == k);
+    let left_out = || json!({ "skipped": "not in --handler-kinds" });
+
     // In-process: the library's Worker, a Rust no-op, in this process.
-    let d = drain_n(b, n).await?;
-    b.clean().await?;
-    let p = d.get("profile").cloned().unwrap_or(Value::Null);
-    ok &= d.ok();
-    note(
-        "in_process",
-        json!({
-            "n": n,
-            "jobs_per_s": d.get("jobs_per_s").cloned().unwrap_or(Value::Null),
-            "serve_cpu_us_per_job": p["client_cpu_us_per_job"],
-            "handler_cpu_us_per_job": 0.0,
-            "redis_cpu_us_per_job": p["redis_cpu_us_per_job"],
-            "ok": d.ok(),
-        }),
-        &mut kinds,
-    );
+    if !asked("in_process") {
+        note("in_process", left_out(), &mut kinds);
+    } else {
+        let d = drain_n(b, n).await?;
+        b.clean().await?;
+        let p = d.get("profile").cloned().unwrap_or(Value::Null);
+        ok &= d.ok();
+        note(
+            "in_process",
+            json!({
+                "n": n,
+                "jobs_per_s": d.get("jobs_per_s").cloned().unwrap_or(Value::Null),
+                "serve_cpu_us_per_job": p["client_cpu_us_per_job"],
+                "handler_cpu_us_per_job": 0.0,
+                "redis_cpu_us_per_job": p["redis_cpu_us_per_job"],
+                "ok": d.ok(),
+            }),
+            &mut kinds,
+        );
+    }
 
     // exec: `true` per job.
     let exec_n = b.args.serve_n.min(n);
-    let true_path = which("true").unwrap_or_else(|| "true".into());
-    let exec = Handler {
-        toml: format!("exec = [{true_path:?}]"),
-        label: "exec true".into(),
-        text: "exec `true` per job".into(),
-    };
-    let r = serve_path(b, "handlers-exec", exec_n, &exec, dir.path()).await?;
-    b.clean().await?;
-    ok &= r.ok();
-    note("exec", entry(&r, exec_n), &mut kinds);
+    if !asked("exec") {
+        note("exec", left_out(), &mut kinds);
+    } else {
+        let true_path = which("true").unwrap_or_else(|| "true".into());
+        let exec = Handler {
+            toml: format!("exec = [{true_path:?}]"),
+            label: "exec true".into(),
+            text: "exec `true` per job".into(),
+        };
+        let r = serve_path(b, "handlers-exec", exec_n, &exec, dir.path()).await?;
+        b.clean().await?;
+        ok &= r.ok();
+        note("exec", entry(&r, exec_n), &mut kinds);
+    }
 
     // http: a POST per job to the bench's no-op server.
-    let server = NoopHttp::start().await?;
-    let http = Handler {
-        toml: format!("http = {{ url = \"http://{}/job\" }}", server.addr),
-        label: "http no-op".into(),
-        text: "http POST to a no-op server".into(),
-    };
-    let r = serve_path(b, "handlers-http", n, &http, dir.path()).await?;
-    b.clean().await?;
-    let requests = server.requests.load(Ordering::Relaxed);
-    drop(server);
-    let mut e = entry(&r, n);
-    e["requests"] = json!(requests);
-    ok &= r.ok() && requests >= n;
-    note("http", e, &mut kinds);
+    if !asked("http") {
+        note("http", left_out(), &mut kinds);
+    } else {
+        let server = NoopHttp::start().await?;
+        let http = Handler {
+            toml: format!("http = {{ url = \"http://{}/job\" }}", server.addr),
+            label: "http no-op".into(),
+            text: "http POST to a no-op server".into(),
+        };
+        let r = serve_path(b, "handlers-http", n, &http, dir.path()).await?;
+        b.clean().await?;
+        let requests = server.requests.load(Ordering::Relaxed);
+        drop(server);
+        let mut e = entry(&r, n);
+        e["requests"] = json!(requests);
+        ok &= r.ok() && requests >= n;
+        note("http", e, &mut kinds);
+    }
 
     // Resident, each language on its client's loop.
     let clients = clients_dir(b);
     let processes = b.args.resident_processes;
     for (lang, program, needs, ext, script) in RESIDENT {
         let name = format!("resident_{lang}");
+        if !asked(lang) {
+            note(&name, left_out(), &mut kinds);
+            continue;
+        }
         let Some(interp) = which(program) else {
             note(
                 &name,

@@ -4,9 +4,9 @@
 //! them as Prometheus histograms. Lost datagrams only lose samples.
 //! Resident pools add lines starting with `#` (never a topic's first
 //! character): `#resident pid topic alive` every second (processes alive),
-//! `#rjob topic` for each reply of a program (sent at once, not batched,
-//! so a worker killed afterwards loses no count) and
-//! `#restart topic reason`. The supervisor sums these per topic in a
+//! `#rjob topic n`, the replies of its programs (sent at once, so a worker
+//! killed afterwards loses no count, summed per topic over the replies
+//! that came while the last datagram went) and `#restart topic reason`. The supervisor sums these per topic in a
 //! [`ResidentBoard`], which `/metrics`, `/healthz` and the dashboard read.
 
 use std::collections::{BTreeMap, HashMap};
@@ -38,7 +38,44 @@ pub(crate) struct MetricsSender {
 #[derive(Debug)]
 enum Msg {
     Job(JobRecord),
+    /// A resident program of the topic replied for a job.
+    Replied(Arc<str>),
     Line(String),
+}
+
+/// What the next datagram carries: lines, and the replies counted per topic
+/// (a line per topic, not per job, written when it goes).
+#[derive(Default)]
+struct Batch {
+    buf: String,
+    replies: Vec<(Arc<str>, u64)>,
+}
+
+impl Batch {
+    fn push(&mut self, m: Msg) {
+        match m {
+            Msg::Replied(topic) => match self.replies.iter_mut().find(|(t, _)| *t == topic) {
+                Some((_, n)) => *n += 1,
+                None => self.replies.push((topic, 1)),
+            },
+            m => push_line(&mut self.buf, &m),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    async fn send(&mut self, sock: &UnixDatagram, path: &Path) {
+        use std::fmt::Write;
+        for (topic, n) in self.replies.drain(..) {
+            let _ = writeln!(self.buf, "#rjob\t{topic}\t{n}");
+        }
+        if !self.buf.is_empty() {
+            send_datagram(sock, &self.buf, path).await;
+            self.buf.clear();
+        }
+    }
 }
 
 impl MetricsSender {
@@ -47,22 +84,25 @@ impl MetricsSender {
         let sock = UnixDatagram::unbound()?;
         let (tx, mut rx) = mpsc::unbounded_channel::<Msg>();
         tokio::spawn(async move {
-            let mut buf = String::new();
+            let mut batch = Batch::default();
             loop {
                 let Some(first) = rx.recv().await else { return };
-                push_line(&mut buf, &first);
                 // Job records wait up to 100 ms to fill a datagram; counts
-                // (lines) go at once, with whatever waits, so a worker
-                // killed next loses none.
-                if matches!(first, Msg::Job(_)) {
+                // (replies, lines) go at once, with whatever waits, so a
+                // worker killed next loses none. Replies that came
+                // meanwhile go as one count per topic.
+                let wait = matches!(first, Msg::Job(_));
+                batch.push(first);
+                if wait {
                     let until = tokio::time::Instant::now() + Duration::from_millis(100);
                     loop {
                         tokio::select! {
                             _ = tokio::time::sleep_until(until) => break,
                             m = rx.recv() => match m {
                                 Some(m) => {
-                                    push_line(&mut buf, &m);
-                                    if matches!(m, Msg::Line(_)) || buf.len() > 32 * 1024 {
+                                    let line = !matches!(m, Msg::Job(_));
+                                    batch.push(m);
+                                    if line || batch.len() > 32 * 1024 {
                                         break;
                                     }
                                 }
@@ -72,16 +112,12 @@ impl MetricsSender {
                     }
                 }
                 while let Ok(r) = rx.try_recv() {
-                    push_line(&mut buf, &r);
-                    if buf.len() > 32 * 1024 {
-                        send_datagram(&sock, &buf, &path).await;
-                        buf.clear();
+                    batch.push(r);
+                    if batch.len() > 32 * 1024 {
+                        batch.send(&sock, &path).await;
                     }
                 }
-                if !buf.is_empty() {
-                    send_datagram(&sock, &buf, &path).await;
-                    buf.clear();
-                }
+                batch.send(&sock, &path).await;
             }
         });
         Ok(MetricsSender { tx })
@@ -100,10 +136,9 @@ impl MetricsSender {
     }
 
     /// A resident program of `topic` replied for a job: counted at once
-    /// (sent with the next datagram, not with the next second's count), so
-    /// a worker killed afterwards loses no count.
-    pub(crate) fn resident_job(&self, topic: &str) {
-        let _ = self.tx.send(Msg::Line(format!("#rjob\t{topic}\n")));
+    /// (with the next datagram, not the next second's count).
+    pub(crate) fn resident_job(&self, topic: &Arc<str>) {
+        let _ = self.tx.send(Msg::Replied(topic.clone()));
     }
 
     /// This worker's resident programs of `topic` alive now.
@@ -138,6 +173,7 @@ fn push_line(buf: &mut String, m: &Msg) {
             buf.push_str(l);
             return;
         }
+        Msg::Replied(_) => return,
     };
     let _ = writeln!(
         buf,
@@ -234,6 +270,8 @@ pub(crate) fn receive(
         let mut buf = vec![0u8; 64 * 1024];
         // (worker pid, topic) -> (resident programs alive, last report).
         let mut alive: Alive = HashMap::new();
+        // Looked up once per topic and outcome, not per job (a few).
+        let mut handles: Vec<RunHandles> = Vec::new();
         let mut tick = tokio::time::interval(Duration::from_secs(2));
         loop {
             let n = tokio::select! {
@@ -258,15 +296,45 @@ pub(crate) fn receive(
                 let (Ok(lat), Ok(dur)) = (lat.parse::<u64>(), dur.parse::<u64>()) else {
                     continue;
                 };
-                let topic = topic.to_string();
-                metrics::histogram!("punctual_lateness_seconds", "topic" => topic.clone())
-                    .record(lat as f64 / 1e6);
-                metrics::histogram!("punctual_handler_duration_seconds", "topic" => topic.clone(), "outcome" => outcome.to_string())
-                    .record(dur as f64 / 1e6);
-                metrics::counter!("punctual_handler_runs_total", "topic" => topic, "outcome" => outcome.to_string()).increment(1);
+                let i = match handles
+                    .iter()
+                    .position(|h| h.topic == topic && h.outcome == outcome)
+                {
+                    Some(i) => i,
+                    None => {
+                        handles.push(RunHandles::new(topic, outcome));
+                        handles.len() - 1
+                    }
+                };
+                let h = &handles[i];
+                h.lateness.record(lat as f64 / 1e6);
+                h.duration.record(dur as f64 / 1e6);
+                h.runs.increment(1);
             }
         }
     }))
+}
+
+/// The metrics a job record adds to, for one topic and outcome.
+struct RunHandles {
+    topic: String,
+    outcome: String,
+    lateness: metrics::Histogram,
+    duration: metrics::Histogram,
+    runs: metrics::Counter,
+}
+
+impl RunHandles {
+    fn new(topic: &str, outcome: &str) -> RunHandles {
+        let (topic, outcome) = (topic.to_string(), outcome.to_string());
+        RunHandles {
+            lateness: metrics::histogram!("punctual_lateness_seconds", "topic" => topic.clone()),
+            duration: metrics::histogram!("punctual_handler_duration_seconds", "topic" => topic.clone(), "outcome" => outcome.clone()),
+            runs: metrics::counter!("punctual_handler_runs_total", "topic" => topic.clone(), "outcome" => outcome.clone()),
+            topic,
+            outcome,
+        }
+    }
 }
 
 type Alive = HashMap<(String, String), (u64, Instant)>;
@@ -275,7 +343,11 @@ fn resident_line(line: &str, alive: &mut Alive, board: &ResidentBoard) {
     let f: Vec<&str> = line.split('\t').collect();
     match f.as_slice() {
         ["#restart", topic, reason] => board.restart(topic, reason),
-        ["#rjob", topic] => board.jobs(topic, 1),
+        ["#rjob", topic, n] => {
+            if let Ok(n) = n.parse::<u64>() {
+                board.jobs(topic, n);
+            }
+        }
         ["#resident", pid, topic, n] => {
             let Ok(n) = n.parse::<u64>() else {
                 return;

@@ -119,12 +119,7 @@ impl Otel {
         }
         let mut span = builder.start_with_context(&self.tracer, &cx);
         use opentelemetry::trace::Span as _;
-        match end.outcome {
-            "done" | "handed back" => span.set_status(Status::Ok),
-            _ => span.set_status(Status::error(
-                end.error.clone().unwrap_or_else(|| end.outcome.to_string()),
-            )),
-        }
+        span.set_status(status(end.outcome, end.error.as_deref()));
         span.end_with_timestamp(end.ended);
     }
 
@@ -157,6 +152,19 @@ impl Otel {
 
 /// A traceparent (and tracestate) as a remote span context; None when it
 /// does not parse.
+/// An attempt's span status by its outcome: Ok when done (or handed
+/// back, which is no attempt), Error with the error for a failure (retry,
+/// dead, expired, ...). A cancel is an operator's decision, not a failure
+/// of the handler: Unset, as OpenTelemetry keeps Error for failures; the
+/// `punctual.outcome` attribute says what happened.
+fn status(outcome: &str, error: Option<&str>) -> Status {
+    match outcome {
+        "done" | "handed back" => Status::Ok,
+        "cancelled" => Status::Unset,
+        _ => Status::error(error.unwrap_or(outcome).to_string()),
+    }
+}
+
 fn span_context(tp: &str, ts: Option<&str>) -> Option<SpanContext> {
     let mut parts = tp.split('-');
     let (_, trace, span, flags) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
@@ -197,5 +205,15 @@ mod tests {
             None
         )
         .is_none());
+    }
+
+    #[test]
+    fn a_cancelled_attempt_is_no_error_and_failures_are() {
+        assert_eq!(status("done", None), Status::Ok);
+        assert_eq!(status("cancelled", Some("stopped")), Status::Unset);
+        assert_eq!(status("retry", Some("503")), Status::error("503"));
+        for failed in ["dead", "expired"] {
+            assert_eq!(status(failed, None), Status::error(failed));
+        }
     }
 }

@@ -74,6 +74,12 @@ impl Capacity {
             std::sync::atomic::Ordering::Relaxed,
             |n| n.checked_sub(1),
         );
+        let st = self.state.lock().unwrap();
+        if self.claimable(&st) > 0 {
+            if let Some(w) = &st.waker {
+                w.notify_one();
+            }
+        }
     }
 
     /// Jobs waiting to start ([`Capacity::waits`]).
@@ -81,16 +87,29 @@ impl Capacity {
         self.waiting.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Jobs that could be claimed now: open capacity not in use.
+    /// Open capacity not in use (the worker claims it once fewer jobs
+    /// wait to start than this).
     pub fn free(&self) -> usize {
         let st = self.state.lock().unwrap();
         st.open.saturating_sub(st.used)
     }
 
-    /// Takes up to `want` of the free capacity; returns how much.
+    /// What the worker may claim now: the free capacity, once fewer jobs
+    /// wait to start than it (0 before). Waiting for that makes claims
+    /// bigger, each call's cost shared by more jobs, and keeps a job
+    /// queued for every program that can take one.
+    fn claimable(&self, st: &CapacityState) -> usize {
+        let free = st.open.saturating_sub(st.used);
+        if self.waiting() as usize >= free {
+            return 0;
+        }
+        free
+    }
+
+    /// Takes up to `want` of the claimable capacity; returns how much.
     pub(super) fn take(&self, want: usize) -> usize {
         let mut st = self.state.lock().unwrap();
-        let k = st.open.saturating_sub(st.used).min(want);
+        let k = self.claimable(&st).min(want);
         st.used += k;
         k
     }
@@ -102,8 +121,10 @@ impl Capacity {
         }
         let mut st = self.state.lock().unwrap();
         st.used = st.used.saturating_sub(n);
-        if let Some(w) = &st.waker {
-            w.notify_one();
+        if self.claimable(&st) > 0 {
+            if let Some(w) = &st.waker {
+                w.notify_one();
+            }
         }
     }
 
@@ -129,5 +150,44 @@ impl Drop for Ticket {
         if let Some(c) = self.0.take() {
             c.give_back(1);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// Claims wait until fewer jobs wait to start than could be claimed,
+    /// and the fetcher is woken only then.
+    #[tokio::test]
+    async fn claims_wait_until_fewer_jobs_wait_than_are_free() {
+        let cap = Capacity::new();
+        let notify = Arc::new(Notify::new());
+        cap.wake(notify.clone());
+        cap.open(4);
+        notify.notified().await; // open wakes the fetcher
+        assert_eq!(cap.take(8), 4);
+        // One runs, three wait; then the running one ends.
+        for _ in 0..4 {
+            cap.waits();
+        }
+        cap.started();
+        cap.give_back(1);
+        // 1 free, 3 waiting: nothing to claim, and no wake-up.
+        assert_eq!(cap.take(8), 0);
+        let woken = tokio::time::timeout(Duration::from_millis(50), notify.notified()).await;
+        assert!(woken.is_err(), "woken with nothing to claim");
+        // The next starts and ends: 2 free, 2 waiting; still nothing.
+        cap.started();
+        cap.give_back(1);
+        assert_eq!(cap.take(8), 0);
+        // Another starts: 2 free, 1 waiting: the fetcher is woken to claim 2.
+        cap.started();
+        tokio::time::timeout(Duration::from_secs(5), notify.notified())
+            .await
+            .expect("woken once fewer wait than are free");
+        assert_eq!(cap.take(8), 2);
     }
 }

@@ -75,7 +75,7 @@ enum End {
 }
 
 pub(super) struct Manager {
-    pub(super) topic: String,
+    pub(super) topic: Arc<str>,
     pub(super) slot: usize,
     pub(super) cfg: Arc<ResidentConfig>,
     pub(super) rx: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<Request>>>,
@@ -249,7 +249,7 @@ impl Manager {
         let r = self.registry.as_ref()?;
         let info = punctual::registry::ProcessInfo::new(
             punctual::registry::Role::Resident,
-            [self.topic.clone()],
+            [self.topic.to_string()],
         )
         .with_id(format!(
             "{}/resident-{}-{}",
@@ -411,8 +411,8 @@ impl Manager {
                         let id2 = id.clone();
                         cancels.push(f.cancel.clone().cancelled_owned().map(move |_| (id2, s)).boxed());
                         tracing::info!(topic = %self.topic, pid, job = %id, "job cancelled by an operator: told to its resident program");
-                        if let Some(jobs) = &p.jobs {
-                            let _ = jobs.send(cancel_line(&id));
+                        if let Some(jobs) = p.jobs.as_mut() {
+                            jobs.send(&cancel_line(&id));
                         }
                         continue;
                     }
@@ -468,6 +468,8 @@ impl Manager {
                     None => draining = true,
                 },
                 _ = self.stop.cancelled(), if !draining => draining = true,
+                // Lines the pipe had no room for: written as it drains.
+                _ = async { p.jobs.as_mut().expect("checked").flush().await }, if p.jobs.as_ref().is_some_and(|j| j.waiting()) => {}
             }
         }
     }
@@ -518,8 +520,8 @@ impl Manager {
         // Listed before it is written: the program's lines about it may be
         // read as soon as it is.
         set_current(p, inflight);
-        if let Some(jobs) = &p.jobs {
-            let _ = jobs.send(line);
+        if let Some(jobs) = p.jobs.as_mut() {
+            jobs.send(&line);
         }
     }
 

@@ -14,11 +14,13 @@
 //! Its rooms, each importing only those after it: `pool` (a topic's pool,
 //! what the worker calls), `manager` (one slot: the run loop), `request`
 //! (a job on the pool's queue), `program` (one running program: spawn,
-//! handshake, retire), `logs` (its stdout and stderr), `protocol` (the
-//! lines on fd 3 and fd 4).
+//! handshake, retire), `pipes` (fd 3 and fd 4 as the manager writes and
+//! reads them, with no task between), `logs` (its stdout and stderr),
+//! `protocol` (the lines on fd 3 and fd 4).
 
 mod logs;
 mod manager;
+mod pipes;
 mod pool;
 mod program;
 mod protocol;

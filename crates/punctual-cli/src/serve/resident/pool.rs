@@ -66,7 +66,7 @@ impl Pool {
         let managers = (0..cfg.processes)
             .map(|slot| {
                 let m = Manager {
-                    topic: topic.to_string(),
+                    topic: topic.into(),
                     slot,
                     cfg: cfg.clone(),
                     rx: rx.clone(),

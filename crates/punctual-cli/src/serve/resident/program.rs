@@ -10,19 +10,18 @@ use std::time::Duration;
 
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::unix::pipe;
-use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::logs::LogPipe;
+use super::pipes::{JobsPipe, ReplyLines};
 use super::protocol::{MAX_INFLIGHT, PROTOCOL};
 use crate::serve::child::{high_fd, wire_fds};
 use crate::serve::config::ResidentConfig;
 
 /// Longest reply line read from fd 4 (longer is a protocol violation).
-const MAX_REPLY_LINE: u64 = 1 << 20;
+const MAX_REPLY_LINE: usize = 1 << 20;
 
 /// How a program is stopped when it is retired (recycle, shutdown): fd 3
 /// closed, then SIGTERM after `eof`, then SIGKILL after `term` more.
@@ -46,9 +45,9 @@ pub(super) struct Proc {
     pub(super) child: tokio::process::Child,
     pub(super) pid: u32,
     /// Lines for fd 3 (None once closed).
-    pub(super) jobs: Option<mpsc::UnboundedSender<Vec<u8>>>,
+    pub(super) jobs: Option<JobsPipe>,
     /// Lines read from fd 4 (closed at its EOF).
-    pub(super) replies: mpsc::Receiver<Vec<u8>>,
+    pub(super) replies: ReplyLines,
     /// Ids of the jobs in flight, for the log lines of stdout and stderr.
     pub(super) current: Arc<Mutex<String>>,
     /// The last lines of its stderr (see `STDERR_TAIL_LINES`).
@@ -133,43 +132,11 @@ pub(super) fn spawn(topic: &str, cfg: &ResidentConfig) -> std::io::Result<Proc> 
         stderr_reader = Some(task);
     }
     // fd 3: a writer task, so a program slow to read never blocks us.
-    let mut w = pipe::Sender::from_owned_fd(OwnedFd::from(jobs_w))?;
-    let (jobs, mut job_rx) = mpsc::unbounded_channel::<Vec<u8>>();
-    tokio::spawn(async move {
-        let mut buf = Vec::new();
-        while let Some(line) = job_rx.recv().await {
-            buf.clear();
-            buf.extend_from_slice(&line);
-            while let Ok(more) = job_rx.try_recv() {
-                buf.extend_from_slice(&more);
-            }
-            if w.write_all(&buf).await.is_err() {
-                return;
-            }
-        }
-        // Dropping `w` closes fd 3: EOF for the program.
-    });
-    // fd 4: a reader task handing over whole lines.
-    let r = pipe::Receiver::from_owned_fd(OwnedFd::from(replies_r))?;
-    let (lines, replies) = mpsc::channel::<Vec<u8>>(256);
-    tokio::spawn(async move {
-        let mut r = BufReader::new(r);
-        loop {
-            let mut buf = Vec::new();
-            match (&mut r)
-                .take(MAX_REPLY_LINE)
-                .read_until(b'\n', &mut buf)
-                .await
-            {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {
-                    if lines.send(buf).await.is_err() {
-                        return;
-                    }
-                }
-            }
-        }
-    });
+    let jobs = JobsPipe::new(pipe::Sender::from_owned_fd(OwnedFd::from(jobs_w))?);
+    let replies = ReplyLines::new(
+        pipe::Receiver::from_owned_fd(OwnedFd::from(replies_r))?,
+        MAX_REPLY_LINE,
+    );
     Ok(Proc {
         child,
         pid,
