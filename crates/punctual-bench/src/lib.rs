@@ -102,7 +102,10 @@ pub enum Phase {
     /// One job per call (a producer that enqueues per request, a light
     /// flow): Redis µs per call of enqueue, claim from the pool and ack,
     /// against the floor's same calls measured in the phase (N, at most
-    /// 2,000 jobs).
+    /// 2,000 jobs); then the one-job enqueue of each client, Rust, PHP,
+    /// Python and Node (clients/*/bench; a missing interpreter or Redis
+    /// client is reported as skipped): Redis µs per call, jobs/s and the
+    /// ratio to Rust's.
     Calls,
     /// The claim script's Redis µs per job with groups off, then on
     /// (--groups counts, and two tenants 100,000 : 100 scaled to N), each
@@ -284,8 +287,9 @@ pub struct BenchArgs {
           value_parser = ["in_process", "exec", "http", "php", "python", "node"])]
     pub handler_kinds: Vec<String>,
 
-    /// handlers: the directory of the client packages (php/, python/,
-    /// node/) whose resident loops run the no-op handlers; by default the
+    /// handlers and calls: the directory of the client packages (php/,
+    /// python/, node/) whose resident loops run the no-op handlers and
+    /// whose enqueue loops the calls phase times; by default the
     /// clients/ directory of the source tree this binary was built from.
     #[arg(long, value_name = "DIR")]
     pub clients: Option<std::path::PathBuf>,

@@ -39,7 +39,7 @@ Every round starts from an empty Redis:
                     cold_after back at its default and one tick, which moves
                     them into pool (checked: ZCARD pool is 1,000)
 
-The floor (crates/punctual-bench/src/floor.rs, its scripts read from
+The floor (crates/punctual-bench/src/phases/floor.rs, its scripts read from
 FLOORRS, default the one beside this file) is measured the same way, on
 its own keys: floor_enqueue (1,000 ids with records as punctual's, due in
 1 h), floor_promote (1,000 due jobs from pool to ready), floor_claim (1,000 due jobs moved to ready by the floor's promote,
@@ -49,77 +49,31 @@ usage: scripts_per_job.py LUADIR PORT [ROUNDS [FLOORRS]]   (needs valgrind,
 redis-server, callgrind_control and redis-py). Prints the median of the
 rounds per job, and each step's ratio to the floor's.
 """
-import atexit, glob, os, re, subprocess, sys, time
+import os, sys, time
 import redis
+
+import cgredis
+from cgredis import FK, K, b36
 
 luadir, port = sys.argv[1], int(sys.argv[2])
 rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 3
-floor_rs = sys.argv[4] if len(sys.argv) > 4 else os.path.join(
-    os.path.dirname(os.path.abspath(__file__)), '../src/floor.rs')
+floor_rs = sys.argv[4] if len(sys.argv) > 4 else cgredis.FLOOR_RS
 N = 1000
-out = f'/tmp/punctual-cg.{port}'
-for f in glob.glob(out + '*'):
-    os.remove(f)
-
-
-def includes(text, out):
-    """Appends to `out` the includes `text` names, each after its own."""
-    for name in re.findall(r'^-- include: (\w+)$', text, re.M):
-        if name not in out:
-            includes(open(f'{luadir}/includes/{name}.lua').read(), out)
-            out.append(name)
-    return out
+srv = cgredis.Server(port)
+r = srv.r
+measure = srv.measure
 
 
 def helpers(text):
-    if os.path.exists(f'{luadir}/lib.lua'):
-        return open(f'{luadir}/lib.lua').read()
-    names = includes(text, ['keys'])
-    return ''.join(open(f'{luadir}/includes/{n}.lua').read() for n in names)
+    return cgredis.helpers(luadir, text)
 
 
-def assemble(name):
-    shebang, rest = open(f'{luadir}/{name}.lua').read().split('\n', 1)
-    return f'{shebang}\n{helpers(rest)}\n{rest}'
-
-
-vp = subprocess.Popen(['valgrind', '--tool=callgrind', f'--callgrind-out-file={out}', 'redis-server',
-                       '--port', str(port), '--save', '', '--appendonly', 'no', '--hz', '1'],
-                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-atexit.register(lambda: vp.poll() is None and vp.terminate())
-r = redis.Redis(port=port)
-for _ in range(200):
-    try:
-        r.ping()
-        break
-    except redis.ConnectionError:
-        time.sleep(0.2)
-K = [f'p:{{t}}:{k}' for k in 'pool ready running dead jobs meta stats seq attempts'.split()]
-sha = {n: r.script_load(assemble(n)) for n in ('enqueue', 'claim', 'ack', 'tick')}
+sha = {n: r.script_load(cgredis.assemble(luadir, n)) for n in ('enqueue', 'claim', 'ack', 'tick')}
 cold = 'cold_place' in helpers(open(f'{luadir}/enqueue.lua').read())
 shared = 'the shared form' in open(f'{luadir}/enqueue.lua').read()
 starred = '"=*n"' in open(f'{luadir}/enqueue.lua').read()
-src = open(floor_rs).read()
-
-
-def floor_const(name):
-    return re.search(r'const ' + name + r': &str = r#"(.*?)"#;', src, re.S).group(1)
-
-
-fsha = {n: r.script_load(floor_const('CHUNKED') + floor_const(n.upper())) for n in ('enqueue', 'promote', 'claim', 'ack')}
-FK = {'pool': 'f:{t}:pool', 'ready': 'f:{t}:ready', 'running': 'f:{t}:running', 'jobs': 'f:{t}:jobs'}
-payload = (b'{"order_id": 1, "action": "close", "pad": "' + b'x' * 56 + b'"}')[:100]
-
-
-def measure(fn):
-    r.eval("collectgarbage('collect') return 1", 0)
-    subprocess.run(['callgrind_control', '-z', str(vp.pid)], capture_output=True, check=True)
-    res = fn()
-    subprocess.run(['callgrind_control', '-d', str(vp.pid)], capture_output=True, check=True)
-    dump = sorted(glob.glob(out + '.*'), key=os.path.getmtime)[-1]
-    total = next(int(line.split()[1]) for line in open(dump) if line.startswith(('summary:', 'totals:')))
-    os.remove(dump)
-    return res, total
+fsha = srv.floor(floor_rs)
+payload = cgredis.PAYLOAD
 
 
 def enqueue(when):
@@ -185,21 +139,8 @@ def ack(jobs):
     assert acked == [N] or acked == [1] * N, acked
 
 
-def b36(n):
-    d = '0123456789abcdefghijklmnopqrstuvwxyz'
-    s = ''
-    while n > 0:
-        n, x = divmod(n, 36)
-        s = d[x] + s
-    return s or '0'
-
-
 def floor_enqueue(delay_ms):
-    now = int(time.time() * 1000)
-    args = []
-    for i in range(N):
-        args += ['f%011d' % i, str(now + delay_ms), b':%s:%s::0:' % (b36(now + delay_ms).encode(), b36(delay_ms).encode()) + payload]
-    return r.evalsha(fsha['enqueue'], 2, FK['pool'], FK['jobs'], *args)
+    return srv.floor_enqueue(fsha, N, delay_ms)
 
 
 def floor_claim():
@@ -276,8 +217,7 @@ for _ in range(rounds):
     acked, t = measure(lambda: r.evalsha(fsha['ack'], 2, FK['running'], FK['jobs'], *rep[0]))
     assert acked == N
     res['floor_ack'].append(t)
-r.shutdown(nosave=True)
-vp.wait()
+srv.shutdown()
 med = {k: sorted(v)[len(v) // 2] / N for k, v in res.items()}
 for k, v in res.items():
     print(f'{k:17s} {med[k]:8.0f} instructions per job  rounds {[round(x / N) for x in v]}')

@@ -394,6 +394,72 @@ fn a_resident_language_without_its_interpreter_is_skipped_loudly() {
     assert_eq!(redis.cli(&["DBSIZE"]).unwrap().trim(), "0");
 }
 
+/// The `calls` phase's one-job enqueue from each client: Rust's, then
+/// PHP's, Python's and Node's loops (clients/*/bench), each creating its N
+/// jobs, with Redis µs per call and the ratio to Rust's; a client whose
+/// interpreter is missing is skipped, said in the JSON and on stderr.
+#[test]
+fn calls_measures_each_clients_one_job_enqueue_or_says_why_not() {
+    let redis = RedisServer::start();
+    let langs = ["php", "python", "node"];
+    let out = bench(&redis.url(), &["--phase", "calls", "--json", "--n", "300"]);
+    let lines = json_lines(&out);
+    let c = &lines[0];
+    assert_eq!(
+        (c["phase"].as_str(), &c["ok"]),
+        (Some("calls"), &Value::Bool(true)),
+        "{c}"
+    );
+    let sides = &c["client_enqueue"];
+    assert_eq!(sides["rust"]["created"], 300, "{c}");
+    assert_eq!(sides["rust"]["script_calls"], 300, "{c}");
+    assert!(
+        sides["rust"]["redis_us_per_call"].as_f64().unwrap() > 0.0,
+        "{c}"
+    );
+    for lang in langs {
+        let s = &sides[lang];
+        if let Some(why) = s["skipped"].as_str() {
+            eprintln!("{lang} skipped here: {why}");
+            continue;
+        }
+        // One script call per job, each job created once.
+        assert_eq!(
+            (&s["created"], &s["script_calls"]),
+            (&Value::from(300), &Value::from(300)),
+            "{lang}: {c}"
+        );
+        assert!(s["ratio_to_rust"].as_f64().unwrap() > 0.0, "{lang}: {c}");
+        assert!(s["jobs_per_s"].as_f64().unwrap() > 0.0, "{lang}: {c}");
+    }
+    assert_eq!(redis.cli(&["DBSIZE"]).unwrap().trim(), "0");
+
+    // Without the interpreters: each client skipped, loudly.
+    let bin = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_punctual"))
+        .args(["--redis", &redis.url(), "bench", "--json"])
+        .args(["--phase", "calls", "--n", "50"])
+        .env("PATH", bin.path())
+        .output()
+        .unwrap();
+    let lines = json_lines(&out);
+    let c = &lines[0];
+    assert_eq!(c["ok"], true, "{c}");
+    assert_eq!(c["client_enqueue"]["rust"]["created"], 50, "{c}");
+    let stderr = text(&out.stderr);
+    for (lang, program) in [("php", "php"), ("python", "python3"), ("node", "node")] {
+        assert_eq!(
+            c["client_enqueue"][lang]["skipped"].as_str(),
+            Some(format!("{program} not installed (not on PATH)").as_str()),
+            "{c}"
+        );
+        assert!(
+            stderr.contains(&format!("calls: {lang} enqueue SKIPPED")),
+            "{stderr}"
+        );
+    }
+}
+
 #[test]
 fn a_redis_with_other_keys_is_refused_unless_forced() {
     let redis = RedisServer::start();

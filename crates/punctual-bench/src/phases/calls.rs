@@ -7,6 +7,7 @@ use punctual::{EnqueueStatus, Job};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
+use super::client_enqueue::{self, client_enqueue};
 use super::floor;
 use crate::harness::{ack_all, claim_all, payload, status, Left};
 use crate::probe::{round, Snapshot};
@@ -23,7 +24,10 @@ const CALLS_MAX: u64 = 2_000;
 /// 2,000): Redis µs per call of each, and each over the floor's, measured
 /// in this phase (a per-call cost the batches of the `floor` and `scripts`
 /// phases spread over 1,000 jobs). Without --pool's jobs: the floor
-/// checks that it leaves every set empty.
+/// checks that it leaves every set empty. Then the one-job enqueue of
+/// each client, Rust, PHP, Python and Node, on N jobs each
+/// (`client_enqueue`): Redis µs per call, jobs/s, and each client's ratio
+/// to Rust in this run.
 pub(crate) async fn calls(b: &Bench) -> Result<Report> {
     let n = b.args.n.min(CALLS_MAX);
     let floor = floor::run(b, n, 1).await?;
@@ -80,7 +84,9 @@ pub(crate) async fn calls(b: &Bench) -> Result<Report> {
         && promoted == n
         && sets == [0; 4]
         && records == 0;
-    let ok = floor.ok && mine_ok;
+    // Then the one-job enqueue from each client, Rust's again first.
+    let (clients, clients_ok) = client_enqueue(b, n).await?;
+    let ok = floor.ok && mine_ok && clients_ok;
 
     let f = floor.script_us();
     let get = |m: &Map<String, Value>, k: &str| m.get(k).and_then(Value::as_f64).unwrap_or(0.0);
@@ -125,6 +131,9 @@ pub(crate) async fn calls(b: &Bench) -> Result<Report> {
         script_us_per_call: &'a Map<String, Value>,
         floor_us_per_call: &'a Map<String, Value>,
         floor_ratio: &'a Map<String, Value>,
+        /// Per client (rust, php, python, node): Redis µs per one-job
+        /// enqueue call, jobs/s, and the ratio to Rust's; or skipped.
+        client_enqueue: &'a Map<String, Value>,
         ok: bool,
         #[serde(flatten)]
         counts: Option<Counts<'a>>,
@@ -137,6 +146,7 @@ pub(crate) async fn calls(b: &Bench) -> Result<Report> {
             script_us_per_call: &cost,
             floor_us_per_call: f,
             floor_ratio: &ratios,
+            client_enqueue: &clients,
             ok,
             counts: (!ok).then(|| Counts {
                 created,
@@ -162,5 +172,6 @@ pub(crate) async fn calls(b: &Bench) -> Result<Report> {
         x("steady_path"),
         status(ok)
     );
+    r.text = format!("{}\n{:<10} {}", r.text, "", client_enqueue::line(&clients));
     Ok(r)
 }

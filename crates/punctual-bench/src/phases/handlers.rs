@@ -32,7 +32,7 @@ use crate::{Bench, Report};
 
 /// Where the client packages are: --clients, else the source tree this
 /// binary was built from.
-fn clients_dir(b: &Bench) -> PathBuf {
+pub(crate) fn clients_dir(b: &Bench) -> PathBuf {
     b.args
         .clients
         .clone()

@@ -5,6 +5,7 @@
 //! script phases (`scripts`, `calls`) measure again beside their own.
 
 mod calls;
+mod client_enqueue;
 mod drain;
 mod enqueue;
 pub(crate) mod floor;
