@@ -59,16 +59,12 @@ Punctual\Worker::run(static function (Punctual\Job $job): void {{}});
 /// from its file: the package's producer needs redis-py, the loop does not).
 fn python_noop(clients: &Path) -> String {
     format!(
-        r#"import importlib.util
-spec = importlib.util.spec_from_file_location("punctual_worker", {path:?})
-worker = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(worker)
-worker.run(lambda job: None)
+        r#"import sys
+sys.path.insert(0, {path:?})
+from punctual.worker import run
+run(lambda job: None)
 "#,
-        path = clients
-            .join("python/punctual/worker.py")
-            .display()
-            .to_string()
+        path = clients.join("python").display().to_string()
     )
 }
 

@@ -165,7 +165,10 @@ fn child_config() -> Result<Config> {
 pub(crate) async fn worker(args: ChildArgs, handlers: super::rust::Handlers) -> Result<()> {
     let cfg = child_config()?;
     let metrics = match std::env::var_os(METRICS_ENV) {
-        Some(p) => Some(super::metrics::MetricsSender::start(PathBuf::from(p))?),
+        Some(p) => Some(super::metrics::MetricsSender::start(
+            PathBuf::from(p),
+            args.index,
+        )?),
         None => None,
     };
     let span = tracing::info_span!("worker", index = args.index, pid = std::process::id());

@@ -4,9 +4,11 @@
 //! them as Prometheus histograms. Lost datagrams only lose samples.
 //! Resident pools add lines starting with `#` (never a topic's first
 //! character): `#resident pid topic alive` every second (processes alive),
-//! `#rjob topic n`, the replies of its programs (sent at once, so a worker
-//! killed afterwards loses no count, summed per topic over the replies
-//! that came while the last datagram went) and `#restart topic reason`. The supervisor sums these per topic in a
+//! and `#restart topic reason`. The replies of its programs are counted in
+//! a file per worker (`replies-INDEX` beside the socket: a line
+//! `topic\tn\tn` per topic, rewritten in place at every reply, one `pwrite`, so a worker
+//! killed afterwards loses no count and the supervisor is not woken per
+//! job); the supervisor reads the files every 2 s. The supervisor sums these per topic in a
 //! [`ResidentBoard`], which `/metrics`, `/healthz` and the dashboard read.
 
 use std::collections::{BTreeMap, HashMap};
@@ -33,76 +35,106 @@ pub(crate) struct JobRecord {
 #[derive(Debug, Clone)]
 pub(crate) struct MetricsSender {
     tx: mpsc::UnboundedSender<Msg>,
+    replies: Option<Arc<Mutex<Replies>>>,
 }
 
 #[derive(Debug)]
 enum Msg {
     Job(JobRecord),
-    /// A resident program of the topic replied for a job.
-    Replied(Arc<str>),
     Line(String),
 }
 
-/// What the next datagram carries: lines, and the replies counted per topic
-/// (a line per topic, not per job, written when it goes).
-#[derive(Default)]
-struct Batch {
-    buf: String,
-    replies: Vec<(Arc<str>, u64)>,
+/// The worker's count of its programs' replies, per topic, and the file it
+/// is kept in.
+#[derive(Debug)]
+struct Replies {
+    file: std::fs::File,
+    /// In first-seen order; the counts only grow, so each rewrite of the
+    /// file covers the last.
+    counts: Vec<(Arc<str>, u64)>,
+    line: String,
 }
 
-impl Batch {
-    fn push(&mut self, m: Msg) {
-        match m {
-            Msg::Replied(topic) => match self.replies.iter_mut().find(|(t, _)| *t == topic) {
-                Some((_, n)) => *n += 1,
-                None => self.replies.push((topic, 1)),
-            },
-            m => push_line(&mut self.buf, &m),
-        }
+impl Replies {
+    /// Opens (or creates) the file, starting from its counts: a worker
+    /// restarted with the same index goes on from its predecessor's.
+    fn open(path: &Path) -> std::io::Result<Replies> {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)?;
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let counts = parse_replies(&text)
+            .into_iter()
+            .map(|(t, n)| (Arc::from(t), n))
+            .collect();
+        Ok(Replies {
+            file,
+            counts,
+            line: String::new(),
+        })
     }
 
-    fn len(&self) -> usize {
-        self.buf.len()
-    }
-
-    async fn send(&mut self, sock: &UnixDatagram, path: &Path) {
+    fn add(&mut self, topic: &Arc<str>) {
         use std::fmt::Write;
-        for (topic, n) in self.replies.drain(..) {
-            let _ = writeln!(self.buf, "#rjob\t{topic}\t{n}");
+        use std::os::unix::fs::FileExt;
+        match self.counts.iter_mut().find(|(t, _)| t == topic) {
+            Some((_, n)) => *n += 1,
+            None => self.counts.push((topic.clone(), 1)),
         }
-        if !self.buf.is_empty() {
-            send_datagram(sock, &self.buf, path).await;
-            self.buf.clear();
+        self.line.clear();
+        for (t, n) in &self.counts {
+            let _ = writeln!(self.line, "{t}\t{n}\t{n}");
         }
+        // A failed write loses a count, not a job.
+        let _ = self.file.write_all_at(self.line.as_bytes(), 0);
     }
+}
+
+/// `topic\tn\tn` lines. The count is written twice: a line read while it
+/// was being rewritten (old and new digits mixed) has two that differ, and
+/// is skipped.
+fn parse_replies(text: &str) -> Vec<(&str, u64)> {
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.split('\t');
+            let (t, a, b) = (f.next()?, f.next()?, f.next()?);
+            (a == b && f.next().is_none()).then_some((t, a.parse().ok()?))
+        })
+        .collect()
 }
 
 impl MetricsSender {
-    /// Starts the sending task for the socket at `path`.
-    pub(crate) fn start(path: PathBuf) -> std::io::Result<MetricsSender> {
+    /// Starts the sending task for the socket at `path`; worker `index`
+    /// counts its programs' replies in `replies-INDEX` beside it.
+    pub(crate) fn start(path: PathBuf, index: usize) -> std::io::Result<MetricsSender> {
         let sock = UnixDatagram::unbound()?;
+        let replies = match path.parent() {
+            Some(dir) => Some(Arc::new(Mutex::new(Replies::open(
+                &dir.join(format!("{REPLIES_FILE}{index}")),
+            )?))),
+            None => None,
+        };
         let (tx, mut rx) = mpsc::unbounded_channel::<Msg>();
         tokio::spawn(async move {
-            let mut batch = Batch::default();
+            let mut buf = String::new();
             loop {
                 let Some(first) = rx.recv().await else { return };
+                push_line(&mut buf, &first);
                 // Job records wait up to 100 ms to fill a datagram; counts
-                // (replies, lines) go at once, with whatever waits, so a
-                // worker killed next loses none. Replies that came
-                // meanwhile go as one count per topic.
-                let wait = matches!(first, Msg::Job(_));
-                batch.push(first);
-                if wait {
+                // (lines) go at once, with whatever waits, so a worker
+                // killed next loses none.
+                if matches!(first, Msg::Job(_)) {
                     let until = tokio::time::Instant::now() + Duration::from_millis(100);
                     loop {
                         tokio::select! {
                             _ = tokio::time::sleep_until(until) => break,
                             m = rx.recv() => match m {
                                 Some(m) => {
-                                    let line = !matches!(m, Msg::Job(_));
-                                    batch.push(m);
-                                    if line || batch.len() > 32 * 1024 {
+                                    push_line(&mut buf, &m);
+                                    if matches!(m, Msg::Line(_)) || buf.len() > 32 * 1024 {
                                         break;
                                     }
                                 }
@@ -112,15 +144,19 @@ impl MetricsSender {
                     }
                 }
                 while let Ok(r) = rx.try_recv() {
-                    batch.push(r);
-                    if batch.len() > 32 * 1024 {
-                        batch.send(&sock, &path).await;
+                    push_line(&mut buf, &r);
+                    if buf.len() > 32 * 1024 {
+                        send_datagram(&sock, &buf, &path).await;
+                        buf.clear();
                     }
                 }
-                batch.send(&sock, &path).await;
+                if !buf.is_empty() {
+                    send_datagram(&sock, &buf, &path).await;
+                    buf.clear();
+                }
             }
         });
-        Ok(MetricsSender { tx })
+        Ok(MetricsSender { tx, replies })
     }
 
     /// Queues a record (never blocks).
@@ -135,10 +171,12 @@ impl MetricsSender {
             .send(Msg::Line(format!("#restart\t{topic}\t{reason}\n")));
     }
 
-    /// A resident program of `topic` replied for a job: counted at once
-    /// (with the next datagram, not the next second's count).
+    /// A resident program of `topic` replied for a job: counted at once, in
+    /// the worker's replies file.
     pub(crate) fn resident_job(&self, topic: &Arc<str>) {
-        let _ = self.tx.send(Msg::Replied(topic.clone()));
+        if let Some(r) = &self.replies {
+            r.lock().unwrap().add(topic);
+        }
     }
 
     /// This worker's resident programs of `topic` alive now.
@@ -173,7 +211,6 @@ fn push_line(buf: &mut String, m: &Msg) {
             buf.push_str(l);
             return;
         }
-        Msg::Replied(_) => return,
     };
     let _ = writeln!(
         buf,
@@ -243,12 +280,15 @@ impl ResidentBoard {
         metrics::counter!("punctual_resident_restarts_total", "topic" => topic.to_string(), "reason" => reason.to_string()).absolute(*by);
     }
 
+    /// The replies counted so far (never fewer than last time).
     fn jobs(&self, topic: &str, jobs: u64) {
         let mut m = self.0.lock().unwrap();
         let f = m.entry(topic.to_string()).or_default();
-        f.jobs += jobs;
-        metrics::counter!("punctual_resident_jobs_total", "topic" => topic.to_string())
-            .absolute(f.jobs);
+        if jobs > f.jobs {
+            f.jobs = jobs;
+            metrics::counter!("punctual_resident_jobs_total", "topic" => topic.to_string())
+                .absolute(f.jobs);
+        }
     }
 
     fn alive(&self, topic: &str, alive: u64) {
@@ -266,6 +306,7 @@ pub(crate) fn receive(
     board: ResidentBoard,
 ) -> std::io::Result<tokio::task::JoinHandle<()>> {
     let sock = UnixDatagram::bind(path)?;
+    let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
     Ok(tokio::spawn(async move {
         let mut buf = vec![0u8; 64 * 1024];
         // (worker pid, topic) -> (resident programs alive, last report).
@@ -278,6 +319,7 @@ pub(crate) fn receive(
                 r = sock.recv(&mut buf) => match r { Ok(n) => n, Err(_) => return },
                 _ = tick.tick() => {
                     resident_gauges(&mut alive, &board);
+                    count_replies(&dir, &board);
                     continue;
                 }
             };
@@ -343,11 +385,6 @@ fn resident_line(line: &str, alive: &mut Alive, board: &ResidentBoard) {
     let f: Vec<&str> = line.split('\t').collect();
     match f.as_slice() {
         ["#restart", topic, reason] => board.restart(topic, reason),
-        ["#rjob", topic, n] => {
-            if let Ok(n) = n.parse::<u64>() {
-                board.jobs(topic, n);
-            }
-        }
         ["#resident", pid, topic, n] => {
             let Ok(n) = n.parse::<u64>() else {
                 return;
@@ -356,6 +393,29 @@ fn resident_line(line: &str, alive: &mut Alive, board: &ResidentBoard) {
             resident_gauges(alive, board);
         }
         _ => {}
+    }
+}
+
+/// The start of the workers' replies files' names (`replies-INDEX`).
+const REPLIES_FILE: &str = "replies-";
+
+/// Sums the replies files of the workers in `dir` per topic onto `board`.
+fn count_replies(dir: &Path, board: &ResidentBoard) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut per_topic: BTreeMap<String, u64> = BTreeMap::new();
+    for e in entries.flatten() {
+        if !e.file_name().to_string_lossy().starts_with(REPLIES_FILE) {
+            continue;
+        }
+        let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+        for (topic, n) in parse_replies(&text) {
+            *per_topic.entry(topic.to_string()).or_default() += n;
+        }
+    }
+    for (topic, n) in per_topic {
+        board.jobs(&topic, n);
     }
 }
 
@@ -373,5 +433,41 @@ fn resident_gauges(alive: &mut Alive, board: &ResidentBoard) {
     }
     for topic in per_topic.keys() {
         board.alive(topic, fresh.get(topic).copied().unwrap_or(0));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A worker's replies file: counts per topic, taken up again by the
+    /// next worker of the same index, summed over the workers by the
+    /// supervisor; a line torn by a concurrent rewrite is not read as a
+    /// count.
+    #[test]
+    fn replies_files_count_per_topic_across_restarts_and_workers() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b): (Arc<str>, Arc<str>) = ("a".into(), "b".into());
+        let mut w0 = Replies::open(&dir.path().join("replies-0")).unwrap();
+        for _ in 0..9 {
+            w0.add(&a);
+        }
+        w0.add(&b);
+        drop(w0);
+        // Restarted: goes on from 9 and 1.
+        let mut w0 = Replies::open(&dir.path().join("replies-0")).unwrap();
+        w0.add(&a);
+        let mut w1 = Replies::open(&dir.path().join("replies-1")).unwrap();
+        w1.add(&b);
+        let board = ResidentBoard::new(["a", "b"]);
+        count_replies(dir.path(), &board);
+        let figures = board.snapshot();
+        assert_eq!((figures["a"].jobs, figures["b"].jobs), (10, 2));
+        // 19 -> 20 torn after its first digit reads "29": skipped.
+        assert_eq!(parse_replies("a\t29\t19\nb\t3\t3\n"), [("b", 3)]);
+        assert_eq!(parse_replies("a\t1"), []);
+        // A board never goes back.
+        board.jobs("a", 4);
+        assert_eq!(board.snapshot()["a"].jobs, 10);
     }
 }

@@ -114,7 +114,12 @@ pub(crate) async fn run_worker(
             return Ok(());
         }
     };
-    let need: usize = capacity.values().sum();
+    // What the programs run and their look-ahead: slots for fewer would
+    // leave no room to queue a next job for a program that takes several.
+    let need: usize = capacity
+        .values()
+        .map(|c| c * super::resident::LOOKAHEAD)
+        .sum();
     if need > cfg.concurrency {
         tracing::info!(
             concurrency = need,

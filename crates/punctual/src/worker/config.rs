@@ -66,6 +66,12 @@ pub struct WorkerConfig {
     /// [`Delivery::cancelled`](crate::Delivery::cancelled) token fired, then the run's token), how long
     /// the handler has to stop by itself before it is dropped (default 5 s).
     pub cancelled_grace: Duration,
+    /// How long a done job's ack may wait for others to share its Redis
+    /// call, while fewer than 64 wait and no ack call of its topic is in
+    /// flight (default 2 ms). Zero sends each at once. A wait delays only
+    /// the ack, not the next job; a worker killed meanwhile leaves the job
+    /// to its lease, as for any run not yet acked.
+    pub ack_linger: Duration,
 }
 
 impl Default for WorkerConfig {
@@ -81,6 +87,7 @@ impl Default for WorkerConfig {
             registry: Registry::default(),
             cancel_grace: Duration::from_secs(1),
             cancelled_grace: Duration::from_secs(5),
+            ack_linger: Duration::from_millis(2),
         }
     }
 }
@@ -201,6 +208,18 @@ impl WorkerConfig {
     /// ```
     pub fn cancelled_grace(mut self, d: Duration) -> Self {
         self.cancelled_grace = d;
+        self
+    }
+
+    /// Sets [`WorkerConfig::ack_linger`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let c = punctual::WorkerConfig::default().ack_linger(Duration::ZERO);
+    /// assert_eq!(c.ack_linger, Duration::ZERO);
+    /// ```
+    pub fn ack_linger(mut self, d: Duration) -> Self {
+        self.ack_linger = d;
         self
     }
 }

@@ -29,7 +29,8 @@ pub(super) struct Settle {
 /// Records outcomes. No call waits behind another: every fail is its own
 /// task, and each topic has its own lane of acks, one call in flight at a
 /// time, which takes whatever has queued up for that topic meanwhile (so
-/// acks still go out in batches). A passing Redis error (an outage) is
+/// acks still go out in batches); with no call in flight, a few acks wait
+/// up to `ack_linger` for more to share the next. A passing Redis error (an outage) is
 /// retried; meanwhile the keeper keeps the leases alive, so an outcome is
 /// never lost to a short outage. A call that Redis keeps refusing (a wrong
 /// key type, a missing permission, invalid input) holds up nothing but its
@@ -44,8 +45,18 @@ pub(super) async fn settle_loop(shared: Arc<Shared>, mut rx: mpsc::UnboundedRece
     let mut acks: JoinSet<()> = JoinSet::new();
     let mut fails: JoinSet<()> = JoinSet::new();
     let mut open = true;
-    while open || !acks.is_empty() || !fails.is_empty() {
+    let linger = shared.config.ack_linger;
+    // Per topic: since when acks wait with no call in flight.
+    let mut held: HashMap<usize, tokio::time::Instant> = HashMap::new();
+    while open || !acks.is_empty() || !fails.is_empty() || !waiting.is_empty() {
+        // (A topic with a call in flight sends when it returns.)
+        let until = held
+            .iter()
+            .filter(|(ti, _)| !busy.contains(*ti))
+            .map(|(_, t)| *t + linger)
+            .min();
         tokio::select! {
+            _ = tokio::time::sleep_until(until.unwrap_or_else(tokio::time::Instant::now)), if until.is_some() => {}
             s = rx.recv(), if open => match s {
                 Some(first) => {
                     let mut next = Some(first);
@@ -76,13 +87,19 @@ pub(super) async fn settle_loop(shared: Arc<Shared>, mut rx: mpsc::UnboundedRece
             }
             Some(_) = fails.join_next(), if !fails.is_empty() => {}
         }
-        // Start a call for every topic with acks waiting and none in flight.
+        // Start a call for every topic with acks waiting and none in
+        // flight, once they are many or have lingered.
+        let now = tokio::time::Instant::now();
         let ready: Vec<usize> = waiting
-            .keys()
-            .copied()
-            .filter(|ti| !busy.contains(ti))
+            .iter()
+            .filter(|(ti, w)| {
+                let since = *held.entry(**ti).or_insert(now);
+                !busy.contains(ti) && (!open || w.len() >= ACK_ENOUGH || now >= since + linger)
+            })
+            .map(|(ti, _)| *ti)
             .collect();
         for ti in ready {
+            held.remove(&ti);
             let leases = waiting.remove(&ti).expect("listed above");
             let call = acks.spawn(ack_many(shared.clone(), ti, leases).in_current_span());
             in_flight.insert(call.id(), ti);
@@ -90,6 +107,10 @@ pub(super) async fn settle_loop(shared: Arc<Shared>, mut rx: mpsc::UnboundedRece
         }
     }
 }
+
+/// Acks enough to send at once, without lingering
+/// ([`WorkerConfig::ack_linger`](crate::WorkerConfig::ack_linger)).
+const ACK_ENOUGH: usize = 64;
 
 async fn ack_many(shared: Arc<Shared>, ti: usize, leases: Vec<Lease>) {
     let topic = &shared.topics[ti].name;

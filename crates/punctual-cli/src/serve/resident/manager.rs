@@ -29,7 +29,7 @@ use crate::serve::metrics::MetricsSender;
 /// --phase resident`, debug build, 2 workers x 2 programs, one run each on
 /// a shared 2-core machine). A queued job is checked against its expiry
 /// before it is written to fd 3, and handed back at shutdown.
-const LOOKAHEAD: usize = 4;
+pub(crate) const LOOKAHEAD: usize = 4;
 
 /// First restart delay after a failure; doubles up to `RESTART_MAX`.
 const RESTART_MIN: Duration = Duration::from_millis(500);
