@@ -651,6 +651,32 @@ async fn bad_input_gets_a_4xx_with_a_stable_code_and_changes_nothing() {
             "invalid_input",
             "1 to 1000",
         ),
+        // A change to a topic answers in one order: the topic of the path
+        // first, then the body.
+        (
+            "POST",
+            "/api/v1/topics/a%7Bb%7D/dead/purge".into(),
+            Some("{\"all\": ".into()),
+            400,
+            "invalid_input",
+            "braces",
+        ),
+        (
+            "PUT",
+            "/api/v1/topics/orders/limits".into(),
+            Some("{\"rate\": ".into()),
+            400,
+            "invalid_json",
+            "not valid JSON",
+        ),
+        (
+            "POST",
+            "/api/v1/topics/orders/cancel".into(),
+            Some(r#"{"id_prefix": "order:", "color": 1}"#.into()),
+            400,
+            "invalid_input",
+            "unknown field",
+        ),
         (
             "GET",
             "/api/v1/topics/orders/jobs/nope".into(),

@@ -18,8 +18,9 @@
 //! error that proves Redis did not run them (see `did_not_run`).
 //!
 //! Each operation's file in `ops/` owns its rule (`ops::must_not_repeat`
-//! lists the scripts in this second group); a script that is safe to resend
-//! must stay so. The `"oldest", n` mode of
+//! lists the scripts in this second group), which whoever connects hands in
+//! as a [`ResendRule`]: this module knows no operation. A script that is
+//! safe to resend must stay so. The `"oldest", n` mode of
 //! `dead_replay` and `dead_purge` is not (a second run takes the next n), so
 //! `Queue` never sends it: it reads the oldest ids and sends those.
 
@@ -46,14 +47,21 @@ pub(crate) enum Conn {
         /// Resends nothing by itself: for the scripts that must not run
         /// twice (`must_not_repeat`), resent by `send_once` only.
         once: ClusterConnection,
+        /// Which script calls go over `once`.
+        rule: ResendRule,
     },
 }
+
+/// Whether a call of the script whose SHA is the first argument could do
+/// harm if it ran twice, given its ARGV (None when the call does not parse:
+/// then it counts as unsafe). The operations own it: `ops::must_not_repeat`.
+pub(crate) type ResendRule = fn(&[u8], Option<&[&[u8]]>) -> bool;
 
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Conn::Single(c) => c.req_packed_command(cmd),
-            Conn::Cluster { once, .. } if must_not_repeat(cmd) => {
+            Conn::Cluster { once, rule, .. } if must_not_repeat(cmd, *rule) => {
                 Box::pin(send_once(once.clone(), cmd))
             }
             Conn::Cluster { retrying, .. } => retrying.req_packed_command(cmd),
@@ -81,9 +89,9 @@ impl ConnectionLike for Conn {
 }
 
 /// Whether running `cmd` twice could do harm: an `EVALSHA` of a script
-/// whose operation says so (`crate::ops::must_not_repeat`: a `claim`, a
-/// `cancel`, an `enqueue` of a job without an id or with replace).
-fn must_not_repeat(cmd: &Cmd) -> bool {
+/// whose operation says so by `rule` (`crate::ops::must_not_repeat`: a
+/// `claim`, a `cancel`, an `enqueue` of a job without an id or with replace).
+pub(crate) fn must_not_repeat(cmd: &Cmd, rule: ResendRule) -> bool {
     let args: Vec<&[u8]> = cmd
         .args_iter()
         .map(|a| match a {
@@ -99,7 +107,7 @@ fn must_not_repeat(cmd: &Cmd) -> bool {
     }
     let num = |a: &[u8]| std::str::from_utf8(a).ok()?.parse::<usize>().ok();
     let argv = num(args[2]).and_then(|k| args.get(3 + k..));
-    crate::ops::must_not_repeat(args[1], argv)
+    rule(args[1], argv)
 }
 
 /// Whether Redis certainly did not run the command that failed with `e`:
@@ -156,11 +164,13 @@ fn open(url: &str) -> Result<redis::Client> {
 }
 
 /// Connects to `url`: several comma-separated URLs are the seeds of a
-/// cluster; a single URL is a cluster too when that node says so.
+/// cluster; a single URL is a cluster too when that node says so. `rule`
+/// picks the calls that a cluster connection must not resend blindly.
 pub(crate) async fn connect(
     url: &str,
     connect_timeout: Duration,
     response_timeout: Duration,
+    rule: ResendRule,
 ) -> Result<Connected> {
     // Split only before a scheme, as `redact` does: a ',' may be in a password.
     let urls: Vec<&str> = crate::redact::split_seeds(url);
@@ -228,70 +238,10 @@ pub(crate) async fn connect(
         conn: Conn::Cluster {
             retrying: conn,
             once,
+            rule,
         },
         pubsub,
         cluster: true,
         nodes,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::must_not_repeat;
-    use crate::scripts::SCRIPTS;
-
-    fn evalsha<S: AsRef<str>>(sha: &str, argv: &[S]) -> redis::Cmd {
-        let mut c = redis::cmd("EVALSHA");
-        c.arg(sha).arg(9);
-        for k in 0..9 {
-            c.arg(format!("k{k}"));
-        }
-        for a in argv {
-            c.arg(a.as_ref());
-        }
-        c
-    }
-
-    #[test]
-    fn claims_cancels_and_some_enqueues_are_never_resent_blindly() {
-        let claim = SCRIPTS.claim.get_hash();
-        let enqueue = SCRIPTS.enqueue.get_hash();
-        assert!(must_not_repeat(&evalsha(claim, &["10", "30000"])));
-        assert!(must_not_repeat(&evalsha(SCRIPTS.cancel.get_hash(), &["a"])));
-        // enqueue's own rule (ops/enqueue.rs) reads its ARGV, after the keys.
-        let ids = [
-            "1048576", "0", "2", "a", "p", "d0", "", "", "b", "p", "d0", "", "",
-        ];
-        assert!(!must_not_repeat(&evalsha(enqueue, &ids)), "ids: safe");
-        let mut generated = ids;
-        generated[8] = "";
-        assert!(
-            must_not_repeat(&evalsha(enqueue, &generated)),
-            "a generated id"
-        );
-        let mut bad_keys = redis::cmd("EVALSHA");
-        bad_keys.arg(enqueue).arg("nine").arg("k");
-        assert!(
-            must_not_repeat(&bad_keys),
-            "a key count that does not parse"
-        );
-        for safe in [
-            "ack",
-            "fail",
-            "extend",
-            "tick",
-            "get",
-            "stats",
-            "reschedule",
-            "dead_purge",
-            "dead_replay",
-        ] {
-            let sha = crate::scripts::script_source(safe).map(|s| redis::Script::new(&s));
-            let sha = sha.expect("a script").get_hash().to_string();
-            assert!(!must_not_repeat(&evalsha(&sha, &["x"])), "{safe}");
-        }
-        assert!(!must_not_repeat(
-            redis::cmd("SADD").arg("P:topics").arg("t")
-        ));
-    }
 }

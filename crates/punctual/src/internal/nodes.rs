@@ -398,7 +398,9 @@ impl Nodes {
         timeout: Duration,
         response_timeout: Duration,
     ) -> Result<Nodes> {
-        let connected = crate::conn::connect(url, timeout, response_timeout).await?;
+        let connected =
+            crate::conn::connect(url, timeout, response_timeout, crate::ops::must_not_repeat)
+                .await?;
         let seeds = crate::redact::split_seeds(url);
         if !connected.cluster {
             let node = Node::open(seeds[0], timeout, Vec::new(), false).await?;

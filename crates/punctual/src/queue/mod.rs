@@ -1,15 +1,21 @@
 //! `Queue`: the connection to Redis and what every audience shares (the
 //! builder, the partition layout, script calls). The operations live by
-//! audience: [`enqueue`] (producers), [`inspect`] (reading state),
-//! [`admin`] (operators); the runtime's claim/ack/fail/extend/tick are in
-//! [`crate::raw`].
+//! audience and concept: [`enqueue`] (producers), [`inspect`] (one job and
+//! listings), [`topics`] (known topics, a topic's figures), [`check`] (the
+//! invariant check), [`dead`] (the dead letters), [`admin`] (operators'
+//! changes), [`groups`] and [`limits`]; [`connect`] opens the connection.
+//! The runtime's claim/ack/fail/extend/tick are in [`crate::raw`].
 
 mod admin;
+mod check;
 mod cold;
+mod connect;
+mod dead;
 mod enqueue;
 mod groups;
 mod inspect;
 mod limits;
+mod topics;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -25,7 +31,7 @@ use crate::redact::redact;
 use crate::scripts::SCRIPTS;
 
 pub use groups::{GroupHold, GroupInfo, GroupLimits};
-pub use inspect::{SkippedTopic, Topics};
+pub use topics::{SkippedTopic, Topics};
 
 /// Largest integer the scripts take (2^53: Lua numbers are doubles).
 pub(crate) const MAX_SAFE: usize = 1 << 53;
@@ -226,53 +232,6 @@ impl QueueBuilder {
     pub fn loading_wait(mut self, t: Duration) -> Self {
         self.loading_wait = t;
         self
-    }
-
-    /// Connects. Fails if Redis does not answer, or at once (without
-    /// connecting) if a setting is invalid.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() {
-    /// // Braces would break the keys' hash tags: refused before connecting.
-    /// let err = punctual::Queue::builder("redis://127.0.0.1:6379")
-    ///     .prefix("a{b}")
-    ///     .connect()
-    ///     .await
-    ///     .unwrap_err();
-    /// assert_eq!(err.kind(), punctual::ErrorKind::InvalidInput);
-    /// # }
-    /// ```
-    pub async fn connect(self) -> Result<Queue> {
-        if self.prefix.is_empty() || self.prefix.contains(['{', '}']) {
-            return Err(Error::invalid(format!(
-                "invalid prefix {:?}: prefixes must be non-empty and may not contain braces",
-                self.prefix
-            )));
-        }
-        if !(1..=MAX_BATCH).contains(&self.enqueue_chunk) {
-            return Err(Error::invalid(format!(
-                "invalid enqueue_chunk {}: an enqueue script call carries 1 to {MAX_BATCH} jobs",
-                self.enqueue_chunk
-            )));
-        }
-        let connected =
-            crate::conn::connect(&self.url, self.connect_timeout, self.response_timeout).await?;
-        Ok(Queue {
-            inner: Arc::new(Inner {
-                conn: connected.conn,
-                pubsub: connected.pubsub,
-                cluster: connected.cluster,
-                url: self.url,
-                prefix: self.prefix,
-                max_payload: self.max_payload,
-                enqueue_chunk: self.enqueue_chunk,
-                loading_wait: self.loading_wait,
-                registered: Mutex::new(HashSet::new()),
-                skipped_logged: Mutex::new(HashSet::new()),
-                partitions: Mutex::new(HashMap::new()),
-            }),
-        })
     }
 }
 

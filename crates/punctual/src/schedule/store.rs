@@ -431,18 +431,10 @@ impl Queue {
     /// # Ok(()) }
     /// ```
     pub async fn schedule_remove(&self, topic: &str, name: &str) -> Result<bool> {
-        validate_topic(topic)?;
-        validate_name(name)?;
-        let k = keys(self.prefix(), topic);
-        let lock = self.lock_for_change(&k.lock).await?;
-        let r = async {
-            let json: Option<String> = self
-                .cmd(redis::cmd("HGET").arg(&k.schedules).arg(name))
-                .await?;
-            let Some(json) = json else { return Ok(false) };
+        self.change_stored(topic, name, async |k, json| {
             if let Ok(s) = serde_json::from_str::<Schedule>(&json) {
                 let now = self.redis_now_ms().await?;
-                self.take_back(topic, &k, &s, now).await?;
+                self.take_back(topic, k, &s, now).await?;
             }
             let mut pipe = redis::pipe();
             pipe.atomic()
@@ -452,13 +444,8 @@ impl Queue {
                 .ignore();
             self.pipe::<()>(&pipe).await?;
             Ok(true)
-        }
-        .await;
-        self.unlock(lock).await;
-        if matches!(r, Ok(true)) {
-            self.publish(&k, name).await;
-        }
-        r
+        })
+        .await
     }
 
     /// Pauses a schedule: it fires nothing until resumed, and the
@@ -502,15 +489,7 @@ impl Queue {
     }
 
     async fn set_paused(&self, topic: &str, name: &str, paused: bool) -> Result<bool> {
-        validate_topic(topic)?;
-        validate_name(name)?;
-        let k = keys(self.prefix(), topic);
-        let lock = self.lock_for_change(&k.lock).await?;
-        let r = async {
-            let json: Option<String> = self
-                .cmd(redis::cmd("HGET").arg(&k.schedules).arg(name))
-                .await?;
-            let Some(json) = json else { return Ok(false) };
+        self.change_stored(topic, name, async |k, json| {
             let mut s: Schedule = serde_json::from_str(&json).map_err(|e| {
                 Error::protocol(
                     "schedule",
@@ -522,7 +501,7 @@ impl Queue {
             }
             if paused {
                 let now = self.redis_now_ms().await?;
-                self.take_back(topic, &k, &s, now).await?;
+                self.take_back(topic, k, &s, now).await?;
             }
             s.paused = paused;
             let json = serde_json::to_string(&s)
@@ -531,6 +510,31 @@ impl Queue {
                 .cmd(redis::cmd("HSET").arg(&k.schedules).arg(name).arg(json))
                 .await?;
             Ok(true)
+        })
+        .await
+    }
+
+    /// Runs `change` on the stored JSON of schedule `name` under the
+    /// topic's change lock, and tells the firers when it returns `Ok(true)`;
+    /// `Ok(false)` without running it when there is no such schedule.
+    async fn change_stored(
+        &self,
+        topic: &str,
+        name: &str,
+        change: impl AsyncFnOnce(&Keys, String) -> Result<bool>,
+    ) -> Result<bool> {
+        validate_topic(topic)?;
+        validate_name(name)?;
+        let k = keys(self.prefix(), topic);
+        let lock = self.lock_for_change(&k.lock).await?;
+        let r = async {
+            let json: Option<String> = self
+                .cmd(redis::cmd("HGET").arg(&k.schedules).arg(name))
+                .await?;
+            match json {
+                Some(json) => change(&k, json).await,
+                None => Ok(false),
+            }
         }
         .await;
         self.unlock(lock).await;

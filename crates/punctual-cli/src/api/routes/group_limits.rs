@@ -15,7 +15,7 @@ use punctual::GroupLimits;
 use serde_json::{json, Value};
 
 use super::limits::LimitsBody;
-use super::{body, topic_ok, St};
+use super::{body, topic_ok, St, TopicChange};
 use crate::api::auth::Authorized;
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::ApiState;
@@ -52,15 +52,10 @@ async fn read(State(s): St, Path(topic): Path<String>) -> ApiResult<Json<Value>>
 }
 
 async fn write_default(
-    who: Authorized,
     State(s): St,
-    Path(topic): Path<String>,
-    headers: HeaderMap,
-    bytes: Result<Bytes, BytesRejection>,
+    TopicChange { who, topic, body }: TopicChange<LimitsBody>,
 ) -> ApiResult<Json<Value>> {
-    topic_ok(&topic)?;
-    let b: LimitsBody = body(&headers, bytes)?;
-    let l = b.limits()?;
+    let l = body.limits()?;
     s.queue.set_group_limits(&topic, None, &l).await?;
     let g = s.queue.group_limits(&topic).await?;
     who.record(

@@ -3,18 +3,14 @@
 
 use std::sync::Arc;
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
-use axum::http::HeaderMap;
 use axum::routing::get;
 use axum::{Json, Router};
 use punctual::{Limits, Rate};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{body, topic_ok, St};
-use crate::api::auth::Authorized;
+use super::{topic_ok, St, TopicChange};
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::ApiState;
 use crate::forms::limits_json;
@@ -68,15 +64,10 @@ async fn read(State(s): St, Path(topic): Path<String>) -> ApiResult<Json<Value>>
 }
 
 async fn write(
-    who: Authorized,
     State(s): St,
-    Path(topic): Path<String>,
-    headers: HeaderMap,
-    bytes: Result<Bytes, BytesRejection>,
+    TopicChange { who, topic, body }: TopicChange<LimitsBody>,
 ) -> ApiResult<Json<Value>> {
-    topic_ok(&topic)?;
-    let b: LimitsBody = body(&headers, bytes)?;
-    let l = b.limits()?;
+    let l = body.limits()?;
     s.queue.set_limits(&topic, &l).await?;
     let l = s.queue.limits(&topic).await?;
     who.record(&s.queue, "topic.limits", &topic, limits_json(&l))
