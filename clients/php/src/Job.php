@@ -9,7 +9,7 @@ final class Job
 {
     private bool $cancelled = false;
 
-    /** Set by Worker::run: reads the cancels waiting on fd 3. */
+    /** Set by the loop that runs it (Intake): reads the cancels waiting on fd 3. */
     private ?\Closure $poll = null;
 
     /**
@@ -59,10 +59,11 @@ final class Job
      * Whether an operator cancelled this job while it runs (docs/RESIDENT.md,
      * "Cancel"): the job is already ended as cancelled and whatever this run
      * replies is not recorded, so a handler that sees it may stop (return,
-     * or throw) and the program keeps its place. Under Worker::run, each
-     * call reads the cancels waiting on fd 3 without blocking (job lines
-     * read meanwhile are kept for later): cheap enough to call between the
-     * steps of a long job. False for a job Worker::run does not run.
+     * or throw) and the program keeps its place. Under Worker::run (and
+     * `artisan punctual:work`), each call reads the cancels waiting on fd 3
+     * without blocking (job lines read meanwhile are kept for later): cheap
+     * enough to call between the steps of a long job. False for a job
+     * neither runs.
      */
     public function cancelled(): bool
     {
@@ -73,8 +74,8 @@ final class Job
     }
 
     /**
-     * Worker::run's hooks: what cancelled() calls to look at fd 3, and the
-     * mark it sets when a cancel names this job.
+     * The loop's hooks (Intake): what cancelled() calls to look at fd 3,
+     * and the mark it sets when a cancel names this job.
      *
      * @internal
      */

@@ -36,100 +36,18 @@ final class Worker
     public static function run(callable $handler): void
     {
         self::requireServe();
-        $in = self::open('PUNCTUAL_JOBS_FD', 'r');
-        $out = self::open('PUNCTUAL_REPLIES_FD', 'w');
-        // fd 3 is split in lines here, not by fgets: a look for cancels
-        // while a job runs reads what is there without blocking, and
-        // loses nothing the loop reads next.
-        stream_set_blocking($in, false);
-        $buf = '';
-        $eof = false;
-        $line = static function (bool $block) use ($in, &$buf, &$eof): ?string {
-            while (true) {
-                $i = strpos($buf, "\n");
-                if ($i !== false) {
-                    $l = substr($buf, 0, $i);
-                    $buf = substr($buf, $i + 1);
-                    return $l;
-                }
-                if ($eof) {
-                    [$l, $buf] = [$buf, ''];
-                    return $l === '' ? null : $l;
-                }
-                $chunk = fread($in, 65536);
-                if ($chunk !== false && $chunk !== '') {
-                    $buf .= $chunk;
-                } elseif (feof($in)) {
-                    $eof = true;
-                } elseif (!$block) {
-                    return null;
-                } else {
-                    $r = [$in];
-                    $w = $e = null;
-                    @stream_select($r, $w, $e, null); // false: a signal; look again
-                }
-            }
-        };
-        /** @var list<Job> $waiting jobs read, not started (read while the one before ran) */
-        $waiting = [];
-        $running = null;
-        $poll = null;
-        $take = static function (string $l) use ($out, &$waiting, &$running, &$poll): void {
-            $msg = json_decode($l, true);
-            if (!is_array($msg)) {
-                return;
-            }
-            if (($msg['type'] ?? null) === 'job') {
-                try {
-                    $job = Job::fromMessage($msg);
-                } catch (\Throwable $e) {
-                    self::send($out, self::replyFor((string) ($msg['id'] ?? ''), $e));
-                    return;
-                }
-                $job->watchedBy($poll);
-                $waiting[] = $job;
-            } elseif (($msg['type'] ?? null) === 'cancel') {
-                // For a job already replied to (or not sent): nothing to do.
-                foreach ([$running, ...$waiting] as $job) {
-                    if ($job !== null && $job->id === (string) ($msg['id'] ?? '')) {
-                        $job->markCancelled();
-                    }
-                }
-            } // later versions may add message types
-        };
-        $poll = static function () use ($line, $take): void {
-            while (($l = $line(false)) !== null) {
-                $take($l);
-            }
-        };
-        self::send($out, ['type' => 'ready', 'protocol' => self::PROTOCOL, 'inflight' => 1]);
-        while (true) {
-            if ($waiting === []) {
-                $l = $line(true);
-                if ($l === null) {
-                    break;
-                }
-                $take($l);
-                continue;
-            }
-            $job = $running = array_shift($waiting);
-            if ($job->cancelled()) {
-                $running = null;
-                self::send($out, self::replyFor($job->id, new \RuntimeException('cancelled by an operator')));
-                continue;
-            }
+        $intake = Intake::open(self::replyFor(...));
+        $intake->ready();
+        while (($job = $intake->next()) !== null) {
             try {
                 $handler($job);
                 $reply = ['type' => 'done', 'id' => $job->id];
             } catch (\Throwable $e) {
                 $reply = self::replyFor($job->id, $e);
-            } finally {
-                $running = null;
             }
-            self::send($out, $reply);
+            $intake->reply($reply);
         }
-        fclose($out);
-        fclose($in);
+        $intake->close();
     }
 
     /** @return array<string, mixed> the reply line for a handler's exception */

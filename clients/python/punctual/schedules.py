@@ -26,13 +26,12 @@ from typing import Any, Optional
 
 import redis
 
-from .producer import (
+from .ops import _Cmd, _Sleep
+from .validate import (
     MAX_BATCH,
     MAX_DELAY_MS,
     InvalidInput,
-    _Cmd,
     _duration_ms,
-    _Sleep,
     _text,
     debug_quote,
     encode_options,

@@ -19,7 +19,9 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use punctual::{Job, Queue};
 use punctual_testkit::{eventually, RedisServer};
-use support::{gone, live, Service, BIN, TOKEN};
+use support::{
+    a_client_loop_tells_its_handler, cancel_running, gone, live, punctual_at, Service, BIN, TOKEN,
+};
 
 /// `punctual cancel TOPIC ID` through the CLI: (exit code, stdout, stderr).
 fn cli_cancel(redis: &str, topic: &str, id: &str) -> (i32, String, String) {
@@ -51,16 +53,6 @@ fn find(svc: &Service, file: &str, words: &[&str]) -> Option<Vec<String>> {
     lines(svc, file)
         .into_iter()
         .find(|l| l.len() >= words.len() && l.iter().zip(words).all(|(a, b)| a == b))
-}
-
-/// Runs the CLI cancel of a running job and checks its reply.
-fn cancel_running(redis: &str, topic: &str, id: &str) {
-    let (code, out, err) = cli_cancel(redis, topic, id);
-    assert_eq!(code, 0, "{out}{err}");
-    assert!(
-        out.starts_with(&format!("cancelled {id} while running (was running)")),
-        "{out}"
-    );
 }
 
 /// Ends as cancelled: nothing live, counted `cancelled`, never retried,
@@ -661,16 +653,9 @@ Punctual\Worker::run(function (Punctual\Job $job) use ($record): void {
 "#;
 
 /// Runs `program` (PY_SEQUENTIAL, PHP_SEQUENTIAL or PY_ASYNC) as a
-/// resident handler with `interpreter`: the cancel of its running job
-/// reaches the handler, which stops (it records `cancelled`); the program
-/// replies and keeps its place (a grace of an hour: only its reply can end
-/// the run within the test).
-async fn a_client_loop_tells_its_handler(
-    interpreter: &str,
-    file: &str,
-    program: &str,
-    client: &str,
-) {
+/// resident handler with `interpreter`, through
+/// [`a_client_loop_tells_its_handler`] (jobs pushed by the CLI).
+async fn a_client_loop_runs(interpreter: &str, file: &str, program: &str, client: &str) {
     let redis = RedisServer::start();
     let mut svc = Service::new();
     let program = svc.script(file, program);
@@ -686,52 +671,10 @@ async fn a_client_loop_tells_its_handler(
         ),
     );
     svc.start();
-    let q = Queue::connect(redis.url()).await.unwrap();
-    q.enqueue("r", Job::new("wait").id("w")).await.unwrap();
-    eventually(Duration::from_secs(30), "w running", || async {
-        find(&svc, "records", &["job", "w"]).is_some()
+    a_client_loop_tells_its_handler(&svc, &redis.url(), "r", |id, what| {
+        punctual_at(&redis.url(), &["push", "r", "--id", id, what], b"").ok();
     })
     .await;
-    let pid = find(&svc, "records", &["job", "w"]).unwrap()[2].clone();
-    cancel_running(&redis.url(), "r", "w");
-    eventually(
-        Duration::from_secs(10),
-        "the handler saw the cancel",
-        || async { find(&svc, "records", &["cancelled", "w", &pid]).is_some() },
-    )
-    .await;
-    eventually(
-        Duration::from_secs(10),
-        "the cancelled run counted (the program replied)",
-        || async {
-            svc.metrics()
-                .await
-                .contains("punctual_handler_runs_total{topic=\"r\",outcome=\"cancelled\"} 1")
-        },
-    )
-    .await;
-    q.enqueue("r", Job::new("plain").id("after")).await.unwrap();
-    eventually(Duration::from_secs(10), "after done", || async {
-        counter(&q.stats("r").await.unwrap(), "done") == 1
-    })
-    .await;
-    assert_eq!(
-        find(&svc, "records", &["job", "after"]).unwrap()[2],
-        pid,
-        "the same program"
-    );
-    let s = q.stats("r").await.unwrap();
-    assert_eq!(s.pool + s.ready + s.running + s.dead, 0, "{s:?}");
-    assert_eq!(
-        (counter(&s, "cancelled"), counter(&s, "retried")),
-        (1, 0),
-        "{s:?}"
-    );
-    assert!(
-        !svc.log().contains("did not end within cancel_grace"),
-        "{}",
-        svc.log()
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -745,7 +688,7 @@ async fn python_loop_tells_its_handler(program: &str) {
         return;
     }
     let python = provision::python().unwrap_or_else(|e| panic!("{e}"));
-    a_client_loop_tells_its_handler(
+    a_client_loop_runs(
         &python.display().to_string(),
         "worker.py",
         program,
@@ -759,7 +702,7 @@ async fn the_php_clients_loop_tells_the_handler() {
     if provision::skipped("php") {
         return;
     }
-    a_client_loop_tells_its_handler("php", "worker.php", PHP_SEQUENTIAL, "php").await;
+    a_client_loop_runs("php", "worker.php", PHP_SEQUENTIAL, "php").await;
 }
 
 /// A resident program on the Python client's `run_async`: a `wait` job

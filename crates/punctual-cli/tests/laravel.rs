@@ -13,6 +13,8 @@
 //!   JobFailed events fire; a job delivered past its `retryUntil()`, and a
 //!   job without `$tries` whose runs crash or time out, are failed by
 //!   Laravel too (`failed()` called) before they land in the dead set;
+//! - an operator's cancel of a running job reaches it
+//!   (`$this->job->cancelled()`), and the program keeps its place;
 //! - `php artisan queue:work punctual` (pop) runs, acks and fails jobs;
 //! - the PHP producer waits for a Redis that is loading its dataset;
 //! - composer.json carries a stable version the README's require names.
@@ -33,7 +35,7 @@ use nix::unistd::Pid;
 use punctual::{Queue, State};
 use punctual_testkit::{eventually, eventually_every, RedisServer};
 use serde_json::Value;
-use support::{Service, BIN};
+use support::{a_client_loop_tells_its_handler, Service, BIN};
 
 fn php_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../clients/php")
@@ -192,14 +194,26 @@ impl Serve {
         needle: &str,
         extra: &str,
     ) -> Serve {
-        let mut svc = Service::new();
+        Serve::start_in(Service::new(), redis, env, needle, "", extra)
+    }
+
+    /// In `svc`, with `top` lines among serve's own settings and `extra`
+    /// lines in the topic's table.
+    fn start_in(
+        mut svc: Service,
+        redis: &RedisServer,
+        env: &[(String, String)],
+        needle: &str,
+        top: &str,
+        extra: &str,
+    ) -> Serve {
         let env_toml = env
             .iter()
             .map(|(k, v)| format!("{k} = {v:?}"))
             .collect::<Vec<_>>()
             .join(", ");
         let text = format!(
-            "redis = {:?}\nworkers = 1\n\n[topics.default]\n\
+            "redis = {:?}\nworkers = 1\n{top}\n\n[topics.default]\n\
              resident = [\"php\", \"artisan\", \"punctual:work\"]\n\
              cwd = {:?}\nprocesses = 1\ntimeout = \"60s\"\nbackoff = [\"0s\"]\n\
              env = {{ {env_toml} }}\n{extra}\n",
@@ -474,6 +488,37 @@ async fn failed_is_called_past_retry_until_and_after_runs_that_crashed_or_timed_
             info.last_error
         );
     }
+    drop(serve);
+}
+
+/// An operator's cancel of a running Laravel job reaches it under
+/// `artisan punctual:work`: `$this->job->cancelled()` (the connector's
+/// PunctualJob) turns true while the job runs, the job returns, and the
+/// program keeps its place (a grace of an hour: only its reply can end the
+/// run within the test). The Probe job `wait` looks between steps; each
+/// Probe appends `job TAG PID` to LT_RECORDS, dispatched with `--id` its
+/// uuid (the punctual id) is its tag.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cancelled_laravel_job_is_told_and_the_program_keeps_its_place() {
+    require_laravel();
+    let redis = RedisServer::start();
+    let scratch = tempfile::tempdir().unwrap();
+    let needle = format!("cancel-{}", std::process::id());
+    let svc = Service::new();
+    let mut env = app_env(&redis, scratch.path(), &needle);
+    env.push((
+        "LT_RECORDS".into(),
+        svc.path("records").display().to_string(),
+    ));
+    let top = format!(
+        "http = \"127.0.0.1:{}\"\nlease = \"60s\"\ncancel_grace = \"1h\"",
+        svc.http
+    );
+    let serve = Serve::start_in(svc, &redis, &env, &needle, &top, "");
+    a_client_loop_tells_its_handler(&serve.svc, &redis.url(), "default", |id, what| {
+        dispatch(&env, &[id, what, &format!("--id={id}")]);
+    })
+    .await;
     drop(serve);
 }
 

@@ -19,7 +19,9 @@ use Illuminate\Queue\Jobs\Job;
  *   a DateInterval; in ms, rounded up); the attempt counts;
  * - fail($e) -> dead, the exception as the last error (failed() and the
  *   JobFailed event as Laravel does);
- * - attempts() -> punctual's attempt counter (1 on the first delivery).
+ * - attempts() -> punctual's attempt counter (1 on the first delivery);
+ * - cancelled() -> whether an operator cancelled it while it runs (under
+ *   `artisan punctual:work`; docs/RESIDENT.md, "Cancel").
  */
 class PunctualJob extends Job implements JobContract
 {
@@ -31,6 +33,7 @@ class PunctualJob extends Job implements JobContract
 
     /**
      * @param array{0: string, 1: string}|null $lease the pop path's [topic or partition, token]
+     * @param \Punctual\Job|null $delivery the resident path's job, as `artisan punctual:work` read it
      */
     public function __construct(
         Container $container,
@@ -42,6 +45,7 @@ class PunctualJob extends Job implements JobContract
         string $queue,
         private readonly ?PunctualQueue $punctual = null,
         private readonly ?array $lease = null,
+        private readonly ?\Punctual\Job $delivery = null,
     ) {
         $this->container = $container;
         $this->connectionName = $connectionName;
@@ -51,8 +55,37 @@ class PunctualJob extends Job implements JobContract
     /** @param array<string, mixed> $msg a job message of docs/RESIDENT.md */
     public static function fromMessage(Container $container, array $msg, string $connectionName): self
     {
-        $job = \Punctual\Job::fromMessage($msg);
-        return new self($container, $job->payload, $job->id, $job->attempt, $job->maxAttempts, $connectionName, $job->topic);
+        return self::fromDelivery($container, \Punctual\Job::fromMessage($msg), $connectionName);
+    }
+
+    /** The Laravel job of a punctual job `artisan punctual:work` runs. */
+    public static function fromDelivery(Container $container, \Punctual\Job $job, string $connectionName): self
+    {
+        return new self($container, $job->payload, $job->id, $job->attempt, $job->maxAttempts, $connectionName, $job->topic, delivery: $job);
+    }
+
+    /**
+     * Whether an operator cancelled this job while it runs (`punctual
+     * cancel`, the API, a producer's cancel; docs/RESIDENT.md, "Cancel"):
+     * the job is already ended as cancelled in punctual, and what Laravel
+     * does with this delivery from then on is not recorded there. Each call
+     * reads the cancels waiting on fd 3 without blocking: cheap enough
+     * between the steps of a long job, which may then return. Always false
+     * under `queue:work punctual` (the pop path hears no cancels).
+     */
+    public function cancelled(): bool
+    {
+        return $this->delivery?->cancelled() ?? false;
+    }
+
+    /**
+     * The punctual job behind this delivery under `artisan punctual:work`
+     * (its due time, timeout, trace context...); null under `queue:work
+     * punctual`.
+     */
+    public function punctual(): ?\Punctual\Job
+    {
+        return $this->delivery;
     }
 
     public function getJobId()

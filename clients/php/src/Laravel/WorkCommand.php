@@ -10,6 +10,7 @@ use Illuminate\Contracts\Debug\ExceptionHandler;
 use Illuminate\Queue\Events\JobFailed;
 use Illuminate\Queue\WorkerOptions;
 use Illuminate\Support\Facades\Facade;
+use Punctual\Intake;
 use Punctual\Worker;
 
 /**
@@ -18,7 +19,10 @@ use Punctual\Worker;
  * through Laravel's worker pipeline (job middleware, the JobProcessing,
  * JobProcessed and JobFailed events, failed(), the failed-jobs provider),
  * and its outcome goes back to punctual, which stays the runtime: claims,
- * leases, timeouts, retries with fencing, the dead set.
+ * leases, timeouts, retries with fencing, the dead set. An operator's
+ * cancel of the running job is heard as under Worker::run (the same
+ * Intake): the job's cancelled() (PunctualJob) turns true, and a job
+ * cancelled before it started is not started.
  *
  *     [topics.default]
  *     resident = ["php", "artisan", "punctual:work"]
@@ -34,8 +38,7 @@ class WorkCommand extends Command
     public function handle(): int
     {
         Worker::requireServe();
-        $in = Worker::open('PUNCTUAL_JOBS_FD', 'r');
-        $out = Worker::open('PUNCTUAL_REPLIES_FD', 'w');
+        $intake = Intake::open(fn (string $id, \Throwable $e): array => ['type' => 'dead', 'id' => $id, 'error' => 'not a job for Laravel: ' . $e->getMessage()]);
         $app = $this->laravel;
         $connection = $this->argument('connection') ?: $this->defaultConnection();
 
@@ -64,21 +67,11 @@ class WorkCommand extends Command
         // maxTries 0: each job's own ($tries, else punctual's max attempts, see PunctualJob::maxTries).
         $options = new WorkerOptions('punctual', 0, 0, 0, 0, 0);
 
-        Worker::send($out, ['type' => 'ready', 'protocol' => Worker::PROTOCOL, 'inflight' => 1]);
-        while (($line = fgets($in)) !== false) {
-            $msg = json_decode($line, true);
-            if (!is_array($msg) || ($msg['type'] ?? null) !== 'job') {
-                continue; // later versions may add message types
-            }
-            $id = (string) ($msg['id'] ?? '');
-            try {
-                $job = PunctualJob::fromMessage($app, $msg, $connection);
-            } catch (\Throwable $e) {
-                Worker::send($out, ['type' => 'dead', 'id' => $id, 'error' => 'not a job for Laravel: ' . $e->getMessage()]);
-                continue;
-            }
+        $intake->ready();
+        while (($delivery = $intake->next()) !== null) {
+            $job = PunctualJob::fromDelivery($app, $delivery, $connection);
             if (!is_array($job->payload())) {
-                Worker::send($out, ['type' => 'dead', 'id' => $id, 'error' => 'the payload is not a Laravel queue payload (JSON with "job" and "data"): push it with Laravel\'s punctual connection']);
+                $intake->reply(['type' => 'dead', 'id' => $delivery->id, 'error' => 'the payload is not a Laravel queue payload (JSON with "job" and "data"): push it with Laravel\'s punctual connection']);
                 continue;
             }
             if (method_exists($app, 'forgetScopedInstances')) {
@@ -91,10 +84,9 @@ class WorkCommand extends Command
                 $error = $e;
                 $app[ExceptionHandler::class]->report($e);
             }
-            Worker::send($out, $job->reply($error));
+            $intake->reply($job->reply($error));
         }
-        fclose($out);
-        fclose($in);
+        $intake->close();
         return 0;
     }
 

@@ -2,14 +2,18 @@
 //! binary run as `api` or `serve` against a private redis-server, a small
 //! JSON client (`Server`), a `serve` process with its own directory of
 //! config, scripts and records (`Service`), one run of the binary as a
-//! command-line user runs it (`run`, `punctual`, `Run`), and polling
-//! helpers.
+//! command-line user runs it (`run`, `punctual`, `Run`), polling
+//! helpers, and the cancel of a job a client's resident loop runs
+//! (`a_client_loop_tells_its_handler`).
 
 #![allow(dead_code)]
 
 mod binary;
+mod cancel;
 #[allow(unused_imports)]
 pub(crate) use binary::{punctual, punctual_at, run, run_with_input, Run};
+#[allow(unused_imports)]
+pub(crate) use cancel::{a_client_loop_tells_its_handler, cancel_running};
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;

@@ -10,13 +10,14 @@ use Illuminate\Support\Facades\Queue;
 
 /**
  * test:dispatch TAG [DO]: dispatches a Probe job as an app would; prints
- * {"t0_ms": Redis's clock read before the dispatch}.
+ * {"t0_ms": Redis's clock read before the dispatch}. --id: the payload's
+ * uuid (the punctual id), through Laravel's createPayloadUsing hook.
  * test:dispatch --noop=N [--spread-ms=MS]: N Noop jobs in bulk, or with
  * --spread-ms each delayed by a random 0..MS ms (due time recorded).
  */
 class DispatchCommand extends Command
 {
-    protected $signature = 'test:dispatch {tag?} {do=ok} {--delay-ms=} {--tries=} {--queue=} {--connection=}
+    protected $signature = 'test:dispatch {tag?} {do=ok} {--delay-ms=} {--id=} {--tries=} {--queue=} {--connection=}
         {--backoff=} {--timeout=} {--retry-until-s=}
         {--noop=0} {--spread-ms=0}';
 
@@ -41,6 +42,10 @@ class DispatchCommand extends Command
         }
         if ($this->option('retry-until-s') !== null) {
             $job->retryUntil = now()->addSeconds((int) $this->option('retry-until-s'));
+        }
+        if ($this->option('id') !== null) {
+            $id = (string) $this->option('id');
+            \Illuminate\Queue\Queue::createPayloadUsing(fn () => ['uuid' => $id]);
         }
         $pending = dispatch($job)->onConnection($connection);
         if ($queue !== null) {
