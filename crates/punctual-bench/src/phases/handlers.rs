@@ -55,8 +55,8 @@ Punctual\Worker::run(static function (Punctual\Job $job): void {{}});
     )
 }
 
-/// A no-op resident handler on the Python client's worker loop (loaded
-/// from its file: the package's producer needs redis-py, the loop does not).
+/// A no-op resident handler on the Python client's worker loop, imported
+/// from the package (which needs redis-py, as the client does).
 fn python_noop(clients: &Path) -> String {
     format!(
         r#"import sys

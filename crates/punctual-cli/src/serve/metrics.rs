@@ -6,7 +6,7 @@
 //! character): `#resident pid topic alive` every second (processes alive),
 //! and `#restart topic reason`. The replies of its programs are counted in
 //! a file per worker (`replies-INDEX` beside the socket: a line
-//! `topic\tn\tn` per topic, rewritten in place at every reply, one `pwrite`, so a worker
+//! `topic\tn\tn` per topic, n in 20 digits, rewritten in place at every reply, one `pwrite`, so a worker
 //! killed afterwards loses no count and the supervisor is not woken per
 //! job); the supervisor reads the files every 2 s. The supervisor sums these per topic in a
 //! [`ResidentBoard`], which `/metrics`, `/healthz` and the dashboard read.
@@ -86,16 +86,17 @@ impl Replies {
         }
         self.line.clear();
         for (t, n) in &self.counts {
-            let _ = writeln!(self.line, "{t}\t{n}\t{n}");
+            let _ = writeln!(self.line, "{t}\t{n:020}\t{n:020}");
         }
         // A failed write loses a count, not a job.
         let _ = self.file.write_all_at(self.line.as_bytes(), 0);
     }
 }
 
-/// `topic\tn\tn` lines. The count is written twice: a line read while it
-/// was being rewritten (old and new digits mixed) has two that differ, and
-/// is skipped.
+/// `topic\tn\tn` lines, n in 20 digits (so no line moves when a count
+/// grows). The count is written twice: a line read while it was being
+/// rewritten (old and new digits mixed) has two that differ, and is
+/// skipped.
 fn parse_replies(text: &str) -> Vec<(&str, u64)> {
     text.lines()
         .filter_map(|l| {
@@ -111,12 +112,17 @@ impl MetricsSender {
     /// counts its programs' replies in `replies-INDEX` beside it.
     pub(crate) fn start(path: PathBuf, index: usize) -> std::io::Result<MetricsSender> {
         let sock = UnixDatagram::unbound()?;
-        let replies = match path.parent() {
-            Some(dir) => Some(Arc::new(Mutex::new(Replies::open(
-                &dir.join(format!("{REPLIES_FILE}{index}")),
-            )?))),
-            None => None,
-        };
+        // Without its file, reply counts are lost, not jobs: warn and run.
+        let replies = path.parent().and_then(|dir| {
+            let file = dir.join(format!("{REPLIES_FILE}{index}"));
+            match Replies::open(&file) {
+                Ok(r) => Some(Arc::new(Mutex::new(r))),
+                Err(e) => {
+                    tracing::warn!(file = %file.display(), error = %e, "cannot open the resident reply counts' file; punctual_resident_jobs_total will miss this worker's replies");
+                    None
+                }
+            }
+        });
         let (tx, mut rx) = mpsc::unbounded_channel::<Msg>();
         tokio::spawn(async move {
             let mut buf = String::new();

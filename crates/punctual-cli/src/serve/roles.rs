@@ -140,6 +140,9 @@ pub(crate) async fn run_worker(
         .shutdown_timeout(grace)
         .max_retry_delay(cfg.max_retry_delay)
         .cancelled_grace(cfg.cancel_grace)
+        // Acks of jobs ending close together share a Redis call (the
+        // resident and http paths end jobs one by one).
+        .ack_linger(Duration::from_millis(2))
         .registry(registry);
     let mut worker = Worker::new(queue, wc);
     // OpenTelemetry ([otel]): a span per attempt, and handlers given that

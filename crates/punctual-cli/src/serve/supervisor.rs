@@ -123,9 +123,12 @@ pub(crate) async fn supervise(cfg: Config) -> Result<i32> {
         write_pidfile(p)?;
     }
 
+    // On tmpfs where there is one: workers write their reply counts here
+    // at every reply (metrics.rs), which must never wait for a disk.
     let rundir = tempfile::Builder::new()
         .prefix("punctual-serve-")
-        .tempdir()?;
+        .tempdir_in("/dev/shm")
+        .or_else(|_| tempfile::Builder::new().prefix("punctual-serve-").tempdir())?;
     let metrics_path = rundir.path().join("metrics.sock");
     let handle = super::metrics::install_recorder()?;
     // The resident topics this host's workers run show (at zero) before

@@ -61,7 +61,10 @@ impl Capacity {
     /// A claimed job now waits inside the handler for a place to start
     /// (a resident pool's queue): until [`Capacity::started`], the
     /// worker's registry record counts it as leased but not running
-    /// ([`crate::registry::ProcessInfo::waiting`]).
+    /// ([`crate::registry::ProcessInfo::waiting`]), and the worker claims
+    /// more only once fewer jobs wait than capacity is free. Every `waits`
+    /// must be followed by one `started`, also for a job that never starts
+    /// (handed back, failed): an unpaired one holds claims back for good.
     pub fn waits(&self) {
         self.waiting
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -69,13 +72,18 @@ impl Capacity {
 
     /// A job counted by [`Capacity::waits`] started, or left unstarted.
     pub fn started(&self) {
-        let _ = self.waiting.fetch_update(
+        let Ok(before) = self.waiting.fetch_update(
             std::sync::atomic::Ordering::Relaxed,
             std::sync::atomic::Ordering::Relaxed,
             |n| n.checked_sub(1),
-        );
+        ) else {
+            return;
+        };
+        // The fetcher is woken only when this made room to claim (when
+        // there was room already, it knows).
         let st = self.state.lock().unwrap();
-        if self.claimable(&st) > 0 {
+        let free = st.open.saturating_sub(st.used) as u64;
+        if before >= free && before - 1 < free {
             if let Some(w) = &st.waker {
                 w.notify_one();
             }

@@ -67,10 +67,14 @@ pub struct WorkerConfig {
     /// the handler has to stop by itself before it is dropped (default 5 s).
     pub cancelled_grace: Duration,
     /// How long a done job's ack may wait for others to share its Redis
-    /// call, while fewer than 64 wait and no ack call of its topic is in
-    /// flight (default 2 ms). Zero sends each at once. A wait delays only
-    /// the ack, not the next job; a worker killed meanwhile leaves the job
-    /// to its lease, as for any run not yet acked.
+    /// call (default 0: each goes at once; `serve` uses 2 ms, at most 1 s).
+    /// It waits only while fewer than 64 acks of its topic wait, none is in
+    /// flight, and this worker still runs other jobs of the topic whose
+    /// acks may join it: a lone job, or a topic running one job at a time
+    /// (`max_running = 1`), is acked at once. A wait delays only the ack
+    /// (the job shows as running meanwhile), not the next job; a worker
+    /// killed meanwhile leaves the job to its lease, as for any run not
+    /// yet acked.
     pub ack_linger: Duration,
 }
 
@@ -87,7 +91,7 @@ impl Default for WorkerConfig {
             registry: Registry::default(),
             cancel_grace: Duration::from_secs(1),
             cancelled_grace: Duration::from_secs(5),
-            ack_linger: Duration::from_millis(2),
+            ack_linger: Duration::ZERO,
         }
     }
 }
@@ -215,11 +219,11 @@ impl WorkerConfig {
     ///
     /// ```
     /// use std::time::Duration;
-    /// let c = punctual::WorkerConfig::default().ack_linger(Duration::ZERO);
-    /// assert_eq!(c.ack_linger, Duration::ZERO);
+    /// let c = punctual::WorkerConfig::default().ack_linger(Duration::from_millis(2));
+    /// assert_eq!(c.ack_linger, Duration::from_millis(2));
     /// ```
     pub fn ack_linger(mut self, d: Duration) -> Self {
-        self.ack_linger = d;
+        self.ack_linger = d.min(Duration::from_secs(1));
         self
     }
 }

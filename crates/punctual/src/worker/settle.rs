@@ -45,7 +45,7 @@ pub(super) async fn settle_loop(shared: Arc<Shared>, mut rx: mpsc::UnboundedRece
     let mut acks: JoinSet<()> = JoinSet::new();
     let mut fails: JoinSet<()> = JoinSet::new();
     let mut open = true;
-    let linger = shared.config.ack_linger;
+    let linger = shared.config.ack_linger.min(Duration::from_secs(1));
     // Per topic: since when acks wait with no call in flight.
     let mut held: HashMap<usize, tokio::time::Instant> = HashMap::new();
     while open || !acks.is_empty() || !fails.is_empty() || !waiting.is_empty() {
@@ -90,14 +90,20 @@ pub(super) async fn settle_loop(shared: Arc<Shared>, mut rx: mpsc::UnboundedRece
         // Start a call for every topic with acks waiting and none in
         // flight, once they are many or have lingered.
         let now = tokio::time::Instant::now();
-        let ready: Vec<usize> = waiting
-            .iter()
-            .filter(|(ti, w)| {
-                let since = *held.entry(**ti).or_insert(now);
-                !busy.contains(ti) && (!open || w.len() >= ACK_ENOUGH || now >= since + linger)
-            })
-            .map(|(ti, _)| *ti)
-            .collect();
+        let ready: Vec<usize> = {
+            let running = shared.inflight.lock().unwrap();
+            waiting
+                .iter()
+                .filter(|(ti, w)| {
+                    let since = *held.entry(**ti).or_insert(now);
+                    // Others still running here may join; else no wait.
+                    let others = running[**ti].len() > w.len();
+                    !busy.contains(ti)
+                        && (!open || !others || w.len() >= ACK_ENOUGH || now >= since + linger)
+                })
+                .map(|(ti, _)| *ti)
+                .collect()
+        };
         for ti in ready {
             held.remove(&ti);
             let leases = waiting.remove(&ti).expect("listed above");

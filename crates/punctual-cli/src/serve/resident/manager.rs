@@ -443,6 +443,9 @@ impl Manager {
                     fail_all(inflight, &format!("the resident program (pid {pid}) was killed: job {} overran its timeout", late.join(", ")));
                     return End::Killed("timeout");
                 }
+                // Lines the pipe had no room for: written as it drains,
+                // before more are taken.
+                _ = async { p.jobs.as_mut().expect("checked").flush().await }, if p.jobs.as_ref().is_some_and(|j| j.waiting()) => {}
                 req = async { rx.lock().await.recv().await }, if can_take => match req {
                     Some(req) => {
                         if req.reply.is_closed() || !req.take() {
@@ -468,8 +471,6 @@ impl Manager {
                     None => draining = true,
                 },
                 _ = self.stop.cancelled(), if !draining => draining = true,
-                // Lines the pipe had no room for: written as it drains.
-                _ = async { p.jobs.as_mut().expect("checked").flush().await }, if p.jobs.as_ref().is_some_and(|j| j.waiting()) => {}
             }
         }
     }

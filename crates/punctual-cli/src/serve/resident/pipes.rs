@@ -86,6 +86,8 @@ pub(super) struct ReplyLines {
     buf: Vec<u8>,
     /// Where the unread part of `buf` starts.
     start: usize,
+    /// How far past `start` is known to hold no `\n`.
+    scanned: usize,
     /// The longest line; a longer one is returned cut at this length
     /// (without its `\n`: the parser refuses it).
     max: usize,
@@ -98,6 +100,7 @@ impl ReplyLines {
             r,
             buf: Vec::with_capacity(8 * 1024),
             start: 0,
+            scanned: 0,
             max,
             eof: false,
         }
@@ -108,22 +111,31 @@ impl ReplyLines {
     pub(super) async fn recv(&mut self) -> Option<Vec<u8>> {
         loop {
             let unread = &self.buf[self.start..];
-            if let Some(i) = unread.iter().position(|&b| b == b'\n') {
-                let line = unread[..=i].to_vec();
-                self.start += i + 1;
+            let limit = unread.len().min(self.max);
+            if let Some(i) = unread[self.scanned.min(limit)..limit]
+                .iter()
+                .position(|&b| b == b'\n')
+            {
+                let end = self.scanned.min(limit) + i + 1;
+                let line = unread[..end].to_vec();
+                self.start += end;
+                self.scanned = 0;
                 return Some(line);
             }
             if unread.len() >= self.max {
                 let line = unread[..self.max].to_vec();
                 self.start += self.max;
+                self.scanned = 0;
                 return Some(line);
             }
+            self.scanned = unread.len();
             if self.eof {
                 if unread.is_empty() {
                     return None;
                 }
                 let line = unread.to_vec();
                 self.start = self.buf.len();
+                self.scanned = 0;
                 return Some(line);
             }
             // Make room: drop what was read.
@@ -135,26 +147,16 @@ impl ReplyLines {
                 self.eof = true;
                 continue;
             }
-            let len = self.buf.len();
-            self.buf.resize(len + 8 * 1024, 0);
-            match self.r.try_read(&mut self.buf[len..]) {
-                Ok(0) => {
-                    self.buf.truncate(len);
-                    self.eof = true;
-                }
-                Ok(n) => self.buf.truncate(len + n),
+            self.buf.reserve(8 * 1024);
+            match self.r.try_read_buf(&mut self.buf) {
+                Ok(0) => self.eof = true,
+                Ok(_) => {}
                 Err(e)
                     if matches!(
                         e.kind(),
                         std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
-                    ) =>
-                {
-                    self.buf.truncate(len)
-                }
-                Err(_) => {
-                    self.buf.truncate(len);
-                    self.eof = true;
-                }
+                    ) => {}
+                Err(_) => self.eof = true,
             }
         }
     }

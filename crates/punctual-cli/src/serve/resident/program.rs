@@ -131,7 +131,8 @@ pub(super) fn spawn(topic: &str, cfg: &ResidentConfig) -> std::io::Result<Proc> 
         logs.push(log);
         stderr_reader = Some(task);
     }
-    // fd 3: a writer task, so a program slow to read never blocks us.
+    // fd 3 and fd 4, written and read by the manager itself (pipes.rs):
+    // a program slow to read keeps lines waiting there, not the manager.
     let jobs = JobsPipe::new(pipe::Sender::from_owned_fd(OwnedFd::from(jobs_w))?);
     let replies = ReplyLines::new(
         pipe::Receiver::from_owned_fd(OwnedFd::from(replies_r))?,
