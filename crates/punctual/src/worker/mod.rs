@@ -259,15 +259,12 @@ impl Worker {
         timeout: Duration,
         handler: impl Handler,
     ) -> Self {
-        let topic = topic.into();
-        self.topics.push(TopicEntry {
-            name: topic.clone(),
-            logical: topic,
-            handler: BoxedHandler::new(handler),
+        self.topics.push(TopicEntry::new(
+            topic.into(),
+            BoxedHandler::new(handler),
             timeout,
-            backstop: None,
-            gate: None,
-        });
+            None,
+        ));
         self
     }
 
@@ -292,15 +289,13 @@ impl Worker {
         backstop: impl Fn(&Delivery) -> Duration + Send + Sync + 'static,
         handler: impl Handler,
     ) -> Self {
-        let topic = topic.into();
-        self.topics.push(TopicEntry {
-            name: topic.clone(),
-            logical: topic,
-            handler: BoxedHandler::new(handler),
-            timeout: Duration::ZERO,
-            backstop: Some(Arc::new(backstop)),
-            gate: None,
-        });
+        let backstop = Some(Arc::new(backstop) as _);
+        self.topics.push(TopicEntry::new(
+            topic.into(),
+            BoxedHandler::new(handler),
+            Duration::ZERO,
+            backstop,
+        ));
         self
     }
 

@@ -32,8 +32,27 @@ pub(super) struct TopicEntry {
     pub(super) gate: Option<Arc<Capacity>>,
 }
 
+impl TopicEntry {
+    /// A topic's handler as registered (not partitioned, no capacity yet).
+    pub(super) fn new(
+        topic: String,
+        handler: BoxedHandler,
+        timeout: Duration,
+        backstop: Option<Backstop>,
+    ) -> TopicEntry {
+        TopicEntry {
+            name: topic.clone(),
+            logical: topic,
+            handler,
+            timeout,
+            backstop,
+            gate: None,
+        }
+    }
+}
+
 /// See [`Worker::handler_with_backstop`](crate::Worker::handler_with_backstop).
-type Backstop = Arc<dyn Fn(&Delivery) -> Duration + Send + Sync>;
+pub(super) type Backstop = Arc<dyn Fn(&Delivery) -> Duration + Send + Sync>;
 
 /// One run of a handler, as the keeper and the shutdown see it.
 pub(super) struct Running {

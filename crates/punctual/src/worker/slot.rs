@@ -63,8 +63,8 @@ pub(super) fn spawn_slot(
     let slot = async move {
         let (lost, id, shared, cancelled) = (slot_lost, slot_id, slot_shared, slot_cancelled);
         let _permit = permit;
-        if let Some(error) = expired {
-            let outcome = Outcome::Expired { error };
+        // The run's end: observed, then recorded by the settler.
+        let end = move |watch: Option<Watch>, id: String, outcome: Outcome| {
             Watch::finish(watch, Some(&outcome));
             let _ = settle.send(Settle {
                 topic: ti,
@@ -73,6 +73,9 @@ pub(super) fn spawn_slot(
                 attempt,
                 outcome,
             });
+        };
+        if let Some(error) = expired {
+            end(watch, id, Outcome::Expired { error });
             return;
         }
         if stale {
@@ -153,14 +156,7 @@ pub(super) fn spawn_slot(
             }
             other => other,
         };
-        Watch::finish(watch, Some(&outcome));
-        let _ = settle.send(Settle {
-            topic: ti,
-            id,
-            token,
-            attempt,
-            outcome,
-        });
+        end(watch, id, outcome);
     };
     // Spawned under the lock, so that the slot's outcome cannot be
     // recorded (and the job forgotten) before the job is listed here.
