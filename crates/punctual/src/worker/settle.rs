@@ -91,13 +91,14 @@ pub(super) async fn settle_loop(shared: Arc<Shared>, mut rx: mpsc::UnboundedRece
         // flight, once they are many or have lingered.
         let now = tokio::time::Instant::now();
         let ready: Vec<usize> = {
-            let running = shared.inflight.lock().unwrap();
+            // (The running jobs are looked at only when acks may linger.)
+            let running = (!linger.is_zero()).then(|| shared.inflight.lock().unwrap());
             waiting
                 .iter()
                 .filter(|(ti, w)| {
                     let since = *held.entry(**ti).or_insert(now);
                     // Others still running here may join; else no wait.
-                    let others = running[**ti].len() > w.len();
+                    let others = running.as_ref().is_some_and(|r| r[**ti].len() > w.len());
                     !busy.contains(ti)
                         && (!open || !others || w.len() >= ACK_ENOUGH || now >= since + linger)
                 })
