@@ -958,21 +958,10 @@ async fn log_lines_of_a_program_name_the_job_that_wrote_them() {
     );
 }
 
-/// Issue 29 item 10, resident: a job the worker holds queued for a busy
-/// program is not started when the worker resumes from a stop (SIGSTOP,
-/// swap) longer than its lease: the lease ran out meanwhile and the job
-/// was claimed elsewhere. The worker hands it back unstarted.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_queued_job_is_not_started_after_its_worker_stopped_past_its_lease() {
-    let redis = RedisServer::start();
-    let mut svc = Resident::new();
-    svc.start(
-        &redis.url(),
-        "workers = 1\nlease = \"2s\"",
-        "processes = 1\ntimeout = \"30s\"",
-    );
-    let q = Queue::connect(redis.url()).await.unwrap();
-    q.enqueue("t", Job::new("sleep:5").id("a")).await.unwrap();
+/// Runs job a (`a_payload`) on the one program and job b leased behind it,
+/// queued in the worker; returns the worker's pid.
+async fn b_queued_behind_a(svc: &Resident, q: &Queue, a_payload: &str) -> Pid {
+    q.enqueue("t", Job::new(a_payload).id("a")).await.unwrap();
     eventually(Duration::from_secs(20), "a started", || async {
         svc.jobs().iter().any(|j| j.id == "a")
     })
@@ -994,7 +983,24 @@ async fn a_queued_job_is_not_started_after_its_worker_stopped_past_its_lease() {
         .find(|p| p.role == punctual::registry::Role::Worker)
         .expect("a worker registered")
         .pid;
-    let worker = Pid::from_raw(worker as i32);
+    Pid::from_raw(worker as i32)
+}
+
+/// Issue 29 item 10, resident: a job the worker holds queued for a busy
+/// program is not started when the worker resumes from a stop (SIGSTOP,
+/// swap) longer than its lease: the lease ran out meanwhile and the job
+/// was claimed elsewhere. The worker hands it back unstarted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_job_is_not_started_after_its_worker_stopped_past_its_lease() {
+    let redis = RedisServer::start();
+    let mut svc = Resident::new();
+    svc.start(
+        &redis.url(),
+        "workers = 1\nlease = \"2s\"",
+        "processes = 1\ntimeout = \"30s\"",
+    );
+    let q = Queue::connect(redis.url()).await.unwrap();
+    let worker = b_queued_behind_a(&svc, &q, "sleep:5").await;
     let stopped = std::time::Instant::now();
     kill(worker, Signal::SIGSTOP).unwrap();
     // Past b's lease the scheduler reclaims it, and another worker (this
@@ -1148,29 +1154,7 @@ async fn a_queued_job_handed_back_with_its_lease_in_doubt_keeps_its_attempt() {
         "processes = 1\ntimeout = \"30s\"",
     );
     let q = Queue::connect(redis.url()).await.unwrap();
-    q.enqueue("t", Job::new("sleep:1").id("a")).await.unwrap();
-    eventually(Duration::from_secs(20), "a started", || async {
-        svc.jobs().iter().any(|j| j.id == "a")
-    })
-    .await;
-    q.enqueue("t", Job::new("x").id("b")).await.unwrap();
-    eventually(
-        Duration::from_secs(20),
-        "b leased, queued for the program",
-        || async {
-            matches!(q.get("t", "b").await.unwrap(), Some(j) if j.state == punctual::State::Running)
-        },
-    )
-    .await;
-    let worker = q
-        .processes()
-        .await
-        .unwrap()
-        .into_iter()
-        .find(|p| p.role == punctual::registry::Role::Worker)
-        .expect("a worker registered")
-        .pid;
-    let worker = Pid::from_raw(worker as i32);
+    let worker = b_queued_behind_a(&svc, &q, "sleep:1").await;
     // Stopped for 2.6 s: over half the 4 s lease, not all of it; a's
     // program finishes meanwhile.
     kill(worker, Signal::SIGSTOP).unwrap();
