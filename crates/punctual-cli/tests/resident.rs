@@ -26,8 +26,13 @@ use support::{gone, live, metric, Service};
 /// a line that is not JSON on fd 4; `die`: a PHP-like fatal error on
 /// stderr, then exit 255; `quit`: exit 3 at once, silently; `say`: a line
 /// naming the job on stdout and on stderr, then done; anything else: done.
+/// With `LOOKAHEAD` set it declares that look-ahead, and does not start a
+/// job whose `start_by_us` passed: it records `skip ID ATTEMPT PID` and
+/// replies `skip`; before each reply it records `after ID 1` if the next
+/// job was already written to it (`0` if not); `peek` waits until a next
+/// job is written, records `ahead ID`, then sleeps.
 const HANDLER: &str = r#"#!/usr/bin/env python3
-import base64, json, os, sys, time
+import base64, json, os, select, sys, time
 
 here = os.path.dirname(os.path.abspath(__file__))
 def record(line):
@@ -45,9 +50,16 @@ assert os.environ.get("PUNCTUAL_PROTOCOL") == "1"
 leaked = [v for v in ("PUNCTUAL_SERVE_CONFIG", "PUNCTUAL_METRICS_SOCKET") if v in os.environ]
 record("ready %d %s" % (pid, ",".join(leaked) or "-"))
 time.sleep(float(os.environ.get("SLOW_READY", "0")))
-send({"type": "ready", "protocol": int(os.environ.get("PROTO", "1")), "inflight": int(os.environ.get("INFLIGHT", "1"))})
+ready = {"type": "ready", "protocol": int(os.environ.get("PROTO", "1")), "inflight": int(os.environ.get("INFLIGHT", "1"))}
+if os.environ.get("LOOKAHEAD"):
+    ready["lookahead"] = int(os.environ["LOOKAHEAD"])
+send(ready)
 for line in jobs:
     job = json.loads(line)
+    if "start_by_us" in job and time.monotonic_ns() // 1000 > job["start_by_us"]:
+        record("skip %s %d %d" % (job["id"], job["attempt"], pid))
+        send({"type": "skip", "id": job["id"]})
+        continue
     if "payload_b64" in job:
         data = base64.b64decode(job["payload_b64"])
     else:
@@ -56,6 +68,10 @@ for line in jobs:
     jid, attempt = job["id"], job["attempt"]
     record("job %s %d %d %s %d %d" % (jid, attempt, pid, data.hex() or "-", job["due_ms"], start))
     first = attempt == 1
+    if data == b"peek" and first:
+        if select.select([jobs.fileno()], [], [], 20)[0]:
+            record("ahead %s" % jid)
+        time.sleep(60)
     if data in (b"hold", b"hang") and first:
         time.sleep(60)
     elif data.startswith(b"sleep:"):
@@ -70,6 +86,9 @@ for line in jobs:
         os._exit(255)
     elif data == b"quit":
         os._exit(3)
+    if os.environ.get("LOOKAHEAD"):
+        written = select.select([jobs.fileno()], [], [], 0)[0]
+        record("after %s %d" % (jid, 1 if written else 0))
     if data.startswith(b"retry:"):
         send({"type": "retry", "id": jid, "error": "bank closed", "delay_ms": int(data[6:])})
     elif data == b"dead":
@@ -1182,4 +1201,160 @@ async fn a_queued_job_handed_back_with_its_lease_in_doubt_keeps_its_attempt() {
         // started as usual (nothing to check here but that it ran once).
         assert_eq!(runs, [1], "log:\n{log}");
     }
+}
+
+/// Starts serve with one look-ahead program (`LOOKAHEAD=16`) and `keys`,
+/// and runs 20 no-op jobs on it, so that its recent jobs are short and it
+/// is written jobs ahead.
+async fn warm_lookahead(svc: &mut Resident, redis: &RedisServer, extra: &str, keys: &str) -> Queue {
+    svc.start(
+        &redis.url(),
+        &format!("workers = 1\n{extra}"),
+        &format!("processes = 1\nenv = {{ LOOKAHEAD = \"16\" }}\n{keys}"),
+    );
+    let q = Queue::connect(redis.url()).await.unwrap();
+    let warm: Vec<Job> = (0..20).map(|i| Job::new("x").id(format!("w{i}"))).collect();
+    q.enqueue_batch("t", warm).await.unwrap();
+    eventually(Duration::from_secs(30), "the warm-up jobs done", || async {
+        live(&q, "t").await == 0
+    })
+    .await;
+    q
+}
+
+/// The `skip` records: (id, attempt, pid).
+fn skips(svc: &Resident) -> Vec<(String, u32, i32)> {
+    svc.records()
+        .into_iter()
+        .filter(|r| r[0] == "skip")
+        .map(|r| (r[1].clone(), r[2].parse().unwrap(), r[3].parse().unwrap()))
+        .collect()
+}
+
+/// Look-ahead (RESIDENT.md): b, written to the program ahead of a, carries
+/// a `start_by_us`; the worker is stopped past b's lease, b is claimed
+/// elsewhere, and when the program reaches b it does not start it (the
+/// check the worker makes for a job it holds unwritten, made by the
+/// program). Without `start_by_us`, the program would run b after a.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_written_ahead_is_not_started_after_its_worker_stopped_past_its_lease() {
+    let redis = RedisServer::start();
+    let mut svc = Resident::new();
+    let q = warm_lookahead(&mut svc, &redis, "lease = \"2s\"", "timeout = \"30s\"").await;
+    let worker = b_queued_behind_a(&svc, &q, "sleep:5").await;
+    // b is written to fd 3 right after its claim.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let stopped = std::time::Instant::now();
+    kill(worker, Signal::SIGSTOP).unwrap();
+    let part: punctual::raw::Partition = "t".parse().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let elsewhere = loop {
+        let got = punctual::raw::claim(&q, &part, 10, Duration::from_secs(120))
+            .await
+            .unwrap();
+        if let Some(b) = got.into_iter().find(|d| d.id == "b") {
+            break b;
+        }
+        assert!(std::time::Instant::now() < deadline, "b never reclaimed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(elsewhere.attempt, 2);
+    // The program finishes a (5 s) and reaches b while the worker is
+    // stopped.
+    eventually(Duration::from_secs(20), "the program reached b", || async {
+        skips(&svc).iter().any(|s| s.0 == "b") || svc.jobs().iter().any(|j| j.id == "b")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(6).saturating_sub(stopped.elapsed())).await;
+    kill(worker, Signal::SIGCONT).unwrap();
+    let b: Vec<JobRec> = svc.jobs().into_iter().filter(|j| j.id == "b").collect();
+    assert!(
+        b.is_empty(),
+        "b started on the stopped worker's program: {b:?}"
+    );
+    assert_eq!(
+        skips(&svc)
+            .into_iter()
+            .map(|s| (s.0, s.1))
+            .collect::<Vec<_>>(),
+        [("b".to_string(), 1)]
+    );
+    // Its hand-back after the worker resumed (under the old token) changed
+    // nothing.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let j = q
+        .get("t", "b")
+        .await
+        .unwrap()
+        .expect("b is still held here");
+    assert_eq!((j.state, j.attempts), (punctual::State::Running, 2));
+}
+
+/// Look-ahead: the program dies while it runs a, with b written ahead of
+/// it. a is retried (its attempt counted); b, never started, is handed
+/// back and runs as its first attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_written_ahead_are_handed_back_when_their_program_dies() {
+    let redis = RedisServer::start();
+    let mut svc = Resident::new();
+    let q = warm_lookahead(&mut svc, &redis, "", "timeout = \"30s\"").await;
+    b_queued_behind_a(&svc, &q, "peek").await;
+    eventually(Duration::from_secs(20), "b written ahead of a", || async {
+        svc.records().iter().any(|r| r[0] == "ahead" && r[1] == "a")
+    })
+    .await;
+    let old = *svc.pids("ready").last().unwrap();
+    kill(Pid::from_raw(old), Signal::SIGKILL).unwrap();
+    eventually(Duration::from_secs(30), "a and b done", || async {
+        live(&q, "t").await == 0
+    })
+    .await;
+    let runs = |id: &str| -> Vec<(u32, i32)> {
+        svc.jobs()
+            .into_iter()
+            .filter(|j| j.id == id)
+            .map(|j| (j.attempt, j.pid))
+            .collect()
+    };
+    let a = runs("a");
+    assert_eq!(a.len(), 2, "{a:?}");
+    assert_eq!((a[0].0, a[0].1), (1, old));
+    assert_eq!(a[1].0, 2, "a was running: retried, its attempt counted");
+    let b = runs("b");
+    assert_eq!(b.len(), 1, "{b:?}");
+    assert_ne!(b[0].1, old);
+    assert_eq!(b[0].0, 1, "b was written ahead, never started: handed back");
+}
+
+/// Look-ahead: a job written ahead is timed from its start, not from its
+/// write. b (1.5 s) waits about 2 s behind a, so 3.5 s pass between its
+/// write and its reply; its timeout of 3 s is not overrun.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_written_ahead_is_timed_from_its_start() {
+    let redis = RedisServer::start();
+    let mut svc = Resident::new();
+    let q = warm_lookahead(&mut svc, &redis, "", "timeout = \"3s\"").await;
+    q.enqueue("t", Job::new("sleep:2").id("a")).await.unwrap();
+    eventually(Duration::from_secs(20), "a started", || async {
+        svc.jobs().iter().any(|j| j.id == "a")
+    })
+    .await;
+    q.enqueue("t", Job::new("sleep:1.5").id("b")).await.unwrap();
+    eventually(Duration::from_secs(30), "a and b done", || async {
+        live(&q, "t").await == 0
+    })
+    .await;
+    let jobs = svc.jobs();
+    let b: Vec<&JobRec> = jobs.iter().filter(|j| j.id == "b").collect();
+    assert_eq!(b.len(), 1, "b ran once: {b:?}; log:\n{}", svc.log());
+    assert_eq!(b[0].attempt, 1);
+    let a = jobs.iter().find(|j| j.id == "a").unwrap();
+    assert_eq!(a.pid, b[0].pid, "b waited for a's program");
+    assert!(
+        svc.records()
+            .iter()
+            .any(|r| r[0] == "after" && r[1] == "a" && r[2] == "1"),
+        "b was written ahead while a ran"
+    );
+    assert!(!svc.log().contains("timed out"), "log:\n{}", svc.log());
 }

@@ -54,8 +54,14 @@ impl Extended {
     /// although nothing said so: not known held for over half the lease,
     /// not since `sent` nor since the keeper last extended it.
     pub(crate) fn in_doubt(&self, sent: Instant) -> bool {
+        Instant::now() > self.doubt_from(sent)
+    }
+
+    /// When a lease taken by a claim sent at `sent` comes in doubt, as
+    /// things stand: half the lease past when it was last known held.
+    pub(crate) fn doubt_from(&self, sent: Instant) -> Instant {
         let known = self.last().map_or(sent, |at| at.max(sent));
-        known.elapsed() > self.lease / 2
+        known + self.lease / 2
     }
 }
 

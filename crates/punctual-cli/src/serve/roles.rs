@@ -16,7 +16,7 @@ use super::config::Config;
 use super::connect::connect;
 use super::handlers::{Exec, Http};
 use super::metrics::{JobRecord, MetricsSender};
-use super::resident::{FirstStart, Pool, StopTimes};
+use super::resident::{FirstStart, Pool, StopTimes, Takes};
 
 /// How a child registers: under the id its supervisor chose (in
 /// [`super::child::PROCESS_ID_ENV`]; else a generated one), beating
@@ -87,15 +87,19 @@ pub(crate) async fn run_worker(
             .unwrap_or_default();
         async move {
             let first = tokio::time::timeout(start, pool.first_ready()).await;
-            let n = match first {
-                Ok(FirstStart::Ready(n)) => n,
+            let t = match first {
+                Ok(FirstStart::Ready(t)) => t,
                 Ok(FirstStart::Refused) => return Err(name.clone()),
-                Ok(FirstStart::Failed) | Err(_) => 1,
+                Ok(FirstStart::Failed) | Err(_) => Takes {
+                    inflight: 1,
+                    lookahead: 0,
+                },
             };
-            Ok((name.clone(), n * pool.processes()))
+            let n = pool.processes();
+            Ok((name.clone(), (t.inflight * n, t.open() * n)))
         }
     }));
-    let capacity: BTreeMap<String, usize> = tokio::select! {
+    let takes: BTreeMap<String, (usize, usize)> = tokio::select! {
         n = firsts => match n.into_iter().collect::<Result<_, String>>() {
             Ok(c) => c,
             Err(topic) => {
@@ -116,10 +120,11 @@ pub(crate) async fn run_worker(
     };
     // What the programs run and their look-ahead: slots for fewer would
     // leave no room to queue a next job for a program that takes several.
-    let need: usize = capacity
-        .values()
-        .map(|c| c * super::resident::LOOKAHEAD)
-        .sum();
+    let need: usize = takes.values().map(|&(_, open)| open).sum();
+    let capacity: BTreeMap<String, usize> = takes
+        .into_iter()
+        .map(|(name, (at_once, _))| (name, at_once))
+        .collect();
     if need > cfg.concurrency {
         tracing::info!(
             concurrency = need,

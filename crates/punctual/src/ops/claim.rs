@@ -199,6 +199,36 @@ impl Delivery {
             .is_some_and(|e| e.in_doubt(self.sent))
     }
 
+    /// The instant after which this job must not start, as things stand:
+    /// the earlier of when its lease comes in doubt
+    /// ([`Delivery::lease_in_doubt`]; a later extension of the lease moves
+    /// it) and when its expiry passes ([`Delivery::expiry_error`]). None
+    /// when neither applies. A handler that hands the job to another
+    /// process before starting it gives it this deadline.
+    pub fn start_by(&self) -> Option<std::time::Instant> {
+        let lease = self.extended.as_ref().map(|e| e.doubt_from(self.sent));
+        let expiry = self.deadline_ms.map(|deadline| {
+            // expiry_error: expired once the claim's clock, advanced as in
+            // lateness_us, is past the deadline's last millisecond.
+            let us = (deadline + 1) * 1000 - self.claimed_us;
+            self.lateness_base() + Duration::from_micros((us - 1).max(0) as u64)
+        });
+        match (lease, expiry) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The local instant Redis's clock at the claim is counted from (see
+    /// [`Delivery::lateness_us`]).
+    fn lateness_base(&self) -> std::time::Instant {
+        if self.received.duration_since(self.sent) > STALLED_REPLY {
+            self.sent
+        } else {
+            self.received
+        }
+    }
+
     /// How late the job is now, in microseconds: Redis's clock at the claim
     /// minus the due time, plus the local time since the claim's reply (no
     /// cross-host skew). Negative would mean an early start; the claim script
@@ -223,11 +253,7 @@ impl Delivery {
     /// [`Delivery::lateness_us`] as it was, or will be, at `at` (a start
     /// later than now, e.g. when a job waited for a free program).
     pub fn lateness_us_at(&self, at: std::time::Instant) -> i64 {
-        let since = if self.received.duration_since(self.sent) > STALLED_REPLY {
-            at.saturating_duration_since(self.sent)
-        } else {
-            at.saturating_duration_since(self.received)
-        };
+        let since = at.saturating_duration_since(self.lateness_base());
         self.claimed_us - self.due_ms * 1000 + since.as_micros() as i64
     }
 
@@ -542,7 +568,69 @@ pub async fn claim_with_wait(
 
 #[cfg(test)]
 mod tests {
-    use super::decode_claimed;
+    use super::{decode_claimed, Delivery};
+    use std::time::{Duration, Instant};
+
+    fn delivery(deadline_ms: Option<i64>, lease: Option<Duration>) -> Delivery {
+        let now = Instant::now();
+        Delivery {
+            topic: "t".into(),
+            id: "a".into(),
+            token: 1,
+            attempt: 1,
+            max_attempts: 3,
+            due_ms: 1_000,
+            created_ms: 1_000,
+            payload: Vec::new(),
+            deadline_ms,
+            timeout: None,
+            group: None,
+            traceparent: None,
+            tracestate: None,
+            claimed_us: 1_000_000,
+            received: now,
+            sent: now,
+            extended: lease.map(|l| std::sync::Arc::new(crate::held::Extended::new(l))),
+            cancelled: Default::default(),
+        }
+    }
+
+    #[test]
+    fn start_by_is_when_expiry_or_lease_doubt_would_refuse_the_start() {
+        assert_eq!(delivery(None, None).start_by(), None);
+        // Expiry 50 ms after the claim's clock: start_by is its last
+        // microsecond, where expiry_error still says it may start.
+        let d = delivery(Some(1_050), None);
+        let by = d.start_by().unwrap();
+        let from = d.received;
+        assert_eq!(by.duration_since(from), Duration::from_micros(50_999));
+        // A lease of 40 ms comes in doubt after 20 ms: the earlier wins.
+        let d = delivery(Some(1_050), Some(Duration::from_millis(40)));
+        assert_eq!(
+            d.start_by().unwrap().duration_since(d.sent),
+            Duration::from_millis(20)
+        );
+        let d = delivery(Some(1_010), Some(Duration::from_millis(40)));
+        assert_eq!(
+            d.start_by().unwrap().duration_since(d.sent),
+            Duration::from_micros(10_999)
+        );
+        // Both checks agree with it once it has passed.
+        std::thread::sleep(Duration::from_millis(25));
+        let d0 = delivery(Some(1_050), Some(Duration::from_millis(40)));
+        assert!(d0.start_by().unwrap() > Instant::now());
+        assert!(!d0.lease_in_doubt() && d0.expiry_error().is_none());
+        let mut late = d0.clone();
+        late.sent -= Duration::from_millis(30);
+        late.received = late.sent;
+        assert!(late.start_by().unwrap() < Instant::now());
+        assert!(late.lease_in_doubt());
+        late.extended = None;
+        late.received -= Duration::from_millis(30);
+        late.sent = late.received;
+        assert!(late.start_by().unwrap() < Instant::now());
+        assert!(late.expiry_error().is_some());
+    }
 
     #[test]
     fn claimed_records_decode_as_the_lua_did() {

@@ -2,7 +2,7 @@
 //! run loop starts the program (`program.rs`), restarts it with backoff or
 //! recycles it, and feeds it jobs until it must end.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,9 +15,9 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::program::{handshake, retire, rss_bytes, spawn, status_text, Proc, StopTimes};
-use super::protocol::{cancel_line, job_line, parse_reply};
-use super::request::Request;
+use super::program::{handshake, retire, rss_bytes, spawn, status_text, Proc, StopTimes, Takes};
+use super::protocol::{cancel_line, job_line, monotonic_us, parse_reply, Reply};
+use super::request::{Queued, Request};
 use crate::serve::config::ResidentConfig;
 use crate::serve::metrics::MetricsSender;
 
@@ -29,7 +29,21 @@ use crate::serve::metrics::MetricsSender;
 /// --phase resident`, debug build, 2 workers x 2 programs, one run each on
 /// a shared 2-core machine). A queued job is checked against its expiry
 /// before it is written to fd 3, and handed back at shutdown.
-pub(crate) const LOOKAHEAD: usize = 4;
+pub(super) const LOOKAHEAD: usize = 4;
+
+impl Takes {
+    /// How many of its jobs a ready program lets the worker claim: those
+    /// it runs and its look-ahead (`LOOKAHEAD` x `inflight`), and those
+    /// written ahead to it.
+    pub(crate) fn open(self) -> usize {
+        self.inflight * LOOKAHEAD + self.lookahead
+    }
+}
+
+/// How long the jobs written ahead to a look-ahead program may take, by
+/// its recent jobs' average: it is written at most as many ahead as it
+/// runs in this time (docs/RESIDENT.md, "Look-ahead").
+const AHEAD_BUDGET: Duration = Duration::from_millis(2);
 
 /// First restart delay after a failure; doubles up to `RESTART_MAX`.
 const RESTART_MIN: Duration = Duration::from_millis(500);
@@ -39,7 +53,7 @@ pub(super) const RESTART_MAX: Duration = Duration::from_secs(30);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Readiness {
     Starting,
-    Ready(usize),
+    Ready(Takes),
     Failed,
     /// The first program spoke another protocol version.
     Refused,
@@ -89,12 +103,17 @@ pub(super) struct Manager {
     /// How much of `capacity` this manager's program opened (its inflight
     /// while it takes jobs; 0 once it takes no more).
     pub(super) open: usize,
-    /// A job taken but not sent: goes to the next program first.
-    pub(super) carry: Option<Request>,
+    /// Jobs taken but not started: go to the next program first (one
+    /// taken while the program had to go, those written ahead to a program
+    /// that went before it reached them).
+    pub(super) carry: VecDeque<Request>,
     pub(super) retiring: Vec<JoinHandle<()>>,
 }
 
 struct InFlight {
+    /// The job (for its expiry on a `skip`, and to carry it to the next
+    /// program when it was written ahead to one that went).
+    job: punctual::Delivery,
     seq: u64,
     reply: oneshot::Sender<Outcome>,
     cancel: CancellationToken,
@@ -102,9 +121,72 @@ struct InFlight {
     cancelled: CancellationToken,
     /// The `cancel` message was written to the program.
     told: bool,
-    deadline: Instant,
+    /// When it overruns its timeout; None while it waits, written ahead,
+    /// behind the job the program runs.
+    deadline: Option<Instant>,
     /// The job's timeout: its own (`Job::timeout`), else the topic's.
     timeout: Duration,
+    /// When it started (the worker reads it for the job's lateness).
+    started: Arc<std::sync::OnceLock<std::time::Instant>>,
+}
+
+impl InFlight {
+    fn start(&mut self) {
+        let now = Instant::now();
+        self.deadline = Some(now + self.timeout);
+        let _ = self.started.set(now.into_std());
+    }
+}
+
+/// The jobs written to a look-ahead program ahead of the one it runs, and
+/// how many there may be (docs/RESIDENT.md, "Look-ahead").
+struct Ahead {
+    /// Jobs the program runs at once.
+    cap: usize,
+    /// What the program declared (0: none).
+    max: usize,
+    /// Written and not started, in the order written.
+    queued: VecDeque<String>,
+    /// Its recent jobs' average time, microseconds (1/8 weight to the
+    /// newest); None before its first.
+    avg_us: Option<f64>,
+}
+
+impl Ahead {
+    /// How many jobs it may be written ahead now.
+    fn room(&self) -> usize {
+        match self.avg_us {
+            Some(avg) if self.max > 0 => {
+                ((AHEAD_BUDGET.as_micros() as f64 / avg.max(1.0)) as usize).min(self.max)
+            }
+            _ => 0,
+        }
+    }
+
+    fn ran(&mut self, took: Duration) {
+        let us = took.as_micros() as f64;
+        self.avg_us = Some(self.avg_us.map_or(us, |a| a + (us - a) / 8.0));
+    }
+
+    /// Starts the jobs written ahead that the program now runs: it runs
+    /// them in order, each once it replied for the one before.
+    fn promote(&mut self, inflight: &mut HashMap<String, InFlight>) {
+        while inflight.len() - self.queued.len() < self.cap {
+            let Some(id) = self.queued.pop_front() else {
+                break;
+            };
+            if let Some(f) = inflight.get_mut(&id) {
+                f.start();
+            }
+        }
+    }
+
+    /// A job left the program (replied for): no longer queued.
+    fn left(&mut self, id: &str) {
+        if !self.queued.is_empty() {
+            self.queued.retain(|q| q != id);
+        }
+    }
 }
 
 /// Futures that fire with a job's id and its `seq` in flight.
@@ -149,8 +231,8 @@ impl Manager {
                 }
             };
             self.stats.alive.fetch_add(1, Ordering::Relaxed);
-            let cap = match handshake(&mut p, self.cfg.start_timeout, &self.stop).await {
-                Ok(n) => n,
+            let takes = match handshake(&mut p, self.cfg.start_timeout, &self.stop).await {
+                Ok(t) => t,
                 Err(("stop", _, _)) => {
                     // Shutdown while it starts: it holds no job, so it is
                     // stopped like any other (EOF first), not killed.
@@ -186,17 +268,17 @@ impl Manager {
             self.ready.send_if_modified(|r| {
                 let first = *r == Readiness::Starting;
                 if first {
-                    *r = Readiness::Ready(cap);
+                    *r = Readiness::Ready(takes);
                 }
                 first
             });
-            tracing::info!(topic = %self.topic, pid = p.pid, slot = self.slot, inflight = cap, "resident program ready");
+            tracing::info!(topic = %self.topic, pid = p.pid, slot = self.slot, inflight = takes.inflight, lookahead = takes.lookahead, "resident program ready");
             let registration = self.register(p.pid);
             // Its jobs can be claimed now: what it takes at once, and a
             // bounded look-ahead queued for it (see LOOKAHEAD).
-            self.open = cap * LOOKAHEAD;
+            self.open = takes.open();
             self.capacity.open(self.open);
-            let end = self.serve(&mut p, cap, &mut delay).await;
+            let end = self.serve(&mut p, takes, &mut delay).await;
             self.close_capacity();
             self.stats.alive.fetch_sub(1, Ordering::Relaxed);
             if let Some(r) = registration {
@@ -229,8 +311,8 @@ impl Manager {
                 }
             }
         }
-        if let Some(req) = self.carry.take() {
-            // Sent to no program: handed back unstarted.
+        for req in self.carry.drain(..) {
+            // Started by no program: handed back.
             let _ = req.reply.send(Outcome::HandBack);
         }
         for h in self.retiring.drain(..) {
@@ -277,7 +359,7 @@ impl Manager {
 
     /// Answers every job with a retry until the pool stops.
     async fn refuse(&mut self, why: String) {
-        if let Some(req) = self.carry.take() {
+        for req in self.carry.drain(..) {
             let _ = req.reply.send(Outcome::retry(why.clone()));
         }
         let rx = self.rx.clone();
@@ -296,7 +378,14 @@ impl Manager {
     }
 
     /// Feeds jobs to a ready program until it must end.
-    async fn serve(&mut self, p: &mut Proc, cap: usize, delay: &mut Duration) -> End {
+    async fn serve(&mut self, p: &mut Proc, takes: Takes, delay: &mut Duration) -> End {
+        let cap = takes.inflight;
+        let mut ahead = Ahead {
+            cap,
+            max: takes.lookahead,
+            queued: VecDeque::new(),
+            avg_us: None,
+        };
         let mut inflight: HashMap<String, InFlight> = HashMap::new();
         let mut cancels = FuturesUnordered::new();
         let mut seq = 0u64;
@@ -340,32 +429,46 @@ impl Manager {
                 // Done taking jobs: none is claimed for this program now.
                 self.close_capacity();
             }
-            let can_take = taking && inflight.len() < cap;
+            let can_take = taking && inflight.len() < cap + ahead.room();
             if can_take {
-                if let Some(req) = self.carry.take() {
+                if let Some(req) = self.carry.pop_front() {
                     if !req.reply.is_closed() {
                         if let Some(req) = self.may_start(req) {
-                            self.send(p, req, &mut inflight, &mut cancels, &mut seq, &mut sent);
+                            self.send(
+                                p,
+                                req,
+                                &mut inflight,
+                                &mut ahead,
+                                &mut cancels,
+                                &mut seq,
+                                &mut sent,
+                            );
                         }
                     }
                     continue;
                 }
             }
-            let deadline = inflight.values().map(|f| f.deadline).min();
+            let deadline = inflight.values().filter_map(|f| f.deadline).min();
             tokio::select! {
                 biased;
                 line = p.replies.recv() => match line {
                     Some(line) => match parse_reply(&line) {
-                        Ok((id, outcome)) => {
+                        Ok((_, Reply::Skip)) if ahead.max == 0 => {
+                            return self.violation(p, inflight, "a skip reply, but it declared no lookahead".into());
+                        }
+                        Ok((id, reply)) => {
                             // Its lines first, under the ids they were written under.
                             p.drain_logs();
                             match inflight.remove(&id) {
                             Some(f) => {
                                 f.cancel.cancel();
+                                ahead.left(&id);
+                                let outcome = self.outcome(reply, &f, &mut ahead);
                                 let _ = f.reply.send(outcome);
                                 *delay = RESTART_MIN;
                                 replied = true;
                                 self.replied();
+                                ahead.promote(&mut inflight);
                                 set_current(p, &inflight);
                             }
                             None => {
@@ -389,9 +492,10 @@ impl Manager {
                     let mut inflight = inflight;
                     let _ = tokio::time::timeout(Duration::from_millis(200), async {
                         while let Some(line) = p.replies.recv().await {
-                            if let Ok((id, outcome)) = parse_reply(&line) {
+                            if let Ok((id, reply)) = parse_reply(&line) {
                                 if let Some(f) = inflight.remove(&id) {
                                     f.cancel.cancel();
+                                    let outcome = self.outcome(reply, &f, &mut ahead);
                                     let _ = f.reply.send(outcome);
                                     self.replied();
                                 }
@@ -417,20 +521,26 @@ impl Manager {
                         continue;
                     }
                     if inflight.get(&id).is_some_and(|f: &InFlight| f.seq == s && f.cancel.is_cancelled()) {
+                        if inflight[&id].deadline.is_none() && inflight[&id].cancelled.is_cancelled() {
+                            // Cancelled while written ahead: the program
+                            // reads the cancel before it would start the job
+                            // and answers it, unstarted.
+                            continue;
+                        }
                         let f = inflight.remove(&id).expect("just found");
                         if f.cancelled.is_cancelled() {
                             tracing::warn!(topic = %self.topic, pid, job = %id, "a job cancelled by an operator did not end within cancel_grace: killing its resident program");
-                            fail_all(inflight, &format!("the resident program (pid {pid}) was killed: job {id}, cancelled by an operator, did not end within cancel_grace"));
+                            self.fail_all(inflight, &format!("the resident program (pid {pid}) was killed: job {id}, cancelled by an operator, did not end within cancel_grace"));
                             return End::Killed("cancelled");
                         }
                         tracing::warn!(topic = %self.topic, pid, job = %id, "the worker gave up on a job (lease lost, or abandoned at shutdown): killing its resident program");
-                        fail_all(inflight, &format!("the resident program (pid {pid}) was killed: the worker gave up on job {id} it was running"));
+                        self.fail_all(inflight, &format!("the resident program (pid {pid}) was killed: the worker gave up on job {id} it was running"));
                         return End::Killed("abandoned");
                     }
                 }
                 _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
                     let now = Instant::now();
-                    let late: Vec<String> = inflight.iter().filter(|(_, f)| f.deadline <= now).map(|(id, _)| id.clone()).collect();
+                    let late: Vec<String> = inflight.iter().filter(|(_, f)| f.deadline.is_some_and(|d| d <= now)).map(|(id, _)| id.clone()).collect();
                     let mut t = humantime::format_duration(self.cfg.timeout);
                     for id in &late {
                         if let Some(f) = inflight.remove(id) {
@@ -440,7 +550,7 @@ impl Manager {
                         }
                     }
                     tracing::warn!(topic = %self.topic, pid, jobs = ?late, "a job overran its timeout ({t}): killing its resident program");
-                    fail_all(inflight, &format!("the resident program (pid {pid}) was killed: job {} overran its timeout", late.join(", ")));
+                    self.fail_all(inflight, &format!("the resident program (pid {pid}) was killed: job {} overran its timeout", late.join(", ")));
                     return End::Killed("timeout");
                 }
                 // Lines the pipe had no room for: written as it drains,
@@ -461,12 +571,12 @@ impl Manager {
                             // the worker gave up on the old run. The old run
                             // dies with its program; the new one goes to the next.
                             let id = req.d.id.clone();
-                            self.carry = Some(req);
+                            self.carry.push_front(req);
                             inflight.remove(&id);
-                            fail_all(inflight, &format!("the resident program (pid {pid}) was killed: job {id} was re-delivered while it ran"));
+                            self.fail_all(inflight, &format!("the resident program (pid {pid}) was killed: job {id} was re-delivered while it ran"));
                             return End::Killed("abandoned");
                         }
-                        self.send(p, req, &mut inflight, &mut cancels, &mut seq, &mut sent);
+                        self.send(p, req, &mut inflight, &mut ahead, &mut cancels, &mut seq, &mut sent);
                     }
                     None => draining = true,
                 },
@@ -475,19 +585,25 @@ impl Manager {
         }
     }
 
+    /// Writes a job to the program: it starts now, or, written ahead,
+    /// once the program replied for the jobs before it.
     #[allow(clippy::too_many_arguments)]
     fn send(
         &self,
         p: &mut Proc,
         req: Request,
         inflight: &mut HashMap<String, InFlight>,
+        ahead: &mut Ahead,
         cancels: &mut Watches,
         seq: &mut u64,
         sent: &mut u64,
     ) {
         let timeout = req.d.timeout.unwrap_or(self.cfg.timeout);
-        let line = job_line(&req.d, timeout);
-        let _ = req.started.set(std::time::Instant::now());
+        let start_by = (ahead.max > 0)
+            .then(|| req.d.start_by().map(monotonic_us))
+            .flatten();
+        let line = job_line(&req.d, timeout, start_by);
+        let runs_now = inflight.len() - ahead.queued.len() < ahead.cap;
         *seq += 1;
         *sent += 1;
         let s = *seq;
@@ -506,29 +622,36 @@ impl Manager {
             }
             .boxed(),
         );
-        inflight.insert(
-            id,
-            InFlight {
-                seq: s,
-                reply: req.reply,
-                cancel: req.cancel,
-                cancelled: req.d.cancelled.clone(),
-                told: false,
-                deadline: Instant::now() + timeout,
-                timeout,
-            },
-        );
+        let mut f = InFlight {
+            cancelled: req.d.cancelled.clone(),
+            job: req.d,
+            seq: s,
+            reply: req.reply,
+            cancel: req.cancel,
+            told: false,
+            deadline: None,
+            timeout,
+            started: req.started,
+        };
+        if runs_now {
+            f.start();
+        } else {
+            ahead.queued.push_back(id.clone());
+        }
+        inflight.insert(id, f);
         // Listed before it is written: the program's lines about it may be
         // read as soon as it is.
-        set_current(p, inflight);
+        if runs_now {
+            set_current(p, inflight);
+        }
         if let Some(jobs) = p.jobs.as_mut() {
             jobs.send(&line);
         }
     }
 
-    fn violation(&self, p: &Proc, inflight: HashMap<String, InFlight>, why: String) -> End {
+    fn violation(&mut self, p: &Proc, inflight: HashMap<String, InFlight>, why: String) -> End {
         tracing::warn!(topic = %self.topic, pid = p.pid, "resident program broke the protocol: {why}; killing it");
-        fail_all(
+        self.fail_all(
             inflight,
             &format!(
                 "the resident program (pid {}) broke the protocol: {why}",
@@ -540,7 +663,12 @@ impl Manager {
 
     /// A program that ended by itself: the jobs it held fail with how it
     /// ended and the last lines of its stderr (a fatal error's text).
-    async fn exited(&self, p: &mut Proc, inflight: HashMap<String, InFlight>, what: String) -> End {
+    async fn exited(
+        &mut self,
+        p: &mut Proc,
+        inflight: HashMap<String, InFlight>,
+        what: String,
+    ) -> End {
         // What it wrote just before it died is still in the pipe: read to
         // its EOF (briefly: a child it left may hold the pipe open).
         if let Some(reader) = p.stderr_reader.as_mut() {
@@ -553,7 +681,7 @@ impl Manager {
             why.push_str("; the last lines of its stderr:\n");
             why.push_str(&tail.join("\n"));
         }
-        fail_all(inflight, &why);
+        self.fail_all(inflight, &why);
         End::Failed("exit")
     }
 
@@ -582,6 +710,54 @@ impl Manager {
         Some(req)
     }
 
+    /// What a reply makes of its job. A `skip` (a job written ahead whose
+    /// `start_by_us` passed before the program reached it) ends the job as
+    /// `may_start` would have.
+    fn outcome(&self, reply: Reply, f: &InFlight, ahead: &mut Ahead) -> Outcome {
+        match reply {
+            Reply::Outcome(o) => {
+                if let Some(at) = f.started.get() {
+                    ahead.ran(at.elapsed());
+                }
+                o
+            }
+            Reply::Skip => {
+                if let Some(error) = f.job.expiry_error() {
+                    tracing::warn!(topic = %self.topic, job = %f.job.id, "not started by its resident program: {error}");
+                    return Outcome::Expired { error };
+                }
+                tracing::warn!(topic = %self.topic, job = %f.job.id, "not started by its resident program: written ahead, it was not reached before its start_by (this worker was stopped or cut off from Redis, or the jobs before it ran long); handed back");
+                Outcome::HandBack
+            }
+        }
+    }
+
+    /// The program is gone: the jobs it ran are retried; those written
+    /// ahead to it, never started, go to the next program first, in the
+    /// order they were written (still leased, their attempts not spent
+    /// again).
+    fn fail_all(&mut self, inflight: HashMap<String, InFlight>, why: &str) {
+        let mut unstarted = Vec::new();
+        for (_, f) in inflight {
+            if f.deadline.is_none() && !f.cancelled.is_cancelled() && !f.reply.is_closed() {
+                unstarted.push(f);
+                continue;
+            }
+            f.cancel.cancel();
+            let _ = f.reply.send(Outcome::retry(why));
+        }
+        unstarted.sort_by_key(|f| f.seq);
+        for f in unstarted {
+            self.carry.push_back(Request {
+                d: f.job,
+                reply: f.reply,
+                cancel: f.cancel,
+                state: Queued::sent(&self.capacity),
+                started: f.started,
+            });
+        }
+    }
+
     /// A program replied for a job.
     fn replied(&self) {
         self.stats.jobs.fetch_add(1, Ordering::Relaxed);
@@ -591,6 +767,8 @@ impl Manager {
     }
 }
 
+/// Lists the jobs the program runs (not those written ahead) for its log
+/// lines.
 fn set_current(p: &Proc, inflight: &HashMap<String, InFlight>) {
     if inflight.is_empty() {
         // What it wrote so far belongs to no job that can still fail.
@@ -598,17 +776,11 @@ fn set_current(p: &Proc, inflight: &HashMap<String, InFlight>) {
     }
     let mut cur = p.current.lock().unwrap();
     cur.clear();
-    for (i, id) in inflight.keys().enumerate() {
+    let running = inflight.iter().filter(|(_, f)| f.deadline.is_some());
+    for (i, (id, _)) in running.enumerate() {
         if i > 0 {
             cur.push(',');
         }
         cur.push_str(id);
-    }
-}
-
-fn fail_all(inflight: HashMap<String, InFlight>, why: &str) {
-    for (_, f) in inflight {
-        f.cancel.cancel();
-        let _ = f.reply.send(Outcome::retry(why));
     }
 }

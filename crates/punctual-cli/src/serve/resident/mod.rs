@@ -26,7 +26,7 @@ mod program;
 mod protocol;
 mod request;
 
-pub(crate) use manager::{Registered, LOOKAHEAD};
+pub(crate) use manager::Registered;
 pub(crate) use pool::{FirstStart, Pool};
-pub(crate) use program::StopTimes;
+pub(crate) use program::{StopTimes, Takes};
 pub(crate) use protocol::{parse_reply_any, PROTOCOL};

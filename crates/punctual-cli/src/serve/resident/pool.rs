@@ -10,7 +10,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::manager::{Manager, PoolStats, Readiness, Registered, RESTART_MAX};
-use super::program::StopTimes;
+use super::program::{StopTimes, Takes};
 use super::request::{Queued, Request, WITHDRAWN};
 use crate::serve::config::ResidentConfig;
 use crate::serve::metrics::MetricsSender;
@@ -18,8 +18,8 @@ use crate::serve::metrics::MetricsSender;
 /// How a pool's first start went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum FirstStart {
-    /// A program said `ready`, taking this many jobs at once.
-    Ready(usize),
+    /// A program said `ready`, taking this.
+    Ready(Takes),
     /// The first start failed (it is retried with backoff).
     Failed,
     /// The program speaks another protocol version: it is not restarted.
@@ -78,7 +78,7 @@ impl Pool {
                     stats: stats.clone(),
                     capacity: capacity.clone(),
                     open: 0,
-                    carry: None,
+                    carry: Default::default(),
                     retiring: Vec::new(),
                 };
                 tokio::spawn(m.run())

@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::logs::LogPipe;
 use super::pipes::{JobsPipe, ReplyLines};
-use super::protocol::{MAX_INFLIGHT, PROTOCOL};
+use super::protocol::{MAX_INFLIGHT, MAX_LOOKAHEAD, PROTOCOL};
 use crate::serve::child::{high_fd, wire_fds};
 use crate::serve::config::ResidentConfig;
 
@@ -152,11 +152,21 @@ pub(super) fn spawn(topic: &str, cfg: &ResidentConfig) -> std::io::Result<Proc> 
 
 /// Waits for `{"type":"ready","protocol":1}`: Ok(inflight), or Err with
 /// the reason and whether to restart at all.
+/// What a program takes, by its handshake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Takes {
+    /// Jobs it runs at once.
+    pub inflight: usize,
+    /// Jobs it may be written ahead of the one it runs (docs/RESIDENT.md,
+    /// "Look-ahead"): 0 unless it runs one at a time.
+    pub lookahead: usize,
+}
+
 pub(super) async fn handshake(
     p: &mut Proc,
     start_timeout: Duration,
     stop: &CancellationToken,
-) -> Result<usize, (&'static str, String, bool)> {
+) -> Result<Takes, (&'static str, String, bool)> {
     tokio::select! {
         line = p.replies.recv() => {
             let Some(line) = line else {
@@ -172,13 +182,25 @@ pub(super) async fn handshake(
                 Some(PROTOCOL) => {}
                 other => return Err(("protocol", format!("it speaks protocol {other:?}; this punctual speaks {PROTOCOL}: it is not restarted until the worker restarts"), false)),
             }
-            match v.get("inflight") {
-                None => Ok(1),
+            let inflight = match v.get("inflight") {
+                None => 1,
                 Some(n) => match n.as_u64() {
-                    Some(n @ 1..=MAX_INFLIGHT) => Ok(n as usize),
-                    _ => Err(("violation", format!("inflight = {n}: must be 1 to {MAX_INFLIGHT}"), true)),
+                    Some(n @ 1..=MAX_INFLIGHT) => n as usize,
+                    _ => return Err(("violation", format!("inflight = {n}: must be 1 to {MAX_INFLIGHT}"), true)),
                 },
+            };
+            let lookahead = match v.get("lookahead") {
+                None => 0,
+                Some(n) => match n.as_u64() {
+                    Some(n @ 0..=MAX_LOOKAHEAD) => n as usize,
+                    _ => return Err(("violation", format!("lookahead = {n}: must be 0 to {MAX_LOOKAHEAD}"), true)),
+                },
+            };
+            if lookahead > 0 && inflight > 1 {
+                tracing::warn!(pid = p.pid, inflight, lookahead, "a program that runs several jobs at once is written no job ahead: its lookahead is ignored");
+                return Ok(Takes { inflight, lookahead: 0 });
             }
+            Ok(Takes { inflight, lookahead })
         }
         st = p.child.wait() => Err(("exit", format!("exited before saying ready ({})", status_text(st)), true)),
         _ = tokio::time::sleep(start_timeout) => Err(("start_timeout", format!("did not say ready within start_timeout ({})", humantime::format_duration(start_timeout)), true)),

@@ -14,6 +14,9 @@ pub(crate) const PROTOCOL: u64 = 1;
 /// Most jobs one program may take at once.
 pub(super) const MAX_INFLIGHT: u64 = 1000;
 
+/// Most jobs a sequential program may be written ahead of the one it runs.
+pub(super) const MAX_LOOKAHEAD: u64 = 64;
+
 /// How much of a reply's `error` is kept.
 const ERROR_MAX: usize = 2048;
 
@@ -36,6 +39,8 @@ struct JobMsg<'a> {
     traceparent: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tracestate: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    start_by_us: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -53,8 +58,9 @@ pub(super) fn cancel_line(id: &str) -> Vec<u8> {
     line
 }
 
-/// A job as the line written to fd 3.
-pub(super) fn job_line(d: &Delivery, timeout: Duration) -> Vec<u8> {
+/// A job as the line written to fd 3; `start_by_us` for a program that
+/// checks it (see `monotonic_us`).
+pub(super) fn job_line(d: &Delivery, timeout: Duration, start_by_us: Option<u64>) -> Vec<u8> {
     let (payload, payload_b64) = match std::str::from_utf8(&d.payload) {
         Ok(s) => (Some(s), None),
         Err(_) => (
@@ -75,20 +81,51 @@ pub(super) fn job_line(d: &Delivery, timeout: Duration) -> Vec<u8> {
         payload_b64,
         traceparent: d.traceparent.as_deref(),
         tracestate: d.tracestate.as_deref(),
+        start_by_us,
     };
     let mut line = serde_json::to_vec(&msg).expect("a job serializes");
     line.push(b'\n');
     line
 }
 
-/// A reply line: (id, outcome), or why it breaks the protocol.
-pub(crate) fn parse_reply(line: &[u8]) -> Result<(String, Outcome), String> {
-    let (id, outcome) = parse_reply_any(line)?;
-    Ok((id.ok_or("a reply must name the job's id")?, outcome))
+/// An instant as the host's `CLOCK_MONOTONIC` in microseconds, the clock
+/// a program compares `start_by_us` with (std's `Instant` reads the same
+/// clock on Linux, but does not show its value).
+pub(super) fn monotonic_us(at: std::time::Instant) -> u64 {
+    let now = std::time::Instant::now();
+    let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .expect("CLOCK_MONOTONIC is always there");
+    let now_us = ts.tv_sec() as u64 * 1_000_000 + ts.tv_nsec() as u64 / 1000;
+    if at >= now {
+        now_us + at.duration_since(now).as_micros() as u64
+    } else {
+        now_us.saturating_sub(now.duration_since(at).as_micros() as u64)
+    }
+}
+
+/// A resident program's reply: an outcome, or `skip` (a job written ahead
+/// that it did not start).
+#[derive(Debug, PartialEq)]
+pub(super) enum Reply {
+    Outcome(Outcome),
+    Skip,
+}
+
+/// A reply line: (id, reply), or why it breaks the protocol.
+pub(super) fn parse_reply(line: &[u8]) -> Result<(String, Reply), String> {
+    let (id, reply) = parse(line)?;
+    Ok((id.ok_or("a reply must name the job's id")?, reply))
 }
 
 /// A reply line where the id is optional (an exec handler's fd 3).
 pub(crate) fn parse_reply_any(line: &[u8]) -> Result<(Option<String>, Outcome), String> {
+    match parse(line)? {
+        (id, Reply::Outcome(o)) => Ok((id, o)),
+        (_, Reply::Skip) => Err("a skip reply is for a resident program's look-ahead".into()),
+    }
+}
+
+fn parse(line: &[u8]) -> Result<(Option<String>, Reply), String> {
     let v: serde_json::Value = serde_json::from_slice(line).map_err(|_| {
         format!(
             "not a JSON object: {:?}",
@@ -114,9 +151,10 @@ pub(crate) fn parse_reply_any(line: &[u8]) -> Result<(Option<String>, Outcome), 
         "dead" => {
             Outcome::permanent(error.unwrap_or_else(|| "the handler declared it dead".into()))
         }
+        "skip" => return Ok((id, Reply::Skip)),
         other => return Err(format!("unknown reply type {other:?}")),
     };
-    Ok((id, outcome))
+    Ok((id, Reply::Outcome(outcome)))
 }
 
 pub(super) fn truncate(s: &str, max: usize) -> String {
@@ -138,14 +176,24 @@ mod tests {
                 .unwrap();
         assert_eq!(
             (id.as_str(), o),
-            ("a", Outcome::retry_after("x", Duration::from_secs(600)))
+            (
+                "a",
+                Reply::Outcome(Outcome::retry_after("x", Duration::from_secs(600)))
+            )
         );
         let (_, o) = parse_reply(br#"{"type":"dead","id":"a"}"#).unwrap();
-        assert!(matches!(o, Outcome::Permanent { .. }));
+        assert!(matches!(o, Reply::Outcome(Outcome::Permanent { .. })));
         assert_eq!(
             parse_reply(br#"{"type":"done","id":"a"}"#).unwrap().1,
-            Outcome::Done
+            Reply::Outcome(Outcome::Done)
         );
+        assert_eq!(
+            parse_reply(br#"{"type":"skip","id":"a"}"#).unwrap().1,
+            Reply::Skip
+        );
+        assert!(parse_reply_any(br#"{"type":"skip"}"#)
+            .unwrap_err()
+            .contains("look-ahead"));
         assert!(parse_reply(b"not json")
             .unwrap_err()
             .contains("not a JSON object"));
@@ -165,8 +213,21 @@ mod tests {
             "\u{e9}".repeat(3000)
         );
         match parse_reply(long.as_bytes()).unwrap().1 {
-            Outcome::Retry { error, .. } => assert!(error.len() <= ERROR_MAX && !error.is_empty()),
+            Reply::Outcome(Outcome::Retry { error, .. }) => {
+                assert!(error.len() <= ERROR_MAX && !error.is_empty())
+            }
             o => panic!("{o:?}"),
         }
+    }
+
+    #[test]
+    fn monotonic_us_reads_the_clock_programs_compare_with() {
+        let now = std::time::Instant::now();
+        let a = monotonic_us(now);
+        let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).unwrap();
+        let b = ts.tv_sec() as u64 * 1_000_000 + ts.tv_nsec() as u64 / 1000;
+        assert!(a <= b && b - a < 1_000_000, "{a} {b}");
+        let later = monotonic_us(now + Duration::from_secs(5));
+        assert!((later - a).abs_diff(5_000_000) < 1_000, "{a} {later}");
     }
 }

@@ -53,6 +53,15 @@ impl Queued {
         }
     }
 
+    /// The state of a job taken from the queue already (its capacity
+    /// counted as started), carried to another program.
+    pub(super) fn sent(capacity: &Arc<punctual::Capacity>) -> Queued {
+        Queued {
+            state: Arc::new(AtomicU8::new(SENT)),
+            capacity: capacity.clone(),
+        }
+    }
+
     pub(super) fn share(&self) -> Queued {
         Queued {
             state: self.state.clone(),
