@@ -9,29 +9,39 @@ use crate::harness::{status, which};
 use crate::probe::round;
 use crate::{Bench, Report};
 
-/// A no-op resident handler in PHP: the protocol in 15 lines.
+/// A no-op resident handler in PHP: the protocol in 20 lines, with its
+/// look-ahead (it takes no cancels: the bench sends none).
 const PHP_NOOP: &str = r#"<?php
 // A no-op resident handler (docs/RESIDENT.md): every job is done.
 $jobs = fopen('php://fd/' . (getenv('PUNCTUAL_JOBS_FD') ?: 3), 'r');
 $replies = fopen('php://fd/' . (getenv('PUNCTUAL_REPLIES_FD') ?: 4), 'w');
-fwrite($replies, "{\"type\":\"ready\",\"protocol\":1,\"inflight\":1}\n");
+fwrite($replies, "{\"type\":\"ready\",\"protocol\":1,\"inflight\":1,\"lookahead\":16}\n");
 fflush($replies);
 while (($line = fgets($jobs)) !== false) {
     $job = json_decode($line, true);
-    fwrite($replies, json_encode(['type' => 'done', 'id' => $job['id']]) . "\n");
+    if (($job['type'] ?? '') !== 'job') {
+        continue;
+    }
+    // Written ahead and reached too late: not started.
+    $late = isset($job['start_by_us']) && intdiv(hrtime(true), 1000) > $job['start_by_us'];
+    fwrite($replies, json_encode(['type' => $late ? 'skip' : 'done', 'id' => $job['id']]) . "\n");
     fflush($replies);
 }
 exit(0);
 "#;
 
 /// The same in Python, where PHP is not installed.
-const PYTHON_NOOP: &str = r#"import json, os
+const PYTHON_NOOP: &str = r#"import json, os, time
 jobs = os.fdopen(int(os.environ.get("PUNCTUAL_JOBS_FD", "3")), "rb")
 replies = os.fdopen(int(os.environ.get("PUNCTUAL_REPLIES_FD", "4")), "w")
-replies.write('{"type":"ready","protocol":1,"inflight":1}\n')
+replies.write('{"type":"ready","protocol":1,"inflight":1,"lookahead":16}\n')
 replies.flush()
 for line in jobs:
-    replies.write(json.dumps({"type": "done", "id": json.loads(line)["id"]}) + "\n")
+    job = json.loads(line)
+    if job.get("type") != "job":
+        continue
+    late = "start_by_us" in job and time.monotonic_ns() // 1000 > job["start_by_us"]
+    replies.write(json.dumps({"type": "skip" if late else "done", "id": job["id"]}) + "\n")
     replies.flush()
 "#;
 
