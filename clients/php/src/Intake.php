@@ -31,6 +31,8 @@ final class Intake
     /** Where the next line starts in $buf: a line taken is not cut off the front (a copy of the rest, per line, of up to 64 KiB). */
     private int $at = 0;
     private bool $eof = false;
+    /** fd 3 was emptied by a read since next() was called: no handler ran since, so that read is as good as another look. */
+    private bool $fresh = false;
     /**
      * Jobs read, not started (read while the one before ran, or written
      * ahead): a queue, as a look at fd 3 may bring many at once.
@@ -109,6 +111,7 @@ final class Intake
     public function next(): ?Job
     {
         $this->running = null;
+        $this->fresh = false;
         while (true) {
             if ($this->waiting->isEmpty()) {
                 $l = $this->line();
@@ -119,10 +122,17 @@ final class Intake
                 continue;
             }
             // The promise of docs/RESIDENT.md, "Look-ahead", kept for every
-            // job (its cancel may have come in the very read that brought
-            // it): the cancels that came are applied first, then its
-            // start_by_us. One fread when fd 3 is empty.
-            ($this->poll)();
+            // job: what fd 3 holds is read (unless the read that brought
+            // the job just emptied it: one fread, '' when fd 3 is empty, on
+            // a job read ahead) and every line read is taken (its cancel may
+            // have come in the very read that brought it); then its
+            // start_by_us.
+            if (!$this->fresh) {
+                $this->fill(false);
+            }
+            while (($l = $this->buffered()) !== null) {
+                $this->take($l);
+            }
             $job = $this->waiting->dequeue();
             if ($job->cancelSeen()) {
                 Worker::send($this->out, Worker::replyFor($job->id, new \RuntimeException('cancelled by an operator')));
@@ -192,6 +202,7 @@ final class Intake
      */
     private function fill(bool $block): void
     {
+        $this->fresh = true;
         // What is left is a partial line, if anything: the buffer starts over with it.
         if ($this->at > 0) {
             $this->buf = (string) substr($this->buf, $this->at);
