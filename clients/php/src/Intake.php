@@ -9,10 +9,13 @@ namespace Punctual;
  * protocol 1), as Worker::run and the Laravel connector's `artisan
  * punctual:work` use them: job messages read from fd 3, one at a time,
  * cancels heard while a job runs (Job::cancelled() reads fd 3 without
- * blocking), replies written to fd 4.
+ * blocking), replies written to fd 4. With a look-ahead (docs/RESIDENT.md,
+ * "Look-ahead"), next() keeps the program's promise: right before a job
+ * starts, it reads fd 3 without blocking (a job cancelled meanwhile is not
+ * started) and a job past its start_by_us is answered skip.
  *
  *     $intake = Intake::open(fn (string $id, \Throwable $e) => Worker::replyFor($id, $e));
- *     $intake->ready();
+ *     $intake->ready(16);
  *     while (($job = $intake->next()) !== null) {
  *         // run it
  *         $intake->reply(['type' => 'done', 'id' => $job->id]);
@@ -25,12 +28,21 @@ final class Intake
 {
     /** fd 3 split in lines here, not by fgets: a look for cancels while a job runs reads what is there without blocking, and loses nothing next() reads later. */
     private string $buf = '';
+    /** Where the next line starts in $buf: a line taken is not cut off the front (a copy of the rest, per line, of up to 64 KiB). */
+    private int $at = 0;
     private bool $eof = false;
-    /** @var list<Job> jobs read, not started (read while the one before ran) */
-    private array $waiting = [];
+    /** fd 3 was emptied by a read since next() was called: no handler ran since, so that read is as good as another look. */
+    private bool $fresh = false;
+    /**
+     * Jobs read, not started (read while the one before ran, or written
+     * ahead): a queue, as a look at fd 3 may bring many at once.
+     *
+     * @var \SplQueue<Job>
+     */
+    private \SplQueue $waiting;
     /** The job next() handed out, until its reply. */
     private ?Job $running = null;
-    /** What Job::cancelled() calls: reads the lines waiting on fd 3. */
+    /** What Job::cancelled() and next() call: reads what fd 3 holds now, without blocking, and takes its lines. */
     private readonly \Closure $poll;
 
     /**
@@ -42,8 +54,12 @@ final class Intake
     public function __construct(private $in, private $out, private readonly \Closure $refuse)
     {
         stream_set_blocking($in, false);
+        // fread then reads what it asks (not 8 KiB chunks into PHP's buffer): a short read means fd 3 was emptied.
+        stream_set_read_buffer($in, 0);
+        $this->waiting = new \SplQueue();
         $this->poll = function (): void {
-            while (($l = $this->line(false)) !== null) {
+            $this->fill(false);
+            while (($l = $this->buffered()) !== null) {
                 $this->take($l);
             }
         };
@@ -60,10 +76,28 @@ final class Intake
         return new self(Worker::open('PUNCTUAL_JOBS_FD', 'r'), Worker::open('PUNCTUAL_REPLIES_FD', 'w'), $refuse);
     }
 
-    /** Says ready: one job at a time. */
-    public function ready(): void
+    /**
+     * $n checked: how many jobs punctual may write ahead of the one that
+     * runs (0 to 64; 0 turns look-ahead off).
+     *
+     * @throws \InvalidArgumentException out of range
+     */
+    public static function lookahead(int $n): int
     {
-        Worker::send($this->out, ['type' => 'ready', 'protocol' => Worker::PROTOCOL, 'inflight' => 1]);
+        if ($n < 0 || $n > 64) {
+            throw new \InvalidArgumentException("punctual: lookahead must be 0 to 64 (the jobs punctual may write ahead of the one that runs; 0 turns look-ahead off), not $n");
+        }
+        return $n;
+    }
+
+    /** Says ready: one job at a time, and up to $lookahead written ahead of it (see lookahead()). */
+    public function ready(int $lookahead = 0): void
+    {
+        $msg = ['type' => 'ready', 'protocol' => Worker::PROTOCOL, 'inflight' => 1];
+        if (self::lookahead($lookahead) > 0) {
+            $msg['lookahead'] = $lookahead;
+        }
+        Worker::send($this->out, $msg);
     }
 
     /**
@@ -71,23 +105,41 @@ final class Intake
      * (punctual wants the program to exit). Its cancel, if one comes
      * before reply(), marks it (Job::cancelled()). A job cancelled before
      * it was handed out is not: it is answered retry, "cancelled by an
-     * operator", here.
+     * operator", here; nor is one past its start_by_us: it is answered
+     * skip.
      */
     public function next(): ?Job
     {
         $this->running = null;
+        $this->fresh = false;
         while (true) {
-            if ($this->waiting === []) {
-                $l = $this->line(true);
+            if ($this->waiting->isEmpty()) {
+                $l = $this->line();
                 if ($l === null) {
                     return null;
                 }
                 $this->take($l);
                 continue;
             }
-            $job = array_shift($this->waiting);
-            if ($job->cancelled()) {
+            // The promise of docs/RESIDENT.md, "Look-ahead", kept for every
+            // job: what fd 3 holds is read (unless the read that brought
+            // the job just emptied it: one fread, '' when fd 3 is empty, on
+            // a job read ahead) and every line read is taken (its cancel may
+            // have come in the very read that brought it); then its
+            // start_by_us.
+            if (!$this->fresh) {
+                $this->fill(false);
+            }
+            while (($l = $this->buffered()) !== null) {
+                $this->take($l);
+            }
+            $job = $this->waiting->dequeue();
+            if ($job->cancelSeen()) {
                 Worker::send($this->out, Worker::replyFor($job->id, new \RuntimeException('cancelled by an operator')));
+                continue;
+            }
+            if ($job->startByUs !== null && intdiv(hrtime(true), 1000) > $job->startByUs) {
+                Worker::send($this->out, ['type' => 'skip', 'id' => $job->id]);
                 continue;
             }
             return $this->running = $job;
@@ -114,27 +166,60 @@ final class Intake
         fclose($this->in);
     }
 
-    /** The next line of fd 3; null at its end, or with !$block when no whole line is there yet. */
-    private function line(bool $block): ?string
+    /** The next line of fd 3, blocking until one comes; null at its end. */
+    private function line(): ?string
     {
-        while (true) {
-            $i = strpos($this->buf, "\n");
-            if ($i !== false) {
-                $l = substr($this->buf, 0, $i);
-                $this->buf = substr($this->buf, $i + 1);
-                return $l;
-            }
+        while (($l = $this->buffered()) === null) {
             if ($this->eof) {
-                [$l, $this->buf] = [$this->buf, ''];
-                return $l === '' ? null : $l;
+                return null;
             }
+            $this->fill(true);
+        }
+        return $l;
+    }
+
+    /** The next whole line read (at the end of fd 3, what is left of a last one); null if there is none. */
+    private function buffered(): ?string
+    {
+        $i = strpos($this->buf, "\n", $this->at);
+        if ($i !== false) {
+            $l = substr($this->buf, $this->at, $i - $this->at);
+            $this->at = $i + 1;
+            return $l;
+        }
+        if ($this->eof) {
+            $l = (string) substr($this->buf, $this->at);
+            [$this->buf, $this->at] = ['', 0];
+            return $l === '' ? null : $l;
+        }
+        return null;
+    }
+
+    /**
+     * Reads what fd 3 holds: with !$block, all of it and nothing more (a
+     * short read means it was emptied: one fread in the usual case); with
+     * $block, at least something, waiting for it, or its end.
+     */
+    private function fill(bool $block): void
+    {
+        $this->fresh = true;
+        // What is left is a partial line, if anything: the buffer starts over with it.
+        if ($this->at > 0) {
+            $this->buf = (string) substr($this->buf, $this->at);
+            $this->at = 0;
+        }
+        while (!$this->eof) {
             $chunk = fread($this->in, 65536);
             if ($chunk !== false && $chunk !== '') {
                 $this->buf .= $chunk;
+                if (strlen($chunk) < 65536) {
+                    return;
+                }
+                $block = false; // something came: only what else is there now
             } elseif (feof($this->in)) {
                 $this->eof = true;
             } elseif (!$block) {
-                return null;
+                return;
             } else {
                 $r = [$this->in];
                 $w = $e = null;
@@ -158,11 +243,15 @@ final class Intake
                 return;
             }
             $job->watchedBy($this->poll);
-            $this->waiting[] = $job;
+            $this->waiting->enqueue($job);
         } elseif (($msg['type'] ?? null) === 'cancel') {
             // For a job already replied to (or not sent): nothing to do.
-            foreach ([$this->running, ...$this->waiting] as $job) {
-                if ($job !== null && $job->id === (string) ($msg['id'] ?? '')) {
+            $id = (string) ($msg['id'] ?? '');
+            if ($this->running?->id === $id) {
+                $this->running->markCancelled();
+            }
+            foreach ($this->waiting as $job) {
+                if ($job->id === $id) {
                     $job->markCancelled();
                 }
             }

@@ -27,6 +27,13 @@ final class Job
         /** The producer's W3C trace context (the parent span when serve exports spans). */
         public readonly ?string $traceparent = null,
         public readonly ?string $tracestate = null,
+        /**
+         * On a job punctual wrote ahead of the one running (docs/RESIDENT.md,
+         * "Look-ahead"): the host's CLOCK_MONOTONIC in microseconds
+         * (intdiv(hrtime(true), 1000)) past which the loop does not start it
+         * (it replies skip); null otherwise.
+         */
+        public readonly ?int $startByUs = null,
     ) {
     }
 
@@ -52,6 +59,7 @@ final class Job
             $payload,
             isset($msg['traceparent']) ? (string) $msg['traceparent'] : null,
             isset($msg['tracestate']) ? (string) $msg['tracestate'] : null,
+            isset($msg['start_by_us']) ? (int) $msg['start_by_us'] : null,
         );
     }
 
@@ -88,6 +96,17 @@ final class Job
     public function markCancelled(): void
     {
         $this->cancelled = true;
+    }
+
+    /**
+     * Whether a cancel named it, as far as read: cancelled() without its
+     * look at fd 3, for the loop that has just looked.
+     *
+     * @internal
+     */
+    public function cancelSeen(): bool
+    {
+        return $this->cancelled;
     }
 
     /** The payload decoded as JSON (objects as associative arrays). */

@@ -31,13 +31,23 @@ final class Worker
      * started is not started (its reply: retry, "cancelled by an
      * operator"); a cancel for a job already answered is ignored.
      *
+     * $lookahead (0 to 64, default 16; 0 turns it off) is how many jobs
+     * punctual may write to fd 3 ahead of the one that runs, so that the
+     * next job is there when the handler returns (docs/RESIDENT.md,
+     * "Look-ahead"). Right before each job starts, the loop reads fd 3
+     * without blocking: a job whose cancel came meanwhile is not started,
+     * nor one past its $job->startByUs (answered skip: punctual hands it
+     * back, or ends it if it expired).
+     *
      * @param callable(Job): mixed $handler
+     * @throws \InvalidArgumentException $lookahead out of range, before the handshake
      */
-    public static function run(callable $handler): void
+    public static function run(callable $handler, int $lookahead = 16): void
     {
+        Intake::lookahead($lookahead);
         self::requireServe();
         $intake = Intake::open(self::replyFor(...));
-        $intake->ready();
+        $intake->ready($lookahead);
         while (($job = $intake->next()) !== null) {
             try {
                 $handler($job);

@@ -437,6 +437,20 @@ final class FakeServe
         fflush($this->pipes[3]);
     }
 
+    /** The lines in one write (under PIPE_BUF: atomic), so the program reads them in one read. */
+    public function sendTogether(array ...$msgs): void
+    {
+        $data = implode('', array_map(fn (array $m): string => json_encode($m) . "\n", $msgs));
+        check(strlen($data) <= 4096, 'one atomic write');
+        same(strlen($data), fwrite($this->pipes[3], $data), 'written at once');
+    }
+
+    /** The program's pid (proc_open without a shell: the program itself). */
+    public function pid(): int
+    {
+        return proc_get_status($this->proc)['pid'];
+    }
+
     public function job(string $id, mixed $payload, int $attempt = 1, bool $b64 = false): array
     {
         $msg = ['type' => 'job', 'id' => $id, 'topic' => 'faketopic', 'attempt' => $attempt, 'max_attempts' => 5,
@@ -450,27 +464,31 @@ final class FakeServe
         return $this->read();
     }
 
-    /** The next line the program writes on stdout (without its newline). */
+    /** The next line the program writes on stdout (without its newline); fails rather than hangs when none comes. */
     public function stdoutLine(): string
     {
+        $r = [$this->pipes[1]];
+        $w = $e = null;
+        check(stream_select($r, $w, $e, 20) === 1, 'a line on stdout within 20 s');
         return rtrim((string) fgets($this->pipes[1]), "\n");
     }
 
-    /** Closes fd 3 (EOF): returns [exit status, stdout, stderr]. */
+    /** Closes fd 3 (EOF): returns [exit status, stdout, stderr, the replies not read]. */
     public function close(): array
     {
         fclose($this->pipes[3]);
         $out = stream_get_contents($this->pipes[1]);
         $err = stream_get_contents($this->pipes[2]);
+        $replies = stream_get_contents($this->pipes[4]);
         fclose($this->pipes[4]);
-        return [proc_close($this->proc), $out, $err];
+        return [proc_close($this->proc), $out, $err, $replies];
     }
 }
 
 $tests['resident loop against a fake serve'] = function (Redis $r): void {
     $r->del('e2e:faketopic:seen', 'e2e:faketopic:once:o');
     $fake = new FakeServe([PHP_BINARY, __DIR__ . '/e2e_handler.php']);
-    same(['type' => 'ready', 'protocol' => 1, 'inflight' => 1], $fake->read());
+    same(['type' => 'ready', 'protocol' => 1, 'inflight' => 1, 'lookahead' => 16], $fake->read());
     same(['type' => 'done', 'id' => 'a'], $fake->job('a', ['do' => 'ok']));
     same(['type' => 'done', 'id' => 'p'], $fake->job('p', ['do' => 'print']));
     same(['type' => 'retry', 'id' => 'r', 'error' => 'asked to retry', 'delay_ms' => 1500], $fake->job('r', ['do' => 'retry', 'delay_ms' => 1500]));
@@ -518,7 +536,7 @@ $tests['resident loop: the running job sees its cancel, no line is lost'] = func
         });
         echo "EOF, exiting\n";';
     $fake = new FakeServe([PHP_BINARY, '-r', $code]);
-    same(['type' => 'ready', 'protocol' => 1, 'inflight' => 1], $fake->read());
+    same(['type' => 'ready', 'protocol' => 1, 'inflight' => 1, 'lookahead' => 16], $fake->read());
     // A cancel for a job already answered, one for another id: ignored;
     // the running job's own cancel ends it.
     same(['type' => 'done', 'id' => 'a'], $fake->job('a', 'x'));
@@ -554,6 +572,200 @@ $tests['resident loop: the running job sees its cancel, no line is lost'] = func
     same(['c'], $m[1], "stdout: $out");
     check(str_contains($out, 'EOF, exiting'), "stdout: $out");
     same(false, Job::fromMessage(['id' => 'j', 'payload' => ''])->cancelled(), 'a job not run by the loop');
+};
+
+// docs/RESIDENT.md, "Look-ahead": the sequential loop's side.
+
+/** A Worker::run program: prints "start ID START_BY" per job; a "hold:PATH" job returns once PATH exists, not looking at fd 3 meanwhile. */
+function lookahead_program(string $lookahead): array
+{
+    $code = 'require ' . var_export(__DIR__ . '/bootstrap.php', true) . ';
+        $handle = function (Punctual\Job $job): void {
+            echo "start {$job->id} ", var_export($job->startByUs, true), "\n";
+            if (str_starts_with($job->payload, "hold:")) {
+                while (!file_exists(substr($job->payload, 5))) {
+                    usleep(5000);
+                }
+            }
+        };
+        if ($argv[1] === "default") {
+            Punctual\Worker::run($handle);
+        } else {
+            Punctual\Worker::run($handle, lookahead: (int) $argv[1]);
+        }
+        echo "EOF, exiting\n";';
+    return [PHP_BINARY, '-r', $code, $lookahead];
+}
+
+function job_msg(string $id, string $payload = 'x', array $extra = []): array
+{
+    return ['type' => 'job', 'id' => $id, 'topic' => 't', 'attempt' => 1, 'max_attempts' => 5, 'due_ms' => 1,
+        'created_ms' => 1, 'timeout_ms' => 30000, 'payload' => $payload] + $extra;
+}
+
+function now_us(): int
+{
+    return intdiv(hrtime(true), 1000);
+}
+
+/** A path that does not exist yet: the driver creates it to let a "hold:" job return. */
+function hold_flag(): string
+{
+    return sys_get_temp_dir() . '/punctual-hold-' . bin2hex(random_bytes(6));
+}
+
+/** @return list<string> the ids of the "start" lines of $out */
+function started(string $out): array
+{
+    preg_match_all('/^start (\S+)/m', $out, $m);
+    return $m[1];
+}
+
+$tests['look-ahead: the handshake says lookahead 16 by default, none with 0'] = function (Redis $r): void {
+    foreach (['default' => 16, '64' => 64, '0' => null] as $arg => $n) {
+        $fake = new FakeServe(lookahead_program((string) $arg));
+        $ready = ['type' => 'ready', 'protocol' => 1, 'inflight' => 1];
+        if ($n !== null) {
+            $ready['lookahead'] = $n;
+        }
+        same($ready, $fake->read(), "lookahead $arg");
+        same(['type' => 'done', 'id' => 'j'], $fake->job('j', 'x'));
+        [$status, , $err] = $fake->close();
+        same(0, $status, "exit status; stderr: $err");
+    }
+};
+
+$tests['look-ahead: a job past its start_by_us is answered skip and not started'] = function (Redis $r): void {
+    $fake = new FakeServe(lookahead_program('default'));
+    $fake->read();
+    $t = now_us();
+    $fake->sendTogether(job_msg('late', 'x', ['start_by_us' => $t - 1000000]),
+        job_msg('soon', 'x', ['start_by_us' => $t + 60000000]), job_msg('plain'));
+    same([['type' => 'skip', 'id' => 'late'], ['type' => 'done', 'id' => 'soon'], ['type' => 'done', 'id' => 'plain']],
+        [$fake->read(), $fake->read(), $fake->read()]);
+    [$status, $out, $err] = $fake->close();
+    same(0, $status, "exit status; stderr: $err");
+    check(str_contains($out, 'start soon ' . ($t + 60000000) . "\n") && str_contains($out, "start plain NULL\n"), "stdout: $out");
+    same(['soon', 'plain'], started($out));
+    same(123456789, Job::fromMessage(['id' => 'j', 'payload' => '', 'start_by_us' => 123456789])->startByUs);
+    same(null, Job::fromMessage(['id' => 'j', 'payload' => ''])->startByUs);
+};
+
+$tests['look-ahead: start_by_us is checked when the job would start, not when it was read'] = function (Redis $r): void {
+    $fake = new FakeServe(lookahead_program('default'));
+    $fake->read();
+    $flag = hold_flag();
+    $startBy = now_us() + 200000;
+    $fake->sendTogether(job_msg('hold', "hold:$flag"), job_msg('next', 'x', ['start_by_us' => $startBy]), job_msg('after'));
+    same('start hold NULL', $fake->stdoutLine());
+    while (now_us() <= $startBy) {
+        usleep(10000); // "next" waits, read, behind "hold" past its start_by_us
+    }
+    touch($flag);
+    same([['type' => 'done', 'id' => 'hold'], ['type' => 'skip', 'id' => 'next'], ['type' => 'done', 'id' => 'after']],
+        [$fake->read(), $fake->read(), $fake->read()]);
+    unlink($flag);
+    [$status, $out, $err] = $fake->close();
+    same(0, $status, "exit status; stderr: $err");
+    same(['after'], started($out), "stdout (after hold, read above): $out");
+};
+
+$tests['look-ahead: a cancel read in the same read as its job stops its start'] = function (Redis $r): void {
+    $fake = new FakeServe(lookahead_program('default'));
+    $fake->read();
+    $fake->sendTogether(job_msg('a'), ['type' => 'cancel', 'id' => 'a'], job_msg('b'));
+    same(['type' => 'retry', 'id' => 'a', 'error' => 'RuntimeException: cancelled by an operator'], $fake->read());
+    same(['type' => 'done', 'id' => 'b'], $fake->read());
+    [$status, $out, $err] = $fake->close();
+    same(0, $status, "exit status; stderr: $err");
+    same(['b'], started($out), "stdout: $out");
+};
+
+$tests['look-ahead: a cancel written while the job before runs stops a job already read'] = function (Redis $r): void {
+    // "c" is read with "hold" (one write, one read); its cancel comes while
+    // "hold" runs without looking at fd 3: the loop must read fd 3 before
+    // starting "c".
+    $fake = new FakeServe(lookahead_program('default'));
+    $fake->read();
+    $flag = hold_flag();
+    $fake->sendTogether(job_msg('hold', "hold:$flag"), job_msg('c'));
+    same('start hold NULL', $fake->stdoutLine());
+    $fake->send(['type' => 'cancel', 'id' => 'c']);
+    touch($flag);
+    same(['type' => 'done', 'id' => 'hold'], $fake->read());
+    same(['type' => 'retry', 'id' => 'c', 'error' => 'RuntimeException: cancelled by an operator'], $fake->read());
+    unlink($flag);
+    same(['type' => 'done', 'id' => 'd'], $fake->job('d', 'x'));
+    [$status, $out, $err] = $fake->close();
+    same(0, $status, "exit status; stderr: $err");
+    same(['d'], started($out), "stdout (after hold, read above): $out");
+};
+
+$tests['look-ahead: waiting for a job blocks without spinning'] = function (Redis $r): void {
+    $fake = new FakeServe(lookahead_program('default'));
+    $fake->read();
+    $ticks = function () use ($fake): int {
+        $stat = file_get_contents('/proc/' . $fake->pid() . '/stat');
+        $f = explode(' ', trim(substr($stat, strrpos($stat, ')') + 2)));
+        return (int) $f[11] + (int) $f[12]; // utime + stime
+    };
+    $before = $ticks();
+    sleep(1);
+    $used = $ticks() - $before;
+    check($used < 20, "$used ticks of CPU in 1 s idle: a loop that polled fd 3 without blocking burns about 100");
+    same(['type' => 'done', 'id' => 'j'], $fake->job('j', 'x'));
+    $fake->close();
+};
+
+$tests['look-ahead: an invalid lookahead is refused before the handshake'] = function (Redis $r): void {
+    foreach ([-1, 65] as $bad) {
+        try {
+            Punctual\Intake::lookahead($bad);
+            throw new Failed("lookahead $bad accepted");
+        } catch (InvalidArgumentException $e) {
+            check(str_contains($e->getMessage(), 'lookahead must be 0 to 64'), $e->getMessage());
+        }
+    }
+    $fake = new FakeServe(lookahead_program('65'));
+    [$status, $out, $err, $replies] = $fake->close();
+    check($status !== 0, 'exits non-zero');
+    same('', $replies, 'no handshake');
+    check(str_contains($out . $err, 'InvalidArgumentException: punctual: lookahead must be 0 to 64'), "stdout: $out\nstderr: $err");
+};
+
+$tests['look-ahead: artisan punctual:work --lookahead, its skip and cancel before a start'] = function (Redis $r): void {
+    $artisan = __DIR__ . '/laravel-app/artisan';
+    if (!is_file(__DIR__ . '/laravel-app/vendor/autoload.php') && stream_resolve_include_path('Illuminate/autoload.php') === false) {
+        echo "skip: Laravel not installed (Debian: php-laravel-framework)\n";
+        return;
+    }
+    $fake = new FakeServe([PHP_BINARY, $artisan, 'punctual:work']);
+    same(['type' => 'ready', 'protocol' => 1, 'inflight' => 1, 'lookahead' => 16], $fake->read());
+    [$status, , $err] = $fake->close();
+    same(0, $status, "exit status; stderr: $err");
+    $fake = new FakeServe([PHP_BINARY, $artisan, 'punctual:work', 'punctual', '--lookahead=0']);
+    same(['type' => 'ready', 'protocol' => 1, 'inflight' => 1], $fake->read());
+    [$status, , $err] = $fake->close();
+    same(0, $status, "exit status; stderr: $err");
+    $fake = new FakeServe([PHP_BINARY, $artisan, 'punctual:work', '--lookahead=5']);
+    same(['type' => 'ready', 'protocol' => 1, 'inflight' => 1, 'lookahead' => 5], $fake->read());
+    $t = now_us();
+    // Not Laravel payloads: a job that starts is answered dead by the command.
+    $fake->sendTogether(job_msg('late', 'x', ['start_by_us' => $t - 1000000]), job_msg('gone'),
+        ['type' => 'cancel', 'id' => 'gone'], job_msg('ran', 'x', ['start_by_us' => $t + 60000000]));
+    same(['type' => 'skip', 'id' => 'late'], $fake->read());
+    same(['type' => 'retry', 'id' => 'gone', 'error' => 'RuntimeException: cancelled by an operator'], $fake->read());
+    same(['dead', 'ran'], [($m = $fake->read())['type'], $m['id']]);
+    check(str_contains($m['error'], 'not a Laravel queue payload'), $m['error']);
+    [$status, , $err] = $fake->close();
+    same(0, $status, "exit status; stderr: $err");
+    foreach (['65', 'abc'] as $bad) {
+        $fake = new FakeServe([PHP_BINARY, $artisan, 'punctual:work', "--lookahead=$bad"]);
+        [$status, $out, $err, $replies] = $fake->close();
+        check($status !== 0, "--lookahead=$bad: exits non-zero");
+        same('', $replies, "--lookahead=$bad: no handshake");
+        check(str_contains($out . $err, "--lookahead must be 0 to 64 (the jobs punctual may write ahead of the one that runs; 0 turns look-ahead off), not '$bad'"), "stdout: $out\nstderr: $err");
+    }
 };
 
 $tests['outside serve: says what to do'] = function (Redis $r): void {

@@ -31,7 +31,7 @@ class Job:
     """One delivery of a job."""
 
     __slots__ = ("id", "topic", "attempt", "max_attempts", "due_ms", "created_ms",
-                 "timeout_ms", "payload", "traceparent", "tracestate", "_cancelled", "_poll")
+                 "timeout_ms", "payload", "traceparent", "tracestate", "start_by_us", "_cancelled", "_poll")
 
     def __init__(self, msg: dict):
         self.id: str = msg["id"]
@@ -45,6 +45,12 @@ class Job:
         # exports spans), or None.
         self.traceparent: Optional[str] = msg.get("traceparent")
         self.tracestate: Optional[str] = msg.get("tracestate")
+        # On a job punctual wrote ahead of the one running (docs/RESIDENT.md,
+        # "Look-ahead"): the host's CLOCK_MONOTONIC in microseconds
+        # (time.monotonic_ns() // 1000) past which the loop does not start
+        # it (it replies skip); None otherwise.
+        start_by = msg.get("start_by_us")
+        self.start_by_us: Optional[int] = None if start_by is None else int(start_by)
         if "payload_b64" in msg:
             self.payload: bytes = base64.b64decode(msg["payload_b64"])
         else:

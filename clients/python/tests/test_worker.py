@@ -5,8 +5,11 @@ import base64
 import fcntl
 import json
 import os
+import select
 import subprocess
 import sys
+import tempfile
+import time
 import unittest
 
 from common import HERE, REDIS_URL, client, fresh_prefix
@@ -58,6 +61,14 @@ class FakeServe:
     def send(self, msg):
         self.jobs.write(json.dumps(msg) + "\n")
 
+    def send_together(self, *msgs):
+        """The lines in one write (under PIPE_BUF: atomic), so the program
+        reads them in one read."""
+        data = "".join(json.dumps(m) + "\n" for m in msgs).encode()
+        assert len(data) <= 4096
+        self.jobs.flush()
+        os.write(self.jobs.fileno(), data)
+
     def job(self, job_id, payload=None, payload_b64=None, attempt=1):
         msg = {"type": "job", "id": job_id, "topic": "faketopic", "attempt": attempt, "max_attempts": 5,
                "due_ms": 1000, "created_ms": 900, "timeout_ms": 30000}
@@ -82,7 +93,7 @@ class WorkerLoopTest(unittest.TestCase):
         r.delete("e2e:faketopic:seen", "e2e:faketopic:once:o")
         fake = FakeServe([sys.executable, os.path.join(HERE, "e2e_handler.py")],
                          {"PUNCTUAL_TEST_REDIS_URL": REDIS_URL})
-        self.assertEqual(fake.read(), {"type": "ready", "protocol": 1, "inflight": 1})
+        self.assertEqual(fake.read(), {"type": "ready", "protocol": 1, "inflight": 1, "lookahead": 16})
         self.assertEqual(fake.job("a", {"do": "ok"}), {"type": "done", "id": "a"})
         self.assertEqual(fake.job("p", {"do": "print"}), {"type": "done", "id": "p"})
         self.assertEqual(fake.job("r", {"do": "retry", "delay_ms": 1500}),
@@ -176,7 +187,7 @@ print("EOF, exiting", flush=True)
 class CancelTest(unittest.TestCase):
     def test_the_running_job_sees_its_cancel_and_no_line_is_lost(self):
         fake = FakeServe([sys.executable, "-c", CANCEL_HANDLER % os.path.dirname(HERE)])
-        self.assertEqual(fake.read(), {"type": "ready", "protocol": 1, "inflight": 1})
+        self.assertEqual(fake.read(), {"type": "ready", "protocol": 1, "inflight": 1, "lookahead": 16})
         # A cancel for a job already answered, and one for another id, while
         # a job runs: ignored; the job's own cancel ends it.
         self.assertEqual(fake.job("a", "x"), {"type": "done", "id": "a"})
@@ -215,6 +226,160 @@ class CancelTest(unittest.TestCase):
 
     def test_a_job_not_run_by_the_loop_is_not_cancelled(self):
         self.assertFalse(punctual.Job({"id": "j", "payload": ""}).cancelled())
+
+
+LOOKAHEAD_HANDLER = """
+import os, sys, time
+sys.path.insert(0, %r)
+import punctual
+
+def handle(job):
+    print("start", job.id, job.start_by_us, flush=True)
+    if job.text.startswith("hold:"):
+        # Until the driver creates the file; fd 3 is not looked at meanwhile.
+        while not os.path.exists(job.text[5:]):
+            time.sleep(0.005)
+
+if sys.argv[1] == "default":
+    punctual.run(handle)
+else:
+    punctual.run(handle, lookahead=int(sys.argv[1]))
+print("EOF, exiting", flush=True)
+"""
+
+
+def job_msg(job_id, payload="x", **extra):
+    return {"type": "job", "id": job_id, "topic": "t", "attempt": 1, "max_attempts": 5, "due_ms": 1,
+            "created_ms": 1, "timeout_ms": 30000, "payload": payload, **extra}
+
+
+def now_us():
+    return time.monotonic_ns() // 1000
+
+
+class LookaheadTest(unittest.TestCase):
+    """docs/RESIDENT.md, "Look-ahead": the sequential loop's side."""
+
+    def start(self, lookahead="default"):
+        fake = FakeServe([sys.executable, "-c", LOOKAHEAD_HANDLER % os.path.dirname(HERE), str(lookahead)])
+        self.addCleanup(lambda: fake.proc.poll() is None and fake.proc.kill())
+        return fake
+
+    def started(self, out):
+        return [l.split()[1] for l in out.splitlines() if l.startswith("start ")]
+
+    def flag(self):
+        """A path that does not exist yet: the driver creates it to let a "hold:" job return."""
+        d = tempfile.TemporaryDirectory()
+        self.addCleanup(d.cleanup)
+        return os.path.join(d.name, "go")
+
+    def first_stdout_line(self, fake):
+        """The program's first line on stdout; fails rather than hangs when
+        none comes (the first read of the pipe: nothing is buffered yet)."""
+        if not select.select([fake.proc.stdout], [], [], 20)[0]:
+            raise AssertionError("no line on stdout within 20 s")
+        return fake.proc.stdout.readline()
+
+    def test_the_handshake_says_lookahead_16_by_default_and_none_when_0(self):
+        for arg, ready in (("default", {"type": "ready", "protocol": 1, "inflight": 1, "lookahead": 16}),
+                           (64, {"type": "ready", "protocol": 1, "inflight": 1, "lookahead": 64}),
+                           (0, {"type": "ready", "protocol": 1, "inflight": 1})):
+            fake = self.start(arg)
+            self.assertEqual(fake.read(), ready, arg)
+            self.assertEqual(fake.job("j"), {"type": "done", "id": "j"})
+            code, out, err = fake.close()
+            self.assertEqual(code, 0, err)
+
+    def test_a_job_past_its_start_by_is_answered_skip_and_not_started(self):
+        fake = self.start()
+        fake.read()
+        t = now_us()
+        fake.send_together(job_msg("late", start_by_us=t - 1_000_000), job_msg("soon", start_by_us=t + 60_000_000),
+                           job_msg("plain"))
+        self.assertEqual([fake.read() for _ in range(3)],
+                         [{"type": "skip", "id": "late"}, {"type": "done", "id": "soon"},
+                          {"type": "done", "id": "plain"}])
+        code, out, err = fake.close()
+        self.assertEqual(code, 0, err)
+        self.assertIn(f"start soon {t + 60_000_000}\n", out)
+        self.assertIn("start plain None\n", out)
+        self.assertEqual(self.started(out), ["soon", "plain"])
+
+    def test_start_by_is_checked_when_the_job_would_start_not_when_it_was_read(self):
+        fake = self.start()
+        fake.read()
+        flag = self.flag()
+        start_by = now_us() + 200_000
+        fake.send_together(job_msg("hold", "hold:" + flag), job_msg("next", start_by_us=start_by), job_msg("after"))
+        self.assertEqual(self.first_stdout_line(fake), b"start hold None\n")
+        while now_us() <= start_by:
+            time.sleep(0.01)  # the job waits (read) behind "hold" past its start_by
+        open(flag, "w").close()
+        self.assertEqual([fake.read() for _ in range(3)],
+                         [{"type": "done", "id": "hold"}, {"type": "skip", "id": "next"},
+                          {"type": "done", "id": "after"}])
+        code, out, err = fake.close()
+        self.assertEqual(code, 0, err)
+        self.assertEqual(self.started(out), ["after"])  # after "hold", read above
+
+    def test_a_cancel_read_in_the_same_read_as_its_job_stops_its_start(self):
+        fake = self.start()
+        fake.read()
+        fake.send_together(job_msg("a"), {"type": "cancel", "id": "a"}, job_msg("b"))
+        self.assertEqual(fake.read(), {"type": "retry", "id": "a", "error": "RuntimeError: cancelled by an operator"})
+        self.assertEqual(fake.read(), {"type": "done", "id": "b"})
+        code, out, err = fake.close()
+        self.assertEqual(code, 0, err)
+        self.assertEqual(self.started(out), ["b"])
+
+    def test_a_cancel_written_while_the_job_before_runs_stops_a_job_already_read(self):
+        # "c" is read with "hold" (one write, one read); its cancel comes
+        # while "hold" runs without looking at fd 3: the loop must read fd 3
+        # before starting "c".
+        fake = self.start()
+        fake.read()
+        flag = self.flag()
+        fake.send_together(job_msg("hold", "hold:" + flag), job_msg("c"))
+        self.assertEqual(self.first_stdout_line(fake), b"start hold None\n")
+        fake.send({"type": "cancel", "id": "c"})
+        open(flag, "w").close()
+        self.assertEqual(fake.read(), {"type": "done", "id": "hold"})
+        self.assertEqual(fake.read(), {"type": "retry", "id": "c", "error": "RuntimeError: cancelled by an operator"})
+        self.assertEqual(fake.job("d"), {"type": "done", "id": "d"})
+        code, out, err = fake.close()
+        self.assertEqual(code, 0, err)
+        self.assertEqual(self.started(out), ["d"])  # after "hold", read above
+
+    def test_waiting_for_a_job_blocks_without_spinning(self):
+        fake = self.start()
+        fake.read()
+
+        def cpu_ticks():
+            with open(f"/proc/{fake.proc.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            return int(fields[11]) + int(fields[12])  # utime + stime
+
+        before = cpu_ticks()
+        time.sleep(1)
+        # A loop that polled fd 3 without blocking would burn about 100 ticks.
+        self.assertLess(cpu_ticks() - before, 20)
+        self.assertEqual(fake.job("j"), {"type": "done", "id": "j"})
+        fake.close()
+
+    def test_an_invalid_lookahead_is_refused_before_the_handshake(self):
+        for bad in (-1, 65, True, "16", 1.0):
+            with self.assertRaisesRegex(ValueError, "lookahead must be an integer from 0 to 64"):
+                punctual.Worker(lambda job: None, lookahead=bad)
+        fake = self.start(65)
+        self.assertEqual(fake.replies.readline(), "")  # fd 4 closed with no handshake
+        code, out, err = fake.close()
+        self.assertNotEqual(code, 0)
+        self.assertIn("ValueError: lookahead must be an integer from 0 to 64", err)
+
+    def test_a_job_keeps_its_start_by(self):
+        self.assertEqual(punctual.Job({"id": "j", "payload": "", "start_by_us": 123456789}).start_by_us, 123456789)
+        self.assertIsNone(punctual.Job({"id": "j", "payload": ""}).start_by_us)
 
 
 ASYNC_HANDLER = """

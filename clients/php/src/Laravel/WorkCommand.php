@@ -22,7 +22,8 @@ use Punctual\Worker;
  * leases, timeouts, retries with fencing, the dead set. An operator's
  * cancel of the running job is heard as under Worker::run (the same
  * Intake): the job's cancelled() (PunctualJob) turns true, and a job
- * cancelled before it started is not started.
+ * cancelled before it started is not started. `--lookahead=N` (0 to 64,
+ * default 16, 0: off) as Worker::run's $lookahead.
  *
  *     [topics.default]
  *     resident = ["php", "artisan", "punctual:work"]
@@ -31,12 +32,18 @@ use Punctual\Worker;
 class WorkCommand extends Command
 {
     protected $signature = 'punctual:work
-        {connection? : The queue connection of the jobs (default: the first connection with driver punctual)}';
+        {connection? : The queue connection of the jobs (default: the first connection with driver punctual)}
+        {--lookahead=16 : How many jobs punctual may write ahead of the one that runs, 0 to 64 (0: off; docs/RESIDENT.md, "Look-ahead")}';
 
     protected $description = 'Run queued jobs for `punctual serve` (resident = ["php", "artisan", "punctual:work"])';
 
     public function handle(): int
     {
+        $lookahead = (string) $this->option('lookahead');
+        if (preg_match('/^[0-9]{1,3}$/', $lookahead) !== 1 || (int) $lookahead > 64) {
+            throw new \InvalidArgumentException("punctual: --lookahead must be 0 to 64 (the jobs punctual may write ahead of the one that runs; 0 turns look-ahead off), not '$lookahead'");
+        }
+        $lookahead = (int) $lookahead;
         Worker::requireServe();
         $intake = Intake::open(fn (string $id, \Throwable $e): array => ['type' => 'dead', 'id' => $id, 'error' => 'not a job for Laravel: ' . $e->getMessage()]);
         $app = $this->laravel;
@@ -67,7 +74,7 @@ class WorkCommand extends Command
         // maxTries 0: each job's own ($tries, else punctual's max attempts, see PunctualJob::maxTries).
         $options = new WorkerOptions('punctual', 0, 0, 0, 0, 0);
 
-        $intake->ready();
+        $intake->ready($lookahead);
         while (($delivery = $intake->next()) !== null) {
             $job = PunctualJob::fromDelivery($app, $delivery, $connection);
             if (!is_array($job->payload())) {
