@@ -6,7 +6,9 @@
     cwd = "/srv/app"
 
 Options: ``--inflight N`` runs up to N jobs at once on asyncio (for
-``async def`` tasks); ``--django SETTINGS`` sets DJANGO_SETTINGS_MODULE, runs
+``async def`` tasks); ``--lookahead N`` (0 to 64, default 16) is how many
+jobs a one-at-a-time program is written ahead (docs/RESIDENT.md,
+"Look-ahead"); ``--django SETTINGS`` sets DJANGO_SETTINGS_MODULE, runs
 ``django.setup()`` before importing the app, and closes the database
 connections that are unusable or past CONN_MAX_AGE before and after each job
 (``django.db.close_old_connections``, as Django's request cycle does).
@@ -25,6 +27,8 @@ def main(argv=None) -> None:
     ap.add_argument("app", nargs="+", help="module(s) defining the @punctual.task functions, e.g. myproject.tasks")
     ap.add_argument("--inflight", type=int, default=0,
                     help="run up to N jobs at once on asyncio (async def tasks); default: one at a time")
+    ap.add_argument("--lookahead", type=int, default=16,
+                    help="jobs written ahead of the one running, one at a time (0 to 64; default 16)")
     ap.add_argument("--django", metavar="SETTINGS",
                     help="a Django settings module: django.setup() first, close_old_connections around each job")
     args = ap.parse_args(argv)
@@ -39,7 +43,7 @@ def main(argv=None) -> None:
     if args.inflight:
         asyncio.run(run_async(app=args.app, inflight=args.inflight, **hooks))
     else:
-        run(app=args.app, **hooks)
+        run(app=args.app, lookahead=args.lookahead, **hooks)
 
 
 if __name__ == "__main__":

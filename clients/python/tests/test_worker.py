@@ -377,6 +377,18 @@ class LookaheadTest(unittest.TestCase):
         self.assertNotEqual(code, 0)
         self.assertIn("ValueError: lookahead must be an integer from 0 to 64", err)
 
+    def test_python_dash_m_punctual_takes_lookahead(self):
+        # The tasks app of tests/apps/shop, run as serve's config names it.
+        apps = os.path.join(HERE, "apps")
+        env = {"PYTHONPATH": os.pathsep.join([os.path.dirname(HERE), apps]), "SHOP_REDIS_URL": REDIS_URL}
+        for args, ready in (([], {"type": "ready", "protocol": 1, "inflight": 1, "lookahead": 16}),
+                            (["--lookahead", "0"], {"type": "ready", "protocol": 1, "inflight": 1})):
+            fake = FakeServe([sys.executable, "-m", "punctual", *args, "shop.tasks"], env=env)
+            self.assertEqual(fake.read(), ready, args)
+            fake.jobs.close()
+            code, out, err = fake.close()
+            self.assertEqual(code, 0, err)
+
     def test_a_job_keeps_its_start_by(self):
         self.assertEqual(punctual.Job({"id": "j", "payload": "", "start_by_us": 123456789}).start_by_us, 123456789)
         self.assertIsNone(punctual.Job({"id": "j", "payload": ""}).start_by_us)
