@@ -1005,6 +1005,23 @@ async fn b_queued_behind_a(svc: &Resident, q: &Queue, a_payload: &str) -> Pid {
     Pid::from_raw(worker as i32)
 }
 
+/// Claims b, once its lease ran out and it was reclaimed, as another
+/// worker would (leased for 2 minutes).
+async fn b_claimed_elsewhere(q: &Queue) -> punctual::Delivery {
+    let part: punctual::raw::Partition = "t".parse().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let got = punctual::raw::claim(q, &part, 10, Duration::from_secs(120))
+            .await
+            .unwrap();
+        if let Some(b) = got.into_iter().find(|d| d.id == "b") {
+            return b;
+        }
+        assert!(std::time::Instant::now() < deadline, "b never reclaimed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Issue 29 item 10, resident: a job the worker holds queued for a busy
 /// program is not started when the worker resumes from a stop (SIGSTOP,
 /// swap) longer than its lease: the lease ran out meanwhile and the job
@@ -1024,19 +1041,7 @@ async fn a_queued_job_is_not_started_after_its_worker_stopped_past_its_lease() {
     kill(worker, Signal::SIGSTOP).unwrap();
     // Past b's lease the scheduler reclaims it, and another worker (this
     // test) claims it.
-    let part: punctual::raw::Partition = "t".parse().unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let elsewhere = loop {
-        let got = punctual::raw::claim(&q, &part, 10, Duration::from_secs(120))
-            .await
-            .unwrap();
-        if let Some(b) = got.into_iter().find(|d| d.id == "b") {
-            break b;
-        }
-        assert!(std::time::Instant::now() < deadline, "b never reclaimed");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    assert_eq!(elsewhere.attempt, 2);
+    assert_eq!(b_claimed_elsewhere(&q).await.attempt, 2);
     // The program has finished a (5 s) when the worker resumes: it is free
     // for b at once.
     tokio::time::sleep(Duration::from_secs(6).saturating_sub(stopped.elapsed())).await;
@@ -1246,19 +1251,7 @@ async fn a_job_written_ahead_is_not_started_after_its_worker_stopped_past_its_le
     tokio::time::sleep(Duration::from_millis(300)).await;
     let stopped = std::time::Instant::now();
     kill(worker, Signal::SIGSTOP).unwrap();
-    let part: punctual::raw::Partition = "t".parse().unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let elsewhere = loop {
-        let got = punctual::raw::claim(&q, &part, 10, Duration::from_secs(120))
-            .await
-            .unwrap();
-        if let Some(b) = got.into_iter().find(|d| d.id == "b") {
-            break b;
-        }
-        assert!(std::time::Instant::now() < deadline, "b never reclaimed");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    assert_eq!(elsewhere.attempt, 2);
+    assert_eq!(b_claimed_elsewhere(&q).await.attempt, 2);
     // The program finishes a (5 s) and reaches b while the worker is
     // stopped.
     eventually(Duration::from_secs(20), "the program reached b", || async {
