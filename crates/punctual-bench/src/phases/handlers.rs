@@ -68,8 +68,10 @@ run(lambda job: None)
     )
 }
 
-/// Jobs at once in each Node resident program (the client's `inflight`).
-const NODE_INFLIGHT: u64 = 8;
+/// Jobs at once in each Node resident program (the client's `inflight`):
+/// with the default 2 workers x 2 programs, 64 in all, the concurrency of
+/// BullMQ's worker in `run-bullmq.sh`.
+const NODE_INFLIGHT: u64 = 16;
 
 /// A no-op resident handler on the Node client's `run`.
 fn node_noop(clients: &Path) -> String {
