@@ -727,3 +727,90 @@ asyncio.run(punctual.run_async(handle, inflight=2))
 async fn the_python_clients_async_loop_cancels_the_handlers_task() {
     python_loop_tells_its_handler(PY_ASYNC).await;
 }
+
+/// A program on the Python client's sequential loop (look-ahead 16): a
+/// `sleep` job sleeps 2 s; any other is done at once. Records `job ID PID`.
+const PY_AHEAD: &str = concat!(
+    "import time\n",
+    py_prelude!(),
+    r#"def handle(job):
+    record("job %s %d" % (job.id, os.getpid()))
+    if job.payload == b"sleep":
+        time.sleep(2)
+punctual.run(handle)
+"#
+);
+
+/// Look-ahead (docs/RESIDENT.md): b is written to the program behind a, a
+/// 2 s job; an operator cancels b. The program reads the cancel before it
+/// would start b and does not start it; it is not killed for it, also with
+/// `cancel_grace = "0s"`, where the worker gives up on b at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_written_ahead_and_cancelled_is_not_started_and_its_program_stays() {
+    if provision::skipped("python") {
+        return;
+    }
+    let python = provision::python().unwrap_or_else(|e| panic!("{e}"));
+    let redis = RedisServer::start();
+    let mut svc = Service::new();
+    let program = svc.script("ahead.py", PY_AHEAD);
+    let client = provision::clients_dir().join("python");
+    svc.config(
+        &redis.url(),
+        "workers = 1\nlease = \"60s\"\ncancel_grace = \"0s\"",
+        &format!(
+            "[topics.r]\nresident = [{:?}, {:?}, {:?}]\nprocesses = 1",
+            python.display().to_string(),
+            program.display().to_string(),
+            client.display().to_string()
+        ),
+    );
+    svc.start();
+    let q = Queue::connect(redis.url()).await.unwrap();
+    // Short jobs first: the program is written jobs ahead once its jobs
+    // are known to be short.
+    let warm: Vec<Job> = (0..20).map(|i| Job::new("x").id(format!("w{i}"))).collect();
+    q.enqueue_batch("r", warm).await.unwrap();
+    eventually(Duration::from_secs(60), "the warm-up done", || async {
+        counter(&q.stats("r").await.unwrap(), "done") == 20
+    })
+    .await;
+    q.enqueue("r", Job::new("sleep").id("a")).await.unwrap();
+    eventually(Duration::from_secs(20), "a running", || async {
+        find(&svc, "records", &["job", "a"]).is_some()
+    })
+    .await;
+    q.enqueue("r", Job::new("x").id("b")).await.unwrap();
+    eventually(Duration::from_secs(20), "b leased", || async {
+        matches!(q.get("r", "b").await.unwrap(), Some(j) if j.state == punctual::State::Running)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (code, _, err) = cli_cancel(&redis.url(), "r", "b");
+    assert_eq!(code, 0, "{err}");
+    q.enqueue("r", Job::new("x").id("after")).await.unwrap();
+    eventually(Duration::from_secs(30), "a and after done", || async {
+        counter(&q.stats("r").await.unwrap(), "done") == 22
+    })
+    .await;
+    let log = svc.log();
+    assert!(
+        log.contains("told to its resident program"),
+        "b was written ahead and its program told; log:\n{log}"
+    );
+    assert!(find(&svc, "records", &["job", "b"]).is_none(), "b started");
+    let pid = &find(&svc, "records", &["job", "a"]).unwrap()[2];
+    assert_eq!(
+        &find(&svc, "records", &["job", "after"]).unwrap()[2],
+        pid,
+        "the program was kept"
+    );
+    assert!(!log.contains("killing its resident program"), "{log}");
+    let s = q.stats("r").await.unwrap();
+    assert_eq!(s.pool + s.ready + s.running + s.dead, 0, "{s:?}");
+    assert_eq!(
+        (counter(&s, "cancelled"), counter(&s, "retried")),
+        (1, 0),
+        "{s:?}"
+    );
+}

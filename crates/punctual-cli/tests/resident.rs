@@ -1284,10 +1284,11 @@ async fn a_job_written_ahead_is_not_started_after_its_worker_stopped_past_its_le
 }
 
 /// Look-ahead: the program dies while it runs a, with b written ahead of
-/// it. a is retried (its attempt counted); b, never started, is handed
-/// back and runs as its first attempt.
+/// it. a is retried (its attempt counted); b, never started, goes back to
+/// the pool's queue, still leased, and runs on the next program as its
+/// first attempt.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn jobs_written_ahead_are_handed_back_when_their_program_dies() {
+async fn jobs_written_ahead_go_to_the_next_program_when_theirs_dies() {
     let redis = RedisServer::start();
     let mut svc = Resident::new();
     let q = warm_lookahead(&mut svc, &redis, "", "timeout = \"30s\"").await;
@@ -1316,7 +1317,10 @@ async fn jobs_written_ahead_are_handed_back_when_their_program_dies() {
     let b = runs("b");
     assert_eq!(b.len(), 1, "{b:?}");
     assert_ne!(b[0].1, old);
-    assert_eq!(b[0].0, 1, "b was written ahead, never started: handed back");
+    assert_eq!(
+        b[0].0, 1,
+        "b was written ahead, never started: no attempt spent"
+    );
 }
 
 /// Look-ahead: a job written ahead is timed from its start, not from its
@@ -1350,4 +1354,39 @@ async fn a_job_written_ahead_is_timed_from_its_start() {
         "b was written ahead while a ran"
     );
     assert!(!svc.log().contains("timed out"), "log:\n{}", svc.log());
+}
+
+/// Look-ahead, claim side: a program whose jobs are slow is claimed no
+/// more than 4 x its `inflight` (what it runs and its queue), whatever its
+/// `lookahead`: jobs are leased for it only as far as they may be written
+/// ahead to it (about 2 ms of its jobs), so the others wait in Redis for
+/// any worker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_program_with_slow_jobs_is_claimed_no_more_for_its_lookahead() {
+    let redis = RedisServer::start();
+    let mut svc = Resident::new();
+    svc.start(
+        &redis.url(),
+        "workers = 1\nheartbeat = \"200ms\"",
+        "processes = 1\nenv = { LOOKAHEAD = \"16\" }",
+    );
+    let q = Queue::connect(redis.url()).await.unwrap();
+    let jobs: Vec<Job> = (0..24)
+        .map(|i| Job::new("sleep:0.2").id(format!("s{i}")))
+        .collect();
+    q.enqueue_batch("t", jobs).await.unwrap();
+    eventually(Duration::from_secs(20), "two jobs done", || async {
+        svc.jobs().len() >= 3
+    })
+    .await;
+    let mut most = 0;
+    for _ in 0..20 {
+        most = most.max(q.stats("t").await.unwrap().running);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(most >= 2, "jobs ran: {most} leased at most");
+    assert!(
+        most <= 4,
+        "{most} leased for one program running 0.2 s jobs"
+    );
 }

@@ -93,6 +93,9 @@ pub(super) struct Manager {
     pub(super) slot: usize,
     pub(super) cfg: Arc<ResidentConfig>,
     pub(super) rx: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<Request>>>,
+    /// The pool's queue, for jobs written ahead to a program that went
+    /// before starting them (weak: the pool's own sender closes it).
+    pub(super) requeue: mpsc::WeakUnboundedSender<Request>,
     pub(super) stop: CancellationToken,
     pub(super) ready: Arc<watch::Sender<Readiness>>,
     pub(super) times: StopTimes,
@@ -103,10 +106,9 @@ pub(super) struct Manager {
     /// How much of `capacity` this manager's program opened (its inflight
     /// while it takes jobs; 0 once it takes no more).
     pub(super) open: usize,
-    /// Jobs taken but not started: go to the next program first (one
-    /// taken while the program had to go, those written ahead to a program
-    /// that went before it reached them).
-    pub(super) carry: VecDeque<Request>,
+    /// A job taken but not sent (the program had to go): goes to the next
+    /// program first.
+    pub(super) carry: Option<Request>,
     pub(super) retiring: Vec<JoinHandle<()>>,
 }
 
@@ -128,6 +130,11 @@ struct InFlight {
     timeout: Duration,
     /// When it started (the worker reads it for the job's lateness).
     started: Arc<std::sync::OnceLock<std::time::Instant>>,
+    /// Its state, shared with the worker's side (`requeue` when written
+    /// ahead to a program that went).
+    state: Queued,
+    /// The worker's `stop` for this run.
+    stop: CancellationToken,
 }
 
 impl InFlight {
@@ -275,8 +282,9 @@ impl Manager {
             tracing::info!(topic = %self.topic, pid = p.pid, slot = self.slot, inflight = takes.inflight, lookahead = takes.lookahead, "resident program ready");
             let registration = self.register(p.pid);
             // Its jobs can be claimed now: what it takes at once, and a
-            // bounded look-ahead queued for it (see LOOKAHEAD).
-            self.open = takes.open();
+            // bounded look-ahead queued for it (see LOOKAHEAD); those written
+            // ahead to it once its jobs are known to be short (`serve`).
+            self.open = takes.inflight * LOOKAHEAD;
             self.capacity.open(self.open);
             let end = self.serve(&mut p, takes, &mut delay).await;
             self.close_capacity();
@@ -311,13 +319,23 @@ impl Manager {
                 }
             }
         }
-        for req in self.carry.drain(..) {
-            // Started by no program: handed back.
+        if let Some(req) = self.carry.take() {
+            // Sent to no program: handed back unstarted.
             let _ = req.reply.send(Outcome::HandBack);
         }
         for h in self.retiring.drain(..) {
             let _ = h.await;
         }
+    }
+
+    /// How many jobs may be claimed for this program now.
+    fn set_open(&mut self, n: usize) {
+        if n > self.open {
+            self.capacity.open(n - self.open);
+        } else if n < self.open {
+            self.capacity.close(self.open - n);
+        }
+        self.open = n;
     }
 
     /// This program takes no more jobs: the worker claims none for it.
@@ -359,7 +377,7 @@ impl Manager {
 
     /// Answers every job with a retry until the pool stops.
     async fn refuse(&mut self, why: String) {
-        for req in self.carry.drain(..) {
+        if let Some(req) = self.carry.take() {
             let _ = req.reply.send(Outcome::retry(why.clone()));
         }
         let rx = self.rx.clone();
@@ -431,7 +449,7 @@ impl Manager {
             }
             let can_take = taking && inflight.len() < cap + ahead.room();
             if can_take {
-                if let Some(req) = self.carry.pop_front() {
+                if let Some(req) = self.carry.take() {
                     if !req.reply.is_closed() {
                         if let Some(req) = self.may_start(req) {
                             self.send(
@@ -470,6 +488,11 @@ impl Manager {
                                 self.replied();
                                 ahead.promote(&mut inflight);
                                 set_current(p, &inflight);
+                                if self.open > 0 {
+                                    // Claimed for it: what it runs and its look-ahead,
+                                    // and as many as may be written ahead to it now.
+                                    self.set_open(cap * LOOKAHEAD + ahead.room());
+                                }
                             }
                             None => {
                                 return self.violation(p, inflight, format!("a reply for job {id:?}, which it does not hold"));
@@ -495,9 +518,11 @@ impl Manager {
                             if let Ok((id, reply)) = parse_reply(&line) {
                                 if let Some(f) = inflight.remove(&id) {
                                     f.cancel.cancel();
+                                    ahead.left(&id);
                                     let outcome = self.outcome(reply, &f, &mut ahead);
                                     let _ = f.reply.send(outcome);
                                     self.replied();
+                                    ahead.promote(&mut inflight);
                                 }
                             }
                         }
@@ -521,10 +546,19 @@ impl Manager {
                         continue;
                     }
                     if inflight.get(&id).is_some_and(|f: &InFlight| f.seq == s && f.cancel.is_cancelled()) {
-                        if inflight[&id].deadline.is_none() && inflight[&id].cancelled.is_cancelled() {
-                            // Cancelled while written ahead: the program
-                            // reads the cancel before it would start the job
-                            // and answers it, unstarted.
+                        if let Some(f) = inflight.get_mut(&id).filter(|f| f.deadline.is_none()) {
+                            // Given up on while written ahead (cancelled by
+                            // an operator, its lease lost): the program,
+                            // told, reads the cancel before it would start
+                            // the job and answers it unstarted; the one it
+                            // runs keeps running.
+                            if !f.told {
+                                f.told = true;
+                                tracing::info!(topic = %self.topic, pid, job = %id, "a job written ahead was given up on: told to its resident program, which will not start it");
+                                if let Some(jobs) = p.jobs.as_mut() {
+                                    jobs.send(&cancel_line(&id));
+                                }
+                            }
                             continue;
                         }
                         let f = inflight.remove(&id).expect("just found");
@@ -571,7 +605,7 @@ impl Manager {
                             // the worker gave up on the old run. The old run
                             // dies with its program; the new one goes to the next.
                             let id = req.d.id.clone();
-                            self.carry.push_front(req);
+                            self.carry = Some(req);
                             inflight.remove(&id);
                             self.fail_all(inflight, &format!("the resident program (pid {pid}) was killed: job {id} was re-delivered while it ran"));
                             return End::Killed("abandoned");
@@ -632,6 +666,8 @@ impl Manager {
             deadline: None,
             timeout,
             started: req.started,
+            state: req.state,
+            stop: req.stop,
         };
         if runs_now {
             f.start();
@@ -733,13 +769,15 @@ impl Manager {
     }
 
     /// The program is gone: the jobs it ran are retried; those written
-    /// ahead to it, never started, go to the next program first, in the
-    /// order they were written (still leased, their attempts not spent
-    /// again).
+    /// ahead to it, never started, go back to the pool's queue in the order
+    /// they were written, for any of its programs (still leased, their
+    /// attempts not spent again; withdrawn and handed back if the worker
+    /// stops first).
     fn fail_all(&mut self, inflight: HashMap<String, InFlight>, why: &str) {
         let mut unstarted = Vec::new();
         for (_, f) in inflight {
-            if f.deadline.is_none() && !f.cancelled.is_cancelled() && !f.reply.is_closed() {
+            let given_up = f.cancel.is_cancelled() || f.cancelled.is_cancelled();
+            if f.deadline.is_none() && !given_up && !f.reply.is_closed() {
                 unstarted.push(f);
                 continue;
             }
@@ -747,14 +785,29 @@ impl Manager {
             let _ = f.reply.send(Outcome::retry(why));
         }
         unstarted.sort_by_key(|f| f.seq);
+        let queue = self.requeue.upgrade();
         for f in unstarted {
-            self.carry.push_back(Request {
+            if f.stop.is_cancelled() {
+                // The worker stops (or gave up on the run): back to Redis.
+                let _ = f.reply.send(Outcome::HandBack);
+                continue;
+            }
+            f.state.requeue();
+            let req = Request {
                 d: f.job,
                 reply: f.reply,
                 cancel: f.cancel,
-                state: Queued::sent(&self.capacity),
+                state: f.state,
                 started: f.started,
-            });
+                stop: f.stop,
+            };
+            let unsent = match &queue {
+                Some(q) => q.send(req).err().map(|e| e.0),
+                None => Some(req),
+            };
+            if let Some(req) = unsent {
+                let _ = req.reply.send(Outcome::HandBack);
+            }
         }
     }
 

@@ -70,6 +70,7 @@ impl Pool {
                     slot,
                     cfg: cfg.clone(),
                     rx: rx.clone(),
+                    requeue: tx.downgrade(),
                     stop: stop.clone(),
                     ready: ready_tx.clone(),
                     times,
@@ -153,6 +154,7 @@ impl Pool {
             cancel,
             state: state.share(),
             started: started.clone(),
+            stop: stop.clone(),
         };
         if self.tx.send(req).is_err() {
             return (Outcome::HandBack, None);

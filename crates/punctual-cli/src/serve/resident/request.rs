@@ -19,8 +19,11 @@ pub(super) struct Request {
     /// `WITHDRAWN` when the worker took it back first (shutdown) or it was
     /// dropped unsent.
     pub(super) state: Queued,
-    /// When it was written to a program: its start.
+    /// When a program started it.
     pub(super) started: Arc<std::sync::OnceLock<std::time::Instant>>,
+    /// The worker's `stop` for this run (shutdown, a timeout, a lost
+    /// lease): a job not started by then is handed back, not queued again.
+    pub(super) stop: CancellationToken,
 }
 
 const QUEUED: u8 = 0;
@@ -53,12 +56,16 @@ impl Queued {
         }
     }
 
-    /// The state of a job taken from the queue already (its capacity
-    /// counted as started), carried to another program.
-    pub(super) fn sent(capacity: &Arc<punctual::Capacity>) -> Queued {
-        Queued {
-            state: Arc::new(AtomicU8::new(SENT)),
-            capacity: capacity.clone(),
+    /// Back to `QUEUED` from `SENT`: a job written ahead to a program that
+    /// went before it started the job waits for another, and the worker
+    /// may withdraw it again (shutdown).
+    pub(super) fn requeue(&self) {
+        if self
+            .state
+            .compare_exchange(SENT, QUEUED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            self.capacity.waits();
         }
     }
 
