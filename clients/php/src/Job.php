@@ -28,7 +28,7 @@ final class Job
         public readonly ?string $traceparent = null,
         public readonly ?string $tracestate = null,
         /**
-         * On a job punctual wrote ahead of the one running (docs/RESIDENT.md,
+         * On every job to a program that declared a look-ahead (docs/RESIDENT.md,
          * "Look-ahead"): the host's CLOCK_MONOTONIC in microseconds
          * (intdiv(hrtime(true), 1000)) past which the loop does not start it
          * (it replies skip); null otherwise.

@@ -45,7 +45,7 @@ class Job:
         # exports spans), or None.
         self.traceparent: Optional[str] = msg.get("traceparent")
         self.tracestate: Optional[str] = msg.get("tracestate")
-        # On a job punctual wrote ahead of the one running (docs/RESIDENT.md,
+        # On every job to a program that declared a look-ahead (docs/RESIDENT.md,
         # "Look-ahead"): the host's CLOCK_MONOTONIC in microseconds
         # (time.monotonic_ns() // 1000) past which the loop does not start
         # it (it replies skip); None otherwise.

@@ -1385,8 +1385,10 @@ async fn a_program_with_slow_jobs_is_claimed_no_more_for_its_lookahead() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(most >= 2, "jobs ran: {most} leased at most");
+    // 4, and one whose ack is still on its way (acks wait up to 2 ms for
+    // others of the topic) when the next claim is made.
     assert!(
-        most <= 4,
+        most <= 5,
         "{most} leased for one program running 0.2 s jobs"
     );
 }
