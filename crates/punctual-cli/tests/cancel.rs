@@ -759,7 +759,7 @@ async fn a_job_written_ahead_and_cancelled_is_not_started_and_its_program_stays(
         &redis.url(),
         "workers = 1\nlease = \"60s\"\ncancel_grace = \"0s\"",
         &format!(
-            "[topics.r]\nresident = [{:?}, {:?}, {:?}]\nprocesses = 1",
+            "[topics.r]\nresident = [{:?}, {:?}, {:?}]\nprocesses = 1\nlookahead_budget = \"1s\"",
             python.display().to_string(),
             program.display().to_string(),
             client.display().to_string()

@@ -1210,12 +1210,15 @@ async fn a_queued_job_handed_back_with_its_lease_in_doubt_keeps_its_attempt() {
 
 /// Starts serve with one look-ahead program (`LOOKAHEAD=16`) and `keys`,
 /// and runs 20 no-op jobs on it, so that its recent jobs are short and it
-/// is written jobs ahead.
+/// is written jobs ahead (`lookahead_budget = "1s"`: a loaded machine's
+/// slow no-ops still count as short).
 async fn warm_lookahead(svc: &mut Resident, redis: &RedisServer, extra: &str, keys: &str) -> Queue {
     svc.start(
         &redis.url(),
         &format!("workers = 1\n{extra}"),
-        &format!("processes = 1\nenv = {{ LOOKAHEAD = \"16\" }}\n{keys}"),
+        &format!(
+            "processes = 1\nenv = {{ LOOKAHEAD = \"16\" }}\nlookahead_budget = \"1s\"\n{keys}"
+        ),
     );
     let q = Queue::connect(redis.url()).await.unwrap();
     let warm: Vec<Job> = (0..20).map(|i| Job::new("x").id(format!("w{i}"))).collect();

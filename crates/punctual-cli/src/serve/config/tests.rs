@@ -189,6 +189,23 @@ fn resident_topics_parse_and_their_keys_are_checked() {
         "[topics.o]\nresident = [\"x\"]\nstart_timeout = \"0s\"\n",
         "start_timeout must be",
     );
+    assert_eq!(
+        r.lookahead_budget,
+        crate::serve::config::topic::DEFAULT_LOOKAHEAD_BUDGET
+    );
+    let c = parse("[topics.o]\nresident = [\"x\"]\nlookahead_budget = \"50ms\"\n").unwrap();
+    assert_eq!(
+        c.resident("o").unwrap().lookahead_budget,
+        Duration::from_millis(50)
+    );
+    bad(
+        "[topics.o]\nresident = [\"x\"]\nlookahead_budget = \"2m\"\n",
+        "lookahead_budget must be 0s to 60s",
+    );
+    bad(
+        "[topics.o]\nexec = [\"true\"]\nlookahead_budget = \"5ms\"\n",
+        "lookahead_budget applies to resident handlers only",
+    );
     assert_eq!(parse_size("1GB").unwrap(), 1_000_000_000);
     assert_eq!(parse_size("800K").unwrap(), 800_000);
 }

@@ -39,6 +39,10 @@ pub(crate) struct TopicConfig {
     /// How long a resident program may take to say "ready" (default 60s).
     #[serde(default, with = "humantime_serde::option")]
     pub start_timeout: Option<Duration>,
+    /// How much of a look-ahead program's work may be written ahead of the
+    /// job it runs, by its recent jobs' average (default 2ms).
+    #[serde(default, with = "humantime_serde::option")]
+    pub lookahead_budget: Option<Duration>,
     /// Handler timeout.
     #[serde(default = "default_timeout", with = "humantime_serde")]
     pub timeout: Duration,
@@ -117,6 +121,10 @@ pub(crate) struct ResidentConfig {
     pub start_timeout: Duration,
     /// Per job, from when it is sent to the program.
     pub timeout: Duration,
+    /// A look-ahead program is written ahead at most as many jobs as it
+    /// runs in this time, by its recent jobs' average (docs/RESIDENT.md,
+    /// "Look-ahead").
+    pub lookahead_budget: Duration,
 }
 
 /// Default `max_jobs` of a resident topic.
@@ -124,6 +132,9 @@ pub(crate) const DEFAULT_MAX_JOBS: u64 = 10_000;
 
 /// Default `start_timeout` of a resident topic.
 const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Default `lookahead_budget` of a resident topic.
+pub(crate) const DEFAULT_LOOKAHEAD_BUDGET: Duration = Duration::from_millis(2);
 
 /// A size like `512MiB`, `1GB`, `800M` or `1048576` (bytes).
 pub(crate) fn parse_size(s: &str) -> Result<u64> {
@@ -185,6 +196,7 @@ impl Config {
             ("max_jobs", t.max_jobs.is_some()),
             ("max_memory", t.max_memory.is_some()),
             ("start_timeout", t.start_timeout.is_some()),
+            ("lookahead_budget", t.lookahead_budget.is_some()),
         ];
         if let Some(argv) = &t.resident {
             if t.exec.is_some() || t.http.is_some() {
@@ -205,6 +217,9 @@ impl Config {
             }
             if r.start_timeout.is_zero() {
                 bail!("[topics.{name}]: start_timeout must be more than 0s");
+            }
+            if r.lookahead_budget > Duration::from_secs(60) {
+                bail!("[topics.{name}]: lookahead_budget must be 0s to 60s (0s: no job written ahead)");
             }
             if let Some(m) = &t.max_memory {
                 parse_size(m)
@@ -302,6 +317,7 @@ impl Config {
             max_memory: t.max_memory.as_deref().and_then(|m| parse_size(m).ok()),
             start_timeout: t.start_timeout.unwrap_or(DEFAULT_START_TIMEOUT),
             timeout: t.timeout,
+            lookahead_budget: t.lookahead_budget.unwrap_or(DEFAULT_LOOKAHEAD_BUDGET),
         })
     }
 

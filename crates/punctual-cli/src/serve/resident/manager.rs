@@ -40,11 +40,6 @@ impl Takes {
     }
 }
 
-/// How long the jobs written ahead to a look-ahead program may take, by
-/// its recent jobs' average: it is written at most as many ahead as it
-/// runs in this time (docs/RESIDENT.md, "Look-ahead").
-const AHEAD_BUDGET: Duration = Duration::from_millis(2);
-
 /// First restart delay after a failure; doubles up to `RESTART_MAX`.
 const RESTART_MIN: Duration = Duration::from_millis(500);
 pub(super) const RESTART_MAX: Duration = Duration::from_secs(30);
@@ -152,6 +147,9 @@ struct Ahead {
     cap: usize,
     /// What the program declared (0: none).
     max: usize,
+    /// It is written ahead at most as many jobs as it runs in this time,
+    /// by their average (`lookahead_budget`).
+    budget: Duration,
     /// Written and not started, in the order written.
     queued: VecDeque<String>,
     /// Its recent jobs' average time, microseconds (1/8 weight to the
@@ -164,7 +162,7 @@ impl Ahead {
     fn room(&self) -> usize {
         match self.avg_us {
             Some(avg) if self.max > 0 => {
-                ((AHEAD_BUDGET.as_micros() as f64 / avg.max(1.0)) as usize).min(self.max)
+                ((self.budget.as_micros() as f64 / avg.max(1.0)) as usize).min(self.max)
             }
             _ => 0,
         }
@@ -401,6 +399,7 @@ impl Manager {
         let mut ahead = Ahead {
             cap,
             max: takes.lookahead,
+            budget: self.cfg.lookahead_budget,
             queued: VecDeque::new(),
             avg_us: None,
         };

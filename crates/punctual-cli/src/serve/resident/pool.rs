@@ -221,6 +221,7 @@ mod tests {
             max_memory: None,
             start_timeout: Duration::from_secs(60),
             timeout: Duration::from_secs(10),
+            lookahead_budget: Duration::from_millis(2),
         };
         // 64 jobs claimed for one program taking one at a time: the last
         // waits behind 63 others, each ending within its timeout (a
