@@ -31,8 +31,6 @@ final class Intake
     /** Where the next line starts in $buf: a line taken is not cut off the front (a copy of the rest, per line, of up to 64 KiB). */
     private int $at = 0;
     private bool $eof = false;
-    /** fd 3 was emptied by a read since next() was called: no handler ran since, so that read is as good as another look. */
-    private bool $fresh = false;
     /**
      * Jobs read, not started (read while the one before ran, or written
      * ahead): a queue, as a look at fd 3 may bring many at once.
@@ -111,7 +109,6 @@ final class Intake
     public function next(): ?Job
     {
         $this->running = null;
-        $this->fresh = false;
         while (true) {
             if ($this->waiting->isEmpty()) {
                 $l = $this->line();
@@ -122,14 +119,10 @@ final class Intake
                 continue;
             }
             // The promise of docs/RESIDENT.md, "Look-ahead", kept for every
-            // job: what fd 3 holds is read (unless the read that brought
-            // the job just emptied it: one fread, '' when fd 3 is empty, on
-            // a job read ahead) and every line read is taken (its cancel may
-            // have come in the very read that brought it); then its
-            // start_by_us.
-            if (!$this->fresh) {
-                $this->fill(false);
-            }
+            // job: what fd 3 holds is read (one fread, '' when fd 3 is
+            // empty) and every line read is taken (its cancel may have come
+            // in the very read that brought it); then its start_by_us.
+            $this->fill(false);
             while (($l = $this->buffered()) !== null) {
                 $this->take($l);
             }
@@ -202,7 +195,6 @@ final class Intake
      */
     private function fill(bool $block): void
     {
-        $this->fresh = true;
         // What is left is a partial line, if anything: the buffer starts over with it.
         if ($this->at > 0) {
             $this->buf = (string) substr($this->buf, $this->at);

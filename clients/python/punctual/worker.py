@@ -87,9 +87,6 @@ class _Lines:
         # for the next job is one plain read.
         self.ready = select.poll()
         self.ready.register(fd, select.POLLIN)
-        # fd 3 was emptied by a read since the last job ended: no handler
-        # ran since, so that read is as good as another look.
-        self.fresh = False
 
     def line(self) -> Optional[bytes]:
         """The next line, blocking until one comes; None at EOF."""
@@ -117,7 +114,6 @@ class _Lines:
         more (a short read means it was emptied: one poll and one read when
         something is there, one poll when nothing is); with ``block``, at
         least something, waiting for it, or its end."""
-        self.fresh = True
         while not self.eof:
             if not block and not self.ready.poll(0):
                 return
@@ -296,12 +292,10 @@ class Worker:
                 take(_message(line))
                 continue
             # The promise of docs/RESIDENT.md, "Look-ahead", kept for every
-            # job: what fd 3 holds is read (unless the read that brought the
-            # job just emptied it: one poll(0), on a job read ahead) and
-            # every line read is taken (its cancel may have come in the very
-            # read that brought it); then its start_by_us.
-            if not jobs.fresh:
-                jobs.fill(block=False)
+            # job: what fd 3 holds is read (one poll(0) when it is empty)
+            # and every line read is taken (its cancel may have come in the
+            # very read that brought it); then its start_by_us.
+            jobs.fill(block=False)
             while (line := jobs.buffered()) is not None:
                 take(_message(line))
             job = waiting.popleft()
@@ -319,7 +313,6 @@ class Worker:
                 exc = e
             finally:
                 running[0] = None
-                jobs.fresh = False
             send(reply_for(job.id, exc))
         replies.close()
         os.close(jobs.fd)

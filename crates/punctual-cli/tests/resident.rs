@@ -1005,6 +1005,18 @@ async fn b_queued_behind_a(svc: &Resident, q: &Queue, a_payload: &str) -> Pid {
     Pid::from_raw(worker as i32)
 }
 
+/// b is still held by the claim of [`b_claimed_elsewhere`], its second
+/// attempt: the stopped worker's hand-back, under the old token, changed
+/// nothing.
+async fn b_held_elsewhere(q: &Queue) {
+    let j = q
+        .get("t", "b")
+        .await
+        .unwrap()
+        .expect("b is still held here");
+    assert_eq!((j.state, j.attempts), (punctual::State::Running, 2));
+}
+
 /// Claims b, once its lease ran out and it was reclaimed, as another
 /// worker would (leased for 2 minutes).
 async fn b_claimed_elsewhere(q: &Queue) -> punctual::Delivery {
@@ -1067,12 +1079,7 @@ async fn a_queued_job_is_not_started_after_its_worker_stopped_past_its_lease() {
         b.is_empty(),
         "b started on the stopped worker's program: {b:?}"
     );
-    let j = q
-        .get("t", "b")
-        .await
-        .unwrap()
-        .expect("b is still held here");
-    assert_eq!((j.state, j.attempts), (punctual::State::Running, 2));
+    b_held_elsewhere(&q).await;
 }
 
 /// A resident job's lateness is measured when a program gets it, not when
@@ -1278,12 +1285,7 @@ async fn a_job_written_ahead_is_not_started_after_its_worker_stopped_past_its_le
     // Its hand-back after the worker resumed (under the old token) changed
     // nothing.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let j = q
-        .get("t", "b")
-        .await
-        .unwrap()
-        .expect("b is still held here");
-    assert_eq!((j.state, j.attempts), (punctual::State::Running, 2));
+    b_held_elsewhere(&q).await;
 }
 
 /// Look-ahead: the program dies while it runs a, with b written ahead of
